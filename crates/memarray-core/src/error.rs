@@ -1,0 +1,119 @@
+//! The core error type.
+
+use thiserror::Error;
+
+/// Everything memarray-core can refuse. Each variant names the numbers involved.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// The product of the dimensions (or its size in bytes) does not fit in 64 bits.
+    #[error("shape {shape:?} overflows: its element count or byte size does not fit in 64 bits")]
+    ShapeOverflow {
+        /// The offending shape.
+        shape: Vec<usize>,
+    },
+    /// An index lies outside the shape.
+    #[error("index {index:?} is out of bounds for shape {shape:?}")]
+    OutOfBounds {
+        /// The requested index (one entry per dimension, or a single linear index).
+        index: Vec<u64>,
+        /// The array's shape.
+        shape: Vec<usize>,
+    },
+    /// An index or shape has the wrong number of dimensions.
+    #[error("expected {expected} dimensions, got {got}")]
+    WrongNdim {
+        /// Dimensions the array has.
+        expected: usize,
+        /// Dimensions given.
+        got: usize,
+    },
+    /// Two shapes that must agree do not.
+    #[error("shape mismatch: expected {expected:?}, got {got:?}")]
+    ShapeMismatch {
+        /// The array's shape.
+        expected: Vec<usize>,
+        /// The shape given.
+        got: Vec<usize>,
+    },
+    /// More dimensions than memarray supports.
+    #[error("ndim {ndim} exceeds the maximum of {max}")]
+    TooManyDims {
+        /// Dimensions given.
+        ndim: usize,
+        /// [`crate::MAX_NDIM`].
+        max: usize,
+    },
+    /// The array is locked by another holder.
+    #[error("array is locked by lock {held}; {}", match .requested {
+        Some(r) => format!("the operation presented lock {r}, which does not hold it"),
+        None => "the operation presented no lock token".to_string(),
+    })]
+    Locked {
+        /// The id of the token that holds the lock.
+        held: u64,
+        /// The id the caller presented, if any.
+        requested: Option<u64>,
+    },
+    /// An unlock or a token check for an array that is not locked.
+    #[error("array is not locked; lock {requested} does not hold it")]
+    NotLocked {
+        /// The id the caller presented.
+        requested: u64,
+    },
+    /// A dtype memarray does not store.
+    #[error("unsupported {what}; supported dtypes: {}", crate::DType::supported_names())]
+    UnsupportedDType {
+        /// What was asked for, in words.
+        what: String,
+    },
+    /// A dtype does not match the element type asked for.
+    #[error("dtype mismatch: the array holds {held}, the caller asked for {requested}")]
+    DTypeMismatch {
+        /// The array's dtype.
+        held: crate::DType,
+        /// The dtype asked for.
+        requested: crate::DType,
+    },
+    /// A memory resource could not allocate.
+    #[error("allocation of {bytes} bytes (alignment {align}) from {resource} failed: {reason}")]
+    Alloc {
+        /// Bytes requested.
+        bytes: usize,
+        /// Alignment requested.
+        align: usize,
+        /// The resource's name.
+        resource: String,
+        /// Why, in words.
+        reason: String,
+    },
+    /// An alignment that is not a power of two, or too large.
+    #[error("invalid alignment {align}: must be a power of two no larger than {max}")]
+    BadAlignment {
+        /// Alignment requested.
+        align: usize,
+        /// The largest alignment the resource serves.
+        max: usize,
+    },
+    /// A copy between buffers whose ranges do not fit.
+    #[error("copy of {len} bytes at offset {offset} overruns a buffer of {capacity} bytes")]
+    CopyOutOfRange {
+        /// Byte offset of the range.
+        offset: usize,
+        /// Bytes to copy.
+        len: usize,
+        /// The buffer's size.
+        capacity: usize,
+    },
+    /// An I/O error from a file-backed resource.
+    #[error("I/O error on {path}: {reason}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The operating system's message.
+        reason: String,
+    },
+}
+
+/// Result alias for core operations.
+pub type Result<T, E = CoreError> = std::result::Result<T, E>;

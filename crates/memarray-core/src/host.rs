@@ -1,0 +1,154 @@
+//! [`HostBuffer`]: an owned, aligned, host-accessible allocation from a resource.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::error::{CoreError, Result};
+use crate::resource::{HOST_ALIGN, HostResource, Location, MemoryKind, MemoryResource};
+
+/// Owned host-accessible bytes. Freed through the resource that made them.
+#[derive(Debug)]
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    align: usize,
+    resource: Arc<dyn MemoryResource>,
+}
+
+// SAFETY: HostBuffer owns its allocation exclusively; resources are Send + Sync.
+unsafe impl Send for HostBuffer {}
+// SAFETY: shared access only hands out raw pointers or `&[u8]` under &self.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// `len` zeroed bytes from the default pageable [`HostResource`].
+    pub fn zeroed(len: usize) -> Result<Self> {
+        Self::zeroed_in(len, Arc::new(HostResource))
+    }
+
+    /// `len` zeroed bytes from `resource`, which must be host-accessible.
+    pub fn zeroed_in(len: usize, resource: Arc<dyn MemoryResource>) -> Result<Self> {
+        Self::check_host(&*resource, len)?;
+        let ptr = resource.allocate_zeroed(len, HOST_ALIGN, None)?;
+        Ok(Self {
+            ptr,
+            len,
+            align: HOST_ALIGN,
+            resource,
+        })
+    }
+
+    /// `len` uninitialised bytes from `resource`.
+    ///
+    /// # Safety
+    /// 1. The caller writes every byte before reading it.
+    pub unsafe fn uninit_in(len: usize, resource: Arc<dyn MemoryResource>) -> Result<Self> {
+        Self::check_host(&*resource, len)?;
+        let ptr = resource.allocate(len, HOST_ALIGN, None)?;
+        Ok(Self {
+            ptr,
+            len,
+            align: HOST_ALIGN,
+            resource,
+        })
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8], resource: Arc<dyn MemoryResource>) -> Result<Self> {
+        // SAFETY: every byte is written by the copy below before any read.
+        let mut b = unsafe { Self::uninit_in(bytes.len(), resource)? };
+        b.as_mut_slice().copy_from_slice(bytes);
+        Ok(b)
+    }
+
+    fn check_host(resource: &dyn MemoryResource, len: usize) -> Result<()> {
+        if resource.is_accessible_from(Location::Host) {
+            Ok(())
+        } else {
+            Err(CoreError::Alloc {
+                bytes: len,
+                align: HOST_ALIGN,
+                resource: resource.name().into(),
+                reason: "resource is not host-accessible".into(),
+            })
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start address (aligned to at least 64 bytes).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Start address for writing. Writes through it while a shared borrow of the buffer
+    /// exists are the caller's responsibility.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised bytes for the life of self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The kind of memory (pageable, pinned, managed, file).
+    pub fn kind(&self) -> MemoryKind {
+        self.resource.kind()
+    }
+
+    /// The resource the buffer came from.
+    pub fn resource(&self) -> &Arc<dyn MemoryResource> {
+        &self.resource
+    }
+
+    /// A new buffer from the same resource with the same bytes.
+    pub fn try_clone(&self) -> Result<Self> {
+        Self::from_bytes(self.as_slice(), self.resource.clone())
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from this resource with (len, align) and is freed only here.
+        unsafe {
+            self.resource
+                .deallocate(self.ptr, self.len, self.align, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_aligned_and_cloned() {
+        let mut b = HostBuffer::zeroed(1000).unwrap();
+        assert_eq!(b.as_ptr() as usize % 64, 0);
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+        b.as_mut_slice()[999] = 7;
+        let c = b.try_clone().unwrap();
+        assert_eq!(c.as_slice()[999], 7);
+        assert_ne!(c.as_ptr(), b.as_ptr());
+        assert_eq!(c.kind(), MemoryKind::Host);
+        let e = HostBuffer::zeroed(0).unwrap();
+        assert!(e.is_empty());
+        assert_eq!(e.as_ptr() as usize % 64, 0);
+    }
+}

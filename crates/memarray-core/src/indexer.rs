@@ -1,0 +1,116 @@
+//! [`Indexer`]: a data pointer and a shape, passed by value to kernels.
+//!
+//! `kernels-cuda/include/memarray/indexer.cuh` mirrors this struct field for field
+//! (`void* data; uint64_t shape[N];`); `tests/indexer_layout.rs` compiles a C++ program
+//! against that header and checks size and field offsets agree.
+
+use std::ffi::c_void;
+
+use crate::error::{CoreError, Result};
+
+/// A lightweight, copyable view description: where the data starts and its C-order shape.
+///
+/// It holds no lifetime: it is the seed's `ArrayIndexer`, meant to be copied into kernel
+/// arguments. Dereferencing `data` is the caller's business (and needs `unsafe`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Indexer<const N: usize> {
+    /// First element, on the host or on a device.
+    pub data: *mut c_void,
+    /// Extent of each dimension.
+    pub shape: [u64; N],
+}
+
+// SAFETY: an Indexer is an address and integers; it grants no access by itself.
+unsafe impl<const N: usize> Send for Indexer<N> {}
+// SAFETY: as above; all methods take &self and read plain integers.
+unsafe impl<const N: usize> Sync for Indexer<N> {}
+
+impl<const N: usize> Indexer<N> {
+    /// An indexer over `data` with `shape`.
+    pub const fn new(data: *mut c_void, shape: [u64; N]) -> Self {
+        Self { data, shape }
+    }
+
+    /// Number of elements (1 for N = 0). Wraps like the kernel's product on overflow;
+    /// shapes built by memarray are checked when the array is made.
+    pub fn len(&self) -> u64 {
+        self.shape.iter().fold(1u64, |a, &d| a.wrapping_mul(d))
+    }
+
+    /// Whether the indexer covers no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// C-order linear offset of `idx`, in elements. Unchecked in release builds, like the
+    /// kernel; use [`Indexer::try_offset`] for a bounds-checked form.
+    pub fn offset(&self, idx: [u64; N]) -> u64 {
+        debug_assert!(idx.iter().zip(&self.shape).all(|(i, d)| i < d));
+        idx.iter()
+            .zip(&self.shape)
+            .fold(0u64, |acc, (&i, &d)| acc.wrapping_mul(d).wrapping_add(i))
+    }
+
+    /// [`Indexer::offset`], bounds-checked.
+    pub fn try_offset(&self, idx: [u64; N]) -> Result<u64> {
+        if idx.iter().zip(&self.shape).any(|(i, d)| i >= d) {
+            return Err(CoreError::OutOfBounds {
+                index: idx.to_vec(),
+                shape: self.shape.iter().map(|&d| d as usize).collect(),
+            });
+        }
+        Ok(self.offset(idx))
+    }
+
+    /// The multi-index of C-order offset `linear` (must be `< len()`).
+    pub fn unravel(&self, mut linear: u64) -> [u64; N] {
+        debug_assert!(linear < self.len());
+        let mut out = [0u64; N];
+        for (o, &d) in out.iter_mut().zip(&self.shape).rev() {
+            *o = linear % d;
+            linear /= d;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn layout_is_pointer_then_shape() {
+        assert_eq!(std::mem::size_of::<Indexer<0>>(), 8);
+        assert_eq!(std::mem::size_of::<Indexer<3>>(), 32);
+        assert_eq!(std::mem::offset_of!(Indexer<3>, shape), 8);
+    }
+
+    #[test]
+    fn offsets_of_a_3d_indexer() {
+        let ix = Indexer::new(std::ptr::null_mut(), [2, 4, 7]);
+        assert_eq!(ix.len(), 56);
+        assert_eq!(ix.offset([1, 2, 3]), 28 + 14 + 3);
+        assert_eq!(ix.unravel(45), [1, 2, 3]);
+        assert!(ix.try_offset([2, 0, 0]).is_err());
+        let zero_d = Indexer::new(std::ptr::null_mut(), []);
+        assert_eq!(zero_d.len(), 1);
+        assert_eq!(zero_d.offset([]), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn unravel_round_trips(a in 1u64..50, b in 1u64..50, c in 1u64..50, seed in any::<u64>()) {
+            let ix = Indexer::new(std::ptr::null_mut(), [a, b, c]);
+            let linear = seed % ix.len();
+            let idx = ix.unravel(linear);
+            prop_assert_eq!(ix.offset(idx), linear);
+            prop_assert_eq!(ix.try_offset(idx).unwrap(), linear);
+            prop_assert_eq!(
+                crate::shape::offset_of(&[a as usize, b as usize, c as usize], &idx).unwrap(),
+                linear
+            );
+        }
+    }
+}

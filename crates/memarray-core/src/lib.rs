@@ -1,0 +1,34 @@
+//! memarray-core: the parts of memarray that need neither CUDA nor Python.
+//!
+//! - [`DType`] and [`Element`]: the fifteen element types (bool, i8..i64, u8..u64, f16,
+//!   bf16, f32, f64, complex64, complex128) with their DLPack codes and NumPy typestrs.
+//! - [`shape`]: checked element counts (overflow is an error), C-contiguous strides and
+//!   64-bit offsets; ndim up to [`MAX_NDIM`].
+//! - [`Indexer`]: a `#[repr(C)]` data pointer plus shape, mirrored in CUDA C.
+//! - [`Lock`] and [`LockToken`]: unique, never-reused tokens for outside observers.
+//! - [`MemoryResource`] and [`HostResource`]; [`HostBuffer`], an owned aligned allocation.
+//!
+//! Everything here checks its inputs and returns [`CoreError`]; nothing panics on bad input.
+//! Higher layers (memarray-cuda, memarray-dlpack) add devices and interchange formats.
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod dtype;
+pub mod error;
+pub mod host;
+pub mod indexer;
+pub mod lock;
+pub mod resource;
+pub mod shape;
+
+pub use dtype::{DType, Element};
+pub use error::{CoreError, Result};
+pub use host::HostBuffer;
+pub use indexer::Indexer;
+pub use lock::{Lock, LockToken};
+pub use resource::{HostResource, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream};
+pub use shape::MAX_NDIM;
+
+/// Re-exported element types for users of f16, bf16 and complex arrays.
+pub use half::{bf16, f16};
+pub use num_complex::{Complex32, Complex64};

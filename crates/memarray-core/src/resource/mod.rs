@@ -1,0 +1,136 @@
+//! The [`MemoryResource`] trait: one allocation interface for every kind of memory.
+//!
+//! Modelled on RMM's `device_memory_resource` and NBEP 7: allocate and deallocate take a
+//! size, an alignment and an optional stream (stream-ordered pools use it; others ignore
+//! it). Host memory lives here; memarray-cuda implements device, pinned, managed and pool
+//! resources on the same trait.
+
+pub mod conformance;
+mod host;
+
+use std::fmt;
+use std::ptr::NonNull;
+
+pub use host::{HOST_ALIGN, HostResource};
+
+use crate::error::Result;
+
+/// Where an array's current data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// Host memory (pageable, pinned or managed).
+    Host,
+    /// CUDA device memory on this device ordinal.
+    Device(u32),
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Host => f.write_str("host"),
+            Location::Device(id) => write!(f, "cuda:{id}"),
+        }
+    }
+}
+
+/// The kind of memory a resource hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemoryKind {
+    /// Ordinary pageable host memory.
+    Host,
+    /// Page-locked host memory, registered with the CUDA driver.
+    Pinned,
+    /// Device memory of one device.
+    Device,
+    /// CUDA managed (unified) memory, reachable from host and devices.
+    Managed,
+    /// A memory-mapped file on the host.
+    File,
+}
+
+/// An opaque stream handle (a `CUstream` as an integer) for stream-ordered allocators.
+///
+/// Core never dereferences it. There is deliberately no conversion from a literal 0:
+/// use [`RawStream::LEGACY`] or [`RawStream::PER_THREAD`] to name the default streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawStream(usize);
+
+impl RawStream {
+    /// CUDA's legacy default stream (`CU_STREAM_LEGACY`).
+    pub const LEGACY: RawStream = RawStream(1);
+    /// CUDA's per-thread default stream (`CU_STREAM_PER_THREAD`).
+    pub const PER_THREAD: RawStream = RawStream(2);
+
+    /// Wraps a handle value.
+    ///
+    /// # Safety
+    /// 1. `handle` is a live stream of the context the memory belongs to, or one of the
+    ///    special values 1 (legacy) and 2 (per-thread), for as long as it is used.
+    pub unsafe fn from_raw(handle: usize) -> Self {
+        RawStream(handle)
+    }
+
+    /// The handle value.
+    pub fn raw(self) -> usize {
+        self.0
+    }
+}
+
+/// Free and total bytes of the memory a resource draws from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Bytes free.
+    pub free: u64,
+    /// Bytes in all.
+    pub total: u64,
+}
+
+/// A source of memory. Implementations are thread-safe.
+///
+/// Pointers are addresses in the resource's memory kind: device resources return device
+/// addresses that the host must not dereference.
+pub trait MemoryResource: Send + Sync + fmt::Debug {
+    /// Allocates `bytes` bytes aligned to `align` (a power of two). Zero bytes still gives
+    /// a valid, aligned pointer that must be deallocated.
+    fn allocate(&self, bytes: usize, align: usize, stream: Option<RawStream>)
+    -> Result<NonNull<u8>>;
+
+    /// Like [`MemoryResource::allocate`], with the memory zeroed (host resources use
+    /// zeroed pages; device resources enqueue a memset on `stream`).
+    fn allocate_zeroed(
+        &self,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>>;
+
+    /// Returns memory to the resource.
+    ///
+    /// # Safety
+    /// 1. `ptr` came from `allocate` or `allocate_zeroed` of this resource with the same
+    ///    `bytes` and `align`, and has not been deallocated.
+    /// 2. No access to the memory is pending or follows, except work ordered on `stream`
+    ///    before the deallocation (stream-ordered resources).
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    );
+
+    /// The kind of memory this resource serves.
+    fn kind(&self) -> MemoryKind;
+
+    /// Whether code running at `location` can dereference this resource's pointers.
+    fn is_accessible_from(&self, location: Location) -> bool;
+
+    /// Free and total bytes, where the resource knows them.
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        None
+    }
+
+    /// A short name for messages and logs.
+    fn name(&self) -> &str;
+}
