@@ -1,1 +1,41 @@
-//! placeholder
+//! The `memarray._memarray` extension module: Python bindings over memarray-core,
+//! memarray-cuda and memarray-dlpack.
+//!
+//! One file per Rust module it binds (`array.rs` <-> `memarray_cuda::array`, `dlpack.rs`
+//! <-> `memarray_dlpack`, `cuda.rs` <-> the CUDA types), each with a test file in
+//! `tests/`. Errors map to one Python exception class per variant (`errors.rs`).
+
+mod array;
+mod buffer;
+mod cuda;
+mod dlpack;
+mod dtype;
+mod errors;
+mod stream;
+mod strided;
+
+use pyo3::prelude::*;
+
+/// The address of a NumPy array's data, from its `__array_interface__`.
+pub(crate) fn numpy_data_ptr(a: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let iface = a.getattr("__array_interface__")?;
+    let (ptr, _ro): (usize, bool) = iface.get_item("data")?.extract()?;
+    Ok(ptr)
+}
+
+#[pymodule]
+fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<array::PyMemArray>()?;
+    m.add_class::<dlpack::DLPackContext>()?;
+    m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
+    m.add("LockError", py.get_type::<errors::LockError>())?;
+    m.add(
+        "CudaUnavailableError",
+        py.get_type::<errors::CudaUnavailableError>(),
+    )?;
+    m.add("SUPPORTED_DTYPES", array::supported_dtype_names())?;
+    m.add("MAX_NDIM", memarray_core::MAX_NDIM)?;
+    cuda::register(m)?;
+    Ok(())
+}

@@ -24,8 +24,10 @@ pub mod dl_code {
 }
 
 /// Every element type memarray stores: the numeric types DLPack and NumPy share.
+///
+/// Deliberately exhaustive: [`with_dtype!`](crate::with_dtype) and every dispatch must be
+/// revisited when a dtype is added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum DType {
     /// `bool`, one byte, 0 or 1.
     Bool,
@@ -192,6 +194,40 @@ impl fmt::Display for DType {
     }
 }
 
+/// Runs `$body` with `$T` bound to the Rust element type of runtime dtype `$dtype`.
+///
+/// The one place a runtime dtype becomes a static type: type-erased code dispatches once
+/// through it instead of listing dtype combinations by hand.
+///
+/// ```
+/// use memarray_core::{with_dtype, DType, Element};
+/// let size = with_dtype!(DType::F16, T => std::mem::size_of::<T>());
+/// assert_eq!(size, 2);
+/// ```
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {{
+        use $crate::DType as __D;
+        match $dtype {
+            __D::Bool => { type $T = bool; $body }
+            __D::I8 => { type $T = i8; $body }
+            __D::I16 => { type $T = i16; $body }
+            __D::I32 => { type $T = i32; $body }
+            __D::I64 => { type $T = i64; $body }
+            __D::U8 => { type $T = u8; $body }
+            __D::U16 => { type $T = u16; $body }
+            __D::U32 => { type $T = u32; $body }
+            __D::U64 => { type $T = u64; $body }
+            __D::F16 => { type $T = $crate::f16; $body }
+            __D::BF16 => { type $T = $crate::bf16; $body }
+            __D::F32 => { type $T = f32; $body }
+            __D::F64 => { type $T = f64; $body }
+            __D::Complex64 => { type $T = $crate::Complex32; $body }
+            __D::Complex128 => { type $T = $crate::Complex64; $body }
+        }
+    }};
+}
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -344,6 +380,13 @@ mod tests {
             .map(|b| unsafe { bool::load((b as *const u8).cast()) })
             .collect();
         assert_eq!(got, [false, true, true, true]);
+    }
+
+    #[test]
+    fn with_dtype_binds_the_matching_type() {
+        for d in DType::ALL {
+            assert_eq!(crate::with_dtype!(d, T => T::DTYPE), d);
+        }
     }
 
     #[test]

@@ -4,7 +4,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::error::{CoreError, Result};
-use crate::resource::{HOST_ALIGN, HostResource, Location, MemoryKind, MemoryResource};
+use crate::resource::{
+    ForeignMemory, HOST_ALIGN, HostResource, Location, MemoryKind, MemoryResource,
+};
 
 /// Owned host-accessible bytes. Freed through the resource that made them.
 #[derive(Debug)]
@@ -51,6 +53,26 @@ impl HostBuffer {
             align: HOST_ALIGN,
             resource,
         })
+    }
+
+    /// Wraps `len` bytes at `ptr` owned by someone else; `owner` is dropped (releasing the
+    /// memory) when the buffer is.
+    ///
+    /// # Safety
+    /// 1. `ptr` is valid for reads and writes of `len` bytes on the host for as long as
+    ///    `owner` lives, and nothing else frees it meanwhile.
+    pub unsafe fn from_foreign(
+        ptr: NonNull<u8>,
+        len: usize,
+        kind: MemoryKind,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        Self {
+            ptr,
+            len,
+            align: 1,
+            resource: Arc::new(ForeignMemory::new(ptr, kind, owner)),
+        }
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -117,7 +139,8 @@ impl HostBuffer {
         &self.resource
     }
 
-    /// A new buffer from the same resource with the same bytes.
+    /// A new buffer from the same resource with the same bytes (foreign buffers clone
+    /// into host heap memory).
     pub fn try_clone(&self) -> Result<Self> {
         Self::from_bytes(self.as_slice(), self.resource.clone())
     }
@@ -150,5 +173,28 @@ mod tests {
         let e = HostBuffer::zeroed(0).unwrap();
         assert!(e.is_empty());
         assert_eq!(e.as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn foreign_owner_lives_until_the_buffer_drops() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct Owner(Vec<u8>);
+        impl Drop for Owner {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let mut owner = Owner(vec![1, 2, 3, 4]);
+        let ptr = NonNull::new(owner.0.as_mut_ptr()).unwrap();
+        // SAFETY: the Vec's heap block lives (and does not move) as long as the owner.
+        let b = unsafe { HostBuffer::from_foreign(ptr, 4, MemoryKind::Host, Box::new(owner)) };
+        assert_eq!(b.as_slice(), &[1, 2, 3, 4]);
+        let c = b.try_clone().unwrap();
+        drop(b);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+        assert_eq!(c.as_slice(), &[1, 2, 3, 4]);
+        drop(c);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 1, "the clone must not drop the owner");
     }
 }

@@ -6,11 +6,13 @@
 //! resources on the same trait.
 
 pub mod conformance;
+mod foreign;
 mod host;
 
 use std::fmt;
 use std::ptr::NonNull;
 
+pub use foreign::ForeignMemory;
 pub use host::{HOST_ALIGN, HostResource};
 
 use crate::error::Result;

@@ -1,0 +1,353 @@
+//! DLPack for Python: `__dlpack__` capsules, the locked `get_dlpack` context, and
+//! `memarray.from_dlpack`.
+//!
+//! Capsules are named `"dltensor"` / `"dltensor_versioned"`; a consumer renames them to
+//! `"used_..."`. The capsule destructor calls the tensor's deleter only while the name
+//! is unchanged (never consumed). Deleters drop Rust owners only, so they need no GIL.
+
+use std::ffi::{CStr, c_void};
+use std::ptr::NonNull;
+
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::{PyErr, ffi};
+
+use memarray_core::{HostBuffer, Location, LockToken, MemoryKind};
+use memarray_cuda::array::{Consumer, RawArray};
+use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use memarray_dlpack::{
+    Device, DeviceType, ExportSpec, ImportedTensor, call_deleter_unversioned,
+    call_deleter_versioned, export_unversioned, export_versioned,
+};
+
+use crate::array::{KDLCPU, KDLCUDA, PyMemArray};
+use crate::errors::IntoPyResult;
+use crate::stream::parse_consumer_stream;
+
+const NAME: &CStr = c"dltensor";
+const NAME_VERSIONED: &CStr = c"dltensor_versioned";
+const USED: &CStr = c"used_dltensor";
+const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
+
+unsafe extern "C" fn destroy_unversioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: CPython calls this with the dying capsule; IsValid checks the name without
+    // raising, and only an unconsumed capsule still owns its tensor.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, NAME.as_ptr()) == 1 {
+            let p = ffi::PyCapsule_GetPointer(capsule, NAME.as_ptr());
+            if let Some(p) = NonNull::new(p.cast::<DLManagedTensor>()) {
+                call_deleter_unversioned(p);
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn destroy_versioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in destroy_unversioned.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, NAME_VERSIONED.as_ptr()) == 1 {
+            let p = ffi::PyCapsule_GetPointer(capsule, NAME_VERSIONED.as_ptr());
+            if let Some(p) = NonNull::new(p.cast::<DLManagedTensorVersioned>()) {
+                call_deleter_versioned(p);
+            }
+        }
+    }
+}
+
+/// Wraps an owning tensor pointer in a capsule; on failure the tensor is deleted.
+fn capsule<'py>(
+    py: Python<'py>,
+    ptr: *mut c_void,
+    name: &'static CStr,
+    destructor: unsafe extern "C" fn(*mut ffi::PyObject),
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: ptr is a live managed tensor whose ownership passes to the capsule; name is
+    // 'static as the capsule requires.
+    let cap = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destructor)) };
+    if cap.is_null() {
+        let err = PyErr::fetch(py);
+        // SAFETY: the capsule was not made, so we still own the tensor.
+        unsafe {
+            if name == NAME {
+                call_deleter_unversioned(NonNull::new_unchecked(ptr.cast()));
+            } else {
+                call_deleter_versioned(NonNull::new_unchecked(ptr.cast()));
+            }
+        }
+        return Err(err);
+    }
+    // SAFETY: cap is a new, owned reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, cap) })
+}
+
+/// Parses `max_version`: None or a (major, minor) pair of ints. Returns whether to give a
+/// versioned capsule.
+fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    let Some(v) = max_version.filter(|v| !v.is_none()) else {
+        return Ok(false);
+    };
+    let (major, _minor): (i64, i64) = v.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "max_version must be None or a (major, minor) tuple of ints, not {}",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    Ok(major >= 1)
+}
+
+/// Parses `dl_device`: None or a (device_type, device_id) pair.
+fn parse_dl_device(
+    arr: &PyMemArray,
+    dl_device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Location>> {
+    let Some(d) = dl_device.filter(|d| !d.is_none()) else {
+        return Ok(None);
+    };
+    let (ty, id): (i64, i64) = d.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "dl_device must be None or a (device_type, device_id) tuple of ints, not {}",
+            d.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    match ty {
+        KDLCPU | KDLCUDA => arr
+            .target(ty, Some(id))
+            .map(Some)
+            .map_err(|e| PyBufferError::new_err(e.to_string())),
+        other => Err(PyBufferError::new_err(format!(
+            "cannot export to DLPack device type {other}; memarray exports kDLCPU (1) and \
+             kDLCUDA (2)"
+        ))),
+    }
+}
+
+/// `__dlpack__` for an array, with an optional lock token (the `get_dlpack` context's).
+pub fn export<'py>(
+    py: Python<'py>,
+    arr: &mut PyMemArray,
+    token: Option<LockToken>,
+    stream: Option<&Bound<'py, PyAny>>,
+    max_version: Option<&Bound<'py, PyAny>>,
+    dl_device: Option<&Bound<'py, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let versioned = wants_versioned(max_version)?;
+    arr.raw.check(token).py()?;
+    if let Some(target) = parse_dl_device(arr, dl_device)? {
+        if target != arr.raw.location() {
+            if copy == Some(false) {
+                return Err(PyBufferError::new_err(format!(
+                    "dl_device {target} differs from the data's location {} and copy=False \
+                     forbids moving it",
+                    arr.raw.location()
+                )));
+            }
+            arr.move_to(py, target, None, false, token)?;
+        }
+    }
+    let consumer = parse_consumer_stream(stream, arr.raw.location())?;
+    let copy = copy == Some(true);
+    let buf = arr.raw.export_buffer(token, copy, consumer).py()?;
+    let device = match buf.location {
+        Location::Host => Device::CPU,
+        Location::Device(id) => Device::cuda(id as i32),
+    };
+    let mut spec = ExportSpec::contiguous(buf.ptr, device, arr.raw.dtype(), arr.raw.shape().to_vec());
+    spec.is_copied = copy;
+    if versioned {
+        let p = export_versioned(spec, buf.owner).py()?;
+        capsule(py, p.as_ptr().cast(), NAME_VERSIONED, destroy_versioned)
+    } else {
+        let p = export_unversioned(spec, buf.owner).py()?;
+        capsule(py, p.as_ptr().cast(), NAME, destroy_unversioned)
+    }
+}
+
+/// The seed's locked export: `with a.get_dlpack(kDLCPU) as t: np.from_dlpack(t)`.
+///
+/// Entering locks the array with a fresh token; exports through the context present it;
+/// leaving unlocks. Outside a `with` block it exports like the array itself.
+#[pyclass(module = "memarray")]
+pub struct DLPackContext {
+    array: Py<PyMemArray>,
+    token: Option<LockToken>,
+}
+
+impl DLPackContext {
+    pub fn new(array: Py<PyMemArray>) -> Self {
+        Self { array, token: None }
+    }
+}
+
+#[pymethods]
+impl DLPackContext {
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        if slf.token.is_some() {
+            return Err(crate::errors::LockError::new_err(
+                "this get_dlpack context is already entered",
+            ));
+        }
+        let token = slf.array.borrow(slf.py()).raw.try_lock().py()?;
+        slf.token = Some(token);
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if let Some(t) = self.token.take() {
+            self.array.borrow(py).raw.unlock(t).py()?;
+        }
+        Ok(false)
+    }
+
+    /// The lock id held by this context, or None outside its `with` block.
+    #[getter]
+    fn lock_id(&self) -> Option<u64> {
+        self.token.map(LockToken::id)
+    }
+
+    /// The array this context exports.
+    #[getter]
+    fn array(&self, py: Python<'_>) -> Py<PyMemArray> {
+        self.array.clone_ref(py)
+    }
+
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut arr = self.array.borrow_mut(py);
+        export(py, &mut arr, self.token, stream, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self, py: Python<'_>) -> (i64, i64) {
+        self.array.borrow(py).location_tuple()
+    }
+
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.array.borrow(py).get_item(py, key, self.token)
+    }
+
+    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.array.borrow_mut(py).set_item(key, value, self.token)
+    }
+}
+
+/// Takes the tensor out of a DLPack capsule, marking it consumed.
+fn take_capsule(cap: &Bound<'_, PyAny>) -> PyResult<ImportedTensor> {
+    let raw = cap.as_ptr();
+    // SAFETY: raw is a live object; the capsule API checks its type and name and sets
+    // no error when IsValid fails.
+    unsafe {
+        if ffi::PyCapsule_IsValid(raw, NAME_VERSIONED.as_ptr()) == 1 {
+            let p = ffi::PyCapsule_GetPointer(raw, NAME_VERSIONED.as_ptr());
+            let p = NonNull::new(p.cast::<DLManagedTensorVersioned>())
+                .ok_or_else(|| PyBufferError::new_err("DLPack capsule holds a null tensor"))?;
+            if ffi::PyCapsule_SetName(raw, USED_VERSIONED.as_ptr()) != 0 {
+                return Err(PyErr::fetch(cap.py()));
+            }
+            return ImportedTensor::from_versioned(p).py();
+        }
+        if ffi::PyCapsule_IsValid(raw, NAME.as_ptr()) == 1 {
+            let p = ffi::PyCapsule_GetPointer(raw, NAME.as_ptr());
+            let p = NonNull::new(p.cast::<DLManagedTensor>())
+                .ok_or_else(|| PyBufferError::new_err("DLPack capsule holds a null tensor"))?;
+            if ffi::PyCapsule_SetName(raw, USED.as_ptr()) != 0 {
+                return Err(PyErr::fetch(cap.py()));
+            }
+            return ImportedTensor::from_unversioned(p).py();
+        }
+        if ffi::PyCapsule_IsValid(raw, USED.as_ptr()) == 1
+            || ffi::PyCapsule_IsValid(raw, USED_VERSIONED.as_ptr()) == 1
+        {
+            return Err(PyBufferError::new_err(
+                "this DLPack capsule was already consumed; a capsule can be imported once",
+            ));
+        }
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected a DLPack capsule or an object with __dlpack__, got {}",
+        cap.get_type().name()?
+    )))
+}
+
+/// Asks a producer for a capsule: versioned first, then the pre-1.0 signature.
+fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    if !obj.hasattr("__dlpack__")? {
+        return Ok(obj.clone());
+    }
+    let (dev_type, _): (i64, i64) = obj.call_method0("__dlpack_device__")?.extract()?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("max_version", (1, 3))?;
+    if dev_type == KDLCUDA {
+        // memarray's own copies run on the legacy default stream (1): the producer makes
+        // it wait for pending work.
+        kwargs.set_item("stream", 1)?;
+    }
+    match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+        Ok(c) => Ok(c),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            kwargs.del_item("max_version")?;
+            obj.call_method("__dlpack__", (), Some(&kwargs))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// from_dlpack(obj, copy=None)
+///
+/// Imports a DLPack producer (or capsule) as a MemArray. `copy=None` shares memory when it
+/// can and copies otherwise; `copy=True` always copies; `copy=False` never copies and
+/// raises BufferError when sharing is impossible (read-only or non-contiguous data).
+#[pyfunction]
+#[pyo3(signature = (obj, copy=None))]
+pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<PyMemArray> {
+    let cap = request_capsule(obj)?;
+    let t = take_capsule(&cap)?;
+    let raw = import_tensor(py, t, copy)?;
+    Ok(PyMemArray { raw })
+}
+
+fn import_tensor(py: Python<'_>, t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
+    let (dtype, shape) = (t.dtype(), t.shape().to_vec());
+    match t.device().kind {
+        DeviceType::Cuda => crate::cuda::import_device_tensor(py, t, copy),
+        DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged => {
+            let shareable = t.is_c_contiguous() && !t.read_only() && !t.is_empty();
+            if copy == Some(false) && !shareable && !t.is_empty() {
+                return Err(PyBufferError::new_err(format!(
+                    "copy=False, but the tensor cannot be shared zero-copy ({}); pass \
+                     copy=None or copy=True",
+                    if t.read_only() { "it is read-only" } else { "it is not C-contiguous" }
+                )));
+            }
+            if shareable && copy != Some(true) {
+                let kind = match t.device().kind {
+                    DeviceType::CudaHost => MemoryKind::Pinned,
+                    DeviceType::CudaManaged => MemoryKind::Managed,
+                    _ => MemoryKind::Host,
+                };
+                let ptr = NonNull::new(t.data().cast::<u8>())
+                    .ok_or_else(|| PyBufferError::new_err("tensor with elements has null data"))?;
+                let len = t.nbytes();
+                // SAFETY: ImportedTensor validated that data + nbytes is the producer's
+                // memory, live until its deleter runs, which happens when `t` drops.
+                let host = unsafe { HostBuffer::from_foreign(ptr, len, kind, Box::new(t)) };
+                return RawArray::from_host_buffer(dtype, &shape, host, 0).py();
+            }
+            let mut raw = RawArray::zeros(dtype, &shape, 0).py()?;
+            if !t.is_empty() {
+                let bytes = raw.host_bytes_mut(None).py()?;
+                // SAFETY: t describes validated host memory of its shape and strides.
+                unsafe { crate::strided::gather(&t, bytes) };
+            }
+            Ok(raw)
+        }
+    }
+}

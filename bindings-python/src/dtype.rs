@@ -1,0 +1,181 @@
+//! Python dtype-likes to [`DType`], NumPy dtype objects, and element <-> Python value.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyString, PyType};
+
+use memarray_core::{Complex32, Complex64, DType, Element, bf16, f16, with_dtype};
+
+fn unsupported(what: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "unsupported dtype {what}; supported dtypes: {}",
+        DType::supported_names()
+    ))
+}
+
+/// Parses anything NumPy accepts as a dtype (plus the string "bfloat16"). `None` is
+/// float64, as in the seed.
+pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(DType::F64);
+    };
+    if let Ok(s) = obj.cast::<PyString>() {
+        if let Ok(d) = DType::from_name(&s.to_cow()?) {
+            return Ok(d);
+        }
+    }
+    if let Ok(t) = obj.cast::<PyType>() {
+        // Python builtins, as NumPy maps them.
+        let py = obj.py();
+        if t.is(py.get_type::<PyBool>()) {
+            return Ok(DType::Bool);
+        } else if t.is(py.get_type::<PyInt>()) {
+            return Ok(DType::I64);
+        } else if t.is(py.get_type::<PyFloat>()) {
+            return Ok(DType::F64);
+        } else if t.is(py.get_type::<PyComplex>()) {
+            return Ok(DType::Complex128);
+        }
+    }
+    let np = obj.py().import("numpy")?;
+    let dt = np
+        .getattr("dtype")?
+        .call1((obj,))
+        .map_err(|_| unsupported(&obj.repr().map(|r| r.to_string()).unwrap_or_default()))?;
+    let name: String = dt.getattr("name")?.extract()?;
+    let byteorder: String = dt.getattr("byteorder")?.extract()?;
+    if byteorder == ">" {
+        return Err(PyTypeError::new_err(format!(
+            "big-endian dtype {name} is not supported; convert with .astype('{name}') first"
+        )));
+    }
+    DType::from_name(&name).map_err(|_| unsupported(&name))
+}
+
+static NP_DTYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+/// The NumPy dtype object for `d` (bfloat16 needs `ml_dtypes`).
+pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>> {
+    let all = NP_DTYPES.get_or_try_init(py, || -> PyResult<_> {
+        let np = py.import("numpy")?;
+        DType::ALL
+            .iter()
+            .map(|d| -> PyResult<Py<PyAny>> {
+                match d {
+                    DType::BF16 => match py.import("ml_dtypes") {
+                        Ok(m) => Ok(np.getattr("dtype")?.call1((m.getattr("bfloat16")?,))?.unbind()),
+                        Err(_) => Ok(py.None()),
+                    },
+                    other => Ok(np.getattr("dtype")?.call1((other.name(),))?.unbind()),
+                }
+            })
+            .collect()
+    })?;
+    let i = DType::ALL.iter().position(|x| *x == d).expect("every dtype is in ALL");
+    let obj = all[i].bind(py).clone();
+    if obj.is_none() {
+        return Err(PyTypeError::new_err(
+            "bfloat16 has no NumPy dtype without the ml_dtypes package (pip install ml_dtypes); \
+             DLPack consumers such as torch and jax read bfloat16 arrays directly",
+        ));
+    }
+    Ok(obj)
+}
+
+/// Element types convertible to and from Python scalars.
+trait PyScalar: Element {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
+    fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Self>;
+}
+
+macro_rules! scalar_int {
+    ($($t:ty),*) => {$(
+        impl PyScalar for $t {
+            fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                Ok(self.into_pyobject(py)?.into_any())
+            }
+            fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+                obj.extract::<$t>().map_err(|e| {
+                    PyValueError::new_err(format!(
+                        "cannot store {} in a {} array: {e}",
+                        obj.repr().map(|r| r.to_string()).unwrap_or_default(),
+                        <$t as Element>::DTYPE
+                    ))
+                })
+            }
+        }
+    )*};
+}
+scalar_int!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+impl PyScalar for bool {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyBool::new(py, self).to_owned().into_any())
+    }
+    fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        obj.is_truthy()
+    }
+}
+
+macro_rules! scalar_half {
+    ($($t:ty),*) => {$(
+        impl PyScalar for $t {
+            fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                Ok(self.to_f64().into_pyobject(py)?.into_any())
+            }
+            fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+                Ok(<$t>::from_f64(f64::from_py(obj)?))
+            }
+        }
+    )*};
+}
+scalar_half!(f16, bf16);
+
+impl PyScalar for Complex32 {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyComplex::from_doubles(py, self.re.into(), self.im.into()).into_any())
+    }
+    fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let c = Complex64::from_py(obj)?;
+        Ok(Complex32::new(c.re as f32, c.im as f32))
+    }
+}
+
+impl PyScalar for Complex64 {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyComplex::from_doubles(py, self.re, self.im).into_any())
+    }
+    fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        obj.extract::<Complex64>().map_err(|e| {
+            PyValueError::new_err(format!("cannot store {obj} in a complex array: {e}"))
+        })
+    }
+}
+
+/// Converts element bytes of dtype `d` to a Python scalar.
+pub fn bytes_to_py<'py>(py: Python<'py>, d: DType, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    if d == DType::Bool {
+        // Any nonzero byte is true, as Element::load reads it.
+        return (bytes[0] != 0).to_py(py);
+    }
+    with_dtype!(d, T => {
+        debug_assert_eq!(bytes.len(), std::mem::size_of::<T>());
+        // SAFETY: bytes holds one element of a type whose every bit pattern is valid
+        // (bool returned above); read_unaligned has no alignment requirement.
+        let v: T = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) };
+        v.to_py(py)
+    })
+}
+
+/// Converts a Python scalar to element bytes of dtype `d`.
+pub fn py_to_bytes(obj: &Bound<'_, PyAny>, d: DType) -> PyResult<Vec<u8>> {
+    with_dtype!(d, T => {
+        let v = T::from_py(obj)?;
+        // SAFETY: T is plain data of size_of::<T>() bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&raw const v).cast::<u8>(), std::mem::size_of::<T>())
+        };
+        Ok(bytes.to_vec())
+    })
+}

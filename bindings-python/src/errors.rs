@@ -1,0 +1,82 @@
+//! Maps each Rust error variant to one Python exception class.
+
+use pyo3::exceptions::{
+    PyBufferError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError,
+    PyValueError,
+};
+use pyo3::prelude::*;
+
+use memarray_core::CoreError;
+use memarray_cuda::CudaError;
+use memarray_dlpack::DlpackError;
+
+pyo3::create_exception!(
+    memarray,
+    LockError,
+    PyRuntimeError,
+    "The array is locked by another holder (a `with a.get_dlpack(...)` block)."
+);
+pyo3::create_exception!(
+    memarray,
+    CudaUnavailableError,
+    PyRuntimeError,
+    "No usable CUDA driver or device on this machine."
+);
+
+/// Converts a core error to its Python exception.
+pub fn core_err(e: CoreError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        CoreError::OutOfBounds { .. } | CoreError::WrongNdim { .. } => PyIndexError::new_err(msg),
+        CoreError::Locked { .. } | CoreError::NotLocked { .. } => LockError::new_err(msg),
+        CoreError::UnsupportedDType { .. } | CoreError::DTypeMismatch { .. } => {
+            PyTypeError::new_err(msg)
+        }
+        CoreError::Alloc { .. } => PyMemoryError::new_err(msg),
+        CoreError::Io { .. } => PyOSError::new_err(msg),
+        _ => PyValueError::new_err(msg),
+    }
+}
+
+/// Converts a CUDA-layer error to its Python exception.
+pub fn cuda_err(e: CudaError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        CudaError::Core(c) => core_err(c),
+        CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
+        CudaError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
+        CudaError::NoSuchDevice { .. } => PyValueError::new_err(msg),
+        CudaError::NotOnHost { .. } => PyBufferError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// Converts a DLPack error: dtype problems are TypeError, everything else BufferError.
+pub fn dlpack_err(e: DlpackError) -> PyErr {
+    match e {
+        DlpackError::Core(c @ CoreError::UnsupportedDType { .. }) => core_err(c),
+        other => PyBufferError::new_err(other.to_string()),
+    }
+}
+
+/// `?`-friendly conversions.
+pub trait IntoPyResult<T> {
+    /// Maps the error to its Python exception.
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for Result<T, CoreError> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(core_err)
+    }
+}
+impl<T> IntoPyResult<T> for Result<T, CudaError> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(cuda_err)
+    }
+}
+impl<T> IntoPyResult<T> for Result<T, DlpackError> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(dlpack_err)
+    }
+}

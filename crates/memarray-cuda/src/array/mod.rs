@@ -1,0 +1,13 @@
+//! The MemArray mirror: one host buffer, at most one device buffer, and the location of
+//! the current data (ARCHITECTURE.md, "The mirror").
+//!
+//! [`RawArray`] is type-erased (any [`memarray_core::DType`], ndim 0..=32) and serves
+//! Python; [`MemArray<T, N>`] is the typed Rust face over it.
+
+mod device_side;
+mod host_ops;
+mod raw;
+mod typed;
+
+pub use raw::{Consumer, ExportBuffer, HostKind, RawArray};
+pub use typed::MemArray;

@@ -1,0 +1,500 @@
+//! [`RawArray`]: the type-erased host/device mirror beneath [`super::MemArray`] and Python.
+
+use std::sync::Arc;
+
+use memarray_core::shape::{self, checked_len};
+use memarray_core::{
+    CoreError, DType, HostBuffer, HostResource, Location, Lock, LockToken, MemoryKind,
+    MemoryResource,
+};
+
+use super::device_side::DeviceSide;
+use super::host_ops;
+use crate::error::{CudaError, Result};
+use crate::stream::StreamRef;
+
+/// Memory handed to an exporter: an address (host, or device when `location` is a
+/// device), and an owner that keeps it alive until dropped.
+#[derive(Debug)]
+pub struct ExportBuffer {
+    /// First byte of the data.
+    pub ptr: *mut std::ffi::c_void,
+    /// Where `ptr` points.
+    pub location: Location,
+    /// Keeps the memory alive; drop it when the export ends. Never touches Python.
+    pub owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// How the consumer of an export synchronises with the array's pending work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    /// The consumer does not synchronise (DLPack `stream=-1`): the caller's business.
+    NoSync,
+    /// The host waits for pending work before the export is handed out.
+    Host,
+    /// The consumer works on this stream, which is made to wait on pending work.
+    Stream(StreamRef),
+}
+
+/// Which host memory backs an array, chosen at construction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum HostKind {
+    /// Ordinary pageable memory. The default: it needs no driver, costs nothing to
+    /// allocate, and host-only arrays never pay for pinning (see docs/rust-guide.md).
+    #[default]
+    Pageable,
+    /// Page-locked memory (portable, not write-combined): full-speed async copies.
+    Pinned,
+    /// CUDA managed memory.
+    Managed,
+}
+
+/// A type-erased array: a dtype, a shape (ndim 0..=32), one host buffer, at most one
+/// device buffer, the location of the current data, a lock and the pending work.
+///
+/// Every access checks the lock first; host access waits for pending device work.
+#[derive(Debug)]
+pub struct RawArray {
+    dtype: DType,
+    shape: Vec<usize>,
+    nbytes: usize,
+    host: Arc<HostBuffer>,
+    host_kind: HostKind,
+    device_id: u32,
+    location: Location,
+    lock: Lock,
+    dev: DeviceSide,
+}
+
+impl RawArray {
+    /// A zero-filled array on the host, in pageable memory, targeting device `device_id`.
+    pub fn zeros(dtype: DType, shape: &[usize], device_id: u32) -> Result<Self> {
+        Self::zeros_in(dtype, shape, device_id, HostKind::Pageable)
+    }
+
+    /// A zero-filled array whose host copy is of `host_kind`.
+    pub fn zeros_in(
+        dtype: DType,
+        shape: &[usize],
+        device_id: u32,
+        host_kind: HostKind,
+    ) -> Result<Self> {
+        let nbytes = shape::validate(shape, dtype.size())?;
+        let resource = host_resource(host_kind, device_id)?;
+        let host = HostBuffer::zeroed_in(nbytes, resource)?;
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            nbytes,
+            host: Arc::new(host),
+            host_kind,
+            device_id,
+            location: Location::Host,
+            lock: Lock::new(),
+            dev: DeviceSide::new(device_id),
+        })
+    }
+
+    /// An array holding a copy of `bytes` (C order), which must be exactly `nbytes` long.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8], device_id: u32) -> Result<Self> {
+        let nbytes = shape::validate(shape, dtype.size())?;
+        if bytes.len() != nbytes {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: bytes.len(),
+                capacity: nbytes,
+            }
+            .into());
+        }
+        let host = HostBuffer::from_bytes(bytes, Arc::new(HostResource))?;
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            nbytes,
+            host: Arc::new(host),
+            host_kind: HostKind::Pageable,
+            device_id,
+            location: Location::Host,
+            lock: Lock::new(),
+            dev: DeviceSide::new(device_id),
+        })
+    }
+
+    /// An array over an existing host buffer (for example a zero-copy DLPack import),
+    /// which must hold exactly the bytes of `shape`.
+    pub fn from_host_buffer(
+        dtype: DType,
+        shape: &[usize],
+        host: HostBuffer,
+        device_id: u32,
+    ) -> Result<Self> {
+        let nbytes = shape::validate(shape, dtype.size())?;
+        if host.len() != nbytes {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: nbytes,
+                capacity: host.len(),
+            }
+            .into());
+        }
+        let host_kind = match host.kind() {
+            MemoryKind::Pinned => HostKind::Pinned,
+            MemoryKind::Managed => HostKind::Managed,
+            _ => HostKind::Pageable,
+        };
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            nbytes,
+            host: Arc::new(host),
+            host_kind,
+            device_id,
+            location: Location::Host,
+            lock: Lock::new(),
+            dev: DeviceSide::new(device_id),
+        })
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Extent of each dimension.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements (1 for a 0-d array).
+    pub fn len(&self) -> u64 {
+        (self.nbytes / self.dtype.size()) as u64
+    }
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.nbytes == 0
+    }
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+    /// Where the current data lives.
+    pub fn location(&self) -> Location {
+        self.location
+    }
+    /// The device this array moves to by default.
+    pub fn device_id(&self) -> u32 {
+        self.device_id
+    }
+    /// The kind of host memory backing the host copy.
+    pub fn host_kind(&self) -> HostKind {
+        self.host_kind
+    }
+    /// Id of the token holding the lock, if any.
+    pub fn lock_holder(&self) -> Option<u64> {
+        self.lock.holder()
+    }
+    /// Whether the array is locked.
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
+    }
+
+    /// Locks the array; see [`Lock::try_lock`].
+    pub fn try_lock(&self) -> Result<LockToken> {
+        Ok(self.lock.try_lock()?)
+    }
+
+    /// Releases the lock held by `token`.
+    pub fn unlock(&self, token: LockToken) -> Result<()> {
+        Ok(self.lock.unlock(token)?)
+    }
+
+    /// Fails with [`CoreError::Locked`] unless the array is free or `token` holds it.
+    pub fn check(&self, token: Option<LockToken>) -> Result<()> {
+        Ok(self.lock.check(token)?)
+    }
+
+    /// Blocks the host until all work enqueued on this array has finished.
+    pub fn synchronize(&self, token: Option<LockToken>) -> Result<()> {
+        self.check(token)?;
+        self.dev.wait_host()
+    }
+
+    /// Copies the current data to `target` on `stream` (the array's last stream, or the
+    /// legacy default stream, when `None`) and records an event. Returns at once when the
+    /// data is already there. `sync` only decides whether the call waits for the copy.
+    pub fn move_memory(
+        &mut self,
+        target: Location,
+        stream: Option<StreamRef>,
+        sync: bool,
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        self.check(token)?;
+        if target == self.location {
+            if sync {
+                self.dev.wait_host()?;
+            }
+            return Ok(());
+        }
+        match (self.location, target) {
+            (Location::Host, Location::Device(id)) => {
+                self.dev.upload(&self.host, id, self.nbytes, stream)?;
+                self.device_id = id;
+            }
+            (Location::Device(_), Location::Host) => {
+                self.dev.download(&self.host, self.nbytes, stream)?;
+            }
+            (Location::Device(_), Location::Device(to)) => {
+                self.dev.move_peer(to, self.nbytes, stream)?;
+                self.device_id = to;
+            }
+            (Location::Host, Location::Host) => unreachable!("handled by the early return"),
+        }
+        self.location = target;
+        if sync {
+            self.dev.wait_host()?;
+        }
+        Ok(())
+    }
+
+    /// Reads the element at `index` into `out` (`dtype().size()` bytes). Device-resident
+    /// data is read with a small synchronous copy after pending work.
+    pub fn read_element(
+        &self,
+        index: &[u64],
+        out: &mut [u8],
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        self.check(token)?;
+        let off = self.element_offset(index, out.len())?;
+        match self.location {
+            Location::Host => {
+                self.dev.wait_host()?;
+                out.copy_from_slice(&self.host.as_slice()[off..off + out.len()]);
+                Ok(())
+            }
+            Location::Device(_) => self.dev.read_bytes(off, out),
+        }
+    }
+
+    /// Writes `value` (`dtype().size()` bytes) to the element at `index`, wherever the
+    /// current data lives.
+    pub fn write_element(
+        &mut self,
+        index: &[u64],
+        value: &[u8],
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        self.check(token)?;
+        let off = self.element_offset(index, value.len())?;
+        match self.location {
+            Location::Host => {
+                self.dev.wait_host()?;
+                // SAFETY: off + size <= nbytes (element_offset checked); host exports may
+                // alias these bytes, which is the point of a zero-copy view; no Rust
+                // reference to them is live across this write.
+                unsafe {
+                    let dst = self.host.as_mut_ptr().add(off);
+                    std::ptr::copy_nonoverlapping(value.as_ptr(), dst, value.len());
+                }
+                Ok(())
+            }
+            Location::Device(_) => self.dev.write_bytes(off, value),
+        }
+    }
+
+    fn element_offset(&self, index: &[u64], size: usize) -> Result<usize> {
+        if size != self.dtype.size() {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: size,
+                capacity: self.dtype.size(),
+            }
+            .into());
+        }
+        let linear = shape::offset_of(&self.shape, index)?;
+        Ok(linear as usize * size)
+    }
+
+    /// Copies the whole current data, wherever it lives, into `out` (exactly `nbytes`).
+    pub fn read_all(&self, out: &mut [u8], token: Option<LockToken>) -> Result<()> {
+        self.check(token)?;
+        if out.len() != self.nbytes {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: out.len(),
+                capacity: self.nbytes,
+            }
+            .into());
+        }
+        match self.location {
+            Location::Host => {
+                self.dev.wait_host()?;
+                out.copy_from_slice(self.host.as_slice());
+                Ok(())
+            }
+            Location::Device(_) => self.dev.read_bytes(0, out),
+        }
+    }
+
+    /// The buffer to hand to a zero-copy export of the current data, or with `copy` a
+    /// fresh copy of it. The returned owner keeps the memory alive; `consumer` is the
+    /// stream the consumer will use (device data: it waits on pending work; host data:
+    /// the host waits).
+    pub fn export_buffer(
+        &self,
+        token: Option<LockToken>,
+        copy: bool,
+        consumer: Consumer,
+    ) -> Result<ExportBuffer> {
+        self.check(token)?;
+        match self.location {
+            Location::Host => {
+                self.dev.wait_host()?;
+                let buf = if copy {
+                    Arc::new(self.host.try_clone()?)
+                } else {
+                    self.host.clone()
+                };
+                Ok(ExportBuffer {
+                    ptr: buf.as_mut_ptr().cast(),
+                    location: Location::Host,
+                    owner: Box::new(buf),
+                })
+            }
+            Location::Device(id) => {
+                let (ptr, owner) = self.dev.export(self.nbytes, copy, consumer)?;
+                Ok(ExportBuffer {
+                    ptr: ptr as *mut std::ffi::c_void,
+                    location: Location::Device(id),
+                    owner,
+                })
+            }
+        }
+    }
+
+    /// The host bytes, after pending work. Fails unless the current data is on the host.
+    pub fn host_bytes(&self, token: Option<LockToken>) -> Result<&[u8]> {
+        self.host_ready(token)?;
+        Ok(self.host.as_slice())
+    }
+
+    /// The host bytes, writable, after pending work. Fails unless the data is on the host.
+    pub fn host_bytes_mut(&mut self, token: Option<LockToken>) -> Result<&mut [u8]> {
+        self.host_ready(token)?;
+        // SAFETY: &mut self excludes every other Rust access to the buffer; zero-copy
+        // exports (NumPy views, DLPack) may alias it, as they are meant to.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.host.as_mut_ptr(), self.nbytes) })
+    }
+
+    /// A shared handle to the host buffer for a zero-copy export. The export keeps the
+    /// buffer alive even if the array is dropped.
+    pub fn host_export(&self, token: Option<LockToken>) -> Result<Arc<HostBuffer>> {
+        self.host_ready(token)?;
+        Ok(self.host.clone())
+    }
+
+    fn host_ready(&self, token: Option<LockToken>) -> Result<()> {
+        self.check(token)?;
+        if self.location != Location::Host {
+            return Err(CudaError::NotOnHost {
+                location: self.location,
+            });
+        }
+        self.dev.wait_host()
+    }
+
+    /// Overwrites the whole array with `bytes` (C order, exactly `nbytes`); the host copy
+    /// becomes current. On any error the array is unchanged.
+    pub fn write_all(&mut self, bytes: &[u8], token: Option<LockToken>) -> Result<()> {
+        self.check(token)?;
+        if bytes.len() != self.nbytes {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: bytes.len(),
+                capacity: self.nbytes,
+            }
+            .into());
+        }
+        self.dev.wait_host()?;
+        self.location = Location::Host;
+        self.host_bytes_mut(token)?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Host version of the seed's kernel: adds the sum of each element's indices to it.
+    /// Moves the data to the host first if it is on a device.
+    pub fn add_index_tuple_host(&mut self, token: Option<LockToken>) -> Result<()> {
+        self.move_memory(Location::Host, None, true, token)?;
+        let (dtype, shape) = (self.dtype, self.shape.clone());
+        host_ops::add_index_tuple(dtype, &shape, self.host_bytes_mut(token)?);
+        Ok(())
+    }
+
+    /// A deep copy: new buffers holding the current data, at the same location, unlocked.
+    pub fn try_clone(&self) -> Result<Self> {
+        self.dev.wait_host()?;
+        let host = Arc::new(self.host.try_clone()?);
+        let dev = self.dev.try_clone(self.location, self.nbytes)?;
+        Ok(Self {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            nbytes: self.nbytes,
+            host,
+            host_kind: self.host_kind,
+            device_id: self.device_id,
+            location: self.location,
+            lock: Lock::new(),
+            dev,
+        })
+    }
+
+    /// Swaps contents (dtype, shape, buffers, location, pending work) with `other`,
+    /// without copying. Both arrays must be unlocked; locks stay with their array.
+    pub fn swap(&mut self, other: &mut Self) -> Result<()> {
+        self.check(None)?;
+        other.check(None)?;
+        std::mem::swap(&mut self.dtype, &mut other.dtype);
+        std::mem::swap(&mut self.shape, &mut other.shape);
+        std::mem::swap(&mut self.nbytes, &mut other.nbytes);
+        std::mem::swap(&mut self.host, &mut other.host);
+        std::mem::swap(&mut self.host_kind, &mut other.host_kind);
+        std::mem::swap(&mut self.device_id, &mut other.device_id);
+        std::mem::swap(&mut self.location, &mut other.location);
+        std::mem::swap(&mut self.dev, &mut other.dev);
+        Ok(())
+    }
+
+    /// Number of elements as computed from the shape (checked at construction).
+    pub(crate) fn checked_len(&self) -> u64 {
+        checked_len(&self.shape).unwrap_or(0)
+    }
+
+    /// Raw host address, after the lock check and pending work; `None` off the host.
+    pub(crate) fn host_ptr(&self, token: Option<LockToken>) -> Result<*mut u8> {
+        self.host_ready(token)?;
+        Ok(self.host.as_mut_ptr())
+    }
+
+    /// The host address without any check: the sharp knife.
+    pub(crate) fn host_ptr_unchecked(&self) -> *mut u8 {
+        self.host.as_mut_ptr()
+    }
+
+    pub(crate) fn device_side(&self) -> &DeviceSide {
+        &self.dev
+    }
+}
+
+fn host_resource(kind: HostKind, device_id: u32) -> Result<Arc<dyn MemoryResource>> {
+    match kind {
+        HostKind::Pageable => Ok(Arc::new(HostResource)),
+        HostKind::Pinned | HostKind::Managed => {
+            let r = super::device_side::host_resource(kind, device_id)?;
+            debug_assert!(matches!(r.kind(), MemoryKind::Pinned | MemoryKind::Managed));
+            Ok(r)
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! [`DeviceBuffer`]: an owned allocation that a device can access, freed through the
+//! memory resource it came from.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use memarray_core::{CoreError, MemoryKind, MemoryResource};
+
+use crate::device::Device;
+use crate::error::{CudaError, Result};
+use crate::stream::StreamRef;
+
+/// Alignment of every device buffer: what `cuMemAlloc` guarantees, and enough for every
+/// element type and vectorised (`float4`, `double2`) access.
+pub const DEVICE_ALIGN: usize = 256;
+
+/// Owned bytes that `device` can access: device memory, or managed or pinned memory
+/// from the matching resources.
+///
+/// Dropping the buffer deallocates through its resource on its *free stream* (the stream
+/// given at allocation, or the one set with [`DeviceBuffer::set_free_stream`]):
+/// stream-ordered resources free after the work enqueued there before the drop; other
+/// resources free at once (`cuMemFree` waits for the device to finish with it).
+pub struct DeviceBuffer {
+    device: Arc<Device>,
+    ptr: NonNull<u8>,
+    len: usize,
+    resource: Arc<dyn MemoryResource>,
+    free_stream: StreamRef,
+}
+
+// SAFETY: the buffer owns its allocation; it hands out only an integer address, and the
+// resource is Send + Sync.
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: as above: shared access exposes no host reference to the memory.
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// `len` bytes from `resource`, zeroed by a memset enqueued on `stream`.
+    ///
+    /// The resource must be accessible from `device` ([`CudaError::Inaccessible`]
+    /// otherwise). Allocation failures come back as [`CoreError::Alloc`] naming the bytes
+    /// and the device.
+    pub fn zeroed(
+        device: &Arc<Device>,
+        len: usize,
+        resource: Arc<dyn MemoryResource>,
+        stream: StreamRef,
+    ) -> Result<Self> {
+        Self::check_resource(device, &*resource)?;
+        let ptr = resource.allocate_zeroed(len, DEVICE_ALIGN, Some(stream.into()))?;
+        Ok(Self::from_parts(device, ptr, len, resource, stream))
+    }
+
+    /// `len` bytes from `resource`, uninitialised.
+    ///
+    /// # Safety
+    /// 1. Every byte is written (by a copy, memset or kernel ordered on `stream` or after
+    ///    it) before it is read.
+    pub unsafe fn uninit(
+        device: &Arc<Device>,
+        len: usize,
+        resource: Arc<dyn MemoryResource>,
+        stream: StreamRef,
+    ) -> Result<Self> {
+        Self::check_resource(device, &*resource)?;
+        let ptr = resource.allocate(len, DEVICE_ALIGN, Some(stream.into()))?;
+        Ok(Self::from_parts(device, ptr, len, resource, stream))
+    }
+
+    fn check_resource(device: &Device, resource: &dyn MemoryResource) -> Result<()> {
+        if resource.is_accessible_from(device.location()) {
+            Ok(())
+        } else {
+            Err(CudaError::Inaccessible {
+                resource: resource.name().to_string(),
+                location: device.location(),
+            })
+        }
+    }
+
+    fn from_parts(
+        device: &Arc<Device>,
+        ptr: NonNull<u8>,
+        len: usize,
+        resource: Arc<dyn MemoryResource>,
+        free_stream: StreamRef,
+    ) -> Self {
+        DeviceBuffer {
+            device: device.clone(),
+            ptr,
+            len,
+            resource,
+            free_stream,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes (its address is still valid and unique).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the buffer belongs to.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The start address in the device's (unified) address space, aligned to
+    /// [`DEVICE_ALIGN`], for DLPack and the CUDA Array Interface. It is an integer on
+    /// purpose: for device memory it must not be dereferenced on the host, and it stays
+    /// valid only while the buffer lives.
+    pub fn device_ptr(&self) -> u64 {
+        self.addr()
+    }
+
+    /// The start address, for this crate's driver calls.
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as usize as u64
+    }
+
+    /// The kind of memory (device, managed, pinned).
+    pub fn kind(&self) -> MemoryKind {
+        self.resource.kind()
+    }
+
+    /// The resource the buffer came from.
+    pub fn resource(&self) -> &Arc<dyn MemoryResource> {
+        &self.resource
+    }
+
+    /// The stream the buffer is freed on when dropped.
+    pub fn free_stream(&self) -> StreamRef {
+        self.free_stream
+    }
+
+    /// Frees on `stream` instead when dropped: the stream of the buffer's last use, so a
+    /// stream-ordered resource reuses the memory only after that use.
+    pub fn set_free_stream(&mut self, stream: StreamRef) {
+        self.free_stream = stream;
+    }
+
+    /// The address of `[offset, offset + len)`, checked against the buffer's size.
+    pub(crate) fn range(&self, offset: usize, len: usize) -> Result<u64> {
+        check_range(offset, len, self.len)?;
+        Ok(self.addr() + offset as u64)
+    }
+}
+
+/// `Ok` if `[offset, offset + len)` lies within `capacity` bytes.
+pub(crate) fn check_range(offset: usize, len: usize, capacity: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= capacity => Ok(()),
+        _ => Err(CoreError::CopyOutOfRange {
+            offset,
+            len,
+            capacity,
+        }
+        .into()),
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from this resource with (len, DEVICE_ALIGN) and is freed only
+        // here (item 1); work using it is ordered on `free_stream` by the caller's use of
+        // the buffer, as documented on the type (item 2).
+        unsafe {
+            self.resource.deallocate(
+                self.ptr,
+                self.len,
+                DEVICE_ALIGN,
+                Some(self.free_stream.into()),
+            )
+        }
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device", &self.device.id())
+            .field("device_ptr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("resource", &self.resource.name())
+            .field("free_stream", &self.free_stream.raw())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_checked_without_overflow() {
+        assert!(check_range(0, 0, 0).is_ok());
+        assert!(check_range(10, 0, 10).is_ok());
+        assert!(check_range(3, 7, 10).is_ok());
+        let e = check_range(3, 8, 10).unwrap_err();
+        assert_eq!(
+            e,
+            CudaError::Core(CoreError::CopyOutOfRange {
+                offset: 3,
+                len: 8,
+                capacity: 10
+            })
+        );
+        assert!(e.to_string().contains("overruns a buffer of 10 bytes"), "{e}");
+        assert!(check_range(usize::MAX, 2, 10).is_err());
+        assert!(check_range(11, 0, 10).is_err());
+    }
+}

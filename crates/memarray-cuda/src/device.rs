@@ -1,0 +1,222 @@
+//! [`Device`]: one CUDA device and its primary context, cached per ordinal.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use memarray_core::{Location, MemoryInfo, MemoryResource};
+
+use crate::driver::{self, CUcontext, CUdevice, CUstream};
+use crate::error::{CudaError, Result};
+
+/// Whether this process can use at least one CUDA device. Never panics.
+pub fn is_available() -> bool {
+    device_count().is_ok_and(|n| n > 0)
+}
+
+/// Number of CUDA devices visible to this process.
+///
+/// Returns [`CudaError::Unavailable`] when there is no driver or `cuInit` fails (for
+/// example `CUDA_ERROR_NO_DEVICE`).
+pub fn device_count() -> Result<u32> {
+    driver::device_count()
+}
+
+/// One CUDA device, holding a reference to its primary context (the context the CUDA
+/// runtime, PyTorch and CuPy use, so memory and streams are shared with them).
+///
+/// Devices are created once per ordinal and cached for the life of the process:
+/// [`Device::get`] is a lock-free lookup after the first call. The primary context is
+/// retained once and never released: releasing it while another library's work or
+/// memarray's own buffers may still use it would destroy them, and a process uses few
+/// devices.
+pub struct Device {
+    id: u32,
+    cu: CUdevice,
+    ctx: CUcontext,
+    name: String,
+    compute_capability: (u32, u32),
+    sm_count: u32,
+    /// Streams of dropped [`crate::Stream`]s, reused instead of destroyed (see there).
+    pub(crate) idle_streams: Mutex<Vec<usize>>,
+    /// This device's loaded kernels, loaded on first launch.
+    pub(crate) kernels: OnceLock<crate::kernel::Module>,
+    /// [`crate::resource::default_resource`], chosen on first use.
+    pub(crate) default_resource: OnceLock<Arc<dyn MemoryResource>>,
+}
+
+// SAFETY: a primary context handle may be used from any thread (CUDA contexts are
+// thread-safe; binding is per thread, done by `bind`); the other fields are plain data
+// or synchronised.
+unsafe impl Send for Device {}
+// SAFETY: as above; no method mutates unsynchronised state.
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// The device with ordinal `id`, retaining its primary context on first use.
+    ///
+    /// Errors: [`CudaError::Unavailable`] without a driver or device,
+    /// [`CudaError::NoSuchDevice`] for an ordinal past [`device_count`].
+    pub fn get(id: u32) -> Result<Arc<Device>> {
+        let slots = slots()?;
+        let slot = slots.get(id as usize).ok_or(CudaError::NoSuchDevice {
+            id,
+            count: slots.len() as u32,
+        })?;
+        if let Some(d) = slot.get() {
+            return Ok(d.clone());
+        }
+        // Two threads may both get here; both retain (a reference count, never released)
+        // and one result wins.
+        let d = Arc::new(Device::open(id)?);
+        Ok(slot.get_or_init(|| d).clone())
+    }
+
+    fn open(id: u32) -> Result<Device> {
+        let cu = driver::device_get(id)?;
+        let attr = |a| driver::device_attribute(cu, a).map(|v| v.max(0) as u32);
+        Ok(Device {
+            id,
+            cu,
+            ctx: driver::primary_ctx_retain(cu)?,
+            name: driver::device_name(cu)?,
+            compute_capability: (
+                attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ),
+            sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            idle_streams: Mutex::new(Vec::new()),
+            kernels: OnceLock::new(),
+            default_resource: OnceLock::new(),
+        })
+    }
+
+    /// The device ordinal.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// `Location::Device(id)`.
+    pub fn location(&self) -> Location {
+        Location::Device(self.id)
+    }
+
+    /// Makes this device's primary context current on the calling thread. Cheap when it
+    /// already is (one driver query); every memarray operation calls it, so callers need
+    /// not, but code mixing raw driver calls with memarray may.
+    pub fn bind(&self) -> Result<()> {
+        if driver::ctx_get_current()? != self.ctx {
+            // SAFETY: `ctx` is a primary context retained in `open` and never released
+            // (item 1 of `ctx_set_current`).
+            unsafe { driver::ctx_set_current(self.ctx) }?;
+        }
+        Ok(())
+    }
+
+    /// The device's name, e.g. `"NVIDIA H200"`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability `(major, minor)`, e.g. `(9, 0)` for Hopper.
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.compute_capability
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn multiprocessor_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// Free and total device memory in bytes, as the driver reports them now.
+    pub fn memory_info(&self) -> Result<MemoryInfo> {
+        self.bind()?;
+        // SAFETY: `bind` made this device's live context current (item 1).
+        let (free, total) = unsafe { driver::mem_get_info() }?;
+        Ok(MemoryInfo { free, total })
+    }
+
+    /// Whether kernels and copies on this device can access `other`'s memory directly.
+    /// A device can always access itself.
+    pub fn can_access_peer(&self, other: &Device) -> Result<bool> {
+        if other.id == self.id {
+            return Ok(true);
+        }
+        driver::device_can_access_peer(self.cu, other.cu)
+    }
+
+    /// Lets this device access `other`'s memory directly (one direction). Idempotent:
+    /// enabling twice, or enabling a device to itself, is `Ok`.
+    pub fn enable_peer_access(&self, other: &Device) -> Result<()> {
+        if other.id == self.id {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: this device's context is current (item 1); `other.ctx` is a retained,
+        // never-released primary context of another device (item 2).
+        unsafe { driver::ctx_enable_peer_access(other.ctx) }.map(|_| ())
+    }
+
+    /// Blocks until all work on this device's primary context has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `bind` made this device's live context current (item 1).
+        unsafe { driver::ctx_synchronize() }
+    }
+
+    /// The primary context handle.
+    pub(crate) fn ctx(&self) -> CUcontext {
+        self.ctx
+    }
+
+    /// The driver's device handle.
+    pub(crate) fn cu(&self) -> CUdevice {
+        self.cu
+    }
+
+    /// A stream of this device's context to reuse, if a dropped one is idle.
+    pub(crate) fn take_idle_stream(&self) -> Option<CUstream> {
+        let mut idle = self.idle_streams.lock().unwrap_or_else(|e| e.into_inner());
+        idle.pop().map(driver::stream_handle)
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("compute_capability", &self.compute_capability)
+            .field("sm_count", &self.sm_count)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One lazily filled slot per visible device.
+fn slots() -> Result<&'static [OnceLock<Arc<Device>>]> {
+    static SLOTS: OnceLock<Box<[OnceLock<Arc<Device>>]>> = OnceLock::new();
+    if let Some(s) = SLOTS.get() {
+        return Ok(s);
+    }
+    let n = device_count()?;
+    Ok(SLOTS.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On machines without a driver (CI, this crate's development machine) every entry
+    /// point returns `Unavailable` with a reason instead of panicking.
+    #[test]
+    fn without_a_driver_everything_is_an_error_not_a_panic() {
+        if driver::init().is_ok() {
+            return; // a GPU machine: covered by the integration tests
+        }
+        assert!(!is_available());
+        let e = Device::get(0).unwrap_err();
+        assert!(matches!(e, CudaError::Unavailable { .. }), "{e:?}");
+        assert!(e.to_string().contains("CUDA is unavailable"), "{e}");
+        assert!(matches!(device_count(), Err(CudaError::Unavailable { .. })));
+    }
+}

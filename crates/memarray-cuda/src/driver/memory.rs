@@ -1,0 +1,195 @@
+//! Allocation, memset and copies.
+
+use std::ffi::{c_uint, c_void};
+
+use cudarc::driver::sys;
+
+use super::{CUcontext, CUdevice, CUmemoryPool, CUstream, check, init};
+use crate::error::Result;
+
+/// `cuMemAlloc`: `bytes` (> 0) of device memory of the current context.
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_alloc(bytes: usize) -> Result<u64> {
+    init()?;
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuMemAlloc_v2", unsafe { sys::cuMemAlloc_v2(&mut p, bytes) })?;
+    Ok(p)
+}
+
+/// `cuMemFree` (also frees managed memory).
+///
+/// # Safety
+/// 1. `p` came from `mem_alloc` or `mem_alloc_managed`, is freed once, and no pending or
+///    later access uses it.
+/// 2. A context of the same device is current on the calling thread.
+pub(crate) unsafe fn mem_free(p: u64) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(p) })
+}
+
+/// `cuMemAllocAsync`: `bytes` (> 0) from the device's current pool, ordered on `s`.
+///
+/// # Safety
+/// 1. `s` is a live stream of the current context, or 1/2 with a context current.
+/// 2. The memory is used only by work ordered after this allocation on `s`.
+pub(crate) unsafe fn mem_alloc_async(bytes: usize, s: CUstream) -> Result<u64> {
+    init()?;
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: items 1 and 2; the out pointer is valid.
+    check("cuMemAllocAsync", unsafe { sys::cuMemAllocAsync(&mut p, bytes, s) })?;
+    Ok(p)
+}
+
+/// `cuMemFreeAsync`: returns `p` to its pool once work before this point on `s` is done.
+///
+/// # Safety
+/// 1. `p` came from `mem_alloc_async` and is freed once.
+/// 2. `s` is a live stream (or 1/2 with a context current), and every access to `p` is
+///    ordered before this call on `s`.
+pub(crate) unsafe fn mem_free_async(p: u64, s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(p, s) })
+}
+
+/// The device's default stream-ordered memory pool.
+pub(crate) fn device_default_mem_pool(dev: CUdevice) -> Result<CUmemoryPool> {
+    init()?;
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: the out pointer is valid; a bad `dev` is an error.
+    check("cuDeviceGetDefaultMemPool", unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, dev)
+    })?;
+    Ok(pool)
+}
+
+/// Sets how many unused bytes `pool` keeps cached at a synchronization point.
+///
+/// # Safety
+/// 1. `pool` is a live memory pool.
+pub(crate) unsafe fn mem_pool_set_release_threshold(pool: CUmemoryPool, bytes: u64) -> Result<()> {
+    init()?;
+    let mut v = bytes;
+    let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    // SAFETY: item 1; this attribute takes a pointer to a u64 (cuuint64_t).
+    check("cuMemPoolSetAttribute", unsafe {
+        sys::cuMemPoolSetAttribute(pool, attr, (&raw mut v).cast::<c_void>())
+    })
+}
+
+/// `cuMemHostAlloc`: `bytes` (> 0) of page-locked host memory with `flags`
+/// (`CU_MEMHOSTALLOC_*`).
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_host_alloc(bytes: usize, flags: c_uint) -> Result<*mut c_void> {
+    init()?;
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, bytes, flags) })?;
+    Ok(p)
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+/// 1. `p` came from `mem_host_alloc`, is freed once, and no pending or later access
+///    (host or device) uses it.
+/// 2. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_free_host(p: *mut c_void) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) })
+}
+
+/// `cuMemAllocManaged` with `CU_MEM_ATTACH_GLOBAL`: `bytes` (> 0) reachable from the host
+/// and every device.
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_alloc_managed(bytes: usize) -> Result<u64> {
+    init()?;
+    let mut p: sys::CUdeviceptr = 0;
+    let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut p, bytes, flags) })?;
+    Ok(p)
+}
+
+/// Enqueues setting `n` bytes at `p` to `value` on `s`.
+///
+/// # Safety
+/// 1. `[p, p + n)` is live device-accessible memory, not freed before the memset runs.
+/// 2. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn memset_d8_async(p: u64, value: u8, n: usize, s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(p, value, n, s) })
+}
+
+/// Enqueues a host-to-device copy of `n` bytes on `s`.
+///
+/// # Safety
+/// 1. `src` is valid for reads of `n` bytes until the copy has run (pageable memory is
+///    staged before the call returns; page-locked memory is read later).
+/// 2. `[dst, dst + n)` is live device-accessible memory.
+/// 3. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn memcpy_htod_async(dst: u64, src: *const u8, n: usize, s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 to 3.
+    check("cuMemcpyHtoDAsync_v2", unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n, s)
+    })
+}
+
+/// Enqueues a device-to-host copy of `n` bytes on `s`.
+///
+/// # Safety
+/// 1. `dst` is valid for writes of `n` bytes, and nothing else reads or writes them, until
+///    the copy has run.
+/// 2. `[src, src + n)` is live device-accessible memory.
+/// 3. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn memcpy_dtoh_async(dst: *mut u8, src: u64, n: usize, s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 to 3.
+    check("cuMemcpyDtoHAsync_v2", unsafe {
+        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, s)
+    })
+}
+
+/// Enqueues a device-to-device copy of `n` bytes on `s`.
+///
+/// # Safety
+/// 1. `[src, src + n)` and `[dst, dst + n)` are live memory of the current context's
+///    device (or unified addresses it can reach).
+/// 2. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn memcpy_dtod_async(dst: u64, src: u64, n: usize, s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemcpyDtoDAsync_v2", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, s) })
+}
+
+/// Enqueues a copy of `n` bytes between two devices' memories on `s`.
+///
+/// # Safety
+/// 1. `[dst, dst + n)` is live memory of `dst_ctx`'s device, `[src, src + n)` of
+///    `src_ctx`'s; both contexts are live.
+/// 2. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn memcpy_peer_async(
+    dst: u64,
+    dst_ctx: CUcontext,
+    src: u64,
+    src_ctx: CUcontext,
+    n: usize,
+    s: CUstream,
+) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemcpyPeerAsync", unsafe {
+        sys::cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, s)
+    })
+}

@@ -1,0 +1,325 @@
+//! The only place raw CUDA driver calls live (cudarc's `sys` layer, loaded at run time).
+//!
+//! Thin functions, one per driver entry point, each returning [`Result`]. Every entry
+//! first checks, once per process, that libcuda can be loaded and `cuInit(0)` succeeds:
+//! cudarc panics when the library is missing, memarray returns
+//! [`CudaError::Unavailable`] instead. Handles (`CUcontext`, `CUstream`, ...) and device
+//! addresses (`u64`) never leave the crate's private API.
+//!
+//! Functions taking handles are `unsafe`: a handle that is stale or belongs to another
+//! context is undefined behaviour in the driver, not an error.
+
+mod exec;
+mod memory;
+
+use std::ffi::{CStr, c_char, c_int};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+
+use crate::error::{CudaError, Result};
+
+pub(crate) use exec::*;
+pub(crate) use memory::*;
+
+pub(crate) use sys::{CUcontext, CUdevice, CUevent, CUfunction, CUmemoryPool, CUmodule, CUstream};
+
+/// `CUDA_ERROR_NOT_READY`.
+const NOT_READY: sys::CUresult = sys::CUresult::CUDA_ERROR_NOT_READY;
+
+/// Loads libcuda and runs `cuInit(0)` once; later calls return the cached outcome.
+pub(crate) fn init() -> Result<()> {
+    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: loading libcuda runs its initialisers, which is what every CUDA program
+        // does; no other code of ours runs concurrently with the OnceLock initialiser.
+        if !unsafe { sys::is_culib_present() } {
+            let names = cudarc::get_lib_name_candidates("cuda");
+            return Err(format!(
+                "libcuda.so not found: no NVIDIA driver on this machine (searched {})",
+                names.join(", ")
+            ));
+        }
+        // SAFETY: the library is present (checked above); cuInit takes a plain integer.
+        let r = unsafe { sys::cuInit(0) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            let (name, message) = describe(r);
+            Err(format!("cuInit failed: {name} ({message})"))
+        }
+    })
+    .clone()
+    .map_err(|reason| CudaError::Unavailable { reason })
+}
+
+/// `cuGetErrorName` and `cuGetErrorString` of `r`. Only called once libcuda is loaded.
+fn describe(r: sys::CUresult) -> (String, String) {
+    let text = |f: unsafe fn(sys::CUresult, *mut *const c_char) -> sys::CUresult| {
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: libcuda is loaded (callers run after `is_culib_present`); the out pointer
+        // is valid; on success the driver returns a static NUL-terminated string.
+        let ok = unsafe { f(r, &mut p) } == sys::CUresult::CUDA_SUCCESS && !p.is_null();
+        // SAFETY: on success `p` points at a static C string owned by the driver.
+        ok.then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    let name = text(sys::cuGetErrorName).unwrap_or_else(|| format!("CUresult {}", r as i32));
+    let message = text(sys::cuGetErrorString).unwrap_or_else(|| "unknown error".into());
+    (name, message)
+}
+
+/// `Ok` for `CUDA_SUCCESS`, otherwise a [`CudaError::Driver`] naming `call`.
+pub(crate) fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let (name, mut message) = describe(r);
+    if matches!(
+        r,
+        sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION | sys::CUresult::CUDA_ERROR_INVALID_PTX
+    ) {
+        message.push_str(
+            "; memarray's kernels are PTX ISA 9.0 and need an NVIDIA driver >= 580 (CUDA 13.0)",
+        );
+    }
+    Err(CudaError::Driver {
+        call,
+        code: r as i32,
+        name,
+        message,
+    })
+}
+
+// ---- devices and contexts -------------------------------------------------------------
+
+/// Number of visible devices.
+pub(crate) fn device_count() -> Result<u32> {
+    init()?;
+    let mut n: c_int = 0;
+    // SAFETY: the driver is initialised; the out pointer is valid.
+    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
+    Ok(n.max(0) as u32)
+}
+
+/// The device handle of `ordinal`.
+pub(crate) fn device_get(ordinal: u32) -> Result<CUdevice> {
+    init()?;
+    let mut d: CUdevice = 0;
+    // SAFETY: the driver is initialised; an out-of-range ordinal is an error, not UB.
+    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut d, ordinal as c_int) })?;
+    Ok(d)
+}
+
+/// The device's marketing name.
+pub(crate) fn device_name(dev: CUdevice) -> Result<String> {
+    init()?;
+    let mut buf = [0 as c_char; 256];
+    // SAFETY: the buffer is valid for its stated length; a bad `dev` is an error.
+    check("cuDeviceGetName", unsafe {
+        sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev)
+    })?;
+    // SAFETY: the driver wrote a NUL-terminated string into the buffer.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+/// One integer device attribute.
+pub(crate) fn device_attribute(dev: CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
+    init()?;
+    let mut v: c_int = 0;
+    // SAFETY: the out pointer is valid; a bad `dev` or attribute is an error.
+    check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) })?;
+    Ok(v)
+}
+
+/// Whether `dev` can access memory of `peer` directly.
+pub(crate) fn device_can_access_peer(dev: CUdevice, peer: CUdevice) -> Result<bool> {
+    init()?;
+    let mut v: c_int = 0;
+    // SAFETY: the out pointer is valid; bad handles are errors.
+    check("cuDeviceCanAccessPeer", unsafe { sys::cuDeviceCanAccessPeer(&mut v, dev, peer) })?;
+    Ok(v != 0)
+}
+
+/// Retains the device's primary context (one more reference; memarray never releases it).
+pub(crate) fn primary_ctx_retain(dev: CUdevice) -> Result<CUcontext> {
+    init()?;
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: the out pointer is valid; a bad `dev` is an error.
+    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) })?;
+    Ok(ctx)
+}
+
+/// The context current on the calling thread (null if none).
+pub(crate) fn ctx_get_current() -> Result<CUcontext> {
+    init()?;
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: the out pointer is valid.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    Ok(ctx)
+}
+
+/// Makes `ctx` current on the calling thread.
+///
+/// # Safety
+/// 1. `ctx` is a live context (a retained primary context).
+pub(crate) unsafe fn ctx_set_current(ctx: CUcontext) -> Result<()> {
+    init()?;
+    // SAFETY: item 1.
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
+}
+
+/// Enables access from the current context to `peer`'s memory. `Ok(false)` if it was
+/// already enabled.
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+/// 2. `peer` is a live context of another device.
+pub(crate) unsafe fn ctx_enable_peer_access(peer: CUcontext) -> Result<bool> {
+    init()?;
+    // SAFETY: items 1 and 2; flags must be 0.
+    let r = unsafe { sys::cuCtxEnablePeerAccess(peer, 0) };
+    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(false);
+    }
+    check("cuCtxEnablePeerAccess", r).map(|()| true)
+}
+
+/// Blocks until all work of the current context is done.
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn ctx_synchronize() -> Result<()> {
+    init()?;
+    // SAFETY: item 1.
+    check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+}
+
+/// Free and total bytes of the current context's device.
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_get_info() -> Result<(u64, u64)> {
+    init()?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: item 1; out pointers are valid.
+    check("cuMemGetInfo_v2", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+    Ok((free as u64, total as u64))
+}
+
+// ---- streams --------------------------------------------------------------------------
+
+/// A stream handle from its integer value (1 = legacy, 2 = per-thread default stream).
+pub(crate) fn stream_handle(raw: usize) -> CUstream {
+    raw as CUstream
+}
+
+/// Creates a non-blocking stream (it does not synchronize with the legacy stream).
+///
+/// # Safety
+/// 1. A live context is current on the calling thread; the stream belongs to it.
+pub(crate) unsafe fn stream_create_non_blocking() -> Result<CUstream> {
+    init()?;
+    let mut s: CUstream = std::ptr::null_mut();
+    let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut s, flags) })?;
+    Ok(s)
+}
+
+/// Blocks until all work on `s` is done.
+///
+/// # Safety
+/// 1. `s` is a live stream, or 1/2 (legacy/per-thread) with its context current.
+pub(crate) unsafe fn stream_synchronize(s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: item 1.
+    check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(s) })
+}
+
+/// Makes later work on `s` wait for `e`'s last recorded work, without blocking the host.
+///
+/// # Safety
+/// 1. `s` is a live stream, or 1/2 with its context current.
+/// 2. `e` is a live event.
+pub(crate) unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2; flags must be 0.
+    check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(s, e, 0) })
+}
+
+// ---- events ---------------------------------------------------------------------------
+
+/// Creates an event; `timing` false passes `CU_EVENT_DISABLE_TIMING` (cheaper to record).
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn event_create(timing: bool) -> Result<CUevent> {
+    init()?;
+    let flags = if timing {
+        sys::CUevent_flags::CU_EVENT_DEFAULT
+    } else {
+        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+    };
+    let mut e: CUevent = std::ptr::null_mut();
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, flags as u32) })?;
+    Ok(e)
+}
+
+/// Destroys `e` (pending work completes first; the driver frees it then).
+///
+/// # Safety
+/// 1. `e` is a live event, not used after this call.
+pub(crate) unsafe fn event_destroy(e: CUevent) -> Result<()> {
+    init()?;
+    // SAFETY: item 1.
+    check("cuEventDestroy_v2", unsafe { sys::cuEventDestroy_v2(e) })
+}
+
+/// Records `e` at the current end of `s`.
+///
+/// # Safety
+/// 1. `e` is a live event and `s` a live stream (or 1/2 with a context current), of the
+///    same context.
+pub(crate) unsafe fn event_record(e: CUevent, s: CUstream) -> Result<()> {
+    init()?;
+    // SAFETY: item 1.
+    check("cuEventRecord", unsafe { sys::cuEventRecord(e, s) })
+}
+
+/// Blocks until the work `e` recorded is done.
+///
+/// # Safety
+/// 1. `e` is a live event.
+pub(crate) unsafe fn event_synchronize(e: CUevent) -> Result<()> {
+    init()?;
+    // SAFETY: item 1.
+    check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(e) })
+}
+
+/// Whether the work `e` recorded is done (`CUDA_ERROR_NOT_READY` gives `false`).
+///
+/// # Safety
+/// 1. `e` is a live event.
+pub(crate) unsafe fn event_query(e: CUevent) -> Result<bool> {
+    init()?;
+    // SAFETY: item 1.
+    let r = unsafe { sys::cuEventQuery(e) };
+    if r == NOT_READY {
+        return Ok(false);
+    }
+    check("cuEventQuery", r).map(|()| true)
+}
+
+/// Milliseconds between two completed, timed events.
+///
+/// # Safety
+/// 1. `start` and `end` are live events created with timing.
+pub(crate) unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f32> {
+    init()?;
+    let mut ms = 0f32;
+    // SAFETY: item 1; the out pointer is valid. The v1 entry point is exported by every
+    // driver from 11.x to 13.x; `_v2` only from 12.8.
+    check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime(&mut ms, start, end) })?;
+    Ok(ms)
+}

@@ -1,0 +1,181 @@
+//! [`CudaError`]: everything memarray-cuda can refuse, with the numbers and the fix.
+
+use memarray_core::{CoreError, Location};
+use thiserror::Error;
+
+/// Errors of the CUDA layer. Each variant names the values involved and, where there is
+/// one, the fix. Python maps [`CudaError::Unavailable`] to `memarray.CudaUnavailableError`,
+/// [`CudaError::OutOfMemory`] to `MemoryError` and [`CudaError::Core`] as core errors map.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// No usable CUDA driver or device: libcuda is missing, or `cuInit` failed.
+    #[error(
+        "CUDA is unavailable: {reason}. CPU features keep working; GPU work needs an NVIDIA \
+         driver and a visible device (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+    )]
+    Unavailable {
+        /// Why, in words (the driver's error name where there is one).
+        reason: String,
+    },
+    /// A driver call returned an error.
+    #[error("{call} failed with {name} ({code}): {message}")]
+    Driver {
+        /// The driver entry point, e.g. `"cuMemcpyHtoDAsync_v2"`.
+        call: &'static str,
+        /// The `CUresult` value.
+        code: i32,
+        /// `cuGetErrorName`, e.g. `"CUDA_ERROR_INVALID_VALUE"`.
+        name: String,
+        /// `cuGetErrorString`, plus a hint where memarray knows one.
+        message: String,
+    },
+    /// A device ordinal past the number of devices.
+    #[error(
+        "no CUDA device {id}: this process sees {count} device(s){}; check CUDA_VISIBLE_DEVICES",
+        if *.count > 0 { format!(", ids 0..={}", .count - 1) } else { String::new() }
+    )]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        id: u32,
+        /// Devices visible to this process.
+        count: u32,
+    },
+    /// The device could not allocate.
+    #[error(
+        "out of memory on cuda:{device}: {bytes} bytes requested; free arrays you no longer \
+         need, allocate less, or use a stream-ordered pool that can reuse freed memory"
+    )]
+    OutOfMemory {
+        /// Bytes requested.
+        bytes: usize,
+        /// The device ordinal.
+        device: u32,
+    },
+    /// Two operands live on different devices where one device is required.
+    #[error("{what} needs cuda:{expected} but got cuda:{got}; use transfer::copy_peer between devices")]
+    WrongDevice {
+        /// The operation, in words.
+        what: &'static str,
+        /// The device the operation runs on.
+        expected: u32,
+        /// The device of the other operand.
+        got: u32,
+    },
+    /// Stream handle 0 was given.
+    #[error(
+        "stream handle 0 is refused: libraries disagree whether it means the legacy or the \
+         per-thread default stream; pass 1 (StreamRef::legacy) or 2 (StreamRef::per_thread)"
+    )]
+    NullStream,
+    /// A buffer smaller than the data an operation covers.
+    #[error("{what} covers {needed} bytes but the buffer holds {len} bytes")]
+    BufferTooSmall {
+        /// The operation, in words.
+        what: String,
+        /// Bytes the operation covers.
+        needed: usize,
+        /// Bytes in the buffer.
+        len: usize,
+    },
+    /// A memory resource whose memory the device cannot reach.
+    #[error(
+        "memory resource {resource:?} is not accessible from {location}; use a device, \
+         async-pool, managed or pinned resource"
+    )]
+    Inaccessible {
+        /// The resource's name.
+        resource: String,
+        /// Where the memory was needed.
+        location: Location,
+    },
+    /// An environment variable with a value memarray does not understand.
+    #[error("environment variable {var}={value:?} is not understood; expected {expected}")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// The accepted values, in words.
+        expected: &'static str,
+    },
+    /// An error from memarray-core (shapes, bounds, allocation).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+}
+
+impl CudaError {
+    /// Whether this is an out-of-memory error (from the driver or a resource).
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            CudaError::OutOfMemory { .. } => true,
+            CudaError::Driver { code, .. } => *code == OUT_OF_MEMORY_CODE,
+            _ => false,
+        }
+    }
+
+    /// A driver out-of-memory error restated as [`CudaError::OutOfMemory`] naming the
+    /// bytes and the device; other errors unchanged.
+    pub(crate) fn with_oom_context(self, bytes: usize, device: u32) -> CudaError {
+        if self.is_out_of_memory() {
+            CudaError::OutOfMemory { bytes, device }
+        } else {
+            self
+        }
+    }
+
+    /// This error as a core allocation error, for [`memarray_core::MemoryResource`]
+    /// implementations, whose methods return [`CoreError`].
+    pub(crate) fn into_alloc(self, bytes: usize, align: usize, resource: &str) -> CoreError {
+        match self {
+            CudaError::Core(e) => e,
+            other => CoreError::Alloc {
+                bytes,
+                align,
+                resource: resource.to_string(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) const OUT_OF_MEMORY_CODE: i32 = 2;
+
+/// Result alias for the CUDA layer.
+pub type Result<T, E = CudaError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_numbers_and_fixes() {
+        let e = CudaError::NoSuchDevice { id: 3, count: 2 };
+        assert_eq!(
+            e.to_string(),
+            "no CUDA device 3: this process sees 2 device(s), ids 0..=1; check CUDA_VISIBLE_DEVICES"
+        );
+        let e = CudaError::NoSuchDevice { id: 0, count: 0 };
+        assert!(e.to_string().contains("sees 0 device(s);"), "{e}");
+        let e = CudaError::OutOfMemory { bytes: 1 << 40, device: 1 };
+        assert!(e.to_string().contains("1099511627776 bytes"), "{e}");
+        assert!(e.is_out_of_memory());
+        assert!(CudaError::NullStream.to_string().contains("StreamRef::legacy"));
+    }
+
+    #[test]
+    fn oom_becomes_a_core_alloc_error_naming_bytes_and_device() {
+        let e = CudaError::OutOfMemory { bytes: 4096, device: 0 }.into_alloc(4096, 256, "cuda:0 device");
+        match &e {
+            CoreError::Alloc { bytes, resource, reason, .. } => {
+                assert_eq!(*bytes, 4096);
+                assert_eq!(resource, "cuda:0 device");
+                assert!(reason.contains("cuda:0"), "{reason}");
+            }
+            other => panic!("expected Alloc, got {other:?}"),
+        }
+        let core = CoreError::BadAlignment { align: 3, max: 256 };
+        assert_eq!(CudaError::Core(core.clone()).into_alloc(1, 3, "x"), core);
+    }
+}

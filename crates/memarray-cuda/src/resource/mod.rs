@@ -1,0 +1,208 @@
+//! CUDA memory resources, on memarray-core's [`MemoryResource`] trait.
+//!
+//! | resource | memory | allocate / free | `stream` argument |
+//! |---|---|---|---|
+//! | [`DeviceResource`] | device | `cuMemAlloc` / `cuMemFree` | orders the zeroing memset |
+//! | [`AsyncPoolResource`] | device | `cuMemAllocAsync` / `cuMemFreeAsync` | orders allocation, zeroing and free |
+//! | [`PinnedResource`] | page-locked host | `cuMemHostAlloc` / `cuMemFreeHost` | ignored |
+//! | [`ManagedResource`] | managed (unified) | `cuMemAllocManaged` / `cuMemFree` | orders the zeroing memset |
+//!
+//! Common rules: zero bytes still gives a unique, aligned address (one byte is
+//! allocated); any power-of-two alignment up to [`MAX_ALIGN`] is served, alignments above
+//! the driver's 256 bytes by over-allocating; `None` as the stream means the legacy
+//! default stream, and zeroing on it blocks until done. Errors are
+//! [`CoreError::Alloc`] naming the bytes, the resource and the device, or
+//! [`CoreError::BadAlignment`].
+
+mod device;
+mod managed;
+mod pinned;
+mod pool;
+
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use memarray_core::{CoreError, MemoryResource, RawStream};
+
+pub use device::DeviceResource;
+pub use managed::ManagedResource;
+pub use pinned::{PinnedFlags, PinnedResource};
+pub use pool::AsyncPoolResource;
+
+use crate::device::Device;
+use crate::driver;
+use crate::error::{CudaError, Result};
+use crate::stream::StreamRef;
+
+/// The largest alignment the CUDA resources serve (a 2 MiB large page).
+pub const MAX_ALIGN: usize = 1 << 21;
+
+/// Alignment every driver allocation already has.
+const NATURAL_ALIGN: usize = 256;
+
+/// The environment variable that picks [`default_resource`]'s kind.
+pub const RESOURCE_ENV: &str = "MEMARRAY_MEMORY_RESOURCE";
+
+/// The default resource for device buffers on `device`, chosen once per device by
+/// `MEMARRAY_MEMORY_RESOURCE`: `device` (the default), `async` (the stream-ordered
+/// pool) or `managed`.
+///
+/// `device` is the default because its free waits for the device, so memory exported
+/// through DLPack to a consumer that still has work queued is never reused under it;
+/// `async` allocates about 40 times faster (1.5 us against 60 us per MiB-sized
+/// allocation, measured on an H200) for code that keeps its streams in order.
+pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
+    if let Some(r) = device.default_resource.get() {
+        return Ok(r.clone());
+    }
+    let value = std::env::var(RESOURCE_ENV).unwrap_or_default();
+    let r: Arc<dyn MemoryResource> = match value.trim() {
+        "" | "device" => Arc::new(DeviceResource::new(device)),
+        "async" | "pool" => Arc::new(AsyncPoolResource::new(device)?),
+        "managed" => Arc::new(ManagedResource::new(device)),
+        other => {
+            return Err(CudaError::BadEnv {
+                var: RESOURCE_ENV,
+                value: other.to_string(),
+                expected: "device, async or managed",
+            });
+        }
+    };
+    Ok(device.default_resource.get_or_init(|| r).clone())
+}
+
+/// Serves any power-of-two alignment up to [`MAX_ALIGN`] from an allocator that
+/// guarantees [`NATURAL_ALIGN`], remembering where over-aligned blocks really start.
+#[derive(Debug, Default)]
+pub(crate) struct Aligner {
+    /// Aligned address handed out -> address the driver returned.
+    over_aligned: Mutex<HashMap<usize, usize>>,
+}
+
+impl Aligner {
+    /// Allocates `bytes` (0 allowed) aligned to `align`; `raw` allocates a non-zero size.
+    pub(crate) fn allocate(
+        &self,
+        bytes: usize,
+        align: usize,
+        name: &str,
+        raw: impl FnOnce(usize) -> Result<usize>,
+    ) -> Result<NonNull<u8>, CoreError> {
+        if !align.is_power_of_two() || align > MAX_ALIGN {
+            return Err(CoreError::BadAlignment {
+                align,
+                max: MAX_ALIGN,
+            });
+        }
+        let size = bytes.max(1);
+        let extra = align.saturating_sub(NATURAL_ALIGN);
+        let total = size.checked_add(extra).ok_or_else(|| CoreError::Alloc {
+            bytes,
+            align,
+            resource: name.to_string(),
+            reason: "size plus alignment overflows usize".into(),
+        })?;
+        let base = raw(total).map_err(|e| e.into_alloc(bytes, align, name))?;
+        let aligned = base.next_multiple_of(align);
+        if extra > 0 {
+            self.lock().insert(aligned, base);
+        }
+        NonNull::new(aligned as *mut u8).ok_or_else(|| CoreError::Alloc {
+            bytes,
+            align,
+            resource: name.to_string(),
+            reason: "the driver returned address 0".into(),
+        })
+    }
+
+    /// The address the driver returned for `ptr`, forgetting it.
+    pub(crate) fn base_of(&self, ptr: NonNull<u8>, align: usize) -> usize {
+        let p = ptr.as_ptr() as usize;
+        if align > NATURAL_ALIGN {
+            self.lock().remove(&p).unwrap_or(p)
+        } else {
+            p
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
+        self.over_aligned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The stream an allocation call names: `None` is the legacy default stream.
+pub(crate) fn stream_or_legacy(stream: Option<RawStream>) -> Result<StreamRef> {
+    stream.map_or(Ok(StreamRef::legacy()), StreamRef::from_raw_stream)
+}
+
+/// Zeroes `[addr, addr + len)` on `stream`; on the legacy stream (`None`) it also waits,
+/// since later work on non-blocking streams would not be ordered after it.
+pub(crate) fn zero_device_memory(
+    device: &Device,
+    addr: usize,
+    len: usize,
+    stream: Option<RawStream>,
+) -> Result<()> {
+    let s = stream_or_legacy(stream)?;
+    device.bind()?;
+    // SAFETY: the caller just allocated `[addr, addr + len)` on this device (item 1); the
+    // stream is live by StreamRef's contract and the device's context is current (item 2).
+    unsafe { driver::memset_d8_async(addr as u64, 0, len, s.cu()) }?;
+    if stream.is_none() {
+        s.synchronize(device)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake driver allocator handing out 256-aligned addresses.
+    fn fake(next: &std::cell::Cell<usize>) -> impl FnOnce(usize) -> Result<usize> + '_ {
+        move |size| {
+            let p = next.get();
+            next.set((p + size).next_multiple_of(256) + 256);
+            Ok(p)
+        }
+    }
+
+    #[test]
+    fn over_aligned_blocks_remember_their_base() {
+        let a = Aligner::default();
+        let next = std::cell::Cell::new(0x1_0100);
+        let p = a.allocate(10, 4096, "t", fake(&next)).unwrap();
+        assert_eq!(p.as_ptr() as usize % 4096, 0);
+        assert_eq!(a.base_of(p, 4096), 0x1_0100);
+        assert!(a.over_aligned.lock().unwrap().is_empty());
+        let q = a.allocate(0, 64, "t", fake(&next)).unwrap();
+        assert_eq!(a.base_of(q, 64), q.as_ptr() as usize);
+    }
+
+    #[test]
+    fn bad_alignments_and_overflow_are_errors() {
+        let a = Aligner::default();
+        let next = std::cell::Cell::new(0x100);
+        assert!(matches!(
+            a.allocate(8, 3, "t", fake(&next)),
+            Err(CoreError::BadAlignment { align: 3, .. })
+        ));
+        assert!(matches!(
+            a.allocate(8, MAX_ALIGN * 2, "t", fake(&next)),
+            Err(CoreError::BadAlignment { .. })
+        ));
+        assert!(matches!(
+            a.allocate(usize::MAX, 4096, "t", fake(&next)),
+            Err(CoreError::Alloc { .. })
+        ));
+        let oom = |_| Err(CudaError::OutOfMemory { bytes: 7, device: 0 });
+        match a.allocate(7, 8, "cuda:0 device", oom) {
+            Err(CoreError::Alloc { bytes: 7, resource, reason, .. }) => {
+                assert_eq!(resource, "cuda:0 device");
+                assert!(reason.contains("out of memory on cuda:0"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

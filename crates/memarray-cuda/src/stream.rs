@@ -1,0 +1,198 @@
+//! [`Stream`] (owned) and [`StreamRef`] (borrowed, `Copy`, possibly foreign).
+//!
+//! The default streams `1` (legacy) and `2` (per-thread) are per context: an operation
+//! given one of them uses the default stream of the device it binds (the buffer's device
+//! for copies, memsets and kernels; the event's device for [`StreamRef::wait`] and
+//! [`crate::Event::record`]).
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+use memarray_core::RawStream;
+
+use crate::device::Device;
+use crate::driver::{self, CUstream};
+use crate::error::{CudaError, Result};
+use crate::event::Event;
+
+/// A borrowed stream handle: the two default streams, a [`Stream`]'s, or a foreign one
+/// (from PyTorch's `cuda_stream` or CuPy's `ptr`).
+///
+/// Handle 0 never becomes a `StreamRef` (RMM's `cuda_stream_view` deletes that
+/// constructor): libraries disagree on whether it names the legacy or the per-thread
+/// default stream, and DLPack and the CUDA Array Interface forbid it. Use
+/// [`StreamRef::legacy`] or [`StreamRef::per_thread`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StreamRef(NonZeroUsize);
+
+impl StreamRef {
+    /// The legacy default stream (`CU_STREAM_LEGACY`, handle 1): synchronizes with every
+    /// blocking stream of its context.
+    pub const fn legacy() -> Self {
+        StreamRef(NonZeroUsize::MIN)
+    }
+
+    /// The per-thread default stream (`CU_STREAM_PER_THREAD`, handle 2).
+    pub const fn per_thread() -> Self {
+        StreamRef(NonZeroUsize::MIN.saturating_add(1))
+    }
+
+    /// Wraps a raw `CUstream` handle, e.g. one from PyTorch or CuPy. Refuses 0 with
+    /// [`CudaError::NullStream`].
+    ///
+    /// # Safety
+    /// 1. `handle` is 1, 2, or a stream that stays alive (not destroyed) for as long as
+    ///    this `StreamRef` or any copy of it is used.
+    pub unsafe fn from_raw(handle: usize) -> Result<Self> {
+        NonZeroUsize::new(handle)
+            .map(StreamRef)
+            .ok_or(CudaError::NullStream)
+    }
+
+    /// The stream named by a core [`RawStream`] (whose unsafe constructor already took
+    /// the liveness promise). Refuses 0 with [`CudaError::NullStream`].
+    pub fn from_raw_stream(stream: RawStream) -> Result<Self> {
+        NonZeroUsize::new(stream.raw())
+            .map(StreamRef)
+            .ok_or(CudaError::NullStream)
+    }
+
+    /// The handle as an integer, for Python (`__dlpack__(stream=...)`, CAI `stream`).
+    pub fn raw(self) -> usize {
+        self.0.get()
+    }
+
+    /// Whether this is the legacy or per-thread default stream.
+    pub fn is_default(self) -> bool {
+        self.raw() <= 2
+    }
+
+    /// Makes later work on this stream wait until `event`'s recorded work is done,
+    /// without blocking the host. A default stream here is `event`'s device's.
+    pub fn wait(self, event: &Event) -> Result<()> {
+        event.device().bind()?;
+        // SAFETY: the stream is live by `from_raw`'s contract or is a recycled (never
+        // destroyed) `Stream`; default streams refer to the bound context (item 1); the
+        // event is live while borrowed (item 2).
+        unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
+    }
+
+    /// Blocks until all work on this stream is done. A default stream here is
+    /// `device`'s.
+    pub fn synchronize(self, device: &Device) -> Result<()> {
+        device.bind()?;
+        // SAFETY: live stream, as in `wait`; the device context is current (item 1).
+        unsafe { driver::stream_synchronize(self.cu()) }
+    }
+
+    /// The driver handle.
+    pub(crate) fn cu(self) -> CUstream {
+        driver::stream_handle(self.raw())
+    }
+}
+
+impl From<StreamRef> for RawStream {
+    fn from(s: StreamRef) -> RawStream {
+        // SAFETY: a StreamRef is 1, 2 or a live stream by its own constructors' contracts.
+        unsafe { RawStream::from_raw(s.raw()) }
+    }
+}
+
+/// An owned stream on one device, created `CU_STREAM_NON_BLOCKING` (it does not
+/// synchronize with the legacy default stream, like PyTorch's and CuPy's streams).
+///
+/// Dropping a `Stream` does not destroy the driver stream: it goes back to its device to
+/// be reused by the next [`Stream::new`] (PyTorch pools its streams the same way). That
+/// keeps every `StreamRef` sound without a lifetime: a copy that outlives its `Stream`
+/// still names a live stream, so using it orders work conservatively instead of being
+/// undefined behaviour. The number of driver streams is the most ever alive at once.
+#[derive(Debug)]
+pub struct Stream {
+    device: Arc<Device>,
+    handle: StreamRef,
+}
+
+impl Stream {
+    /// A new non-blocking stream on `device`.
+    pub fn new(device: &Arc<Device>) -> Result<Stream> {
+        let cu = match device.take_idle_stream() {
+            Some(s) => s,
+            None => {
+                device.bind()?;
+                // SAFETY: `bind` made the device's live context current (item 1).
+                unsafe { driver::stream_create_non_blocking() }?
+            }
+        };
+        // The driver never returns a null stream from cuStreamCreate.
+        let handle = NonZeroUsize::new(cu as usize).ok_or(CudaError::NullStream)?;
+        Ok(Stream {
+            device: device.clone(),
+            handle: StreamRef(handle),
+        })
+    }
+
+    /// A borrowed handle to this stream.
+    pub fn as_ref(&self) -> StreamRef {
+        self.handle
+    }
+
+    /// The device the stream belongs to.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Blocks until all work enqueued on the stream is done.
+    pub fn synchronize(&self) -> Result<()> {
+        self.handle.synchronize(&self.device)
+    }
+
+    /// Makes later work on this stream wait for `event` (no host block).
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.handle.wait(event)
+    }
+
+    /// The handle as an integer, for Python.
+    pub fn raw(&self) -> usize {
+        self.handle.raw()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut idle = self
+            .device
+            .idle_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        idle.push(self.handle.raw());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_zero_is_refused() {
+        // SAFETY: 0 is refused before any use.
+        let e = unsafe { StreamRef::from_raw(0) }.unwrap_err();
+        assert_eq!(e, CudaError::NullStream);
+        assert!(e.to_string().contains("stream handle 0 is refused"), "{e}");
+        // SAFETY: as above.
+        let raw = unsafe { RawStream::from_raw(0) };
+        assert_eq!(StreamRef::from_raw_stream(raw), Err(CudaError::NullStream));
+    }
+
+    #[test]
+    fn default_streams_have_their_cuda_values() {
+        assert_eq!(StreamRef::legacy().raw(), 1);
+        assert_eq!(StreamRef::per_thread().raw(), 2);
+        assert!(StreamRef::legacy().is_default());
+        assert_eq!(RawStream::from(StreamRef::legacy()), RawStream::LEGACY);
+        assert_eq!(RawStream::from(StreamRef::per_thread()), RawStream::PER_THREAD);
+        assert_eq!(StreamRef::from_raw_stream(RawStream::PER_THREAD), Ok(StreamRef::per_thread()));
+        // SAFETY: the handle is only compared, never used.
+        let foreign = unsafe { StreamRef::from_raw(0x7f00_dead_0000) }.unwrap();
+        assert!(!foreign.is_default());
+    }
+}

@@ -1,0 +1,199 @@
+//! The DLPack error type.
+
+use memarray_core::{CoreError, DType};
+use thiserror::Error;
+
+/// Everything memarray-dlpack refuses, on export or import. Each variant names the numbers
+/// involved and what to change. The Python layer maps all of them to `BufferError`, except
+/// [`DlpackError::Core`], which keeps the mapping of the wrapped [`CoreError`].
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DlpackError {
+    /// An error from memarray-core (shape overflow, too many dimensions, ...).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+
+    /// A versioned tensor whose major version this crate cannot read. Only its deleter was
+    /// touched (DLPack keeps `version`, `manager_ctx` and `deleter` ABI-stable).
+    #[error(
+        "DLPack version {major}.{minor} is not supported: this consumer reads major version \
+         {supported_major}; ask the producer for a version {supported_major}.x tensor \
+         (max_version=({supported_major}, {supported_minor}))"
+    )]
+    UnsupportedVersion {
+        /// Major version the producer wrote.
+        major: u32,
+        /// Minor version the producer wrote.
+        minor: u32,
+        /// The major version this crate reads.
+        supported_major: u32,
+        /// The newest minor version this crate knows.
+        supported_minor: u32,
+    },
+
+    /// A `DLDeviceType` code outside CPU (1), CUDA (2), CUDAHost (3) and CUDAManaged (13).
+    #[error(
+        "DLPack device type {code} is not supported: memarray holds kDLCPU (1), kDLCUDA (2), \
+         kDLCUDAHost (3) and kDLCUDAManaged (13); copy the data to the CPU or a CUDA device first"
+    )]
+    UnknownDeviceType {
+        /// The device type code.
+        code: u32,
+    },
+
+    /// A negative device ordinal.
+    #[error("device id {id} for device type {code} is negative; device ids count from 0")]
+    NegativeDeviceId {
+        /// The device type code.
+        code: u32,
+        /// The device id.
+        id: i32,
+    },
+
+    /// A dtype memarray does not store (fp8, sub-byte floats, opaque handles, ...).
+    #[error(
+        "DLPack dtype (code {code}, bits {bits}, lanes {lanes}) is not supported; \
+         supported dtypes: {}; cast to one of them before exporting",
+        DType::supported_names()
+    )]
+    UnsupportedDType {
+        /// `DLDataType::code`.
+        code: u8,
+        /// `DLDataType::bits`.
+        bits: u8,
+        /// `DLDataType::lanes`.
+        lanes: u16,
+    },
+
+    /// A vector dtype (`lanes != 1`).
+    #[error(
+        "DLPack dtype (code {code}, bits {bits}) has {lanes} lanes; memarray stores scalar \
+         elements only (lanes 1): reshape the vector dimension into the shape instead"
+    )]
+    VectorLanes {
+        /// `DLDataType::code`.
+        code: u8,
+        /// `DLDataType::bits`.
+        bits: u8,
+        /// `DLDataType::lanes`.
+        lanes: u16,
+    },
+
+    /// `ndim` negative or above [`memarray_core::MAX_NDIM`].
+    #[error("ndim {ndim} is out of range: memarray supports 0 to {max} dimensions")]
+    BadNdim {
+        /// The `ndim` field as the producer wrote it.
+        ndim: i64,
+        /// [`memarray_core::MAX_NDIM`].
+        max: usize,
+    },
+
+    /// `shape` is null although `ndim > 0`.
+    #[error("shape pointer is null but ndim is {ndim}; a producer must pass ndim extents")]
+    NullShape {
+        /// The number of dimensions.
+        ndim: usize,
+    },
+
+    /// A negative extent.
+    #[error(
+        "shape {shape:?} has negative extent {extent} in dimension {dim}; extents must be >= 0"
+    )]
+    NegativeShape {
+        /// The dimension.
+        dim: usize,
+        /// Its extent.
+        extent: i64,
+        /// The whole shape.
+        shape: Vec<i64>,
+    },
+
+    /// `strides` has a different length from `shape` (export only).
+    #[error("{strides} strides given for a shape of ndim {ndim}; pass one stride per dimension")]
+    StridesLength {
+        /// Dimensions of the shape.
+        ndim: usize,
+        /// Strides given.
+        strides: usize,
+    },
+
+    /// A negative stride on a dimension of extent above 1.
+    #[error(
+        "stride {stride} in dimension {dim} (strides {strides:?}, shape {shape:?}) is negative; \
+         memarray views need non-negative strides: copy the array (e.g. np.ascontiguousarray) \
+         before exchanging it"
+    )]
+    NegativeStride {
+        /// The dimension.
+        dim: usize,
+        /// Its stride, in elements.
+        stride: i64,
+        /// All strides, in elements.
+        strides: Vec<i64>,
+        /// The shape.
+        shape: Vec<usize>,
+    },
+
+    /// Strides under which two indices may address the same element (including stride 0,
+    /// as broadcasting produces).
+    #[error(
+        "strides {strides:?} with shape {shape:?} let different indices address the same \
+         element (overlapping or broadcast view); copy the array before exchanging it"
+    )]
+    OverlappingStrides {
+        /// Strides, in elements.
+        strides: Vec<i64>,
+        /// The shape.
+        shape: Vec<usize>,
+    },
+
+    /// The memory span the strides reach, or the end address, does not fit in 64 bits.
+    #[error(
+        "strides {strides:?} with shape {shape:?} and element size {itemsize} reach past \
+         the 64-bit address space from address {address:#x}"
+    )]
+    SpanOverflow {
+        /// Strides, in elements.
+        strides: Vec<i64>,
+        /// The shape.
+        shape: Vec<usize>,
+        /// Element size in bytes.
+        itemsize: usize,
+        /// `data + byte_offset`, or `data` if that sum overflows.
+        address: u64,
+    },
+
+    /// A null data pointer for a tensor that has elements.
+    #[error(
+        "data pointer is null but shape {shape:?} has elements; only empty tensors may be null"
+    )]
+    NullData {
+        /// The shape.
+        shape: Vec<usize>,
+    },
+
+    /// `data + byte_offset` is not aligned for the element type.
+    #[error(
+        "data address {data:#x} + byte_offset {byte_offset} = {address:#x} is not a multiple of \
+         {align}, the alignment of {dtype}; the producer must pass an element-aligned offset"
+    )]
+    Misaligned {
+        /// The data pointer.
+        data: u64,
+        /// The byte offset.
+        byte_offset: u64,
+        /// Their sum (wrapping).
+        address: u64,
+        /// The element type.
+        dtype: DType,
+        /// Its alignment in bytes.
+        align: usize,
+    },
+
+    /// A read-only export requested as an unversioned tensor, which cannot carry the flag.
+    #[error(
+        "a read-only array cannot be exported as an unversioned DLPack tensor (it has no \
+         read-only flag); request a versioned one (max_version >= (1, 0)) or export a copy"
+    )]
+    ReadOnlyUnversioned,
+}

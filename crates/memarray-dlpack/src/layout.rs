@@ -1,0 +1,225 @@
+//! Checks shared by export and import: shape, strides, data pointer, alignment.
+//!
+//! A layout is accepted when every index addresses a distinct element at a non-negative
+//! offset from `data + byte_offset`, that address is element-aligned, and the last byte
+//! reachable fits in 64 bits. Non-contiguous layouts pass; callers read them element-wise.
+
+use memarray_core::{CoreError, DType, MAX_NDIM, shape};
+
+use crate::error::DlpackError;
+
+/// Checks ndim and the element count / byte size of `shape`; extents must fit in `i64`.
+pub(crate) fn check_shape(shape: &[usize], dtype: DType) -> Result<(), DlpackError> {
+    if shape.len() > MAX_NDIM {
+        return Err(CoreError::TooManyDims {
+            ndim: shape.len(),
+            max: MAX_NDIM,
+        }
+        .into());
+    }
+    // `checked_nbytes` misses huge extents next to a zero extent (the product is 0), and
+    // DLPack extents are `int64_t`.
+    if shape.iter().any(|&d| i64::try_from(d).is_err()) {
+        return Err(CoreError::ShapeOverflow {
+            shape: shape.to_vec(),
+        }
+        .into());
+    }
+    shape::checked_nbytes(shape, dtype.size())?;
+    Ok(())
+}
+
+/// Checks strides, data pointer and alignment for a shape that passed [`check_shape`].
+/// `strides` has one entry per dimension, in elements; `shape.len() <= MAX_NDIM`.
+pub(crate) fn check_layout(
+    shape: &[usize],
+    strides: &[i64],
+    dtype: DType,
+    data: u64,
+    byte_offset: u64,
+) -> Result<(), DlpackError> {
+    if strides.len() != shape.len() {
+        return Err(DlpackError::StridesLength {
+            ndim: shape.len(),
+            strides: strides.len(),
+        });
+    }
+    // An empty tensor addresses no memory: any strides, pointer and offset are harmless.
+    if shape.contains(&0) {
+        return Ok(());
+    }
+    let span_overflow = || DlpackError::SpanOverflow {
+        strides: strides.to_vec(),
+        shape: shape.to_vec(),
+        itemsize: dtype.size(),
+        address: data.checked_add(byte_offset).unwrap_or(data),
+    };
+
+    // Strides of extent-1 dimensions are never used to address memory; producers (PyTorch)
+    // put arbitrary values there, so they are ignored, as NumPy does.
+    // On the stack: this runs on every export, which should stay well under a microsecond.
+    let mut used = [(0u128, 0u128); MAX_NDIM];
+    let mut n_used = 0;
+    for (dim, (&extent, &stride)) in shape.iter().zip(strides).enumerate() {
+        if extent <= 1 {
+            continue;
+        }
+        if stride < 0 {
+            return Err(DlpackError::NegativeStride {
+                dim,
+                stride,
+                strides: strides.to_vec(),
+                shape: shape.to_vec(),
+            });
+        }
+        used[n_used] = (stride as u128, extent as u128);
+        n_used += 1;
+    }
+    let used = &mut used[..n_used];
+
+    // Sufficient test for distinct addresses: ordered by stride, each stride must step past
+    // everything the smaller strides reach. It also refuses stride 0 (broadcast). A few exotic
+    // interleaved layouts that do not alias are refused too; they are copied instead.
+    used.sort_unstable();
+    let mut reach: u128 = 0; // largest element offset reachable so far
+    for &(stride, extent) in used.iter() {
+        if stride <= reach {
+            return Err(DlpackError::OverlappingStrides {
+                strides: strides.to_vec(),
+                shape: shape.to_vec(),
+            });
+        }
+        // At most 32 terms of (2^63 * 2^63): fits in u128 until checked below.
+        reach += stride * (extent - 1);
+        if reach > u64::MAX as u128 {
+            return Err(span_overflow());
+        }
+    }
+
+    let span_bytes = (reach + 1) * dtype.size() as u128;
+    if span_bytes > isize::MAX as u128 {
+        return Err(span_overflow());
+    }
+    if data == 0 {
+        return Err(DlpackError::NullData {
+            shape: shape.to_vec(),
+        });
+    }
+    let address = data.checked_add(byte_offset).ok_or_else(span_overflow)?;
+    if (address as u128) + span_bytes > u64::MAX as u128 + 1 {
+        return Err(span_overflow());
+    }
+    if address % dtype.align() as u64 != 0 {
+        return Err(DlpackError::Misaligned {
+            data,
+            byte_offset,
+            address,
+            dtype,
+            align: dtype.align(),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes from the first element to the end of the last one (0 for an empty tensor).
+/// Only meaningful for a layout that passed [`check_layout`].
+pub(crate) fn span_bytes(shape: &[usize], strides: &[i64], itemsize: usize) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    let last: usize = shape
+        .iter()
+        .zip(strides)
+        .filter(|&(&d, _)| d > 1)
+        .map(|(&d, &s)| (d - 1) * s as usize)
+        .sum();
+    (last + 1) * itemsize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADDR: u64 = 0x1000;
+
+    fn ok(shape: &[usize], strides: &[i64]) -> Result<(), DlpackError> {
+        check_layout(shape, strides, DType::F32, ADDR, 0)
+    }
+
+    #[test]
+    fn contiguous_and_strided_views_pass() {
+        ok(&[2, 3, 4], &[12, 4, 1]).unwrap();
+        ok(&[2, 3], &[1, 2]).unwrap(); // Fortran order
+        ok(&[2, 3], &[6, 2]).unwrap(); // every other column
+        ok(&[4, 1, 3], &[3, -7, 1]).unwrap(); // extent-1 stride ignored
+        ok(&[], &[]).unwrap();
+        assert_eq!(span_bytes(&[2, 3], &[6, 2], 4), (6 + 4 + 1) * 4);
+        assert_eq!(span_bytes(&[], &[], 8), 8);
+    }
+
+    #[test]
+    fn negative_and_aliasing_strides_are_refused() {
+        assert!(matches!(
+            ok(&[3, 2], &[-2, 1]),
+            Err(DlpackError::NegativeStride {
+                dim: 0,
+                stride: -2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            ok(&[3, 2], &[0, 1]),
+            Err(DlpackError::OverlappingStrides { .. })
+        ));
+        assert!(matches!(
+            ok(&[3, 3], &[1, 2]),
+            Err(DlpackError::OverlappingStrides { .. })
+        ));
+        assert!(matches!(
+            ok(&[2, 2], &[1, 1]),
+            Err(DlpackError::OverlappingStrides { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_tensors_skip_layout_checks() {
+        check_layout(&[0, 3], &[-1, 0], DType::F64, 0, 3).unwrap();
+    }
+
+    #[test]
+    fn null_misaligned_and_overflowing_data_are_refused() {
+        assert!(matches!(
+            check_layout(&[2], &[1], DType::F32, 0, 0),
+            Err(DlpackError::NullData { .. })
+        ));
+        let e = check_layout(&[2], &[1], DType::F32, ADDR, 2).unwrap_err();
+        assert!(matches!(e, DlpackError::Misaligned { align: 4, .. }), "{e}");
+        assert!(e.to_string().contains("byte_offset 2"), "{e}");
+        check_layout(&[2], &[1], DType::Complex64, ADDR, 4).unwrap();
+        assert!(matches!(
+            check_layout(&[2, 2], &[1 << 62, 1], DType::F64, ADDR, 0),
+            Err(DlpackError::SpanOverflow { .. })
+        ));
+        assert!(matches!(
+            check_layout(&[2], &[1], DType::F32, u64::MAX - 3, 0),
+            Err(DlpackError::SpanOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        check_shape(&[1; 32], DType::U8).unwrap();
+        assert!(matches!(
+            check_shape(&[1; 33], DType::U8),
+            Err(DlpackError::Core(CoreError::TooManyDims { ndim: 33, .. }))
+        ));
+        assert!(matches!(
+            check_shape(&[0, usize::MAX], DType::U8),
+            Err(DlpackError::Core(CoreError::ShapeOverflow { .. }))
+        ));
+        assert!(matches!(
+            check_shape(&[1 << 40, 1 << 40], DType::U8),
+            Err(DlpackError::Core(CoreError::ShapeOverflow { .. }))
+        ));
+    }
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# memarray developer entry point. Needs only Rust (cargo) and Python 3 >= 3.11.
+#   ./dev.sh demo      build the wheel into .venv and run examples/demo.py (GPU if present)
+#   ./dev.sh test      cargo test (all crates) + pytest (bindings-python/tests)
+#   ./dev.sh lint      clippy -D warnings, rustfmt --check, ruff
+#   ./dev.sh doc       cargo doc for the workspace
+#   ./dev.sh wheel     build the abi3 wheel into dist/
+#   ./dev.sh venv      create .venv with maturin, numpy, pytest and the wheel installed
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3}
+VENV=.venv
+
+venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+  fi
+  # Pinned to ranges tested here; quiet unless something fails.
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "maturin>=1.9,<2" "numpy>=2.2.5" "pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6"
+  install_wheel
+}
+
+install_wheel() {
+  # Build the release wheel and install it into the venv (no editable install: the test
+  # suite exercises what users get).
+  "$VENV/bin/maturin" build --release -q -m bindings-python/Cargo.toml -o target/wheels \
+    -i "$VENV/bin/python" >/dev/null
+  local whl
+  whl=$(ls -t target/wheels/memarray-*.whl | head -n 1)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$whl"
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+  venv) venv ;;
+  demo)
+    venv
+    "$VENV/bin/python" examples/demo.py "$@"
+    ;;
+  test)
+    cargo test --workspace --exclude memarray-python "$@" 2>&1 | tee target/cargo-test.log
+    echo "== cargo summary: $(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "%d passed; %d failed; %d ignored", p, f, i}')"
+    venv
+    "$VENV/bin/python" -m pytest bindings-python/tests -q -rs
+    ;;
+  lint)
+    cargo clippy --workspace --all-targets -- -D warnings
+    cargo fmt --all --check
+    [ -x "$VENV/bin/ruff" ] || venv
+    "$VENV/bin/ruff" check bindings-python examples benches
+    "$VENV/bin/ruff" format --check bindings-python examples benches
+    ;;
+  doc) cargo doc --workspace --no-deps ;;
+  wheel)
+    [ -x "$VENV/bin/maturin" ] || venv
+    "$VENV/bin/maturin" build --release -m bindings-python/Cargo.toml -o dist
+    ;;
+  *)
+    sed -n '2,9p' "$0"
+    exit 2
+    ;;
+esac

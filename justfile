@@ -1,0 +1,33 @@
+# memarray tasks. Every target wraps ./dev.sh or a script, so they also run without `just`.
+
+# Build the wheel and run the demo (GPU when there is one).
+demo:
+    ./dev.sh demo
+
+# Every CPU test: cargo test + pytest.
+test:
+    ./dev.sh test
+
+# The whole GPU suite on the lent device (build here, run there).
+test-gpu:
+    ./scripts/test-gpu.sh
+
+# clippy -D warnings, rustfmt --check, ruff.
+lint:
+    ./dev.sh lint
+
+# API docs.
+doc:
+    ./dev.sh doc
+
+# Regenerate kernels-cuda/ptx from the .cu sources (needs nvcc 13.0).
+kernels:
+    ./kernels-cuda/build.sh
+
+# Transfer and kernel benchmarks (skip with a message without a GPU).
+bench:
+    cargo bench -p memarray-cuda
+
+# The abi3 wheel, into dist/.
+wheel:
+    ./dev.sh wheel
