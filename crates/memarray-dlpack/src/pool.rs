@@ -265,3 +265,50 @@ pub fn pool_stats() -> PoolStats {
         versioned: VERSIONED.stats(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_pointer_is_struct_pointer() {
+        // The deleter and `export_*` rely on the FFI struct sitting at offset 0.
+        assert_eq!(std::mem::offset_of!(Slot<DLManagedTensor>, tensor), 0);
+        assert_eq!(
+            std::mem::offset_of!(Slot<DLManagedTensorVersioned>, tensor),
+            0
+        );
+        assert_eq!(
+            std::mem::size_of::<Slot<DLManagedTensorVersioned>>(),
+            80 + 512 + 16
+        );
+    }
+
+    #[test]
+    fn acquire_release_counts_live_slots() {
+        // A private pool, so parallel tests using the global ones do not interfere.
+        let pool: Pool<DLManagedTensor> = Pool::new();
+        let a = pool.acquire();
+        let b = pool.acquire();
+        assert_eq!(pool.stats().live, 2);
+        assert_eq!(pool.stats().fresh_allocations, 2);
+        // SAFETY: both came from `pool`, hold no owner and are not used again.
+        unsafe {
+            pool.release(a);
+            pool.release(b);
+        }
+        let s = pool.stats();
+        assert_eq!((s.live, s.free, s.reused), (0, 2, 0));
+        // Under the quarantine: a fresh slot, not `a` again.
+        let c = pool.acquire();
+        assert_ne!(c, a);
+        assert_eq!(pool.stats().fresh_allocations, 3);
+        // SAFETY: as above.
+        unsafe { pool.release(c) };
+        // Leak-free teardown of the private pool.
+        for FreeSlot(p) in pool.lock().free.drain(..) {
+            // SAFETY: free slots are Box allocations owned by the list.
+            drop(unsafe { Box::from_raw(p.as_ptr()) });
+        }
+    }
+}

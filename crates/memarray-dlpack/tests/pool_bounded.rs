@@ -2,9 +2,11 @@
 //! quarantine that keeps a deleted struct out of reuse. One process, tests serialised,
 //! so the process-wide counters are this file's alone.
 
-use std::collections::HashSet;
+mod common;
+
 use std::ffi::c_void;
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use memarray_dlpack::pool::{MAX_FREE, QUARANTINE};
@@ -87,42 +89,34 @@ fn hundred_thousand_cycles_keep_the_pool_and_rss_bounded() {
 #[test]
 fn deleted_struct_is_quarantined_and_a_repeat_call_is_a_no_op() {
     let _g = serial();
-    // Fill the free list to exactly QUARANTINE + 1 so the next exports reuse in FIFO order.
-    let live: Vec<_> = (0..2 * QUARANTINE)
+    // Drain the free list by holding exports live, so the victim is its only entry.
+    let held: Vec<_> = (0..pool_stats().versioned.free)
         .map(|_| export_versioned(spec(), Box::new(())).unwrap())
         .collect();
-    for p in live {
-        // SAFETY: live exports we own.
-        unsafe { call_deleter_versioned(p) };
-    }
+    assert_eq!(pool_stats().versioned.free, 0);
     let victim = export_versioned(spec(), Box::new(())).unwrap();
     // SAFETY: live export we own.
     unsafe { call_deleter_versioned(victim) };
 
-    let mut seen = HashSet::new();
     for i in 0..QUARANTINE {
-        let (drops, owner) = {
-            let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            struct C(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-            impl Drop for C {
-                fn drop(&mut self) {
-                    self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-            (n.clone(), Box::new(C(n)))
-        };
+        let (drops, owner) = common::counted();
         let p = export_versioned(spec(), owner).unwrap();
         assert_ne!(p, victim, "victim reused after only {i} later deletions");
-        seen.insert(p);
         // A stray repeat on the victim must not end the live export `p`.
         // SAFETY: the victim was deleted fewer than QUARANTINE deletions ago.
         unsafe { call_deleter_versioned(victim) };
-        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
         // SAFETY: live export we own.
         unsafe { call_deleter_versioned(p) };
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
     }
-    // Bounded reuse: the free list was past the quarantine, so nothing fresh was needed.
-    assert!(pool_stats().versioned.allocated() <= 2 * QUARANTINE + 1);
+    // The free list now holds QUARANTINE + 1 slots: the oldest, the victim, comes back.
+    let p = export_versioned(spec(), Box::new(())).unwrap();
+    assert_eq!(p, victim, "FIFO reuse after the quarantine");
+    for q in held.into_iter().chain([p]) {
+        // SAFETY: live exports we own.
+        unsafe { call_deleter_versioned(q) };
+    }
 }
 
 #[test]
