@@ -110,6 +110,23 @@ fn parse_index(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 }
 
 impl PyMemArray {
+    pub(crate) fn to_numpy_with<'py>(
+        &self,
+        py: Python<'py>,
+        token: Option<LockToken>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let np = py.import("numpy")?;
+        let dt = numpy_dtype(py, self.raw.dtype())?;
+        let out = np
+            .getattr("empty")?
+            .call1((PyTuple::new(py, self.raw.shape())?, dt))?;
+        let ptr = crate::numpy_data_ptr(&out)?;
+        // SAFETY: `out` is a fresh C-contiguous array of nbytes bytes that nothing else sees.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, self.raw.nbytes()) };
+        self.raw.read_all(bytes, token).py()?;
+        Ok(out)
+    }
+
     pub(crate) fn location_tuple(&self) -> (i64, i64) {
         match self.raw.location() {
             Location::Host => (KDLCPU, 0),
@@ -148,7 +165,8 @@ impl PyMemArray {
     ) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
         let raw = &mut self.raw;
-        py.detach(|| raw.move_memory(target, stream, sync, token)).py()
+        py.detach(|| raw.move_memory(target, stream, sync, token))
+            .py()
     }
 
     pub(crate) fn get_item(
@@ -338,16 +356,42 @@ impl PyMemArray {
 
     /// A NumPy copy of the current data (read from the device when it is there).
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let np = py.import("numpy")?;
-        let dt = numpy_dtype(py, self.raw.dtype())?;
-        let out = np
-            .getattr("empty")?
-            .call1((PyTuple::new(py, self.raw.shape())?, dt))?;
-        let ptr = crate::numpy_data_ptr(&out)?;
-        // SAFETY: `out` is a fresh C-contiguous array of nbytes bytes that nothing else sees.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, self.raw.nbytes()) };
-        self.raw.read_all(bytes, None).py()?;
-        Ok(out)
+        self.to_numpy_with(py, None)
+    }
+
+    /// `np.asarray(a)` falls back here when the buffer protocol cannot serve (bfloat16, a
+    /// lock held elsewhere, data on a device): a copy for bfloat16 host data, otherwise the
+    /// reason as an exception, never a silent object array.
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.borrow();
+        this.raw.check(None).py()?;
+        if let Location::Device(id) = this.raw.location() {
+            return Err(PyTypeError::new_err(format!(
+                "the data is on cuda:{id}; call move_memory(memarray.dlpack.kDLCPU) or                  to_numpy() to copy it to the host explicitly"
+            )));
+        }
+        let out = if this.raw.dtype() == DType::BF16 {
+            if copy == Some(false) {
+                return Err(PyValueError::new_err(
+                    "bfloat16 arrays have no zero-copy NumPy view; pass copy=None or True",
+                ));
+            }
+            this.to_numpy(py)?
+        } else {
+            drop(this);
+            let mv = pyo3::types::PyMemoryView::from(slf.as_any())?;
+            py.import("numpy")?.getattr("asarray")?.call1((mv,))?
+        };
+        match dtype.filter(|d| !d.is_none()) {
+            Some(d) => out.call_method1("astype", (d,)),
+            None => Ok(out),
+        }
     }
 
     /// add_index_tuple(stream=None)
@@ -355,7 +399,11 @@ impl PyMemArray {
     /// Adds the sum of each element's indices to it: on the GPU (moving the data there)
     /// when CUDA is available, on the host otherwise.
     #[pyo3(signature = (stream=None))]
-    fn add_index_tuple(&mut self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn add_index_tuple(
+        &mut self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
         let raw = &mut self.raw;
         py.detach(|| {
@@ -425,6 +473,16 @@ impl PyMemArray {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         crate::dlpack::export(py, self, None, stream, max_version, dl_device, copy)
+    }
+
+    /// The CUDA Array Interface (v3) of device-resident data; AttributeError while the data
+    /// is on the host. `stream` names the stream of pending work (None when there is none).
+    #[getter]
+    fn __cuda_array_interface__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        crate::cuda::cuda_array_interface(py, self)
     }
 
     /// (device_type, device_id) of the current data: (kDLCPU, 0) or (kDLCUDA, id).

@@ -92,7 +92,11 @@ pub unsafe fn get_buffer(
         let want_shape = ndim > 0 && flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
         let want_strides = ndim > 0 && flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES;
         (*view).shape = if want_shape { p } else { std::ptr::null_mut() };
-        (*view).strides = if want_strides { p.add(ndim) } else { std::ptr::null_mut() };
+        (*view).strides = if want_strides {
+            p.add(ndim)
+        } else {
+            std::ptr::null_mut()
+        };
         (*view).suboffsets = std::ptr::null_mut();
         (*view).internal = Box::into_raw(state).cast();
         (*view).obj = slf.clone().into_any().into_ptr();

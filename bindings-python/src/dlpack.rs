@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::{PyErr, ffi};
 
 use memarray_core::{HostBuffer, Location, LockToken, MemoryKind};
-use memarray_cuda::array::{Consumer, RawArray};
+use memarray_cuda::array::RawArray;
 use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use memarray_dlpack::{
     Device, DeviceType, ExportSpec, ImportedTensor, call_deleter_unversioned,
@@ -152,7 +152,8 @@ pub fn export<'py>(
         Location::Host => Device::CPU,
         Location::Device(id) => Device::cuda(id as i32),
     };
-    let mut spec = ExportSpec::contiguous(buf.ptr, device, arr.raw.dtype(), arr.raw.shape().to_vec());
+    let mut spec =
+        ExportSpec::contiguous(buf.ptr, device, arr.raw.dtype(), arr.raw.shape().to_vec());
     spec.is_copied = copy;
     if versioned {
         let p = export_versioned(spec, buf.owner).py()?;
@@ -193,7 +194,11 @@ impl DLPackContext {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<bool> {
         if let Some(t) = self.token.take() {
             self.array.borrow(py).raw.unlock(t).py()?;
         }
@@ -222,18 +227,36 @@ impl DLPackContext {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut arr = self.array.borrow_mut(py);
-        export(py, &mut arr, self.token, stream, max_version, dl_device, copy)
+        export(
+            py,
+            &mut arr,
+            self.token,
+            stream,
+            max_version,
+            dl_device,
+            copy,
+        )
     }
 
     fn __dlpack_device__(&self, py: Python<'_>) -> (i64, i64) {
         self.array.borrow(py).location_tuple()
     }
 
+    /// A NumPy copy of the data, read with this context's lock.
+    fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.array.borrow(py).to_numpy_with(py, self.token)
+    }
+
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.array.borrow(py).get_item(py, key, self.token)
     }
 
-    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         self.array.borrow_mut(py).set_item(key, value, self.token)
     }
 }
@@ -307,7 +330,11 @@ fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> 
 /// raises BufferError when sharing is impossible (read-only or non-contiguous data).
 #[pyfunction]
 #[pyo3(signature = (obj, copy=None))]
-pub fn from_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<PyMemArray> {
+pub fn from_dlpack(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
     let cap = request_capsule(obj)?;
     let t = take_capsule(&cap)?;
     let raw = import_tensor(py, t, copy)?;
@@ -324,7 +351,11 @@ fn import_tensor(py: Python<'_>, t: ImportedTensor, copy: Option<bool>) -> PyRes
                 return Err(PyBufferError::new_err(format!(
                     "copy=False, but the tensor cannot be shared zero-copy ({}); pass \
                      copy=None or copy=True",
-                    if t.read_only() { "it is read-only" } else { "it is not C-contiguous" }
+                    if t.read_only() {
+                        "it is read-only"
+                    } else {
+                        "it is not C-contiguous"
+                    }
                 )));
             }
             if shareable && copy != Some(true) {

@@ -64,7 +64,10 @@ pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>
             .map(|d| -> PyResult<Py<PyAny>> {
                 match d {
                     DType::BF16 => match py.import("ml_dtypes") {
-                        Ok(m) => Ok(np.getattr("dtype")?.call1((m.getattr("bfloat16")?,))?.unbind()),
+                        Ok(m) => Ok(np
+                            .getattr("dtype")?
+                            .call1((m.getattr("bfloat16")?,))?
+                            .unbind()),
                         Err(_) => Ok(py.None()),
                     },
                     other => Ok(np.getattr("dtype")?.call1((other.name(),))?.unbind()),
@@ -72,7 +75,10 @@ pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>
             })
             .collect()
     })?;
-    let i = DType::ALL.iter().position(|x| *x == d).expect("every dtype is in ALL");
+    let i = DType::ALL
+        .iter()
+        .position(|x| *x == d)
+        .expect("every dtype is in ALL");
     let obj = all[i].bind(py).clone();
     if obj.is_none() {
         return Err(PyTypeError::new_err(

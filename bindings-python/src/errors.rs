@@ -55,6 +55,9 @@ pub fn cuda_err(e: CudaError) -> PyErr {
 pub fn dlpack_err(e: DlpackError) -> PyErr {
     match e {
         DlpackError::Core(c @ CoreError::UnsupportedDType { .. }) => core_err(c),
+        e @ (DlpackError::UnsupportedDType { .. } | DlpackError::VectorLanes { .. }) => {
+            PyTypeError::new_err(e.to_string())
+        }
         other => PyBufferError::new_err(other.to_string()),
     }
 }

@@ -61,7 +61,10 @@ pub fn parse_consumer_stream(obj: Option<&Bound<'_, PyAny>>, at: Location) -> Py
         Some(o) => Some(o.extract::<i64>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "__dlpack__ stream must be None or an int, not {}",
-                o.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                o.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })?),
     };
@@ -76,9 +79,9 @@ pub fn parse_consumer_stream(obj: Option<&Bound<'_, PyAny>>, at: Location) -> Py
             "stream=0 is ambiguous and refused by the DLPack protocol; pass 1 (legacy \
              default), 2 (per-thread default) or a stream handle",
         )),
-        (Location::Device(_), Some(h)) if h < -1 => Err(PyValueError::new_err(format!(
-            "invalid stream handle {h}"
-        ))),
+        (Location::Device(_), Some(h)) if h < -1 => {
+            Err(PyValueError::new_err(format!("invalid stream handle {h}")))
+        }
         (Location::Device(_), Some(h)) => from_handle(h).map(Consumer::Stream),
     }
 }

@@ -10,7 +10,11 @@ use memarray_dlpack::ImportedTensor;
 pub unsafe fn gather(t: &ImportedTensor, out: &mut [u8]) {
     let size = t.dtype().size();
     let shape = t.shape();
-    let strides: Vec<isize> = t.strides().iter().map(|&s| s as isize * size as isize).collect();
+    let strides: Vec<isize> = t
+        .strides()
+        .iter()
+        .map(|&s| s as isize * size as isize)
+        .collect();
     let base = t.data().cast::<u8>().cast_const();
     debug_assert_eq!(out.len(), t.nbytes());
     let mut idx = vec![0usize; shape.len()];

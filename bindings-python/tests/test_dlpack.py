@@ -180,9 +180,9 @@ def test_from_dlpack_copy_modes():
 def test_from_dlpack_refuses_garbage():
     with pytest.raises(TypeError):
         memarray.from_dlpack(42)
-    with pytest.raises(TypeError):
+    with pytest.raises((TypeError, BufferError)):
         memarray.from_dlpack(np.array(["a", "b"]))
-    with pytest.raises(TypeError):
+    with pytest.raises((TypeError, BufferError)):  # NumPy itself refuses to export these
         memarray.from_dlpack(np.zeros(2, dtype=np.float128 if hasattr(np, "float128") else "V3"))
 
 

@@ -122,7 +122,9 @@ impl DType {
         let found = if lanes != 1 {
             None
         } else {
-            DType::ALL.into_iter().find(|d| d.dlpack() == (code, bits, 1))
+            DType::ALL
+                .into_iter()
+                .find(|d| d.dlpack() == (code, bits, 1))
         };
         found.ok_or_else(|| CoreError::UnsupportedDType {
             what: format!("DLPack dtype (code {code}, bits {bits}, lanes {lanes})"),
@@ -209,21 +211,66 @@ macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {{
         use $crate::DType as __D;
         match $dtype {
-            __D::Bool => { type $T = bool; $body }
-            __D::I8 => { type $T = i8; $body }
-            __D::I16 => { type $T = i16; $body }
-            __D::I32 => { type $T = i32; $body }
-            __D::I64 => { type $T = i64; $body }
-            __D::U8 => { type $T = u8; $body }
-            __D::U16 => { type $T = u16; $body }
-            __D::U32 => { type $T = u32; $body }
-            __D::U64 => { type $T = u64; $body }
-            __D::F16 => { type $T = $crate::f16; $body }
-            __D::BF16 => { type $T = $crate::bf16; $body }
-            __D::F32 => { type $T = f32; $body }
-            __D::F64 => { type $T = f64; $body }
-            __D::Complex64 => { type $T = $crate::Complex32; $body }
-            __D::Complex128 => { type $T = $crate::Complex64; $body }
+            __D::Bool => {
+                type $T = bool;
+                $body
+            }
+            __D::I8 => {
+                type $T = i8;
+                $body
+            }
+            __D::I16 => {
+                type $T = i16;
+                $body
+            }
+            __D::I32 => {
+                type $T = i32;
+                $body
+            }
+            __D::I64 => {
+                type $T = i64;
+                $body
+            }
+            __D::U8 => {
+                type $T = u8;
+                $body
+            }
+            __D::U16 => {
+                type $T = u16;
+                $body
+            }
+            __D::U32 => {
+                type $T = u32;
+                $body
+            }
+            __D::U64 => {
+                type $T = u64;
+                $body
+            }
+            __D::F16 => {
+                type $T = $crate::f16;
+                $body
+            }
+            __D::BF16 => {
+                type $T = $crate::bf16;
+                $body
+            }
+            __D::F32 => {
+                type $T = f32;
+                $body
+            }
+            __D::F64 => {
+                type $T = f64;
+                $body
+            }
+            __D::Complex64 => {
+                type $T = $crate::Complex32;
+                $body
+            }
+            __D::Complex128 => {
+                type $T = $crate::Complex64;
+                $body
+            }
         }
     }};
 }
@@ -295,10 +342,12 @@ element!(bf16, BF16, |x| x.to_f64(), |s, d| bf16::from_f32(
 ));
 element!(f32, F32, |x| x as f64, |s, d| s + d as f32);
 element!(f64, F64, |x| x, |s, d| s + d as f64);
-element!(Complex32, Complex64, |x| x.re as f64, |s, d| Complex32::new(
-    s.re + d as f32,
-    s.im
-));
+element!(
+    Complex32,
+    Complex64,
+    |x| x.re as f64,
+    |s, d| Complex32::new(s.re + d as f32, s.im)
+);
 element!(Complex64, Complex128, |x| x.re, |s, d| Complex64::new(
     s.re + d as f64,
     s.im
@@ -396,6 +445,9 @@ mod tests {
         assert_eq!(1.5f32.add_u64(2), 3.5);
         assert!(false.add_u64(3));
         assert!(!false.add_u64(0));
-        assert_eq!(Complex32::new(1.0, 2.0).add_u64(3), Complex32::new(4.0, 2.0));
+        assert_eq!(
+            Complex32::new(1.0, 2.0).add_u64(3),
+            Complex32::new(4.0, 2.0)
+        );
     }
 }

@@ -62,7 +62,10 @@ pub enum CoreError {
         requested: u64,
     },
     /// A dtype memarray does not store.
-    #[error("unsupported {what}; supported dtypes: {}", crate::DType::supported_names())]
+    #[error(
+        "unsupported {what}; supported dtypes: {}",
+        crate::DType::supported_names()
+    )]
     UnsupportedDType {
         /// What was asked for, in words.
         what: String,

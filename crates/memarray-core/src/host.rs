@@ -195,6 +195,10 @@ mod tests {
         assert_eq!(DROPS.load(Ordering::SeqCst), 1);
         assert_eq!(c.as_slice(), &[1, 2, 3, 4]);
         drop(c);
-        assert_eq!(DROPS.load(Ordering::SeqCst), 1, "the clone must not drop the owner");
+        assert_eq!(
+            DROPS.load(Ordering::SeqCst),
+            1,
+            "the clone must not drop the owner"
+        );
     }
 }

@@ -26,7 +26,9 @@ pub use error::{CoreError, Result};
 pub use host::HostBuffer;
 pub use indexer::Indexer;
 pub use lock::{Lock, LockToken};
-pub use resource::{ForeignMemory, HostResource, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream};
+pub use resource::{
+    ForeignMemory, HostResource, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream,
+};
 pub use shape::MAX_NDIM;
 
 /// Re-exported element types for users of f16, bf16 and complex arrays.

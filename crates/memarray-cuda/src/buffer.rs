@@ -1,6 +1,7 @@
 //! [`DeviceBuffer`]: an owned allocation that a device can access, freed through the
 //! memory resource it came from.
 
+use std::any::Any;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use memarray_core::{CoreError, MemoryKind, MemoryResource};
 
 use crate::device::Device;
 use crate::error::{CudaError, Result};
+use crate::resource::ForeignDeviceMemory;
 use crate::stream::StreamRef;
 
 /// Alignment of every device buffer: what `cuMemAlloc` guarantees, and enough for every
@@ -69,6 +71,35 @@ impl DeviceBuffer {
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }
 
+    /// Wraps `len` bytes at `addr` on `device` that another library owns (a DLPack or
+    /// CUDA Array Interface producer), without copying. Dropping the buffer drops
+    /// `owner`, which releases the memory; copies made through
+    /// [`DeviceBuffer::resource`] come from a [`crate::DeviceResource`] of the device.
+    /// The address need not be aligned to [`DEVICE_ALIGN`]. The memory is released as
+    /// soon as the buffer drops: synchronize work queued on it first.
+    ///
+    /// # Safety
+    /// 1. `[addr, addr + len)` is memory `device` can access, valid and not reused for
+    ///    anything else until `owner` is dropped.
+    /// 2. Work the producer has queued on that memory is ordered before any use of the
+    ///    buffer (the caller makes its stream wait on the producer's).
+    pub unsafe fn from_foreign(
+        device: &Arc<Device>,
+        addr: u64,
+        len: usize,
+        owner: Box<dyn Any + Send + Sync>,
+        stream: StreamRef,
+    ) -> Result<Self> {
+        let ptr = NonNull::new(addr as usize as *mut u8).ok_or_else(|| CoreError::Alloc {
+            bytes: len,
+            align: 1,
+            resource: "foreign device memory".into(),
+            reason: "the producer's address is 0".into(),
+        })?;
+        let resource = Arc::new(ForeignDeviceMemory::new(device, ptr, owner));
+        Ok(Self::from_parts(device, ptr, len, resource, stream))
+    }
+
     fn check_resource(device: &Device, resource: &dyn MemoryResource) -> Result<()> {
         if resource.is_accessible_from(device.location()) {
             Ok(())
@@ -112,7 +143,7 @@ impl DeviceBuffer {
     }
 
     /// The start address in the device's (unified) address space, aligned to
-    /// [`DEVICE_ALIGN`], for DLPack and the CUDA Array Interface. It is an integer on
+    /// [`DEVICE_ALIGN`] unless the buffer wraps foreign memory, for DLPack and the CUDA Array Interface. It is an integer on
     /// purpose: for device memory it must not be dereferenced on the host, and it stays
     /// valid only while the buffer lives.
     pub fn device_ptr(&self) -> u64 {
@@ -211,7 +242,10 @@ mod tests {
                 capacity: 10
             })
         );
-        assert!(e.to_string().contains("overruns a buffer of 10 bytes"), "{e}");
+        assert!(
+            e.to_string().contains("overruns a buffer of 10 bytes"),
+            "{e}"
+        );
         assert!(check_range(usize::MAX, 2, 10).is_err());
         assert!(check_range(11, 0, 10).is_err());
     }

@@ -22,6 +22,13 @@ pub fn device_count() -> Result<u32> {
     driver::device_count()
 }
 
+/// The device that owns the memory at `addr` (a device, managed or pinned address the
+/// driver knows, e.g. from `__cuda_array_interface__`). Other addresses are a
+/// [`CudaError::Driver`] error (`CUDA_ERROR_INVALID_VALUE`).
+pub fn device_of_pointer(addr: u64) -> Result<Arc<Device>> {
+    Device::get(driver::pointer_device_ordinal(addr)?)
+}
+
 /// One CUDA device, holding a reference to its primary context (the context the CUDA
 /// runtime, PyTorch and CuPy use, so memory and streams are shared with them).
 ///

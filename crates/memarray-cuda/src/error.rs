@@ -53,7 +53,9 @@ pub enum CudaError {
         device: u32,
     },
     /// Two operands live on different devices where one device is required.
-    #[error("{what} needs cuda:{expected} but got cuda:{got}; use transfer::copy_peer between devices")]
+    #[error(
+        "{what} needs cuda:{expected} but got cuda:{got}; use transfer::copy_peer between devices"
+    )]
     WrongDevice {
         /// The operation, in words.
         what: &'static str,
@@ -89,6 +91,20 @@ pub enum CudaError {
         /// Where the memory was needed.
         location: Location,
     },
+    /// Host access to an array whose current data is on a device.
+    #[error(
+        "the array's data is on {location}, not on the host; move it to the host first \
+         (move_memory(Location::Host, ..))"
+    )]
+    NotOnHost {
+        /// Where the data is.
+        location: Location,
+    },
+    /// Device access to an array that has no device copy yet.
+    #[error(
+        "the array has no device copy; move it to a device first (move_memory(Location::Device(id), ..))"
+    )]
+    NoDeviceCopy,
     /// An environment variable with a value memarray does not understand.
     #[error("environment variable {var}={value:?} is not understood; expected {expected}")]
     BadEnv {
@@ -158,17 +174,33 @@ mod tests {
         );
         let e = CudaError::NoSuchDevice { id: 0, count: 0 };
         assert!(e.to_string().contains("sees 0 device(s);"), "{e}");
-        let e = CudaError::OutOfMemory { bytes: 1 << 40, device: 1 };
+        let e = CudaError::OutOfMemory {
+            bytes: 1 << 40,
+            device: 1,
+        };
         assert!(e.to_string().contains("1099511627776 bytes"), "{e}");
         assert!(e.is_out_of_memory());
-        assert!(CudaError::NullStream.to_string().contains("StreamRef::legacy"));
+        assert!(
+            CudaError::NullStream
+                .to_string()
+                .contains("StreamRef::legacy")
+        );
     }
 
     #[test]
     fn oom_becomes_a_core_alloc_error_naming_bytes_and_device() {
-        let e = CudaError::OutOfMemory { bytes: 4096, device: 0 }.into_alloc(4096, 256, "cuda:0 device");
+        let e = CudaError::OutOfMemory {
+            bytes: 4096,
+            device: 0,
+        }
+        .into_alloc(4096, 256, "cuda:0 device");
         match &e {
-            CoreError::Alloc { bytes, resource, reason, .. } => {
+            CoreError::Alloc {
+                bytes,
+                resource,
+                reason,
+                ..
+            } => {
                 assert_eq!(*bytes, 4096);
                 assert_eq!(resource, "cuda:0 device");
                 assert!(reason.contains("cuda:0"), "{reason}");

@@ -1,1 +1,51 @@
-//! placeholder
+//! memarray-cuda: memarray's CUDA layer, on the driver API through `cudarc`.
+//!
+//! - [`Device`]: a device and its primary context (shared with the CUDA runtime,
+//!   PyTorch, CuPy), cached per ordinal; [`is_available`], [`device_count`].
+//! - [`Stream`] (owned) and [`StreamRef`] (borrowed, `Copy`, possibly foreign); [`Event`],
+//!   and [`Enqueued`], the `#[must_use]` result of every asynchronous operation.
+//! - [`DeviceBuffer`]: owned device-accessible memory from a memory resource.
+//! - [`resource`]: device, stream-ordered pool, pinned and managed implementations of
+//!   memarray-core's [`MemoryResource`](memarray_core::MemoryResource).
+//! - [`transfer`]: bounds-checked copies (host to device, device to host, device to
+//!   device, peer) and memsets on a stream.
+//! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed
+//!   [`Indexer`](memarray_core::Indexer)s by value.
+//!
+//! What it checks: byte ranges of every copy, buffer sizes against shapes, device
+//! identity of operands, stream handle 0 (refused), alignments. What it leaves to its
+//! caller: ordering work across streams (record an [`Event`], make the other stream
+//! [`wait`](StreamRef::wait)), and keeping host memory of `_raw` copies alive and
+//! untouched until they have run. The MemArray mirror builds that ordering on top.
+//!
+//! Errors: [`CudaError`]. The driver library is loaded at run time: without an NVIDIA
+//! driver or device every entry point returns [`CudaError::Unavailable`] (never a
+//! panic), so this crate builds and its CPU tests run anywhere. Raw driver calls live in
+//! one private module; no raw `CUdeviceptr`, context or stream handle type escapes
+//! (addresses and stream handles are exposed as integers, for DLPack and Python).
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod driver;
+
+pub mod array;
+pub mod buffer;
+pub mod device;
+pub mod error;
+pub mod event;
+pub mod kernel;
+pub mod resource;
+pub mod stream;
+#[doc(hidden)]
+pub mod testing;
+pub mod transfer;
+
+pub use array::{HostKind, MemArray, RawArray};
+pub use buffer::{DEVICE_ALIGN, DeviceBuffer};
+pub use device::{Device, device_count, device_of_pointer, is_available};
+pub use error::{CudaError, Result};
+pub use event::{Enqueued, Event};
+pub use resource::{
+    AsyncPoolResource, DeviceResource, ManagedResource, PinnedFlags, PinnedResource,
+};
+pub use stream::{Stream, StreamRef};

@@ -189,8 +189,14 @@ mod tests {
         assert_eq!(StreamRef::per_thread().raw(), 2);
         assert!(StreamRef::legacy().is_default());
         assert_eq!(RawStream::from(StreamRef::legacy()), RawStream::LEGACY);
-        assert_eq!(RawStream::from(StreamRef::per_thread()), RawStream::PER_THREAD);
-        assert_eq!(StreamRef::from_raw_stream(RawStream::PER_THREAD), Ok(StreamRef::per_thread()));
+        assert_eq!(
+            RawStream::from(StreamRef::per_thread()),
+            RawStream::PER_THREAD
+        );
+        assert_eq!(
+            StreamRef::from_raw_stream(RawStream::PER_THREAD),
+            Ok(StreamRef::per_thread())
+        );
         // SAFETY: the handle is only compared, never used.
         let foreign = unsafe { StreamRef::from_raw(0x7f00_dead_0000) }.unwrap();
         assert!(!foreign.is_default());

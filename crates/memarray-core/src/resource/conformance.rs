@@ -63,7 +63,11 @@ pub fn check(r: &dyn MemoryResource) {
         unsafe { r.deallocate(p, 256, 64, None) };
     }
     // Bad alignment is an error, not a panic.
-    assert!(r.allocate(64, 3, None).is_err(), "{}: accepted align 3", r.name());
+    assert!(
+        r.allocate(64, 3, None).is_err(),
+        "{}: accepted align 3",
+        r.name()
+    );
     // Absurd sizes fail cleanly.
     assert!(
         r.allocate(usize::MAX / 2, 64, None).is_err(),

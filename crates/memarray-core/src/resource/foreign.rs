@@ -46,7 +46,13 @@ impl MemoryResource for ForeignMemory {
         HostResource.allocate_zeroed(bytes, align, s)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, align: usize, s: Option<RawStream>) {
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        bytes: usize,
+        align: usize,
+        s: Option<RawStream>,
+    ) {
         if ptr.as_ptr() as usize == self.base {
             let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(owner);

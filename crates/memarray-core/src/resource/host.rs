@@ -24,13 +24,11 @@ impl HostResource {
                 max: MAX_ALIGN,
             });
         }
-        Layout::from_size_align(bytes.max(1), align.max(HOST_ALIGN)).map_err(|e| {
-            CoreError::Alloc {
-                bytes,
-                align,
-                resource: "host".into(),
-                reason: e.to_string(),
-            }
+        Layout::from_size_align(bytes.max(1), align.max(HOST_ALIGN)).map_err(|e| CoreError::Alloc {
+            bytes,
+            align,
+            resource: "host".into(),
+            reason: e.to_string(),
         })
     }
 
@@ -65,7 +63,13 @@ impl MemoryResource for HostResource {
         Self::alloc_with(bytes, align, alloc::alloc_zeroed)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, align: usize, _: Option<RawStream>) {
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        bytes: usize,
+        align: usize,
+        _: Option<RawStream>,
+    ) {
         let layout = Self::layout(bytes, align).expect("layout was valid at allocation");
         // SAFETY: per the trait contract (item 1) ptr came from `alloc_with` with this layout.
         unsafe { alloc::dealloc(ptr.as_ptr(), layout) }

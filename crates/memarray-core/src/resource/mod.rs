@@ -95,8 +95,12 @@ pub struct MemoryInfo {
 pub trait MemoryResource: Send + Sync + fmt::Debug {
     /// Allocates `bytes` bytes aligned to `align` (a power of two). Zero bytes still gives
     /// a valid, aligned pointer that must be deallocated.
-    fn allocate(&self, bytes: usize, align: usize, stream: Option<RawStream>)
-    -> Result<NonNull<u8>>;
+    fn allocate(
+        &self,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>>;
 
     /// Like [`MemoryResource::allocate`], with the memory zeroed (host resources use
     /// zeroed pages; device resources enqueue a memset on `stream`).

@@ -11,7 +11,10 @@ pub(crate) fn add_index_tuple(dtype: DType, shape: &[usize], bytes: &mut [u8]) {
 
 fn add_index_typed<T: Element>(shape: &[usize], bytes: &mut [u8]) {
     let n = bytes.len() / std::mem::size_of::<T>();
-    debug_assert_eq!(n as u64, memarray_core::shape::checked_len(shape).unwrap_or(0));
+    debug_assert_eq!(
+        n as u64,
+        memarray_core::shape::checked_len(shape).unwrap_or(0)
+    );
     let base = bytes.as_mut_ptr().cast::<T>();
     // An odometer over the index tuple keeps the running sum without divisions.
     let mut idx = vec![0usize; shape.len()];

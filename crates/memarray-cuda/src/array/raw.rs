@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use memarray_core::shape::{self, checked_len};
+use memarray_core::shape;
 use memarray_core::{
     CoreError, DType, HostBuffer, HostResource, Location, Lock, LockToken, MemoryKind,
     MemoryResource,
@@ -10,6 +10,8 @@ use memarray_core::{
 
 use super::device_side::DeviceSide;
 use super::host_ops;
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
 use crate::error::{CudaError, Result};
 use crate::stream::StreamRef;
 
@@ -152,6 +154,57 @@ impl RawArray {
             location: Location::Host,
             lock: Lock::new(),
             dev: DeviceSide::new(device_id),
+        })
+    }
+
+    /// An array over device memory owned by someone else (a DLPack or CUDA Array
+    /// Interface producer): shared zero-copy when `share`, else copied into a new device
+    /// buffer. With `producer`, the producer's queued work on that stream becomes the
+    /// array's pending work, so every later operation is ordered after it.
+    ///
+    /// # Safety
+    /// 1. `addr` holds `nbytes` bytes of C-contiguous `shape` elements on `device`, valid
+    ///    for as long as `owner` lives.
+    /// 2. `producer`, if given, is a live stream of `device`'s context.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn from_device_memory(
+        device: &Arc<Device>,
+        dtype: DType,
+        shape: &[usize],
+        addr: u64,
+        nbytes: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+        share: bool,
+        producer: Option<StreamRef>,
+    ) -> Result<Self> {
+        let expected = shape::validate(shape, dtype.size())?;
+        if expected != nbytes {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: expected,
+                capacity: nbytes,
+            }
+            .into());
+        }
+        let host = HostBuffer::zeroed_in(nbytes, Arc::new(HostResource))?;
+        let stream = producer.unwrap_or(StreamRef::legacy());
+        // SAFETY: the caller's item 1 is from_foreign's contract.
+        let foreign = unsafe { DeviceBuffer::from_foreign(device, addr, nbytes, owner, stream)? };
+        let dev = if share {
+            DeviceSide::adopt(foreign, producer)?
+        } else {
+            DeviceSide::copy_of(&foreign, nbytes, producer)?
+        };
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            nbytes,
+            host: Arc::new(host),
+            host_kind: HostKind::Pageable,
+            device_id: device.id(),
+            location: Location::Device(device.id()),
+            lock: Lock::new(),
+            dev,
         })
     }
 
@@ -433,6 +486,27 @@ impl RawArray {
         Ok(())
     }
 
+    /// Runs the seed's kernel on the device: moves the data to the array's device on
+    /// `stream` (if not there) and launches `add_index_tuple` on the same stream, without
+    /// blocking the host.
+    pub fn add_index_tuple_device(
+        &mut self,
+        stream: Option<StreamRef>,
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        let target = match self.location {
+            Location::Device(id) => Location::Device(id),
+            Location::Host => Location::Device(self.device_id),
+        };
+        self.move_memory(target, stream, false, token)?;
+        self.dev.add_index_tuple(self.dtype, &self.shape, stream)
+    }
+
+    /// The stream that pending device work runs on, if any.
+    pub fn pending_stream(&self) -> Option<StreamRef> {
+        self.dev.pending_stream()
+    }
+
     /// A deep copy: new buffers holding the current data, at the same location, unlocked.
     pub fn try_clone(&self) -> Result<Self> {
         self.dev.wait_host()?;
@@ -465,11 +539,6 @@ impl RawArray {
         std::mem::swap(&mut self.location, &mut other.location);
         std::mem::swap(&mut self.dev, &mut other.dev);
         Ok(())
-    }
-
-    /// Number of elements as computed from the shape (checked at construction).
-    pub(crate) fn checked_len(&self) -> u64 {
-        checked_len(&self.shape).unwrap_or(0)
     }
 
     /// Raw host address, after the lock check and pending work; `None` off the host.

@@ -28,7 +28,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// A zero-filled array with the given default device and host memory kind.
     pub fn with_options(shape: [usize; N], device_id: u32, host_kind: HostKind) -> Result<Self> {
-        Ok(Self::wrap(RawArray::zeros_in(T::DTYPE, &shape, device_id, host_kind)?))
+        Ok(Self::wrap(RawArray::zeros_in(
+            T::DTYPE,
+            &shape,
+            device_id,
+            host_kind,
+        )?))
     }
 
     /// An array holding a copy of `data` (C order), whose length must match `shape`.
@@ -37,7 +42,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         let bytes = unsafe {
             std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
         };
-        Ok(Self::wrap(RawArray::from_bytes(T::DTYPE, &shape, bytes, 0)?))
+        Ok(Self::wrap(RawArray::from_bytes(
+            T::DTYPE,
+            &shape,
+            bytes,
+            0,
+        )?))
     }
 
     /// An array holding a copy of an ndarray view of any layout.
@@ -46,10 +56,7 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         S: ndarray::Data<Elem = T>,
         Dim<[usize; N]>: Dimension,
     {
-        let shape: [usize; N] = a
-            .shape()
-            .try_into()
-            .expect("Dim<[usize; N]> has N dims");
+        let shape: [usize; N] = a.shape().try_into().expect("Dim<[usize; N]> has N dims");
         let data: Vec<T> = a.iter().copied().collect();
         Self::from_slice(shape, &data)
     }
@@ -94,7 +101,10 @@ impl<T: Element, const N: usize> MemArray<T, N> {
 
     /// Extent of each dimension.
     pub fn shape(&self) -> [usize; N] {
-        self.raw.shape().try_into().expect("ndim checked at construction")
+        self.raw
+            .shape()
+            .try_into()
+            .expect("ndim checked at construction")
     }
     /// Number of elements.
     pub fn size(&self) -> u64 {
@@ -169,7 +179,8 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         struct Slot([u8; 16]);
         let mut slot = Slot([0; 16]);
         let bytes = &mut slot.0[..std::mem::size_of::<T>()];
-        self.raw.read_element(&index.map(|i| i as u64), bytes, token)?;
+        self.raw
+            .read_element(&index.map(|i| i as u64), bytes, token)?;
         // SAFETY: slot is 16-aligned (enough for every Element) and holds the element's
         // bytes; load tolerates any bit pattern.
         Ok(unsafe { T::load(slot.0.as_ptr().cast()) })
@@ -181,12 +192,18 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     }
 
     /// [`MemArray::set`] presenting a lock token.
-    pub fn set_with(&mut self, index: [usize; N], value: T, token: Option<LockToken>) -> Result<()> {
+    pub fn set_with(
+        &mut self,
+        index: [usize; N],
+        value: T,
+        token: Option<LockToken>,
+    ) -> Result<()> {
         // SAFETY: value is plain data of size_of::<T>() bytes.
         let bytes = unsafe {
             std::slice::from_raw_parts((&raw const value).cast::<u8>(), std::mem::size_of::<T>())
         };
-        self.raw.write_element(&index.map(|i| i as u64), bytes, token)
+        self.raw
+            .write_element(&index.map(|i| i as u64), bytes, token)
     }
 
     /// An ndarray view of the host copy (the data must be on the host).
@@ -269,6 +286,7 @@ impl<T: Element, const N: usize> Clone for MemArray<T, N> {
     /// # Panics
     /// If allocation fails; use [`MemArray::try_clone`] to get the error instead.
     fn clone(&self) -> Self {
-        self.try_clone().expect("MemArray::clone: allocation failed")
+        self.try_clone()
+            .expect("MemArray::clone: allocation failed")
     }
 }

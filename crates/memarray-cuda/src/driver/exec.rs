@@ -39,7 +39,9 @@ pub(crate) unsafe fn module_get_function(m: CUmodule, name: &CStr) -> Result<CUf
     init()?;
     let mut f: CUfunction = std::ptr::null_mut();
     // SAFETY: item 1; `name` is NUL-terminated.
-    check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, m, name.as_ptr()) })?;
+    check("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(&mut f, m, name.as_ptr())
+    })?;
     Ok(f)
 }
 

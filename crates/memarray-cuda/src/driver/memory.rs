@@ -1,6 +1,6 @@
 //! Allocation, memset and copies.
 
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 use cudarc::driver::sys;
 
@@ -15,7 +15,9 @@ pub(crate) unsafe fn mem_alloc(bytes: usize) -> Result<u64> {
     init()?;
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: item 1; the out pointer is valid.
-    check("cuMemAlloc_v2", unsafe { sys::cuMemAlloc_v2(&mut p, bytes) })?;
+    check("cuMemAlloc_v2", unsafe {
+        sys::cuMemAlloc_v2(&mut p, bytes)
+    })?;
     Ok(p)
 }
 
@@ -40,7 +42,9 @@ pub(crate) unsafe fn mem_alloc_async(bytes: usize, s: CUstream) -> Result<u64> {
     init()?;
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: items 1 and 2; the out pointer is valid.
-    check("cuMemAllocAsync", unsafe { sys::cuMemAllocAsync(&mut p, bytes, s) })?;
+    check("cuMemAllocAsync", unsafe {
+        sys::cuMemAllocAsync(&mut p, bytes, s)
+    })?;
     Ok(p)
 }
 
@@ -90,7 +94,9 @@ pub(crate) unsafe fn mem_host_alloc(bytes: usize, flags: c_uint) -> Result<*mut 
     init()?;
     let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: item 1; the out pointer is valid.
-    check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, bytes, flags) })?;
+    check("cuMemHostAlloc", unsafe {
+        sys::cuMemHostAlloc(&mut p, bytes, flags)
+    })?;
     Ok(p)
 }
 
@@ -116,8 +122,24 @@ pub(crate) unsafe fn mem_alloc_managed(bytes: usize) -> Result<u64> {
     let mut p: sys::CUdeviceptr = 0;
     let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
     // SAFETY: item 1; the out pointer is valid.
-    check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut p, bytes, flags) })?;
+    check("cuMemAllocManaged", unsafe {
+        sys::cuMemAllocManaged(&mut p, bytes, flags)
+    })?;
     Ok(p)
+}
+
+/// The ordinal of the device whose context allocated the memory at `p` (device, managed
+/// or pinned memory known to the driver); an error for other addresses.
+pub(crate) fn pointer_device_ordinal(p: u64) -> Result<u32> {
+    init()?;
+    let mut ordinal: c_int = -1;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+    // SAFETY: this attribute writes one int to the out pointer; the driver validates `p`
+    // (an unknown address is CUDA_ERROR_INVALID_VALUE, not undefined behaviour).
+    check("cuPointerGetAttribute", unsafe {
+        sys::cuPointerGetAttribute((&raw mut ordinal).cast::<c_void>(), attr, p)
+    })?;
+    Ok(ordinal.max(0) as u32)
 }
 
 /// Enqueues setting `n` bytes at `p` to `value` on `s`.
@@ -128,7 +150,9 @@ pub(crate) unsafe fn mem_alloc_managed(bytes: usize) -> Result<u64> {
 pub(crate) unsafe fn memset_d8_async(p: u64, value: u8, n: usize, s: CUstream) -> Result<()> {
     init()?;
     // SAFETY: items 1 and 2.
-    check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(p, value, n, s) })
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(p, value, n, s)
+    })
 }
 
 /// Enqueues a host-to-device copy of `n` bytes on `s`.
@@ -138,7 +162,12 @@ pub(crate) unsafe fn memset_d8_async(p: u64, value: u8, n: usize, s: CUstream) -
 ///    staged before the call returns; page-locked memory is read later).
 /// 2. `[dst, dst + n)` is live device-accessible memory.
 /// 3. `s` is a live stream (or 1/2) of the current context.
-pub(crate) unsafe fn memcpy_htod_async(dst: u64, src: *const u8, n: usize, s: CUstream) -> Result<()> {
+pub(crate) unsafe fn memcpy_htod_async(
+    dst: u64,
+    src: *const u8,
+    n: usize,
+    s: CUstream,
+) -> Result<()> {
     init()?;
     // SAFETY: items 1 to 3.
     check("cuMemcpyHtoDAsync_v2", unsafe {
@@ -153,7 +182,12 @@ pub(crate) unsafe fn memcpy_htod_async(dst: u64, src: *const u8, n: usize, s: CU
 ///    the copy has run.
 /// 2. `[src, src + n)` is live device-accessible memory.
 /// 3. `s` is a live stream (or 1/2) of the current context.
-pub(crate) unsafe fn memcpy_dtoh_async(dst: *mut u8, src: u64, n: usize, s: CUstream) -> Result<()> {
+pub(crate) unsafe fn memcpy_dtoh_async(
+    dst: *mut u8,
+    src: u64,
+    n: usize,
+    s: CUstream,
+) -> Result<()> {
     init()?;
     // SAFETY: items 1 to 3.
     check("cuMemcpyDtoHAsync_v2", unsafe {
@@ -170,7 +204,9 @@ pub(crate) unsafe fn memcpy_dtoh_async(dst: *mut u8, src: u64, n: usize, s: CUst
 pub(crate) unsafe fn memcpy_dtod_async(dst: u64, src: u64, n: usize, s: CUstream) -> Result<()> {
     init()?;
     // SAFETY: items 1 and 2.
-    check("cuMemcpyDtoDAsync_v2", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, s) })
+    check("cuMemcpyDtoDAsync_v2", unsafe {
+        sys::cuMemcpyDtoDAsync_v2(dst, src, n, s)
+    })
 }
 
 /// Enqueues a copy of `n` bytes between two devices' memories on `s`.

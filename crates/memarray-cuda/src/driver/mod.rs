@@ -34,11 +34,12 @@ pub(crate) fn init() -> Result<()> {
         // SAFETY: loading libcuda runs its initialisers, which is what every CUDA program
         // does; no other code of ours runs concurrently with the OnceLock initialiser.
         if !unsafe { sys::is_culib_present() } {
-            let names = cudarc::get_lib_name_candidates("cuda");
-            return Err(format!(
-                "libcuda.so not found: no NVIDIA driver on this machine (searched {})",
-                names.join(", ")
-            ));
+            return Err(
+                "libcuda.so not found: no NVIDIA driver on this machine (searched the \
+                        loader path for libcuda.so and libcuda.so.1; set LD_LIBRARY_PATH if the \
+                        driver is installed elsewhere)"
+                    .to_string(),
+            );
         }
         // SAFETY: the library is present (checked above); cuInit takes a plain integer.
         let r = unsafe { sys::cuInit(0) };
@@ -106,7 +107,9 @@ pub(crate) fn device_get(ordinal: u32) -> Result<CUdevice> {
     init()?;
     let mut d: CUdevice = 0;
     // SAFETY: the driver is initialised; an out-of-range ordinal is an error, not UB.
-    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut d, ordinal as c_int) })?;
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut d, ordinal as c_int)
+    })?;
     Ok(d)
 }
 
@@ -119,7 +122,9 @@ pub(crate) fn device_name(dev: CUdevice) -> Result<String> {
         sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, dev)
     })?;
     // SAFETY: the driver wrote a NUL-terminated string into the buffer.
-    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// One integer device attribute.
@@ -127,7 +132,9 @@ pub(crate) fn device_attribute(dev: CUdevice, attr: sys::CUdevice_attribute) -> 
     init()?;
     let mut v: c_int = 0;
     // SAFETY: the out pointer is valid; a bad `dev` or attribute is an error.
-    check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) })?;
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, attr, dev)
+    })?;
     Ok(v)
 }
 
@@ -136,7 +143,9 @@ pub(crate) fn device_can_access_peer(dev: CUdevice, peer: CUdevice) -> Result<bo
     init()?;
     let mut v: c_int = 0;
     // SAFETY: the out pointer is valid; bad handles are errors.
-    check("cuDeviceCanAccessPeer", unsafe { sys::cuDeviceCanAccessPeer(&mut v, dev, peer) })?;
+    check("cuDeviceCanAccessPeer", unsafe {
+        sys::cuDeviceCanAccessPeer(&mut v, dev, peer)
+    })?;
     Ok(v != 0)
 }
 
@@ -145,7 +154,9 @@ pub(crate) fn primary_ctx_retain(dev: CUdevice) -> Result<CUcontext> {
     init()?;
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: the out pointer is valid; a bad `dev` is an error.
-    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) })?;
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+    })?;
     Ok(ctx)
 }
 
@@ -202,7 +213,9 @@ pub(crate) unsafe fn mem_get_info() -> Result<(u64, u64)> {
     init()?;
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: item 1; out pointers are valid.
-    check("cuMemGetInfo_v2", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+    check("cuMemGetInfo_v2", unsafe {
+        sys::cuMemGetInfo_v2(&mut free, &mut total)
+    })?;
     Ok((free as u64, total as u64))
 }
 
@@ -222,7 +235,9 @@ pub(crate) unsafe fn stream_create_non_blocking() -> Result<CUstream> {
     let mut s: CUstream = std::ptr::null_mut();
     let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
     // SAFETY: item 1; the out pointer is valid.
-    check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut s, flags) })?;
+    check("cuStreamCreate", unsafe {
+        sys::cuStreamCreate(&mut s, flags)
+    })?;
     Ok(s)
 }
 
@@ -233,7 +248,9 @@ pub(crate) unsafe fn stream_create_non_blocking() -> Result<CUstream> {
 pub(crate) unsafe fn stream_synchronize(s: CUstream) -> Result<()> {
     init()?;
     // SAFETY: item 1.
-    check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(s) })
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(s)
+    })
 }
 
 /// Makes later work on `s` wait for `e`'s last recorded work, without blocking the host.
@@ -244,7 +261,9 @@ pub(crate) unsafe fn stream_synchronize(s: CUstream) -> Result<()> {
 pub(crate) unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
     init()?;
     // SAFETY: items 1 and 2; flags must be 0.
-    check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(s, e, 0) })
+    check("cuStreamWaitEvent", unsafe {
+        sys::cuStreamWaitEvent(s, e, 0)
+    })
 }
 
 // ---- events ---------------------------------------------------------------------------
@@ -262,7 +281,9 @@ pub(crate) unsafe fn event_create(timing: bool) -> Result<CUevent> {
     };
     let mut e: CUevent = std::ptr::null_mut();
     // SAFETY: item 1; the out pointer is valid.
-    check("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, flags as u32) })?;
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, flags as u32)
+    })?;
     Ok(e)
 }
 
@@ -320,6 +341,8 @@ pub(crate) unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f3
     let mut ms = 0f32;
     // SAFETY: item 1; the out pointer is valid. The v1 entry point is exported by every
     // driver from 11.x to 13.x; `_v2` only from 12.8.
-    check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime(&mut ms, start, end) })?;
+    check("cuEventElapsedTime", unsafe {
+        sys::cuEventElapsedTime(&mut ms, start, end)
+    })?;
     Ok(ms)
 }

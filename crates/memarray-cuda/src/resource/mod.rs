@@ -15,6 +15,7 @@
 //! [`CoreError::BadAlignment`].
 
 mod device;
+mod foreign;
 mod managed;
 mod pinned;
 mod pool;
@@ -26,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
 pub use device::DeviceResource;
+pub(crate) use foreign::ForeignDeviceMemory;
 pub use managed::ManagedResource;
 pub use pinned::{PinnedFlags, PinnedResource};
 pub use pool::AsyncPoolResource;
@@ -196,9 +198,19 @@ mod tests {
             a.allocate(usize::MAX, 4096, "t", fake(&next)),
             Err(CoreError::Alloc { .. })
         ));
-        let oom = |_| Err(CudaError::OutOfMemory { bytes: 7, device: 0 });
+        let oom = |_| {
+            Err(CudaError::OutOfMemory {
+                bytes: 7,
+                device: 0,
+            })
+        };
         match a.allocate(7, 8, "cuda:0 device", oom) {
-            Err(CoreError::Alloc { bytes: 7, resource, reason, .. }) => {
+            Err(CoreError::Alloc {
+                bytes: 7,
+                resource,
+                reason,
+                ..
+            }) => {
                 assert_eq!(resource, "cuda:0 device");
                 assert!(reason.contains("out of memory on cuda:0"), "{reason}");
             }

@@ -1,0 +1,362 @@
+//! `memarray.cuda`: availability, streams, events, and GPU interop (CUDA Array
+//! Interface export and import, DLPack import of device tensors).
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use memarray_core::{DType, Location};
+use memarray_cuda::array::{Consumer, RawArray};
+use memarray_cuda::{Device, Event, Stream, StreamRef};
+use memarray_dlpack::ImportedTensor;
+
+use crate::array::PyMemArray;
+use crate::errors::IntoPyResult;
+
+/// An owned CUDA stream (non-blocking) on one device.
+#[pyclass(name = "Stream", module = "memarray.cuda")]
+pub struct PyStream {
+    pub stream: Stream,
+}
+
+#[pymethods]
+impl PyStream {
+    #[new]
+    #[pyo3(signature = (device_id=0))]
+    fn new(device_id: u32) -> PyResult<Self> {
+        let device = Device::get(device_id).py()?;
+        Ok(Self {
+            stream: Stream::new(&device).py()?,
+        })
+    }
+
+    /// The raw `CUstream` handle as an int (what torch calls `cuda_stream`).
+    #[getter]
+    fn handle(&self) -> usize {
+        self.stream.raw()
+    }
+
+    /// Alias of `handle`, as CuPy names it.
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.stream.raw()
+    }
+
+    /// Alias of `handle`, as torch names it.
+    #[getter]
+    fn cuda_stream(&self) -> usize {
+        self.stream.raw()
+    }
+
+    /// The CUDA stream protocol: `(version, handle)`.
+    fn __cuda_stream__(&self) -> (u32, usize) {
+        (0, self.stream.raw())
+    }
+
+    /// Blocks until all work on the stream is done.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let s = &self.stream;
+        py.detach(|| s.synchronize()).py()
+    }
+
+    /// Makes later work on this stream wait for `event` (no host block).
+    fn wait_event(&self, event: &PyEvent) -> PyResult<()> {
+        self.stream.wait(&event.event).py()
+    }
+
+    /// Records and returns a new event on this stream.
+    fn record_event(&self) -> PyResult<PyEvent> {
+        let event = Event::new(self.stream.device()).py()?;
+        event.record(self.stream.as_ref()).py()?;
+        Ok(PyEvent { event })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "memarray.cuda.Stream(device_id={}, handle={:#x})",
+            self.stream.device().id(),
+            self.stream.raw()
+        )
+    }
+}
+
+/// A CUDA event.
+#[pyclass(name = "Event", module = "memarray.cuda")]
+pub struct PyEvent {
+    pub event: Event,
+}
+
+#[pymethods]
+impl PyEvent {
+    #[new]
+    #[pyo3(signature = (device_id=0, timing=false))]
+    fn new(device_id: u32, timing: bool) -> PyResult<Self> {
+        let device = Device::get(device_id).py()?;
+        let event = if timing {
+            Event::timed(&device)
+        } else {
+            Event::new(&device)
+        }
+        .py()?;
+        Ok(Self { event })
+    }
+
+    /// Records the event on `stream` (int handle or Stream; default: legacy stream).
+    #[pyo3(signature = (stream=None))]
+    fn record(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let s = crate::stream::parse_move_stream(stream)?.unwrap_or(StreamRef::legacy());
+        self.event.record(s).py()
+    }
+
+    /// Blocks until the recorded work is done.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let e = &self.event;
+        py.detach(|| e.synchronize()).py()
+    }
+
+    /// Whether the recorded work is done.
+    fn query(&self) -> PyResult<bool> {
+        self.event.is_complete().py()
+    }
+
+    /// Milliseconds from `start` to this event (both timed).
+    fn elapsed_time(&self, start: &PyEvent) -> PyResult<f32> {
+        self.event.elapsed_ms(&start.event).py()
+    }
+}
+
+/// Whether a CUDA driver and at least one device are usable.
+#[pyfunction]
+fn is_available() -> bool {
+    memarray_cuda::is_available()
+}
+
+/// Why CUDA is unusable, or None when it is usable.
+#[pyfunction]
+fn unavailable_reason() -> Option<String> {
+    match memarray_cuda::device_count() {
+        Ok(n) if n > 0 => None,
+        Ok(_) => Some("the driver reports no CUDA device".into()),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// Number of CUDA devices (CudaUnavailableError without a driver).
+#[pyfunction]
+fn device_count() -> PyResult<u32> {
+    memarray_cuda::device_count().py()
+}
+
+/// Blocks until all work on `device_id` (default 0) is done.
+#[pyfunction]
+#[pyo3(signature = (device_id=0))]
+fn synchronize(py: Python<'_>, device_id: u32) -> PyResult<()> {
+    let d = Device::get(device_id).py()?;
+    py.detach(|| d.synchronize()).py()
+}
+
+/// The CUDA Array Interface v3 dict of device-resident data.
+pub fn cuda_array_interface<'py>(
+    py: Python<'py>,
+    arr: &PyMemArray,
+) -> PyResult<Bound<'py, PyDict>> {
+    let Location::Device(_) = arr.raw.location() else {
+        return Err(pyo3::exceptions::PyAttributeError::new_err(
+            "__cuda_array_interface__ exists only while the data is on a CUDA device; \
+             call move_memory(memarray.dlpack.kDLCUDA) first",
+        ));
+    };
+    arr.raw.check(None).py()?;
+    let buf = arr.raw.export_buffer(None, false, Consumer::NoSync).py()?;
+    let d = PyDict::new(py);
+    d.set_item("version", 3)?;
+    d.set_item("shape", PyTuple::new(py, arr.raw.shape())?)?;
+    d.set_item("typestr", arr.raw.dtype().typestr())?;
+    d.set_item("descr", [("", arr.raw.dtype().typestr())])?;
+    // Empty arrays may report a null pointer; memarray's is valid anyway.
+    d.set_item("data", (buf.ptr as usize, false))?;
+    d.set_item("strides", py.None())?;
+    match arr.raw.pending_stream() {
+        Some(s) => d.set_item("stream", s.raw())?,
+        None => d.set_item("stream", py.None())?,
+    }
+    Ok(d)
+}
+
+/// Imports a DLPack tensor on a CUDA device.
+pub fn import_device_tensor(
+    _py: Python<'_>,
+    t: ImportedTensor,
+    copy: Option<bool>,
+) -> PyResult<RawArray> {
+    let id = u32::try_from(t.device().id)
+        .map_err(|_| PyBufferError::new_err("negative CUDA device id"))?;
+    let device = Device::get(id).py()?;
+    let (dtype, shape, strides) = (t.dtype(), t.shape().to_vec(), t.strides().to_vec());
+    let (addr, nbytes, read_only) = (t.data() as u64, t.nbytes(), t.read_only());
+    // The producer already ordered its work before the legacy stream (we asked for
+    // stream 1 in __dlpack__), which memarray's own operations default to.
+    import_device(
+        &device,
+        dtype,
+        shape,
+        strides,
+        addr,
+        nbytes,
+        read_only,
+        copy,
+        None,
+        Box::new(t),
+    )
+}
+
+/// Imports device memory described by dtype/shape/strides at `addr`, keeping `owner`.
+#[allow(clippy::too_many_arguments)]
+fn import_device(
+    device: &Arc<Device>,
+    dtype: DType,
+    shape: Vec<usize>,
+    strides: Vec<i64>,
+    addr: u64,
+    nbytes: usize,
+    read_only: bool,
+    copy: Option<bool>,
+    producer: Option<StreamRef>,
+    owner: Box<dyn std::any::Any + Send + Sync>,
+) -> PyResult<RawArray> {
+    let contiguous = memarray_core::shape::is_c_contiguous(&shape, &strides);
+    let shareable = contiguous && !read_only && nbytes > 0;
+    if copy == Some(false) && !shareable && nbytes > 0 {
+        return Err(PyBufferError::new_err(format!(
+            "copy=False, but the device tensor cannot be shared zero-copy ({}); pass copy=None \
+             or copy=True",
+            if read_only {
+                "it is read-only"
+            } else {
+                "it is not C-contiguous"
+            }
+        )));
+    }
+    if !contiguous {
+        return Err(PyBufferError::new_err(
+            "non-contiguous device tensors are not imported; make them contiguous first \
+             (torch: .contiguous(), CuPy: cupy.ascontiguousarray)",
+        ));
+    }
+    // SAFETY: the producer promised (DLPack / CAI) that addr holds nbytes bytes on
+    // `device` for as long as `owner` lives.
+    let share = shareable && copy != Some(true);
+    unsafe {
+        RawArray::from_device_memory(device, dtype, &shape, addr, nbytes, owner, share, producer)
+    }
+    .py()
+}
+
+/// Imports an object exposing `__cuda_array_interface__` (Numba, CuPy, torch).
+#[pyfunction]
+#[pyo3(signature = (obj, copy=None))]
+pub fn from_cuda_array_interface(
+    obj: &Bound<'_, PyAny>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    let iface = obj.getattr("__cuda_array_interface__")?;
+    let iface = iface
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err("__cuda_array_interface__ must be a dict"))?;
+    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        iface
+            .get_item(k)?
+            .ok_or_else(|| PyValueError::new_err(format!("__cuda_array_interface__ lacks {k:?}")))
+    };
+    let version: i64 = get("version")?.extract()?;
+    if !(0..=3).contains(&version) {
+        return Err(PyBufferError::new_err(format!(
+            "unsupported CUDA Array Interface version {version}"
+        )));
+    }
+    let shape: Vec<usize> = get("shape")?.extract()?;
+    let typestr: String = get("typestr")?.extract()?;
+    let dtype = DType::ALL
+        .into_iter()
+        .find(|d| {
+            d.typestr() == typestr || (typestr.starts_with('=') && d.typestr()[1..] == typestr[1..])
+        })
+        .ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "unsupported typestr {typestr:?}; supported dtypes: {}",
+                DType::supported_names()
+            ))
+        })?;
+    let (addr, read_only): (usize, bool) = get("data")?.extract()?;
+    let size = dtype.size() as i64;
+    let strides: Vec<i64> = match iface.get_item("strides")? {
+        Some(s) if !s.is_none() => s
+            .extract::<Vec<i64>>()?
+            .into_iter()
+            .map(|b| {
+                if b % size != 0 {
+                    Err(PyBufferError::new_err(format!(
+                        "stride {b} is not a multiple of the item size {size}"
+                    )))
+                } else {
+                    Ok(b / size)
+                }
+            })
+            .collect::<PyResult<_>>()?,
+        _ => memarray_core::shape::c_strides(&shape),
+    };
+    let nbytes = memarray_core::shape::checked_nbytes(&shape, dtype.size()).py()?;
+    if iface.get_item("mask")?.is_some_and(|m| !m.is_none()) {
+        return Err(PyBufferError::new_err(
+            "masked CUDA arrays are not supported",
+        ));
+    }
+    let device = memarray_cuda::device_of_pointer(addr as u64).py()?;
+    // Work the producer has queued on its stream must precede ours: the array starts
+    // with an event recorded there as its pending work (unless disabled).
+    let mut producer = None;
+    if std::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC").as_deref() != Ok("0") {
+        if let Some(s) = iface.get_item("stream")?.filter(|s| !s.is_none()) {
+            let h: usize = s.extract()?;
+            if h == 0 {
+                return Err(PyBufferError::new_err(
+                    "CUDA Array Interface stream 0 is disallowed by the interface (v3)",
+                ));
+            }
+            // SAFETY: the producer names a live stream of its own.
+            producer = Some(unsafe { StreamRef::from_raw(h) }.py()?);
+        }
+    }
+    let raw = import_device(
+        &device,
+        dtype,
+        shape,
+        strides,
+        addr as u64,
+        nbytes,
+        read_only,
+        copy,
+        producer,
+        Box::new(Keep(obj.clone().unbind())),
+    )?;
+    Ok(PyMemArray { raw })
+}
+
+/// Holds a Python producer alive; dropping it without the GIL defers the decref to pyo3.
+struct Keep(#[allow(dead_code)] Py<PyAny>);
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let cuda = PyModule::new(py, "cuda")?;
+    cuda.add_class::<PyStream>()?;
+    cuda.add_class::<PyEvent>()?;
+    cuda.add_function(wrap_pyfunction!(is_available, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(unavailable_reason, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(device_count, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(synchronize, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(from_cuda_array_interface, &cuda)?)?;
+    m.add_submodule(&cuda)?;
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! The device half of a [`super::RawArray`]: the lazily allocated device buffer, the
+//! array's event, and the ordering rules of ARCHITECTURE.md ("The mirror").
+//!
+//! - Every asynchronous operation runs on a stream and re-records the array's event
+//!   there; `pending` remembers that stream.
+//! - An operation on another stream first makes it wait on the event (no host block).
+//! - Host access waits for the event, then forgets it.
+//! - Buffers replaced while work may still use them (a peer move's source) stay alive in
+//!   `pending` until that work is known to be done.
+
+use std::sync::{Arc, Mutex};
+
+use memarray_core::{DType, HostBuffer, Location, MemoryResource};
+
+use super::raw::{Consumer, HostKind};
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::error::{CudaError, Result};
+use crate::event::{Enqueued, Event};
+use crate::resource::{ManagedResource, PinnedResource, default_resource};
+use crate::stream::StreamRef;
+use crate::{kernel, transfer};
+
+#[derive(Debug)]
+struct Pending {
+    event: Arc<Event>,
+    stream: StreamRef,
+    keep_alive: Vec<Arc<DeviceBuffer>>,
+}
+
+/// Device buffer, event and pending work of one array.
+#[derive(Debug)]
+pub(crate) struct DeviceSide {
+    buffer: Option<Arc<DeviceBuffer>>,
+    pending: Mutex<Option<Pending>>,
+    /// The stream of the last operation: the default for the next one.
+    last_stream: Option<StreamRef>,
+}
+
+/// The host resource for a pinned or managed host copy.
+pub(crate) fn host_resource(kind: HostKind, device_id: u32) -> Result<Arc<dyn MemoryResource>> {
+    let device = Device::get(device_id)?;
+    Ok(match kind {
+        HostKind::Managed => Arc::new(ManagedResource::new(&device)),
+        _ => Arc::new(PinnedResource::new(&device)),
+    })
+}
+
+impl DeviceSide {
+    pub(crate) fn new(_device_id: u32) -> Self {
+        Self {
+            buffer: None,
+            pending: Mutex::new(None),
+            last_stream: None,
+        }
+    }
+
+    /// A device side holding `buffer` (shared with a producer), ordered after the
+    /// producer's stream when given.
+    pub(crate) fn adopt(buffer: DeviceBuffer, producer: Option<StreamRef>) -> Result<Self> {
+        let mut out = Self::new(buffer.device().id());
+        let device = buffer.device().clone();
+        out.buffer = Some(Arc::new(buffer));
+        if let Some(s) = producer {
+            out.record(Enqueued::new(s, device), None)?;
+        }
+        Ok(out)
+    }
+
+    /// A device side holding a new copy of `src`, made after the producer's work; `src`
+    /// (and its owner) is released once the copy is done.
+    pub(crate) fn copy_of(
+        src: &DeviceBuffer,
+        nbytes: usize,
+        producer: Option<StreamRef>,
+    ) -> Result<Self> {
+        let device = src.device().clone();
+        let stream = producer.unwrap_or(StreamRef::legacy());
+        let resource = default_resource(&device)?;
+        // SAFETY: written in full by the copy below before anyone reads it.
+        let dst = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        transfer::copy_dtod(&dst, 0, src, 0, nbytes, stream)?.synchronize()?;
+        let mut out = Self::new(device.id());
+        out.buffer = Some(Arc::new(dst));
+        Ok(out)
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stream to use: the caller's, else the last one, else the legacy default.
+    fn pick(&self, stream: Option<StreamRef>) -> StreamRef {
+        stream.or(self.last_stream).unwrap_or(StreamRef::legacy())
+    }
+
+    /// Orders `stream` after pending work on another stream (stream-wait-event).
+    fn order(&self, stream: StreamRef) -> Result<()> {
+        if let Some(p) = self.pending().as_ref() {
+            if p.stream != stream {
+                stream.wait(&p.event)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the array's event after `op` and makes it the pending work.
+    fn record(&mut self, op: Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<()> {
+        let stream = op.stream();
+        let device = op.device().clone();
+        let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (event, mut keep_alive) = match guard.take() {
+            // Re-recording reuses the event: later waits capture the new point; work
+            // that waited on the old point is ordered before it anyway.
+            Some(p) if p.event.device().id() == device.id() => (p.event, p.keep_alive),
+            Some(p) => (Arc::new(Event::new(&device)?), p.keep_alive),
+            None => (Arc::new(Event::new(&device)?), Vec::new()),
+        };
+        op.record(&event)?;
+        keep_alive.extend(keep);
+        *guard = Some(Pending {
+            event,
+            stream,
+            keep_alive,
+        });
+        drop(guard);
+        self.last_stream = Some(stream);
+        Ok(())
+    }
+
+    /// Blocks the host until pending work is done, then forgets it.
+    pub(crate) fn wait_host(&self) -> Result<()> {
+        let mut guard = self.pending();
+        if let Some(p) = guard.as_ref() {
+            p.event.synchronize()?;
+            // Keep the event object for reuse; only the buffers kept alive can go.
+            let p = guard.take().expect("checked above");
+            drop(p.keep_alive);
+        }
+        Ok(())
+    }
+
+    fn buffer_on(
+        &mut self,
+        device_id: u32,
+        nbytes: usize,
+        stream: StreamRef,
+    ) -> Result<Arc<DeviceBuffer>> {
+        if let Some(b) = &self.buffer {
+            if b.device().id() == device_id {
+                return Ok(b.clone());
+            }
+        }
+        let device = Device::get(device_id)?;
+        let resource = default_resource(&device)?;
+        // SAFETY: the buffer is written in full by the copy that follows before any read.
+        let b = Arc::new(unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? });
+        if let Some(old) = self.buffer.replace(b.clone()) {
+            // The old buffer may still be read by queued work: keep it until that is done.
+            if let Some(p) = self.pending().as_mut() {
+                p.keep_alive.push(old);
+            }
+        }
+        Ok(b)
+    }
+
+    /// Host -> device `device_id`, allocating the device buffer on first use.
+    pub(crate) fn upload(
+        &mut self,
+        host: &HostBuffer,
+        device_id: u32,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream);
+        let dst = self.buffer_on(device_id, nbytes, stream)?;
+        self.order(stream)?;
+        let op = transfer::copy_htod(&dst, 0, host.as_slice(), stream)?;
+        self.record(op, None)
+    }
+
+    /// Device -> host.
+    pub(crate) fn download(
+        &mut self,
+        host: &HostBuffer,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream);
+        let src = self.current()?;
+        debug_assert_eq!(src.len(), nbytes);
+        self.order(stream)?;
+        // SAFETY: the host buffer holds nbytes bytes and stays alive (the array owns an
+        // Arc to it) until the event recorded below, which every host access waits for.
+        let op = unsafe { transfer::copy_dtoh_raw(host.as_mut_ptr(), &src, 0, nbytes, stream)? };
+        self.record(op, None)
+    }
+
+    /// Device -> another device, peer to peer.
+    pub(crate) fn move_peer(
+        &mut self,
+        to: u32,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream);
+        let src = self.current()?;
+        let dst = self.buffer_on(to, nbytes, stream)?;
+        self.order(stream)?;
+        let op = transfer::copy_peer(&dst, 0, &src, 0, nbytes, stream)?;
+        self.record(op, Some(src))
+    }
+
+    fn current(&self) -> Result<Arc<DeviceBuffer>> {
+        self.buffer.clone().ok_or(CudaError::NoDeviceCopy)
+    }
+
+    /// Device address of the current device copy.
+    pub(crate) fn device_addr(&self) -> Result<u64> {
+        Ok(self.current()?.device_ptr())
+    }
+
+    /// Reads bytes of the device copy synchronously, after pending work.
+    pub(crate) fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let src = self.current()?;
+        let stream = self.pick(None);
+        self.order(stream)?;
+        // SAFETY: out is valid for its length and we block until the copy is done.
+        unsafe { transfer::copy_dtoh_raw(out.as_mut_ptr(), &src, offset, out.len(), stream)? }
+            .synchronize()
+    }
+
+    /// Writes bytes of the device copy, after pending work; returns once written.
+    pub(crate) fn write_bytes(&mut self, offset: usize, value: &[u8]) -> Result<()> {
+        let dst = self.current()?;
+        let stream = self.pick(None);
+        self.order(stream)?;
+        let op = transfer::copy_htod(&dst, offset, value, stream)?;
+        self.record(op, None)?;
+        // `value` is borrowed: the copy must finish before we return.
+        self.wait_host()
+    }
+
+    /// Runs the add_index_tuple kernel on the device copy.
+    pub(crate) fn add_index_tuple(
+        &mut self,
+        dtype: DType,
+        shape: &[usize],
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream);
+        let buf = self.current()?;
+        self.order(stream)?;
+        let op = kernel::add_index_tuple(dtype, &buf, shape, stream)?;
+        self.record(op, None)
+    }
+
+    /// The device copy for an export (or a fresh copy of it), ordered for `consumer`.
+    pub(crate) fn export(
+        &self,
+        nbytes: usize,
+        copy: bool,
+        consumer: Consumer,
+    ) -> Result<(u64, Box<dyn std::any::Any + Send + Sync>)> {
+        let src = self.current()?;
+        let buf = if copy {
+            let stream = self.pick(None);
+            self.order(stream)?;
+            // SAFETY: written in full by the copy below before anyone reads it.
+            let dst = unsafe {
+                DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
+            };
+            let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            let event = op.into_event()?;
+            match consumer {
+                Consumer::Stream(s) if s != stream => s.wait(&event)?,
+                Consumer::Host => event.synchronize()?,
+                _ => {}
+            }
+            Arc::new(dst)
+        } else {
+            match consumer {
+                Consumer::Stream(s) => self.order(s)?,
+                Consumer::Host => self.wait_host()?,
+                Consumer::NoSync => {}
+            }
+            src
+        };
+        Ok((buf.device_ptr(), Box::new(buf)))
+    }
+
+    /// The stream work is pending on, if any (for the CUDA Array Interface `stream`).
+    pub(crate) fn pending_stream(&self) -> Option<StreamRef> {
+        self.pending().as_ref().map(|p| p.stream)
+    }
+
+    /// A deep copy of the device side: a new device buffer holding the current data when
+    /// the data is on a device, nothing otherwise.
+    pub(crate) fn try_clone(&self, location: Location, nbytes: usize) -> Result<Self> {
+        let mut out = Self::new(0);
+        if let Location::Device(_) = location {
+            let src = self.current()?;
+            let stream = self.pick(None);
+            self.order(stream)?;
+            // SAFETY: written in full by the copy below before anyone reads it.
+            let dst = unsafe {
+                DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
+            };
+            let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            out.buffer = Some(Arc::new(dst));
+            out.record(op, None)?;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,56 @@
+//! Helpers for tests that need a GPU. Not part of the stable API.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use crate::device::{Device, device_count};
+
+/// The environment variable that turns skipped GPU tests into failures.
+pub const REQUIRE_GPU_ENV: &str = "MEMARRAY_REQUIRE_GPU";
+
+fn required() -> bool {
+    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1")
+}
+
+/// Writes a skip notice straight to stderr, which `cargo test` does not capture, so
+/// skipped tests are visible without `--nocapture`.
+pub fn report_skip(reason: &str) {
+    // One write, so parallel tests do not interleave within the line.
+    let line = format!("SKIPPED: {reason}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Device 0, or `None` after printing `SKIPPED: no CUDA device (<reason>)`.
+///
+/// # Panics
+/// When `MEMARRAY_REQUIRE_GPU=1` and no device can be opened.
+pub fn gpu_or_skip() -> Option<Arc<Device>> {
+    match Device::get(0) {
+        Ok(d) => Some(d),
+        Err(e) if required() => panic!("{REQUIRE_GPU_ENV}=1 but no CUDA device: {e}"),
+        Err(e) => {
+            report_skip(&format!("no CUDA device ({e})"));
+            None
+        }
+    }
+}
+
+/// The first `n` devices, or `None` after printing why. With fewer than `n` devices this
+/// skips even under `MEMARRAY_REQUIRE_GPU=1` (a one-GPU machine cannot run peer tests);
+/// with none at all it panics there, as [`gpu_or_skip`] does.
+pub fn gpus_or_skip(n: u32) -> Option<Vec<Arc<Device>>> {
+    gpu_or_skip()?;
+    let count = device_count().unwrap_or(0);
+    if count < n {
+        report_skip(&format!("needs {n} CUDA devices, this machine has {count}"));
+        return None;
+    }
+    match (0..n).map(Device::get).collect() {
+        Ok(devices) => Some(devices),
+        Err(e) if required() => panic!("{REQUIRE_GPU_ENV}=1 but devices 0..{n} failed: {e}"),
+        Err(e) => {
+            report_skip(&format!("could not open {n} CUDA devices ({e})"));
+            None
+        }
+    }
+}

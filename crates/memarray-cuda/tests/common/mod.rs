@@ -1,0 +1,24 @@
+//! Shared helpers for memarray-cuda's integration tests.
+#![allow(dead_code)]
+
+use memarray_core::Element;
+
+/// Deterministic pseudo-random bytes (xorshift64*), so failures reproduce.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// The bytes of a slice of elements.
+pub fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: Element types are plain data of DTYPE.size() bytes without padding (the
+    // trait's contract), so every byte is initialised; the length is exact.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Regenerates kernels-cuda/ptx/*.ptx from kernels-cuda/src/*.cu (`just kernels`).
+#
+# The PTX is committed so a fresh clone builds without nvcc. It must load on NVIDIA
+# driver 580 (CUDA 13.0), which accepts PTX ISA <= 9.0: nvcc 13.0 emits 9.0, newer nvcc
+# emits newer ISAs the driver refuses. So the compiler is pinned: nvcc 13.0.88.
+#
+# nvcc is looked up in $NVCC, then on PATH, then /usr/local/cuda/bin, then ./.venv-nvcc;
+# if none is 13.0, the pinned nvcc is installed from PyPI into ./.venv-nvcc (needs
+# python3 and network). MEMARRAY_NVCC_NO_INSTALL=1 forbids that and exits 3 instead.
+#
+# Usage: kernels-cuda/build.sh [OUT_DIR]   (default kernels-cuda/ptx)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+out="${1:-$here/ptx}"
+pinned="13.0.88"
+venv="$root/.venv-nvcc"
+# One place for the flags; tests/ptx_up_to_date.rs calls this script to compare.
+flags=(-ptx -arch=compute_75 -O3 -std=c++17 -I "$here/include")
+
+version_of() { "$1" --version 2>/dev/null | sed -n 's/.*, V\([0-9.]*\).*/\1/p'; }
+
+find_nvcc() {
+    local c
+    for c in "${NVCC:-}" "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc \
+        "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc; do
+        if [[ -n "$c" && -x "$c" && "$(version_of "$c")" == "$pinned" ]]; then
+            echo "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if ! nvcc="$(find_nvcc)"; then
+    if [[ "${MEMARRAY_NVCC_NO_INSTALL:-0}" == "1" ]]; then
+        echo "nvcc $pinned not found (PATH, /usr/local/cuda/bin, $venv)" >&2
+        exit 3
+    fi
+    echo "installing nvcc $pinned from PyPI into $venv" >&2
+    python3 -m venv "$venv"
+    # nvcc pulls nvvm (cicc) and crt of the newest release unless they are pinned too,
+    # and cicc decides the PTX ISA version.
+    "$venv/bin/pip" install --quiet "nvidia-cuda-nvcc==$pinned" "nvidia-nvvm==$pinned" \
+        "nvidia-cuda-crt==$pinned" "nvidia-cuda-runtime==$pinned"
+    nvcc="$(find_nvcc)"
+fi
+
+mkdir -p "$out"
+for src in "$here"/src/*.cu; do
+    name="$(basename "$src" .cu)"
+    "$nvcc" "${flags[@]}" "$src" -o "$out/$name.ptx"
+    isa="$(sed -n 's/^\.version //p' "$out/$name.ptx")"
+    echo "$out/$name.ptx: PTX ISA $isa, $(grep -c '^.visible .entry' "$out/$name.ptx") kernels, nvcc $pinned" >&2
+done
