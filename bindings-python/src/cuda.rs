@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::intern;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use memarray_core::{DType, Location};
-use memarray_cuda::array::{Consumer, RawArray};
+use memarray_cuda::array::RawArray;
 use memarray_cuda::{Device, Event, Stream, StreamRef};
 use memarray_dlpack::ImportedTensor;
 
@@ -157,7 +159,10 @@ fn synchronize(py: Python<'_>, device_id: u32) -> PyResult<()> {
     py.detach(|| d.synchronize()).py()
 }
 
-/// The CUDA Array Interface v3 dict of device-resident data.
+static TYPESTRS: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
+
+/// The CUDA Array Interface v3 dict of device-resident data. Keys and typestrs are
+/// interned: this is on the hot path of every CuPy / Numba / torch.as_tensor call.
 pub fn cuda_array_interface<'py>(
     py: Python<'py>,
     arr: &PyMemArray,
@@ -168,20 +173,24 @@ pub fn cuda_array_interface<'py>(
              call move_memory(memarray.dlpack.kDLCUDA) first",
         ));
     };
-    arr.raw.check(None).py()?;
-    let buf = arr.raw.export_buffer(None, false, Consumer::NoSync).py()?;
+    let ptr = arr.raw.device_ptr(None).py()?;
+    let typestrs = TYPESTRS.get_or_init(py, || {
+        DType::ALL
+            .iter()
+            .map(|d| PyString::intern(py, d.typestr()).unbind())
+            .collect()
+    });
+    let dtype = arr.raw.dtype();
+    let i = DType::ALL.iter().position(|d| *d == dtype).expect("every dtype is in ALL");
     let d = PyDict::new(py);
-    d.set_item("version", 3)?;
-    d.set_item("shape", PyTuple::new(py, arr.raw.shape())?)?;
-    d.set_item("typestr", arr.raw.dtype().typestr())?;
-    d.set_item("descr", [("", arr.raw.dtype().typestr())])?;
-    // Empty arrays may report a null pointer; memarray's is valid anyway.
-    d.set_item("data", (buf.ptr as usize, false))?;
-    d.set_item("strides", py.None())?;
-    match arr.raw.pending_stream() {
-        Some(s) => d.set_item("stream", s.raw())?,
-        None => d.set_item("stream", py.None())?,
-    }
+    d.set_item(intern!(py, "version"), 3)?;
+    d.set_item(intern!(py, "shape"), PyTuple::new(py, arr.raw.shape())?)?;
+    d.set_item(intern!(py, "typestr"), typestrs[i].bind(py))?;
+    d.set_item(intern!(py, "data"), (ptr, false))?;
+    d.set_item(intern!(py, "strides"), py.None())?;
+    // The stream of pending work (never 0), or None when nothing is pending.
+    let stream = arr.raw.pending_stream().map(|s| s.raw());
+    d.set_item(intern!(py, "stream"), stream)?;
     Ok(d)
 }
 

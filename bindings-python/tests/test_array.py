@@ -57,7 +57,7 @@ def test_any_ndim_up_to_32(ndim):
     init = init_array(shape, np.int32)
     a.read_numpy_array(init)
     a.add_index_tuple()
-    np.testing.assert_array_equal(np.asarray(a), ref_add_index(init))
+    np.testing.assert_array_equal(a.to_numpy(), ref_add_index(init))
 
 
 def test_ndim_33_is_refused():

@@ -33,8 +33,10 @@ struct Pending {
 pub(crate) struct DeviceSide {
     buffer: Option<Arc<DeviceBuffer>>,
     pending: Mutex<Option<Pending>>,
-    /// The stream of the last operation: the default for the next one.
-    last_stream: Option<StreamRef>,
+    /// The stream of the last operation and the device it ran on: the default for the
+    /// next operation on that device. Streams belong to one device: kernels launched and
+    /// events recorded on another device's stream fail, so it is never reused elsewhere.
+    last_stream: Option<(StreamRef, u32)>,
 }
 
 /// The host resource for a pinned or managed host copy.
@@ -89,9 +91,13 @@ impl DeviceSide {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The stream to use: the caller's, else the last one, else the legacy default.
-    fn pick(&self, stream: Option<StreamRef>) -> StreamRef {
-        stream.or(self.last_stream).unwrap_or(StreamRef::legacy())
+    /// The stream for an operation on `device_id`: the caller's, else the last one if it
+    /// ran on that device, else the legacy default stream (which is per device).
+    fn pick(&self, stream: Option<StreamRef>, device_id: u32) -> StreamRef {
+        let last = self.last_stream.filter(|&(_, d)| d == device_id);
+        stream
+            .or(last.map(|(s, _)| s))
+            .unwrap_or(StreamRef::legacy())
     }
 
     /// Orders `stream` after pending work on another stream (stream-wait-event).
@@ -104,19 +110,20 @@ impl DeviceSide {
         Ok(())
     }
 
-    /// Records the array's event after `op` and makes it the pending work.
+    /// Records the array's event after `op` and makes it the pending work. If recording
+    /// fails, the previous pending work (and the buffers it keeps alive) stays in place.
     fn record(&mut self, op: Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<()> {
         let stream = op.stream();
         let device = op.device().clone();
         let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let (event, mut keep_alive) = match guard.take() {
+        let event = match guard.as_ref() {
             // Re-recording reuses the event: later waits capture the new point; work
             // that waited on the old point is ordered before it anyway.
-            Some(p) if p.event.device().id() == device.id() => (p.event, p.keep_alive),
-            Some(p) => (Arc::new(Event::new(&device)?), p.keep_alive),
-            None => (Arc::new(Event::new(&device)?), Vec::new()),
+            Some(p) if p.event.device().id() == device.id() => p.event.clone(),
+            _ => Arc::new(Event::new(&device)?),
         };
         op.record(&event)?;
+        let mut keep_alive = guard.take().map(|p| p.keep_alive).unwrap_or_default();
         keep_alive.extend(keep);
         *guard = Some(Pending {
             event,
@@ -124,7 +131,7 @@ impl DeviceSide {
             keep_alive,
         });
         drop(guard);
-        self.last_stream = Some(stream);
+        self.last_stream = Some((stream, device.id()));
         Ok(())
     }
 
@@ -140,8 +147,13 @@ impl DeviceSide {
         Ok(())
     }
 
-    fn buffer_on(
-        &mut self,
+    /// The device buffer on `device_id`: the existing one, or a new uninitialised one
+    /// that the caller fills and then [`Self::install`]s once its copy is enqueued.
+    ///
+    /// # Safety
+    /// 1. A new buffer is written in full before any read.
+    unsafe fn buffer_on(
+        &self,
         device_id: u32,
         nbytes: usize,
         stream: StreamRef,
@@ -153,15 +165,23 @@ impl DeviceSide {
         }
         let device = Device::get(device_id)?;
         let resource = default_resource(&device)?;
-        // SAFETY: the buffer is written in full by the copy that follows before any read.
-        let b = Arc::new(unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? });
-        if let Some(old) = self.buffer.replace(b.clone()) {
+        // SAFETY: item 1.
+        Ok(Arc::new(unsafe {
+            DeviceBuffer::uninit(&device, nbytes, resource, stream)?
+        }))
+    }
+
+    /// Makes `b` the device copy (a no-op if it already is).
+    fn install(&mut self, b: Arc<DeviceBuffer>) {
+        if self.buffer.as_ref().is_some_and(|old| Arc::ptr_eq(old, &b)) {
+            return;
+        }
+        if let Some(old) = self.buffer.replace(b) {
             // The old buffer may still be read by queued work: keep it until that is done.
             if let Some(p) = self.pending().as_mut() {
                 p.keep_alive.push(old);
             }
         }
-        Ok(b)
     }
 
     /// Host -> device `device_id`, allocating the device buffer on first use.
@@ -172,11 +192,14 @@ impl DeviceSide {
         nbytes: usize,
         stream: Option<StreamRef>,
     ) -> Result<()> {
-        let stream = self.pick(stream);
-        let dst = self.buffer_on(device_id, nbytes, stream)?;
+        let stream = self.pick(stream, device_id);
+        // SAFETY: the copy below writes all nbytes before any read.
+        let dst = unsafe { self.buffer_on(device_id, nbytes, stream)? };
         self.order(stream)?;
         let op = transfer::copy_htod(&dst, 0, host.as_slice(), stream)?;
-        self.record(op, None)
+        self.record(op, None)?;
+        self.install(dst);
+        Ok(())
     }
 
     /// Device -> host.
@@ -186,8 +209,8 @@ impl DeviceSide {
         nbytes: usize,
         stream: Option<StreamRef>,
     ) -> Result<()> {
-        let stream = self.pick(stream);
         let src = self.current()?;
+        let stream = self.pick(stream, src.device().id());
         debug_assert_eq!(src.len(), nbytes);
         self.order(stream)?;
         // SAFETY: the host buffer holds nbytes bytes and stays alive (the array owns an
@@ -203,12 +226,17 @@ impl DeviceSide {
         nbytes: usize,
         stream: Option<StreamRef>,
     ) -> Result<()> {
-        let stream = self.pick(stream);
+        let stream = self.pick(stream, to);
         let src = self.current()?;
-        let dst = self.buffer_on(to, nbytes, stream)?;
+        // SAFETY: the copy below writes all nbytes before any read.
+        let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
         self.order(stream)?;
         let op = transfer::copy_peer(&dst, 0, &src, 0, nbytes, stream)?;
-        self.record(op, Some(src))
+        // Only now does the new buffer become the device copy: if anything above
+        // failed, the array still holds its data on the source device.
+        self.record(op, Some(src))?;
+        self.install(dst);
+        Ok(())
     }
 
     fn current(&self) -> Result<Arc<DeviceBuffer>> {
@@ -223,7 +251,7 @@ impl DeviceSide {
     /// Reads bytes of the device copy synchronously, after pending work.
     pub(crate) fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self.current()?;
-        let stream = self.pick(None);
+        let stream = self.pick(None, src.device().id());
         self.order(stream)?;
         // SAFETY: out is valid for its length and we block until the copy is done.
         unsafe { transfer::copy_dtoh_raw(out.as_mut_ptr(), &src, offset, out.len(), stream)? }
@@ -233,7 +261,7 @@ impl DeviceSide {
     /// Writes bytes of the device copy, after pending work; returns once written.
     pub(crate) fn write_bytes(&mut self, offset: usize, value: &[u8]) -> Result<()> {
         let dst = self.current()?;
-        let stream = self.pick(None);
+        let stream = self.pick(None, dst.device().id());
         self.order(stream)?;
         let op = transfer::copy_htod(&dst, offset, value, stream)?;
         self.record(op, None)?;
@@ -248,8 +276,8 @@ impl DeviceSide {
         shape: &[usize],
         stream: Option<StreamRef>,
     ) -> Result<()> {
-        let stream = self.pick(stream);
         let buf = self.current()?;
+        let stream = self.pick(stream, buf.device().id());
         self.order(stream)?;
         let op = kernel::add_index_tuple(dtype, &buf, shape, stream)?;
         self.record(op, None)
@@ -264,7 +292,7 @@ impl DeviceSide {
     ) -> Result<(u64, Box<dyn std::any::Any + Send + Sync>)> {
         let src = self.current()?;
         let buf = if copy {
-            let stream = self.pick(None);
+            let stream = self.pick(None, src.device().id());
             self.order(stream)?;
             // SAFETY: written in full by the copy below before anyone reads it.
             let dst = unsafe {
@@ -300,7 +328,7 @@ impl DeviceSide {
         let mut out = Self::new(0);
         if let Location::Device(_) = location {
             let src = self.current()?;
-            let stream = self.pick(None);
+            let stream = self.pick(None, src.device().id());
             self.order(stream)?;
             // SAFETY: written in full by the copy below before anyone reads it.
             let dst = unsafe {

@@ -502,6 +502,13 @@ impl RawArray {
         self.dev.add_index_tuple(self.dtype, &self.shape, stream)
     }
 
+    /// Address of the device copy (for the CUDA Array Interface and kernels). It is a
+    /// device address: never dereference it on the host. Fails without a device copy.
+    pub fn device_ptr(&self, token: Option<LockToken>) -> Result<u64> {
+        self.check(token)?;
+        self.dev.device_addr()
+    }
+
     /// The stream that pending device work runs on, if any.
     pub fn pending_stream(&self) -> Option<StreamRef> {
         self.dev.pending_stream()

@@ -1,0 +1,177 @@
+"""Type stubs for the ``memarray._memarray`` extension module (bindings-python/src)."""
+
+from typing import (
+    Any,
+    Literal,
+    Protocol,
+    Self,
+    SupportsIndex,
+    TypeAlias,
+    TypedDict,
+    type_check_only,
+)
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import CapsuleType
+
+from . import cuda as cuda
+
+__all__ = [
+    "MAX_NDIM",
+    "SUPPORTED_DTYPES",
+    "CudaUnavailableError",
+    "DLPackContext",
+    "LockError",
+    "MemArray",
+    "cuda",
+    "from_dlpack",
+]
+
+#: Names of the fifteen element types, in DType::ALL order.
+SUPPORTED_DTYPES: list[str]
+#: Largest ndim an array may have (32).
+MAX_NDIM: int
+
+class LockError(RuntimeError):
+    """The array is locked by another holder (a ``with a.get_dlpack(...)`` block)."""
+
+class CudaUnavailableError(RuntimeError):
+    """No usable CUDA driver or device on this machine."""
+
+@type_check_only
+class _HasCudaStream(Protocol):
+    """torch.cuda.Stream and friends."""
+    @property
+    def cuda_stream(self) -> int: ...
+
+@type_check_only
+class _HasPtr(Protocol):
+    """cupy.cuda.Stream and friends."""
+    @property
+    def ptr(self) -> int: ...
+
+#: What ``move_memory``, ``add_index_tuple``, ``get_dlpack`` and ``Event.record`` take as
+#: ``stream``: an int handle (0 = legacy default stream), a memarray.cuda.Stream, or an
+#: object with ``cuda_stream`` (torch) or ``ptr`` (CuPy). None keeps the array's last
+#: stream (legacy default stream for a fresh array).
+_StreamLike: TypeAlias = int | cuda.Stream | _HasCudaStream | _HasPtr
+
+@type_check_only
+class _DLPackProducer(Protocol):
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+@type_check_only
+class _CudaArrayInterface(TypedDict):
+    version: int
+    shape: tuple[int, ...]
+    typestr: str
+    descr: list[tuple[str, str]]
+    data: tuple[int, bool]
+    strides: None
+    stream: int | None
+
+_HostMemory: TypeAlias = Literal["pageable", "pinned", "managed"]
+_Index: TypeAlias = SupportsIndex | tuple[SupportsIndex, ...]
+_Scalar: TypeAlias = bool | int | float | complex
+_ScalarIn: TypeAlias = complex | np.generic
+
+class MemArray:
+    """A typed N-d array mirrored between host and CUDA device memory."""
+
+    def __new__(
+        cls,
+        shape: SupportsIndex | tuple[SupportsIndex, ...] | list[SupportsIndex],
+        dtype: npt.DTypeLike | None = None,
+        device_id: int = 0,
+        host_memory: _HostMemory = "pageable",
+    ) -> Self: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``: where the current data lives."""
+    @property
+    def on_device(self) -> bool: ...
+    @property
+    def device_id(self) -> int:
+        """The CUDA device the array moves to by default."""
+    @property
+    def locked(self) -> bool: ...
+    @property
+    def host_memory(self) -> _HostMemory: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: _Index, /) -> _Scalar: ...
+    def __setitem__(self, key: _Index, value: _ScalarIn, /) -> None: ...
+    def move_memory(
+        self,
+        device_type: int,
+        device_id: int | None = None,
+        stream: _StreamLike | None = None,
+        async_copy: bool = False,
+    ) -> None: ...
+    def read_numpy_array(self, array: npt.ArrayLike) -> None: ...
+    def to_numpy(self) -> npt.NDArray[Any]: ...
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+    ) -> npt.NDArray[Any]: ...
+    def add_index_tuple(self, stream: _StreamLike | None = None) -> None: ...
+    def synchronize(self) -> None: ...
+    def copy(self) -> MemArray: ...
+    def __copy__(self) -> MemArray: ...
+    def __deepcopy__(self, memo: Any, /) -> MemArray: ...
+    def swap(self, other: MemArray) -> None: ...
+    def get_dlpack(
+        self,
+        device_type: int | None = None,
+        device_id: int | None = None,
+        stream: _StreamLike | None = None,
+    ) -> DLPackContext: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> _CudaArrayInterface:
+        """Only while the data is on a device; AttributeError otherwise."""
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+class DLPackContext:
+    """Returned by ``MemArray.get_dlpack``; locks the array inside its ``with`` block.
+    Not constructible from Python."""
+
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *args: object) -> Literal[False]: ...
+    @property
+    def lock_id(self) -> int | None: ...
+    @property
+    def array(self) -> MemArray: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def to_numpy(self) -> npt.NDArray[Any]: ...
+    def __getitem__(self, key: _Index, /) -> _Scalar: ...
+    def __setitem__(self, key: _Index, value: _ScalarIn, /) -> None: ...
+
+def from_dlpack(obj: _DLPackProducer | CapsuleType, copy: bool | None = None) -> MemArray: ...

@@ -1,0 +1,58 @@
+"""Type stubs for ``memarray.cuda`` (the ``cuda`` submodule of ``memarray._memarray``,
+bindings-python/src/cuda.rs). Stream and Event report ``__module__ == "memarray.cuda"``."""
+
+from collections.abc import Mapping
+from typing import Protocol, Self, type_check_only
+
+from ._memarray import MemArray, _StreamLike
+
+__all__ = [
+    "Event",
+    "Stream",
+    "device_count",
+    "from_cuda_array_interface",
+    "is_available",
+    "synchronize",
+    "unavailable_reason",
+]
+
+@type_check_only
+class _HasCudaArrayInterface(Protocol):
+    @property
+    def __cuda_array_interface__(self) -> Mapping[str, object]: ...
+
+class Stream:
+    """An owned non-blocking CUDA stream on one device. Dropped streams are recycled,
+    never destroyed, so a handle copied out of one stays valid."""
+
+    def __new__(cls, device_id: int = 0) -> Self: ...
+    @property
+    def handle(self) -> int: ...
+    @property
+    def ptr(self) -> int:
+        """Alias of ``handle`` (CuPy's name)."""
+    @property
+    def cuda_stream(self) -> int:
+        """Alias of ``handle`` (torch's name)."""
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+    def synchronize(self) -> None: ...
+    def wait_event(self, event: Event) -> None: ...
+    def record_event(self) -> Event: ...
+
+class Event:
+    """A CUDA event; ``timing=True`` enables ``elapsed_time``."""
+
+    def __new__(cls, device_id: int = 0, timing: bool = False) -> Self: ...
+    def record(self, stream: _StreamLike | None = None) -> None: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool: ...
+    def elapsed_time(self, start: Event) -> float:
+        """Milliseconds from ``start`` to this event: call it on the *end* event."""
+
+def is_available() -> bool: ...
+def unavailable_reason() -> str | None: ...
+def device_count() -> int: ...
+def synchronize(device_id: int = 0) -> None: ...
+def from_cuda_array_interface(
+    obj: _HasCudaArrayInterface, copy: bool | None = None
+) -> MemArray: ...

@@ -1,0 +1,296 @@
+"""memarray.cuda and the GPU half: moves, the kernel, streams, zero-copy interop with
+torch, CuPy, JAX and Numba (DLPack and the CUDA Array Interface), imports.
+
+GPU tests carry the ``gpu`` marker: skipped with the reason without a device, failures
+under MEMARRAY_REQUIRE_GPU=1."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from conftest import DTYPES, init_array, ref_add_index
+
+import memarray
+from memarray import dlpack
+
+gpu = pytest.mark.gpu
+
+GPU_SHAPES = [(7,), (5, 3), (2, 4, 7), (3, 2, 4, 5)]
+
+
+def test_cuda_unavailable_is_clear_without_a_device():
+    if memarray.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    reason = memarray.cuda.unavailable_reason()
+    assert reason and "CUDA" in reason
+    with pytest.raises(memarray.CudaUnavailableError):
+        memarray.cuda.device_count()
+    with pytest.raises(memarray.CudaUnavailableError):
+        memarray.cuda.Stream()
+    with pytest.raises(memarray.CudaUnavailableError):
+        memarray.MemArray([2], host_memory="pinned")
+    a = memarray.MemArray([2])
+    assert not hasattr(a, "__cuda_array_interface__")
+
+
+def test_cuda_array_interface_absent_on_host():
+    a = memarray.MemArray([3], np.float32)
+    with pytest.raises(AttributeError, match="only while the data is on a CUDA device"):
+        a.__cuda_array_interface__
+
+
+# ---------------------------------------------------------------- the seed's flow on GPU
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+def test_seed_flow_gpu(shape, dtype):
+    a = memarray.MemArray(list(shape), dtype)
+    with a.get_dlpack(dlpack.kDLCPU) as t:
+        assert t.to_numpy().shape == shape
+    a.move_memory(dlpack.kDLCUDA)
+    assert a.on_device and a.device == "cuda:0"
+    with a.get_dlpack(dlpack.kDLCPU) as t:
+        assert t.to_numpy().shape == shape
+    assert not a.on_device
+    a.move_memory(dlpack.kDLCUDA)
+    init = init_array(shape, dtype)
+    a.read_numpy_array(init)
+    a.move_memory(dlpack.kDLCUDA)
+    a.add_index_tuple()
+    assert a.on_device
+    idx = tuple(d - 1 for d in shape)
+    ref = ref_add_index(init)
+    assert a[idx] == ref[idx], "element read from device-resident data"
+    a.move_memory(dlpack.kDLCPU)
+    with a.get_dlpack(dlpack.kDLCPU) as t:
+        np.testing.assert_array_equal(t.to_numpy(), ref)
+
+
+@gpu
+@pytest.mark.parametrize("host_memory", ["pageable", "pinned", "managed"])
+def test_host_memory_kinds_round_trip(host_memory):
+    a = memarray.MemArray([1000, 3], np.float64, host_memory=host_memory)
+    assert a.host_memory == host_memory
+    data = np.random.default_rng(0).random((1000, 3))
+    a.read_numpy_array(data)
+    a.move_memory(dlpack.kDLCUDA, async_copy=True)
+    a.move_memory(dlpack.kDLCPU, async_copy=True)
+    np.testing.assert_array_equal(np.asarray(a), data)  # host access waits for the copy
+
+
+@gpu
+def test_device_element_write_and_to_numpy_from_device():
+    a = memarray.MemArray([4, 4], np.int32)
+    a.move_memory(dlpack.kDLCUDA)
+    a[2, 3] = 17
+    a[-1, 0] = -5
+    assert a[2, 3] == 17 and a.on_device
+    out = a.to_numpy()
+    assert out[2, 3] == 17 and out[3, 0] == -5 and a.on_device
+    with pytest.raises(IndexError):
+        a[4, 0] = 1
+    with pytest.raises(TypeError, match="move_memory"):
+        np.asarray(a)
+
+
+@gpu
+def test_locks_hold_on_device_paths():
+    a = memarray.MemArray([8], np.float32)
+    a.move_memory(dlpack.kDLCUDA)
+    with a.get_dlpack() as t:
+        assert t.__dlpack_device__() == (2, 0)
+        with pytest.raises(memarray.LockError):
+            a.move_memory(dlpack.kDLCPU)
+        with pytest.raises(memarray.LockError):
+            a.add_index_tuple()
+        with pytest.raises(memarray.LockError):
+            a[0]
+    a.add_index_tuple()
+
+
+# ------------------------------------------------------------------------ streams
+
+
+@gpu
+def test_streams_events_and_cai_stream_entry():
+    s = memarray.cuda.Stream()
+    assert s.handle > 2 and s.ptr == s.handle == s.cuda_stream
+    a = memarray.MemArray([1 << 20], np.float32)
+    a.move_memory(dlpack.kDLCUDA, stream=s, async_copy=True)
+    a.add_index_tuple(stream=s)
+    cai = a.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == (1 << 20,) and cai["typestr"] == "<f4"
+    assert cai["strides"] is None and cai["data"][1] is False
+    assert cai["stream"] == s.handle, "pending work is on s"
+    a.synchronize()
+    assert a.__cuda_array_interface__["stream"] is None
+    e = s.record_event()
+    e.synchronize()
+    assert e.query()
+    t0 = memarray.cuda.Event(timing=True)
+    t1 = memarray.cuda.Event(timing=True)
+    t0.record(s)
+    t1.record(s)
+    t1.synchronize()
+    assert t1.elapsed_time(t0) >= 0
+    memarray.cuda.synchronize()
+    with pytest.raises(ValueError, match="stream=0"):
+        a.__dlpack__(stream=0)
+
+
+@gpu
+def test_work_on_stream_a_finishes_before_torch_reads_on_stream_b():
+    torch = pytest.importorskip("torch")
+    n = 64 << 20  # 256 MiB of float32: long enough that a missing wait shows
+    a = memarray.MemArray([n], np.float32, host_memory="pinned")
+    a.read_numpy_array(np.ones(n, np.float32))
+    stream_a = memarray.cuda.Stream()
+    stream_b = torch.cuda.Stream()
+    for _ in range(3):
+        a.move_memory(dlpack.kDLCUDA, stream=stream_a, async_copy=True)
+        a.add_index_tuple(stream=stream_a)  # element i becomes 1 + i
+        with torch.cuda.stream(stream_b):
+            t = torch.from_dlpack(a)  # passes stream_b: it must wait on a's event
+            head = t[:4].clone()
+            total = t.sum(dtype=torch.float64)
+        stream_b.synchronize()
+        assert head.tolist() == [1.0, 2.0, 3.0, 4.0]
+        assert total.item() == pytest.approx(n + n * (n - 1) / 2, rel=1e-6)
+        a.move_memory(dlpack.kDLCPU, stream=stream_a)
+        a.read_numpy_array(np.ones(n, np.float32))
+
+
+@gpu
+def test_move_memory_takes_torch_and_int_streams():
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    a = memarray.MemArray([1024], np.int64)
+    a.move_memory(dlpack.kDLCUDA, stream=s.cuda_stream, async_copy=True)
+    a.add_index_tuple(stream=s)
+    a.move_memory(dlpack.kDLCPU, stream=s)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(1024))
+
+
+# ------------------------------------------------------------------- export interop
+
+
+def _device_array(dtype=np.float32, shape=(3, 4)):
+    a = memarray.MemArray(list(shape), dtype)
+    a.read_numpy_array(init_array(shape, dtype))
+    a.move_memory(dlpack.kDLCUDA)
+    return a
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_from_dlpack_zero_copy(dtype):
+    torch = pytest.importorskip("torch")
+    a = _device_array(dtype)
+    a.add_index_tuple()
+    t = torch.from_dlpack(a)
+    ptr = a.__cuda_array_interface__["data"][0]
+    assert t.device.type == "cuda" and t.data_ptr() == ptr
+    ref = ref_add_index(init_array((3, 4), dtype))
+    if dtype == "bfloat16":
+        np.testing.assert_array_equal(t.float().cpu().numpy(), ref.astype(np.float32))
+    else:
+        np.testing.assert_array_equal(t.cpu().numpy(), ref)
+    t[0, 0] = 1  # writes land in memarray's buffer
+    a.move_memory(dlpack.kDLCPU)
+    assert a[0, 0] == 1
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bfloat16"])
+def test_cupy_from_dlpack_and_asarray_zero_copy(dtype):
+    cupy = pytest.importorskip("cupy")
+    a = _device_array(dtype)
+    ptr = a.__cuda_array_interface__["data"][0]
+    c = cupy.from_dlpack(a)
+    assert c.data.ptr == ptr
+    np.testing.assert_array_equal(cupy.asnumpy(c), init_array((3, 4), dtype))
+    c2 = cupy.asarray(a)  # CUDA Array Interface
+    assert c2.data.ptr == ptr
+
+
+@gpu
+def test_jax_from_dlpack():
+    jax = pytest.importorskip("jax")
+    import jax.dlpack  # noqa: F401
+
+    a = _device_array(np.float32)
+    j = jax.dlpack.from_dlpack(a)
+    np.testing.assert_array_equal(np.asarray(j), init_array((3, 4), np.float32))
+    assert "cuda" in str(list(j.devices())[0]).lower() or "gpu" in str(list(j.devices())[0]).lower()
+
+
+@gpu
+def test_numba_and_torch_as_tensor_through_cai():
+    numba_cuda = pytest.importorskip("numba.cuda")
+    torch = pytest.importorskip("torch")
+    a = _device_array(np.float64)
+    ptr = a.__cuda_array_interface__["data"][0]
+    d = numba_cuda.as_cuda_array(a)
+    assert d.__cuda_array_interface__["data"][0] == ptr
+    np.testing.assert_array_equal(d.copy_to_host(), init_array((3, 4), np.float64))
+    t = torch.as_tensor(a, device="cuda")
+    assert t.data_ptr() == ptr
+
+
+# ------------------------------------------------------------------------- import
+
+
+@gpu
+def test_from_dlpack_torch_zero_copy_keeps_producer_alive():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    ptr = t.data_ptr()
+    m = memarray.from_dlpack(t)
+    assert m.on_device and m.__cuda_array_interface__["data"][0] == ptr
+    del t
+    gc.collect()
+    torch.cuda.empty_cache()
+    m.add_index_tuple()
+    m.move_memory(dlpack.kDLCPU)
+    np.testing.assert_array_equal(np.asarray(m), ref_add_index(np.arange(12.0, dtype=np.float32).reshape(3, 4)))
+    c = memarray.from_dlpack(torch.ones(4, device="cuda"), copy=True)
+    assert c.on_device
+
+
+@gpu
+def test_from_dlpack_cupy_jax_and_cai_numba():
+    cupy = pytest.importorskip("cupy")
+    x = cupy.arange(10, dtype=cupy.int32)
+    m = memarray.from_dlpack(x)
+    assert m.__cuda_array_interface__["data"][0] == x.data.ptr
+    m2 = memarray.asarray(x)  # DLPack first
+    assert m2.on_device
+    jax = pytest.importorskip("jax")
+    j = jax.numpy.arange(6.0, dtype=jax.numpy.float32)
+    mj = memarray.from_dlpack(j)
+    np.testing.assert_array_equal(mj.to_numpy(), np.arange(6.0, dtype=np.float32))
+    numba_cuda = pytest.importorskip("numba.cuda")
+    d = numba_cuda.to_device(np.arange(5, dtype=np.int16))
+    mn = memarray.asarray(d)  # CUDA Array Interface
+    assert mn.__cuda_array_interface__["data"][0] == d.__cuda_array_interface__["data"][0]
+    np.testing.assert_array_equal(mn.to_numpy(), np.arange(5, dtype=np.int16))
+    with pytest.raises(BufferError):
+        memarray.from_dlpack(cupy.arange(12).reshape(3, 4).T, copy=False)
+
+
+@gpu
+def test_dlpack_copy_and_dl_device_on_gpu():
+    torch = pytest.importorskip("torch")
+    a = _device_array(np.float32)
+    ptr = a.__cuda_array_interface__["data"][0]
+    t = torch.from_dlpack(a.__dlpack__(max_version=(1, 0), copy=True, stream=1))
+    assert t.data_ptr() != ptr
+    h = memarray.MemArray([2], np.float32)
+    cap = h.__dlpack__(dl_device=(2, 0), max_version=(1, 0))  # moves the data there
+    assert h.on_device and cap is not None
+    with pytest.raises(BufferError, match="copy=False"):
+        h.__dlpack__(dl_device=(1, 0), copy=False)

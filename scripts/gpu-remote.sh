@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
+# artifacts scripts/test-gpu.sh staged in gpu-run/. Stages: tests sanitize bench demo all.
+# Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
+set -uo pipefail
+export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/memarray-out}
+mkdir -p "$OUT"
+PATH=/usr/local/cuda/bin:$PATH
+rc=0
+fail() { echo "!! FAILED: $*"; rc=1; }
+
+setup() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
+  nvcc --version | tail -n 2 | head -n 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site gpu-run/wheels/*.whl \
+    || fail "wheel install"
+  export PYTHONPATH=/tmp/site
+  python3 -c 'import memarray, sys; print("memarray", memarray.__file__, "cuda:", memarray.cuda.is_available(), memarray.cuda.device_count())'
+}
+
+tests() {
+  echo "== cargo tests (release binaries)"
+  for t in gpu-run/bin/*; do
+    "$t" --test-threads=1 >"$OUT/$(basename "$t").log" 2>&1 || fail "$t"
+    printf '%-48s %s\n' "$(basename "$t")" "$(grep -E '^test result:' "$OUT/$(basename "$t").log" | tail -n 1)"
+    grep -E '^(SKIPPED|---- |thread .* panicked)' "$OUT/$(basename "$t").log" | head -n 20
+  done
+  echo "== pytest"
+  python3 -m pytest bindings-python/tests -q -rs -p no:cacheprovider -x >"$OUT/pytest.log" 2>&1 || fail pytest
+  tail -n 25 "$OUT/pytest.log"
+}
+
+sanitize() {
+  echo "== compute-sanitizer memcheck over the Rust GPU tests"
+  for t in gpu-run/bin/memarray-cuda__*; do
+    compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 "$t" --test-threads=1 \
+      >"$OUT/sanitize-$(basename "$t").log" 2>&1 || fail "memcheck $t"
+    printf '%-48s %s | %s\n' "$(basename "$t")" \
+      "$(grep -E '^test result:' "$OUT/sanitize-$(basename "$t").log" | tail -n 1)" \
+      "$(grep -E 'ERROR SUMMARY' "$OUT/sanitize-$(basename "$t").log" | tail -n 1)"
+  done
+}
+
+bench() {
+  echo "== benches"
+  for b in gpu-run/bench/*; do
+    "$b" --bench --noplot 2>&1 | grep -vE '^(Benchmarking|Warning|\s*$)' | tee "$OUT/$(basename "$b").log" | grep -E 'GB/s|us|ratio|SKIPPED' | head -n 60
+  done
+  python3 benches/python_interop.py 2>&1 | tee "$OUT/python_interop.log" || fail "python interop targets"
+}
+
+demo() {
+  echo "== demo and examples"
+  python3 examples/demo.py || fail demo
+  for e in gpu-run/examples/*; do "$e" || fail "$e"; done
+}
+
+setup
+case "${1:-all}" in
+  tests) tests ;;
+  sanitize) sanitize ;;
+  bench) bench ;;
+  demo) demo ;;
+  all) tests; demo; sanitize; bench ;;
+  *) echo "usage: remote.sh tests|sanitize|bench|demo|all"; exit 2 ;;
+esac
+echo "== remote.sh done, rc=$rc"
+exit $rc

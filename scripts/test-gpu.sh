@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `just test-gpu`, the half that runs here: build every GPU artifact on this machine
+# (release test binaries, bench binaries, examples, the abi3 wheel) and stage them in
+# gpu-run/ (git-ignored). The device machine has no Rust; it runs gpu-run/remote.sh:
+#
+#   device run, carry ["gpu-run"], command "bash gpu-run/remote.sh all"
+#
+# remote.sh stages: tests | sanitize | bench | demo | all (see scripts/gpu-remote.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STAGE=gpu-run
+rm -rf "$STAGE"
+mkdir -p "$STAGE/bin" "$STAGE/bench" "$STAGE/examples" "$STAGE/wheels"
+
+# Executables from cargo's JSON messages: "<kind> <name> <path>" per line.
+executables() {
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        t = m["target"]
+        print(t["kind"][0], m["package_id"].split("#")[0].rsplit("/", 1)[-1] + "__" + t["name"], m["executable"])
+'
+}
+
+echo "== building release test binaries"
+cargo test --release --workspace --exclude memarray-python --no-run --message-format=json 2>/dev/null \
+  | executables | while read -r kind name path; do
+      cp "$path" "$STAGE/bin/$name"
+    done
+echo "== building benches and examples"
+{ cargo bench -p memarray-cuda --no-run --message-format=json 2>/dev/null || true; } \
+  | executables | while read -r kind name path; do
+      if [ "$kind" = bench ]; then cp "$path" "$STAGE/bench/$name"; fi
+    done
+{ cargo build --release -p memarray-cuda --examples --message-format=json 2>/dev/null || true; } \
+  | executables | while read -r kind name path; do
+      if [ "$kind" = example ]; then cp "$path" "$STAGE/examples/$name"; fi
+    done
+strip --strip-debug "$STAGE"/bin/* "$STAGE"/bench/* "$STAGE"/examples/* 2>/dev/null || true
+
+echo "== building the abi3 wheel"
+[ -x .venv/bin/maturin ] || ./dev.sh venv
+.venv/bin/maturin build --release -q -m bindings-python/Cargo.toml -o "$STAGE/wheels" >/dev/null
+cp scripts/gpu-remote.sh "$STAGE/remote.sh"
+du -sh "$STAGE"
+ls "$STAGE"/bin "$STAGE"/bench "$STAGE"/examples "$STAGE"/wheels
+echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run)"
