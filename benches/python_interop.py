@@ -50,6 +50,33 @@ def main() -> None:
         ("cupy.from_dlpack(memarray)", per_call_us(lambda: cupy.from_dlpack(a), n=5000)),
         ("cupy.from_dlpack(torch)", per_call_us(lambda: cupy.from_dlpack(t), n=5000)),
     ]
+    # Where torch.from_dlpack's time goes (torch's own Python path, then its C++ import).
+    rows += [
+        (
+            "  torch.cuda.current_stream('cuda:0')",
+            per_call_us(lambda: torch.cuda.current_stream("cuda:0"), n=5000),
+        ),
+        (
+            "  a.__dlpack__(stream=1, max_version)",
+            per_call_us(lambda: a.__dlpack__(stream=1, max_version=(1, 0))),
+        ),
+        (
+            "  c.__dlpack__(stream=1, max_version)",
+            per_call_us(lambda: c.__dlpack__(stream=1, max_version=(1, 0)), n=5000),
+        ),
+        (
+            "  torch._C._from_dlpack(a capsule)",
+            per_call_us(
+                lambda: torch._C._from_dlpack(a.__dlpack__(stream=1, max_version=(1, 0))), n=5000
+            ),
+        ),
+        (
+            "  torch._C._from_dlpack(c capsule)",
+            per_call_us(
+                lambda: torch._C._from_dlpack(c.__dlpack__(stream=1, max_version=(1, 0))), n=5000
+            ),
+        ),
+    ]
     for name, us in rows:
         print(f"{name:40s} {us:8.3f} us")
     r = dict(rows)

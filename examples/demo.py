@@ -41,10 +41,17 @@ def main() -> None:
             import torch
         except ImportError:
             torch = None
+        a.move_memory(dlpack.kDLCUDA)
         if torch is not None:
-            a.move_memory(dlpack.kDLCUDA)
-            t = torch.from_dlpack(a)  # zero-copy on the GPU
+            t = torch.from_dlpack(a)  # zero-copy on the GPU (DLPack)
             print("torch sees", tuple(t.shape), t.dtype, t.device, "sum =", float(t.sum()))
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+        if cupy is not None:
+            c = cupy.asarray(a)  # zero-copy on the GPU (CUDA Array Interface)
+            print("cupy sees ", c.shape, c.dtype, "device", c.device.id, "sum =", float(c.sum()))
     print("ok")
 
 

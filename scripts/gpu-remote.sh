@@ -47,6 +47,7 @@ bench() {
   for b in gpu-run/bench/*; do
     "$b" --bench --noplot 2>&1 | grep -vE '^(Benchmarking|Warning|\s*$)' | tee "$OUT/$(basename "$b").log" | grep -E 'GB/s|us|ratio|SKIPPED' | head -n 60
   done
+  python3 benches/host_kind.py 2>&1 | tee "$OUT/host_kind.log"
   python3 benches/python_interop.py 2>&1 | tee "$OUT/python_interop.log" || fail "python interop targets"
 }
 

@@ -7,9 +7,9 @@ import copy
 
 import numpy as np
 import pytest
-from conftest import DTYPES, SHAPES, init_array, ref_add_index
 
 import memarray
+from conftest import DTYPES, SHAPES, init_array, ref_add_index
 from memarray import dlpack
 
 

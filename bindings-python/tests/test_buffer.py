@@ -6,9 +6,9 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import DTYPES
 
 import memarray
+from conftest import DTYPES
 
 
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bfloat16"])

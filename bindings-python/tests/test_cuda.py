@@ -10,9 +10,9 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import DTYPES, init_array, ref_add_index
 
 import memarray
+from conftest import DTYPES, init_array, ref_add_index
 from memarray import dlpack
 
 gpu = pytest.mark.gpu
@@ -38,7 +38,7 @@ def test_cuda_unavailable_is_clear_without_a_device():
 def test_cuda_array_interface_absent_on_host():
     a = memarray.MemArray([3], np.float32)
     with pytest.raises(AttributeError, match="only while the data is on a CUDA device"):
-        a.__cuda_array_interface__
+        _ = a.__cuda_array_interface__
 
 
 # ---------------------------------------------------------------- the seed's flow on GPU
@@ -220,7 +220,7 @@ def test_cupy_from_dlpack_and_asarray_zero_copy(dtype):
 @gpu
 def test_jax_from_dlpack():
     jax = pytest.importorskip("jax")
-    import jax.dlpack  # noqa: F401
+    pytest.importorskip("jax.dlpack")
 
     a = _device_array(np.float32)
     j = jax.dlpack.from_dlpack(a)
@@ -256,7 +256,9 @@ def test_from_dlpack_torch_zero_copy_keeps_producer_alive():
     torch.cuda.empty_cache()
     m.add_index_tuple()
     m.move_memory(dlpack.kDLCPU)
-    np.testing.assert_array_equal(np.asarray(m), ref_add_index(np.arange(12.0, dtype=np.float32).reshape(3, 4)))
+    np.testing.assert_array_equal(
+        np.asarray(m), ref_add_index(np.arange(12.0, dtype=np.float32).reshape(3, 4))
+    )
     c = memarray.from_dlpack(torch.ones(4, device="cuda"), copy=True)
     assert c.on_device
 

@@ -7,9 +7,9 @@ import ctypes
 
 import numpy as np
 import pytest
-from conftest import DTYPES, SHAPES, init_array
 
 import memarray
+from conftest import DTYPES, SHAPES, init_array
 from memarray import dlpack
 
 PyCapsule_GetName = ctypes.pythonapi.PyCapsule_GetName

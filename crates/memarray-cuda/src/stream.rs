@@ -77,6 +77,16 @@ impl StreamRef {
         unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
     }
 
+    /// [`StreamRef::wait`] where a default stream is `device`'s (the device the next
+    /// operation on this stream runs on) rather than `event`'s. Events of another device
+    /// may be waited on.
+    pub(crate) fn wait_on(self, device: &Device, event: &Event) -> Result<()> {
+        device.bind()?;
+        // SAFETY: the stream is live as in `wait`, a default stream referring to the
+        // bound context of `device` (item 1); the event is live while borrowed (item 2).
+        unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
+    }
+
     /// Blocks until all work on this stream is done. A default stream here is
     /// `device`'s.
     pub fn synchronize(self, device: &Device) -> Result<()> {

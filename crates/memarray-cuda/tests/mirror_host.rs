@@ -5,23 +5,12 @@
 
 mod common;
 
-use common::{bytes_of, random_bytes};
+use common::{bytes_of, index_of, random_bytes, val};
 use memarray_core::{CoreError, DType, Element, Location, LockToken, MAX_NDIM, shape, with_dtype};
 use memarray_cuda::testing::report_skip;
 use memarray_cuda::{CudaError, HostKind, MemArray, RawArray, is_available};
 use ndarray::{Array2, Array3, s};
 use proptest::prelude::*;
-
-/// The `k`-th test value of any element type (wraps for small integers; bool: `k != 0`).
-fn val<T: Element>(k: u64) -> T {
-    T::default().add_u64(k)
-}
-
-/// The multi-index of C-order offset `linear` as a typed index.
-fn index_of<const N: usize>(shape: [usize; N], linear: u64) -> [usize; N] {
-    let v = shape::unravel(&shape, linear).unwrap();
-    std::array::from_fn(|d| v[d] as usize)
-}
 
 fn locked(held: LockToken, requested: Option<LockToken>) -> CudaError {
     CudaError::Core(CoreError::Locked {

@@ -100,11 +100,14 @@ impl DeviceSide {
             .unwrap_or(StreamRef::legacy())
     }
 
-    /// Orders `stream` after pending work on another stream (stream-wait-event).
-    fn order(&self, stream: StreamRef) -> Result<()> {
+    /// Orders `stream`, on which the next operation runs on device `device_id`, after
+    /// pending work on another stream (stream-wait-event, no host block). A default
+    /// stream is per device: the same handle on another device is another stream, which
+    /// must wait too, with that device bound.
+    fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         if let Some(p) = self.pending().as_ref() {
-            if p.stream != stream {
-                stream.wait(&p.event)?;
+            if p.stream != stream || p.event.device().id() != device_id {
+                stream.wait_on(&*Device::get(device_id)?, &p.event)?;
             }
         }
         Ok(())
@@ -195,7 +198,7 @@ impl DeviceSide {
         let stream = self.pick(stream, device_id);
         // SAFETY: the copy below writes all nbytes before any read.
         let dst = unsafe { self.buffer_on(device_id, nbytes, stream)? };
-        self.order(stream)?;
+        self.order(stream, device_id)?;
         let op = transfer::copy_htod(&dst, 0, host.as_slice(), stream)?;
         self.record(op, None)?;
         self.install(dst);
@@ -212,7 +215,7 @@ impl DeviceSide {
         let src = self.current()?;
         let stream = self.pick(stream, src.device().id());
         debug_assert_eq!(src.len(), nbytes);
-        self.order(stream)?;
+        self.order(stream, src.device().id())?;
         // SAFETY: the host buffer holds nbytes bytes and stays alive (the array owns an
         // Arc to it) until the event recorded below, which every host access waits for.
         let op = unsafe { transfer::copy_dtoh_raw(host.as_mut_ptr(), &src, 0, nbytes, stream)? };
@@ -230,7 +233,7 @@ impl DeviceSide {
         let src = self.current()?;
         // SAFETY: the copy below writes all nbytes before any read.
         let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
-        self.order(stream)?;
+        self.order(stream, to)?;
         let op = transfer::copy_peer(&dst, 0, &src, 0, nbytes, stream)?;
         // Only now does the new buffer become the device copy: if anything above
         // failed, the array still holds its data on the source device.
@@ -252,7 +255,7 @@ impl DeviceSide {
     pub(crate) fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let src = self.current()?;
         let stream = self.pick(None, src.device().id());
-        self.order(stream)?;
+        self.order(stream, src.device().id())?;
         // SAFETY: out is valid for its length and we block until the copy is done.
         unsafe { transfer::copy_dtoh_raw(out.as_mut_ptr(), &src, offset, out.len(), stream)? }
             .synchronize()
@@ -262,7 +265,7 @@ impl DeviceSide {
     pub(crate) fn write_bytes(&mut self, offset: usize, value: &[u8]) -> Result<()> {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
-        self.order(stream)?;
+        self.order(stream, dst.device().id())?;
         let op = transfer::copy_htod(&dst, offset, value, stream)?;
         self.record(op, None)?;
         // `value` is borrowed: the copy must finish before we return.
@@ -278,7 +281,7 @@ impl DeviceSide {
     ) -> Result<()> {
         let buf = self.current()?;
         let stream = self.pick(stream, buf.device().id());
-        self.order(stream)?;
+        self.order(stream, buf.device().id())?;
         let op = kernel::add_index_tuple(dtype, &buf, shape, stream)?;
         self.record(op, None)
     }
@@ -293,7 +296,7 @@ impl DeviceSide {
         let src = self.current()?;
         let buf = if copy {
             let stream = self.pick(None, src.device().id());
-            self.order(stream)?;
+            self.order(stream, src.device().id())?;
             // SAFETY: written in full by the copy below before anyone reads it.
             let dst = unsafe {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
@@ -308,7 +311,7 @@ impl DeviceSide {
             Arc::new(dst)
         } else {
             match consumer {
-                Consumer::Stream(s) => self.order(s)?,
+                Consumer::Stream(s) => self.order(s, src.device().id())?,
                 Consumer::Host => self.wait_host()?,
                 Consumer::NoSync => {}
             }
@@ -329,7 +332,7 @@ impl DeviceSide {
         if let Location::Device(_) = location {
             let src = self.current()?;
             let stream = self.pick(None, src.device().id());
-            self.order(stream)?;
+            self.order(stream, src.device().id())?;
             // SAFETY: written in full by the copy below before anyone reads it.
             let dst = unsafe {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?

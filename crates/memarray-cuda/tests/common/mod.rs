@@ -22,3 +22,15 @@ pub fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
     // trait's contract), so every byte is initialised; the length is exact.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
+
+/// The `k`-th test value of any element type: `0 + k` with the element's own addition
+/// (wraps for small integers; bool: `k != 0`).
+pub fn val<T: Element>(k: u64) -> T {
+    T::default().add_u64(k)
+}
+
+/// The multi-index of C-order offset `linear` in `shape`, as a typed index.
+pub fn index_of<const N: usize>(shape: [usize; N], linear: u64) -> [usize; N] {
+    let v = memarray_core::shape::unravel(&shape, linear).expect("linear < len");
+    std::array::from_fn(|d| v[d] as usize)
+}
