@@ -54,13 +54,14 @@ fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
         .collect()
 }
 
-fn parse_host_kind(s: &str) -> PyResult<HostKind> {
+fn parse_host_kind(s: &str) -> PyResult<Option<HostKind>> {
     match s {
-        "pageable" => Ok(HostKind::Pageable),
-        "pinned" => Ok(HostKind::Pinned),
-        "managed" => Ok(HostKind::Managed),
+        "auto" => Ok(None),
+        "pageable" => Ok(Some(HostKind::Pageable)),
+        "pinned" => Ok(Some(HostKind::Pinned)),
+        "managed" => Ok(Some(HostKind::Managed)),
         other => Err(PyValueError::new_err(format!(
-            "host_memory must be 'pageable', 'pinned' or 'managed', not {other:?}"
+            "host_memory must be 'auto', 'pageable', 'pinned' or 'managed', not {other:?}"
         ))),
     }
 }
@@ -196,13 +197,14 @@ impl PyMemArray {
 
 #[pymethods]
 impl PyMemArray {
-    /// MemArray(shape, dtype=None, device_id=0, host_memory="pageable")
+    /// MemArray(shape, dtype=None, device_id=0, host_memory="auto")
     ///
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default
     /// float64); `device_id` is the CUDA device it moves to; `host_memory` picks the host
-    /// buffer kind ("pageable", "pinned" or "managed").
+    /// buffer kind: "pageable", "pinned", "managed", or "auto" (pinned from 16 MiB up
+    /// when a CUDA device is present, else pageable; measured in docs/python-guide.md).
     #[new]
-    #[pyo3(signature = (shape, dtype=None, device_id=0, host_memory="pageable"))]
+    #[pyo3(signature = (shape, dtype=None, device_id=0, host_memory="auto"))]
     fn new(
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
@@ -214,7 +216,11 @@ impl PyMemArray {
         let device_id = u32::try_from(device_id)
             .map_err(|_| PyValueError::new_err(format!("invalid device_id {device_id}")))?;
         let kind = parse_host_kind(host_memory)?;
-        let raw = RawArray::zeros_in(dtype, &shape, device_id, kind).py()?;
+        let raw = match kind {
+            Some(kind) => RawArray::zeros_in(dtype, &shape, device_id, kind),
+            None => RawArray::zeros(dtype, &shape, device_id),
+        }
+        .py()?;
         Ok(Self { raw })
     }
 
@@ -312,12 +318,13 @@ impl PyMemArray {
         self.set_item(key, value, None)
     }
 
-    /// move_memory(device_type, device_id=None, stream=0, async_copy=False)
+    /// move_memory(device_type, device_id=None, stream=None, async_copy=False)
     ///
     /// Copies the current data to `device_type` (memarray.dlpack.kDLCPU or kDLCUDA) on
-    /// `stream`: an int handle (0 = the legacy default stream, as in the seed) or a
-    /// memarray.cuda.Stream. Returns at once if the data is already there. With
-    /// `async_copy=False` the call waits for the copy.
+    /// `stream`: None (the array's last stream on that device, else the legacy default), an
+    /// int handle (0 = the legacy default stream, as in the seed), or a stream object
+    /// (memarray.cuda.Stream, torch.cuda.Stream, cupy.cuda.Stream). Returns at once if the
+    /// data is already there. With `async_copy=False` the call waits for the copy.
     #[pyo3(signature = (device_type, device_id=None, stream=None, async_copy=false))]
     fn move_memory(
         &mut self,
@@ -373,7 +380,8 @@ impl PyMemArray {
         this.raw.check(None).py()?;
         if let Location::Device(id) = this.raw.location() {
             return Err(PyTypeError::new_err(format!(
-                "the data is on cuda:{id}; call move_memory(memarray.dlpack.kDLCPU) or                  to_numpy() to copy it to the host explicitly"
+                "the data is on cuda:{id}; call move_memory(memarray.dlpack.kDLCPU) or \
+                 to_numpy() to copy it to the host explicitly"
             )));
         }
         let out = if this.raw.dtype() == DType::BF16 {
@@ -425,7 +433,7 @@ impl PyMemArray {
     /// A deep copy (new buffers, same location, unlocked).
     fn copy(&self) -> PyResult<Self> {
         Ok(Self {
-            raw: self.raw.try_clone().py()?,
+            raw: self.raw.try_clone(None).py()?,
         })
     }
 
@@ -442,7 +450,7 @@ impl PyMemArray {
         self.raw.swap(&mut other.raw).py()
     }
 
-    /// get_dlpack(device_type=None, device_id=None, stream=0)
+    /// get_dlpack(device_type=None, device_id=None, stream=None)
     ///
     /// Moves the data to `device_type` (default: where it is) and returns a context manager
     /// that locks the array for its block and exports it with `__dlpack__`.

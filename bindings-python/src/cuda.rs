@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
@@ -123,9 +123,10 @@ impl PyEvent {
         self.event.is_complete().py()
     }
 
-    /// Milliseconds from `start` to this event (both timed).
-    fn elapsed_time(&self, start: &PyEvent) -> PyResult<f32> {
-        self.event.elapsed_ms(&start.event).py()
+    /// Milliseconds from this event to `end` (both timed), as torch and CuPy order them:
+    /// `start.elapsed_time(end)`.
+    fn elapsed_time(&self, end: &PyEvent) -> PyResult<f32> {
+        end.event.elapsed_ms(&self.event).py()
     }
 }
 
@@ -181,7 +182,10 @@ pub fn cuda_array_interface<'py>(
             .collect()
     });
     let dtype = arr.raw.dtype();
-    let i = DType::ALL.iter().position(|d| *d == dtype).expect("every dtype is in ALL");
+    let i = DType::ALL
+        .iter()
+        .position(|d| *d == dtype)
+        .expect("every dtype is in ALL");
     let d = PyDict::new(py);
     d.set_item(intern!(py, "version"), 3)?;
     d.set_item(intern!(py, "shape"), PyTuple::new(py, arr.raw.shape())?)?;
@@ -235,6 +239,13 @@ fn import_device(
     producer: Option<StreamRef>,
     owner: Box<dyn std::any::Any + Send + Sync>,
 ) -> PyResult<RawArray> {
+    if nbytes == 0 {
+        // Nothing to share: an empty array on the producer's device.
+        let mut raw = RawArray::zeros(dtype, &shape, device.id()).py()?;
+        raw.move_memory(Location::Device(device.id()), None, true, None)
+            .py()?;
+        return Ok(raw);
+    }
     let contiguous = memarray_core::shape::is_c_contiguous(&shape, &strides);
     let shareable = contiguous && !read_only && nbytes > 0;
     if copy == Some(false) && !shareable && nbytes > 0 {
@@ -257,6 +268,8 @@ fn import_device(
     // SAFETY: the producer promised (DLPack / CAI) that addr holds nbytes bytes on
     // `device` for as long as `owner` lives.
     let share = shareable && copy != Some(true);
+    // SAFETY: the producer promised (DLPack / CAI) that addr holds nbytes bytes of this
+    // C-contiguous shape on `device` while `owner` lives; `producer` is its live stream.
     unsafe {
         RawArray::from_device_memory(device, dtype, &shape, addr, nbytes, owner, share, producer)
     }
@@ -326,17 +339,16 @@ pub fn from_cuda_array_interface(
     // Work the producer has queued on its stream must precede ours: the array starts
     // with an event recorded there as its pending work (unless disabled).
     let mut producer = None;
-    if std::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC").as_deref() != Ok("0") {
-        if let Some(s) = iface.get_item("stream")?.filter(|s| !s.is_none()) {
-            let h: usize = s.extract()?;
-            if h == 0 {
-                return Err(PyBufferError::new_err(
-                    "CUDA Array Interface stream 0 is disallowed by the interface (v3)",
-                ));
-            }
-            // SAFETY: the producer names a live stream of its own.
-            producer = Some(unsafe { StreamRef::from_raw(h) }.py()?);
+    let sync = std::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC").as_deref() != Ok("0");
+    if sync && let Some(s) = iface.get_item("stream")?.filter(|s| !s.is_none()) {
+        let h: usize = s.extract()?;
+        if h == 0 {
+            return Err(PyBufferError::new_err(
+                "CUDA Array Interface stream 0 is disallowed by the interface (v3)",
+            ));
         }
+        // SAFETY: the producer names a live stream of its own.
+        producer = Some(unsafe { StreamRef::from_raw(h) }.py()?);
     }
     let raw = import_device(
         &device,

@@ -22,7 +22,7 @@ use memarray_dlpack::{
 
 use crate::array::{KDLCPU, KDLCUDA, PyMemArray};
 use crate::errors::IntoPyResult;
-use crate::stream::parse_consumer_stream;
+use crate::stream::{consumer_for, parse_dlpack_stream};
 
 const NAME: &CStr = c"dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
@@ -132,20 +132,21 @@ pub fn export<'py>(
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let versioned = wants_versioned(max_version)?;
+    let h = parse_dlpack_stream(stream)?;
     arr.raw.check(token).py()?;
-    if let Some(target) = parse_dl_device(arr, dl_device)? {
-        if target != arr.raw.location() {
-            if copy == Some(false) {
-                return Err(PyBufferError::new_err(format!(
-                    "dl_device {target} differs from the data's location {} and copy=False \
-                     forbids moving it",
-                    arr.raw.location()
-                )));
-            }
-            arr.move_to(py, target, None, false, token)?;
+    let target = parse_dl_device(arr, dl_device)?.unwrap_or(arr.raw.location());
+    // Every argument is checked before the data moves: a refused export changes nothing.
+    let consumer = consumer_for(h, target)?;
+    if target != arr.raw.location() {
+        if copy == Some(false) {
+            return Err(PyBufferError::new_err(format!(
+                "dl_device {target} differs from the data's location {} and copy=False \
+                 forbids moving it",
+                arr.raw.location()
+            )));
         }
+        arr.move_to(py, target, None, false, token)?;
     }
-    let consumer = parse_consumer_stream(stream, arr.raw.location())?;
     let copy = copy == Some(true);
     let buf = arr.raw.export_buffer(token, copy, consumer).py()?;
     let device = match buf.location {

@@ -20,10 +20,10 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(DType::F64);
     };
-    if let Ok(s) = obj.cast::<PyString>() {
-        if let Ok(d) = DType::from_name(&s.to_cow()?) {
-            return Ok(d);
-        }
+    if let Ok(s) = obj.cast::<PyString>()
+        && let Ok(d) = DType::from_name(&s.to_cow()?)
+    {
+        return Ok(d);
     }
     if let Ok(t) = obj.cast::<PyType>() {
         // Python builtins, as NumPy maps them.

@@ -46,7 +46,10 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
         CudaError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         CudaError::NoSuchDevice { .. } => PyValueError::new_err(msg),
-        CudaError::NotOnHost { .. } => PyBufferError::new_err(msg),
+        CudaError::NotOnHost { location } => PyBufferError::new_err(format!(
+            "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
+             use to_numpy() for a copy"
+        )),
         _ => PyRuntimeError::new_err(msg),
     }
 }
@@ -54,7 +57,7 @@ pub fn cuda_err(e: CudaError) -> PyErr {
 /// Converts a DLPack error: dtype problems are TypeError, everything else BufferError.
 pub fn dlpack_err(e: DlpackError) -> PyErr {
     match e {
-        DlpackError::Core(c @ CoreError::UnsupportedDType { .. }) => core_err(c),
+        DlpackError::Core(c) => core_err(c),
         e @ (DlpackError::UnsupportedDType { .. } | DlpackError::VectorLanes { .. }) => {
             PyTypeError::new_err(e.to_string())
         }

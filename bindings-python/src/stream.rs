@@ -53,35 +53,42 @@ pub fn parse_move_stream(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Stre
     }
 }
 
-/// The `stream` argument of `__dlpack__` (Array API semantics): None is the legacy default
-/// stream, -1 means no synchronization, 0 is refused; host data takes None or -1.
-pub fn parse_consumer_stream(obj: Option<&Bound<'_, PyAny>>, at: Location) -> PyResult<Consumer> {
-    let h = match obj.filter(|o| !o.is_none()) {
-        None => None,
-        Some(o) => Some(o.extract::<i64>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "__dlpack__ stream must be None or an int, not {}",
-                o.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?),
+/// The `stream` argument of `__dlpack__` (Array API semantics), checked before anything
+/// moves: None, -1 (no synchronization) or a handle > 0; 0 is refused as ambiguous.
+pub fn parse_dlpack_stream(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
     };
+    let h = o.extract::<i64>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "__dlpack__ stream must be None or an int, not {}",
+            o.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    match h {
+        0 => Err(PyValueError::new_err(
+            "stream=0 is ambiguous and refused by the DLPack protocol; pass 1 (legacy \
+             default), 2 (per-thread default) or a stream handle",
+        )),
+        h if h < -1 => Err(PyValueError::new_err(format!("invalid stream handle {h}"))),
+        h => Ok(Some(h)),
+    }
+}
+
+/// How the consumer of data at `at` synchronises, from a parsed `__dlpack__` stream: None
+/// is the legacy default stream for device data and a host wait for host data; host data
+/// takes no stream handle.
+pub fn consumer_for(h: Option<i64>, at: Location) -> PyResult<Consumer> {
     match (at, h) {
         (_, Some(-1)) => Ok(Consumer::NoSync),
         (Location::Host, None) => Ok(Consumer::Host),
         (Location::Host, Some(h)) => Err(PyBufferError::new_err(format!(
-            "stream {h} given for host data; __dlpack__ of CPU data takes stream=None"
+            "stream {h} given for host data; __dlpack__ of CPU data takes stream=None or -1"
         ))),
         (Location::Device(_), None) => Ok(Consumer::Stream(StreamRef::legacy())),
-        (Location::Device(_), Some(0)) => Err(PyValueError::new_err(
-            "stream=0 is ambiguous and refused by the DLPack protocol; pass 1 (legacy \
-             default), 2 (per-thread default) or a stream handle",
-        )),
-        (Location::Device(_), Some(h)) if h < -1 => {
-            Err(PyValueError::new_err(format!("invalid stream handle {h}")))
-        }
         (Location::Device(_), Some(h)) => from_handle(h).map(Consumer::Stream),
     }
 }

@@ -82,6 +82,15 @@ def test_host_memory_kinds_round_trip(host_memory):
     np.testing.assert_array_equal(np.asarray(a), data)  # host access waits for the copy
 
 
+def test_default_host_memory_is_measured_choice():
+    big = memarray.MemArray([16 << 20], np.uint8)
+    small = memarray.MemArray([1024], np.uint8)
+    assert small.host_memory == "pageable"
+    expected = "pinned" if memarray.cuda.is_available() else "pageable"
+    assert big.host_memory == expected
+    assert memarray.MemArray([4], host_memory="auto").host_memory == "pageable"
+
+
 @gpu
 def test_device_element_write_and_to_numpy_from_device():
     a = memarray.MemArray([4, 4], np.int32)
@@ -136,7 +145,7 @@ def test_streams_events_and_cai_stream_entry():
     t0.record(s)
     t1.record(s)
     t1.synchronize()
-    assert t1.elapsed_time(t0) >= 0
+    assert t0.elapsed_time(t1) >= 0
     memarray.cuda.synchronize()
     with pytest.raises(ValueError, match="stream=0"):
         a.__dlpack__(stream=0)
@@ -282,6 +291,19 @@ def test_from_dlpack_cupy_jax_and_cai_numba():
     np.testing.assert_array_equal(mn.to_numpy(), np.arange(5, dtype=np.int16))
     with pytest.raises(BufferError):
         memarray.from_dlpack(cupy.arange(12).reshape(3, 4).T, copy=False)
+
+
+@gpu
+def test_empty_device_import_and_refused_export_changes_nothing():
+    torch = pytest.importorskip("torch")
+    e = memarray.from_dlpack(torch.empty((0, 3), device="cuda"))
+    assert e.shape == (0, 3) and e.on_device
+    a = _device_array(np.float32)
+    with pytest.raises(BufferError, match="host data"):
+        a.__dlpack__(dl_device=(1, 0), stream=5)
+    assert a.on_device, "a refused export must not move the data"
+    with pytest.raises(ValueError, match="stream=0"):
+        a.__dlpack__(stream=0)
 
 
 @gpu

@@ -84,20 +84,89 @@ __device__ __forceinline__ Complex128 add_u64(Complex128 x, uint64_t s) {
     return Complex128{x.re + static_cast<double>(s), x.im};
 }
 
+// 16 bytes of consecutive elements: one vector load and store per chunk.
+template <class T>
+struct alignas(16) Chunk {
+    static constexpr int K = sizeof(T) >= 16 ? 1 : 16 / static_cast<int>(sizeof(T));
+    T e[K];
+};
+
+// Steps the multi-index idx (and the running sum of its entries) to the next C-order
+// element without a division.
+template <int N>
+__device__ __forceinline__ void advance(const memarray::Indexer<N>& ix, uint64_t* idx,
+                                        uint64_t& sum) {
+    // Unrolled for the fixed small ndims; a plain loop for the 32-slot generic kernel
+    // keeps its code (and the driver's JIT time) small: carries are rare anyway.
+    if constexpr (N <= 4) {
+        MEMARRAY_UNROLL
+        for (int d = N - 1; d >= 0; --d) {
+            ++idx[d];
+            ++sum;
+            if (idx[d] < ix.shape[d]) return;
+            sum -= ix.shape[d];
+            idx[d] = 0;
+        }
+    } else {
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+        for (int d = N - 1; d >= 0; --d) {
+            ++idx[d];
+            ++sum;
+            if (idx[d] < ix.shape[d]) return;
+            sum -= ix.shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 template <class T, int N>
-__device__ __forceinline__ void add_index(const memarray::Indexer<N>& ix) {
-    const uint64_t n = ix.len();
-    const uint64_t step = static_cast<uint64_t>(blockDim.x) * gridDim.x;
-    for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-         i += step) {
-        uint64_t idx[N];
+__device__ __forceinline__ void add_index_scalar(const memarray::Indexer<N>& ix, uint64_t begin,
+                                                 uint64_t n, uint64_t tid, uint64_t step) {
+    T* data = static_cast<T*>(ix.data);
+    for (uint64_t i = begin + tid; i < n; i += step) {
+        uint64_t idx[N > 0 ? N : 1];
         ix.unravel(i, idx);
         uint64_t sum = 0;
         MEMARRAY_UNROLL
         for (int d = 0; d < N; ++d) sum += idx[d];
-        T* p = static_cast<T*>(ix.data) + ix.offset(idx);
-        *p = add_u64(*p, sum);
+        data[i] = add_u64(data[i], sum);
     }
+}
+
+// Each thread takes 16-byte chunks of consecutive elements (grid-stride): one vector
+// load and store per chunk, and one unravel per chunk instead of one per element. That
+// keeps the kernel at memory speed for every element size. Unaligned data (a foreign
+// pointer) and the tail use the scalar loop.
+template <class T, int N>
+__device__ __forceinline__ void add_index(const memarray::Indexer<N>& ix) {
+    using C = Chunk<T>;
+    constexpr int K = C::K;
+    const uint64_t n = ix.len();
+    const uint64_t step = static_cast<uint64_t>(blockDim.x) * gridDim.x;
+    const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if ((reinterpret_cast<uintptr_t>(ix.data) & 15u) != 0) {
+        add_index_scalar<T, N>(ix, 0, n, tid, step);
+        return;
+    }
+    const uint64_t chunks = n / K;
+    C* data = static_cast<C*>(ix.data);
+    for (uint64_t c = tid; c < chunks; c += step) {
+        C v = data[c];
+        uint64_t idx[N > 0 ? N : 1];
+        ix.unravel(c * K, idx);
+        uint64_t sum = 0;
+        MEMARRAY_UNROLL
+        for (int d = 0; d < N; ++d) sum += idx[d];
+        MEMARRAY_UNROLL
+        for (int k = 0; k < K; ++k) {
+            v.e[k] = add_u64(v.e[k], sum);
+            if (k + 1 < K) advance<N>(ix, idx, sum);
+        }
+        data[c] = v;
+    }
+    add_index_scalar<T, N>(ix, chunks * K, n, tid, step);
 }
 
 }  // namespace

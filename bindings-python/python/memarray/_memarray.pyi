@@ -67,7 +67,6 @@ class _CudaArrayInterface(TypedDict):
     version: int
     shape: tuple[int, ...]
     typestr: str
-    descr: list[tuple[str, str]]
     data: tuple[int, bool]
     strides: None
     stream: int | None

@@ -105,10 +105,10 @@ impl DeviceSide {
     /// stream is per device: the same handle on another device is another stream, which
     /// must wait too, with that device bound.
     fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
-        if let Some(p) = self.pending().as_ref() {
-            if p.stream != stream || p.event.device().id() != device_id {
-                stream.wait_on(&*Device::get(device_id)?, &p.event)?;
-            }
+        if let Some(p) = self.pending().as_ref()
+            && (p.stream != stream || p.event.device().id() != device_id)
+        {
+            stream.wait_on(&*Device::get(device_id)?, &p.event)?;
         }
         Ok(())
     }
@@ -161,10 +161,10 @@ impl DeviceSide {
         nbytes: usize,
         stream: StreamRef,
     ) -> Result<Arc<DeviceBuffer>> {
-        if let Some(b) = &self.buffer {
-            if b.device().id() == device_id {
-                return Ok(b.clone());
-            }
+        if let Some(b) = &self.buffer
+            && b.device().id() == device_id
+        {
+            return Ok(b.clone());
         }
         let device = Device::get(device_id)?;
         let resource = default_resource(&device)?;

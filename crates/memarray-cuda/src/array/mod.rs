@@ -9,5 +9,5 @@ mod host_ops;
 mod raw;
 mod typed;
 
-pub use raw::{Consumer, ExportBuffer, HostKind, RawArray};
+pub use raw::{AUTO_PIN_BYTES, Consumer, ExportBuffer, HostKind, RawArray};
 pub use typed::MemArray;

@@ -21,9 +21,10 @@ pub struct MemArray<T: Element, const N: usize> {
 }
 
 impl<T: Element, const N: usize> MemArray<T, N> {
-    /// A zero-filled array of `shape` on the host (pageable), targeting device 0.
+    /// A zero-filled array of `shape` on the host, targeting device 0, with the default
+    /// host memory kind ([`HostKind::auto`]).
     pub fn new(shape: [usize; N]) -> Result<Self> {
-        Self::with_options(shape, 0, HostKind::Pageable)
+        Ok(Self::wrap(RawArray::zeros(T::DTYPE, &shape, 0)?))
     }
 
     /// A zero-filled array with the given default device and host memory kind.
@@ -212,7 +213,16 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         [usize; N]: IntoDimension<Dim = Dim<[usize; N]>>,
         Dim<[usize; N]>: Dimension,
     {
-        let p = self.raw.host_ptr(None)?;
+        self.view_with(None)
+    }
+
+    /// [`MemArray::view`] presenting a lock token.
+    pub fn view_with(&self, token: Option<LockToken>) -> Result<ArrayView<'_, T, Dim<[usize; N]>>>
+    where
+        [usize; N]: IntoDimension<Dim = Dim<[usize; N]>>,
+        Dim<[usize; N]>: Dimension,
+    {
+        let p = self.raw.host_ptr(token)?;
         // SAFETY: p points to nbytes initialised, aligned bytes holding shape's elements in
         // C order, borrowed for the life of &self.
         Ok(unsafe { ArrayView::from_shape_ptr(self.shape(), p.cast::<T>().cast_const()) })
@@ -224,7 +234,19 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         [usize; N]: IntoDimension<Dim = Dim<[usize; N]>>,
         Dim<[usize; N]>: Dimension,
     {
-        let p = self.raw.host_ptr(None)?;
+        self.view_mut_with(None)
+    }
+
+    /// [`MemArray::view_mut`] presenting a lock token.
+    pub fn view_mut_with(
+        &mut self,
+        token: Option<LockToken>,
+    ) -> Result<ArrayViewMut<'_, T, Dim<[usize; N]>>>
+    where
+        [usize; N]: IntoDimension<Dim = Dim<[usize; N]>>,
+        Dim<[usize; N]>: Dimension,
+    {
+        let p = self.raw.host_ptr(token)?;
         // SAFETY: as in `view`, with &mut self giving exclusive Rust access.
         Ok(unsafe { ArrayViewMut::from_shape_ptr(self.shape(), p.cast::<T>()) })
     }
@@ -274,9 +296,24 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.raw.swap(&mut other.raw)
     }
 
-    /// A deep copy.
+    /// A deep copy (refused while locked; see [`MemArray::try_clone_with`]).
     pub fn try_clone(&self) -> Result<Self> {
-        Ok(Self::wrap(self.raw.try_clone()?))
+        self.try_clone_with(None)
+    }
+
+    /// A deep copy, presenting a lock token.
+    pub fn try_clone_with(&self, token: Option<LockToken>) -> Result<Self> {
+        Ok(Self::wrap(self.raw.try_clone(token)?))
+    }
+
+    /// The seed's `add_index_tuple` on the GPU: moves the data to the device on `stream`
+    /// if needed and launches the kernel there, without blocking the host.
+    pub fn add_index_tuple_device(
+        &mut self,
+        stream: Option<StreamRef>,
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        self.raw.add_index_tuple_device(stream, token)
     }
 }
 
