@@ -30,7 +30,7 @@ for line in sys.stdin:
 echo "== building release test binaries"
 cargo test --release --workspace --exclude memarray-python --no-run --message-format=json 2>/dev/null \
   | executables | while read -r kind name path; do
-      cp "$path" "$STAGE/bin/$name"
+      if [ "$kind" != example ]; then cp "$path" "$STAGE/bin/$name"; fi
     done
 echo "== building benches and examples"
 { cargo bench -p memarray-cuda --no-run --message-format=json 2>/dev/null || true; } \
