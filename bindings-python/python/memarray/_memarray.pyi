@@ -84,7 +84,7 @@ class MemArray:
         shape: SupportsIndex | tuple[SupportsIndex, ...] | list[SupportsIndex],
         dtype: npt.DTypeLike | None = None,
         device_id: int = 0,
-        host_memory: _HostMemory = "pageable",
+        host_memory: _HostMemory | Literal["auto"] = "auto",
     ) -> Self: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
