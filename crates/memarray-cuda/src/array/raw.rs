@@ -111,17 +111,7 @@ impl RawArray {
         let nbytes = shape::validate(shape, dtype.size())?;
         let resource = host_resource(host_kind, device_id)?;
         let host = HostBuffer::zeroed_in(nbytes, resource)?;
-        Ok(Self {
-            dtype,
-            shape: shape.to_vec(),
-            nbytes,
-            host: Arc::new(host),
-            host_kind,
-            device_id,
-            location: Location::Host,
-            lock: Lock::new(),
-            dev: DeviceSide::new(device_id),
-        })
+        Self::from_host_buffer(dtype, shape, host, device_id)
     }
 
     /// An array holding a copy of `bytes` (C order), which must be exactly `nbytes` long.
@@ -136,21 +126,12 @@ impl RawArray {
             .into());
         }
         let host = HostBuffer::from_bytes(bytes, Arc::new(HostResource))?;
-        Ok(Self {
-            dtype,
-            shape: shape.to_vec(),
-            nbytes,
-            host: Arc::new(host),
-            host_kind: HostKind::Pageable,
-            device_id,
-            location: Location::Host,
-            lock: Lock::new(),
-            dev: DeviceSide::new(device_id),
-        })
+        Self::from_host_buffer(dtype, shape, host, device_id)
     }
 
-    /// An array over an existing host buffer (for example a zero-copy DLPack import),
-    /// which must hold exactly the bytes of `shape`.
+    /// An array over an existing host buffer (a zero-copy DLPack import, or a buffer from
+    /// any host-accessible resource), which must hold exactly the bytes of `shape`. The
+    /// host kind follows the buffer's memory kind.
     pub fn from_host_buffer(
         dtype: DType,
         shape: &[usize],
