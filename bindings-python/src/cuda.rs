@@ -209,8 +209,9 @@ pub fn import_device_tensor(
     let device = Device::get(id).py()?;
     let (dtype, shape, strides) = (t.dtype(), t.shape().to_vec(), t.strides().to_vec());
     let (addr, nbytes, read_only) = (t.data() as u64, t.nbytes(), t.read_only());
-    // The producer already ordered its work before the legacy stream (we asked for
-    // stream 1 in __dlpack__), which memarray's own operations default to.
+    // The producer ordered its work before the legacy stream (we asked for stream 1 in
+    // __dlpack__); an event recorded there becomes the array's pending work, so later
+    // operations on any stream, non-blocking ones included, wait for the producer.
     import_device(
         &device,
         dtype,
@@ -220,7 +221,7 @@ pub fn import_device_tensor(
         nbytes,
         read_only,
         copy,
-        None,
+        Some(StreamRef::legacy()),
         Box::new(t),
     )
 }

@@ -7,6 +7,7 @@ under MEMARRAY_REQUIRE_GPU=1."""
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -318,3 +319,21 @@ def test_dlpack_copy_and_dl_device_on_gpu():
     assert h.on_device and cap is not None
     with pytest.raises(BufferError, match="copy=False"):
         h.__dlpack__(dl_device=(1, 0), copy=False)
+
+
+@gpu
+def test_move_between_two_devices_peer_to_peer():
+    if memarray.cuda.device_count() < 2:
+        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
+            pytest.fail("MEMARRAY_REQUIRE_PEER=1 but fewer than 2 CUDA devices")
+        pytest.skip("SKIPPED: needs 2 CUDA devices (run on nvidia-h200-x2)")
+    data = init_array((64, 33), np.float32)
+    a = memarray.MemArray([64, 33], np.float32)
+    a.read_numpy_array(data)
+    a.move_memory(dlpack.kDLCUDA, device_id=0)
+    a.add_index_tuple()
+    a.move_memory(dlpack.kDLCUDA, device_id=1, async_copy=True)
+    assert a.device == "cuda:1" and a.device_id == 1
+    assert a.__dlpack_device__() == (2, 1)
+    a.add_index_tuple()  # runs on device 1
+    np.testing.assert_array_equal(a.to_numpy(), ref_add_index(ref_add_index(data)))
