@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use memarray_core::{DType, Location};
 use memarray_cuda::array::RawArray;
-use memarray_cuda::{Device, Event, Stream, StreamRef};
+use memarray_cuda::{Device, DeviceBuffer, Event, Stream, StreamRef};
 use memarray_dlpack::ImportedTensor;
 
 use crate::array::PyMemArray;
@@ -261,13 +261,8 @@ fn import_device(
         )));
     }
     if !contiguous {
-        return Err(PyBufferError::new_err(
-            "non-contiguous device tensors are not imported; make them contiguous first \
-             (torch: .contiguous(), CuPy: cupy.ascontiguousarray)",
-        ));
+        return import_strided(device, dtype, &shape, &strides, addr, producer, owner);
     }
-    // SAFETY: the producer promised (DLPack / CAI) that addr holds nbytes bytes on
-    // `device` for as long as `owner` lives.
     let share = shareable && copy != Some(true);
     // SAFETY: the producer promised (DLPack / CAI) that addr holds nbytes bytes of this
     // C-contiguous shape on `device` while `owner` lives; `producer` is its live stream.
@@ -275,6 +270,65 @@ fn import_device(
         RawArray::from_device_memory(device, dtype, &shape, addr, nbytes, owner, share, producer)
     }
     .py()
+}
+
+/// Copies a non-contiguous device tensor into a new C-contiguous array on the same device.
+/// The reachable span is staged through the host and gathered there: correct for any
+/// non-negative strides, at host-copy speed. `owner` is released once the span is read.
+fn import_strided(
+    device: &Arc<Device>,
+    dtype: DType,
+    shape: &[usize],
+    strides: &[i64],
+    addr: u64,
+    producer: Option<StreamRef>,
+    owner: Box<dyn std::any::Any + Send + Sync>,
+) -> PyResult<RawArray> {
+    let size = dtype.size();
+    let span = span_bytes(shape, strides, size)?;
+    let stream = StreamRef::legacy();
+    // SAFETY: the producer promised that addr holds the tensor, whose elements all lie
+    // within `span` bytes from addr (non-negative strides, checked above), while `owner`
+    // lives; the buffer (and owner) is dropped after the synchronous copy below.
+    let foreign = unsafe { DeviceBuffer::from_foreign(device, addr, span, owner, stream) }.py()?;
+    if let Some(p) = producer {
+        let ev = Event::new(device).py()?;
+        ev.record(p).py()?;
+        stream.wait(&ev).py()?;
+    }
+    let mut staging = vec![0u8; span];
+    memarray_cuda::transfer::copy_dtoh(&mut staging, &foreign, 0, stream).py()?;
+    drop(foreign);
+    let mut raw = RawArray::zeros(dtype, shape, device.id()).py()?;
+    let out = raw.host_bytes_mut(None).py()?;
+    // SAFETY: every element offset lies within `span`, which `staging` holds in full.
+    unsafe { crate::strided::gather_raw(staging.as_ptr(), shape, strides, size, out) };
+    raw.move_memory(Location::Device(device.id()), None, true, None)
+        .py()?;
+    Ok(raw)
+}
+
+/// Bytes from the first element to the end of the last one for non-negative strides
+/// (in elements); a negative stride or an overflow is refused.
+fn span_bytes(shape: &[usize], strides: &[i64], size: usize) -> PyResult<usize> {
+    let overflow = || PyBufferError::new_err("the tensor's strides reach beyond 64-bit offsets");
+    let mut last = 0u64;
+    for (&d, &s) in shape.iter().zip(strides) {
+        if s < 0 {
+            return Err(PyBufferError::new_err(format!(
+                "negative stride {s} is not supported; make the tensor contiguous first"
+            )));
+        }
+        let reach = (d.saturating_sub(1) as u64)
+            .checked_mul(s as u64)
+            .ok_or_else(overflow)?;
+        last = last.checked_add(reach).ok_or_else(overflow)?;
+    }
+    let bytes = last
+        .checked_add(1)
+        .and_then(|n| n.checked_mul(size as u64))
+        .ok_or_else(overflow)?;
+    usize::try_from(bytes).map_err(|_| overflow())
 }
 
 /// Imports an object exposing `__cuda_array_interface__` (Numba, CuPy, torch).

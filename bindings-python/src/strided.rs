@@ -1,4 +1,4 @@
-//! Element-wise copy of a strided (non-contiguous) imported tensor into C order.
+//! Element-wise copy of a strided (non-contiguous) tensor into C order.
 
 use memarray_dlpack::ImportedTensor;
 
@@ -8,19 +8,33 @@ use memarray_dlpack::ImportedTensor;
 /// 1. `t` describes host-readable memory: its data pointer, shape and strides were
 ///    validated on import and stay valid while `t` lives.
 pub unsafe fn gather(t: &ImportedTensor, out: &mut [u8]) {
-    let size = t.dtype().size();
-    let shape = t.shape();
-    let strides: Vec<isize> = t
-        .strides()
+    debug_assert_eq!(out.len(), t.nbytes());
+    let base = t.data().cast::<u8>().cast_const();
+    // SAFETY: forwarded from item 1: validated strides keep every element in the tensor.
+    unsafe { gather_raw(base, t.shape(), t.strides(), t.dtype().size(), out) }
+}
+
+/// Copies the elements of `shape` at `base` with non-negative `strides` (in elements of
+/// `size` bytes), in C order, into `out` (the element count times `size` bytes).
+///
+/// # Safety
+/// 1. For every index, `base + sum(idx[d] * strides[d]) * size` is readable for `size`
+///    bytes (the caller checked the span).
+pub unsafe fn gather_raw(
+    base: *const u8,
+    shape: &[usize],
+    strides: &[i64],
+    size: usize,
+    out: &mut [u8],
+) {
+    let strides: Vec<isize> = strides
         .iter()
         .map(|&s| s as isize * size as isize)
         .collect();
-    let base = t.data().cast::<u8>().cast_const();
-    debug_assert_eq!(out.len(), t.nbytes());
     let mut idx = vec![0usize; shape.len()];
     let mut src_off: isize = 0;
     for chunk in out.chunks_exact_mut(size) {
-        // SAFETY: src_off is the byte offset of idx under the validated strides (item 1).
+        // SAFETY: src_off is the byte offset of idx under the checked strides (item 1).
         unsafe { std::ptr::copy_nonoverlapping(base.offset(src_off), chunk.as_mut_ptr(), size) };
         for axis in (0..shape.len()).rev() {
             idx[axis] += 1;

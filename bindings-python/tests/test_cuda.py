@@ -337,3 +337,20 @@ def test_move_between_two_devices_peer_to_peer():
     assert a.__dlpack_device__() == (2, 1)
     a.add_index_tuple()  # runs on device 1
     np.testing.assert_array_equal(a.to_numpy(), ref_add_index(ref_add_index(data)))
+
+
+@gpu
+def test_strided_device_tensors_are_copied_unless_copy_false():
+    torch = pytest.importorskip("torch")
+    base = torch.arange(60, dtype=torch.float64, device="cuda").reshape(3, 4, 5)
+    for view in (base.transpose(0, 2), base[:, ::2, 1:], base[1:, :, 3]):
+        m = memarray.from_dlpack(view)
+        assert m.on_device and m.shape == tuple(view.shape)
+        np.testing.assert_array_equal(m.to_numpy(), view.cpu().numpy())
+        assert m.__cuda_array_interface__["data"][0] != view.data_ptr()
+        with pytest.raises(BufferError, match="not C-contiguous"):
+            memarray.from_dlpack(view, copy=False)
+    cupy = pytest.importorskip("cupy")
+    c = cupy.arange(24, dtype=cupy.int32).reshape(4, 6)[:, ::3]
+    mc = memarray.cuda.from_cuda_array_interface(c)
+    np.testing.assert_array_equal(mc.to_numpy(), cupy.asnumpy(c))
