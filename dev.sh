@@ -41,6 +41,7 @@ case "$cmd" in
     "$VENV/bin/python" examples/demo.py "$@"
     ;;
   test)
+    mkdir -p target
     cargo test --workspace --exclude memarray-python "$@" 2>&1 | tee target/cargo-test.log
     echo "== cargo summary: $(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "%d passed; %d failed; %d ignored", p, f, i}');" \
       "$(grep -c '^SKIPPED: no CUDA device' target/cargo-test.log) of the passed returned early with SKIPPED: no CUDA device"

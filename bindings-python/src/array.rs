@@ -24,6 +24,19 @@ pub const KDLCUDAMANAGED: i64 = 13;
 #[pyclass(name = "MemArray", module = "memarray")]
 pub struct PyMemArray {
     pub(crate) raw: RawArray,
+    /// Device buffers whose address `__cuda_array_interface__` handed out. The interface
+    /// has no owner field: consumers keep this object alive, and it keeps those buffers
+    /// (even after a swap or a peer move) so no exported address is ever freed early.
+    pub(crate) cai_pins: std::sync::Mutex<Vec<std::sync::Arc<memarray_cuda::DeviceBuffer>>>,
+}
+
+impl From<RawArray> for PyMemArray {
+    fn from(raw: RawArray) -> Self {
+        Self {
+            raw,
+            cai_pins: Default::default(),
+        }
+    }
 }
 
 fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
@@ -98,7 +111,12 @@ fn parse_index(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
                     item.get_type().name()?
                 )));
             }
-            let i: i64 = item.extract()?;
+            let i: i64 = item.extract().map_err(|_| {
+                PyIndexError::new_err(format!(
+                    "index {} is out of bounds for axis {axis} with size {d}",
+                    item.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?;
             let j = if i < 0 { i + d as i64 } else { i };
             if j < 0 || j >= d as i64 {
                 return Err(PyIndexError::new_err(format!(
@@ -221,7 +239,7 @@ impl PyMemArray {
             None => RawArray::zeros(dtype, &shape, device_id),
         }
         .py()?;
-        Ok(Self { raw })
+        Ok(raw.into())
     }
 
     /// The shape, a tuple of ints.
@@ -432,9 +450,7 @@ impl PyMemArray {
 
     /// A deep copy (new buffers, same location, unlocked).
     fn copy(&self) -> PyResult<Self> {
-        Ok(Self {
-            raw: self.raw.try_clone(None).py()?,
-        })
+        Ok(Self::from(self.raw.try_clone(None).py()?))
     }
 
     fn __copy__(&self) -> PyResult<Self> {

@@ -174,7 +174,14 @@ pub fn cuda_array_interface<'py>(
              call move_memory(memarray.dlpack.kDLCUDA) first",
         ));
     };
-    let ptr = arr.raw.device_ptr(None).py()?;
+    let buf = arr.raw.device_buffer(None).py()?;
+    let ptr = buf.device_ptr();
+    {
+        let mut pins = arr.cai_pins.lock().unwrap_or_else(|e| e.into_inner());
+        if !pins.iter().any(|p| std::sync::Arc::ptr_eq(p, &buf)) {
+            pins.push(buf);
+        }
+    }
     let typestrs = TYPESTRS.get_or_init(py, || {
         DType::ALL
             .iter()
@@ -193,17 +200,13 @@ pub fn cuda_array_interface<'py>(
     d.set_item(intern!(py, "data"), (ptr, false))?;
     d.set_item(intern!(py, "strides"), py.None())?;
     // The stream of pending work (never 0), or None when nothing is pending.
-    let stream = arr.raw.pending_stream().map(|s| s.raw());
+    let stream = arr.raw.pending_stream().py()?.map(|s| s.raw());
     d.set_item(intern!(py, "stream"), stream)?;
     Ok(d)
 }
 
 /// Imports a DLPack tensor on a CUDA device.
-pub fn import_device_tensor(
-    _py: Python<'_>,
-    t: ImportedTensor,
-    copy: Option<bool>,
-) -> PyResult<RawArray> {
+pub fn import_device_tensor(t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
     let id = u32::try_from(t.device().id)
         .map_err(|_| PyBufferError::new_err("negative CUDA device id"))?;
     let device = Device::get(id).py()?;
@@ -296,7 +299,13 @@ fn import_strided(
         ev.record(p).py()?;
         stream.wait(&ev).py()?;
     }
-    let mut staging = vec![0u8; span];
+    let mut staging = Vec::new();
+    staging.try_reserve_exact(span).map_err(|_| {
+        pyo3::exceptions::PyMemoryError::new_err(format!(
+            "cannot stage the strided tensor's {span} bytes through host memory"
+        ))
+    })?;
+    staging.resize(span, 0);
     memarray_cuda::transfer::copy_dtoh(&mut staging, &foreign, 0, stream).py()?;
     drop(foreign);
     let mut raw = RawArray::zeros(dtype, shape, device.id()).py()?;
@@ -353,7 +362,16 @@ pub fn from_cuda_array_interface(
             "unsupported CUDA Array Interface version {version}"
         )));
     }
-    let shape: Vec<usize> = get("shape")?.extract()?;
+    let shape: Vec<usize> = get("shape")?.extract().map_err(|_| {
+        PyBufferError::new_err("__cuda_array_interface__ shape must be a tuple of ints >= 0")
+    })?;
+    if shape.len() > memarray_core::MAX_NDIM {
+        return Err(PyBufferError::new_err(format!(
+            "ndim {} exceeds the maximum of {}",
+            shape.len(),
+            memarray_core::MAX_NDIM
+        )));
+    }
     let typestr: String = get("typestr")?.extract()?;
     let dtype = DType::ALL
         .into_iter()
@@ -367,6 +385,14 @@ pub fn from_cuda_array_interface(
             ))
         })?;
     let (addr, read_only): (usize, bool) = get("data")?.extract()?;
+    if !addr.is_multiple_of(dtype.align()) {
+        // A misaligned kernel access would fault and poison the context.
+        return Err(PyBufferError::new_err(format!(
+            "data address {addr:#x} is not aligned to the {} bytes {} elements need",
+            dtype.align(),
+            dtype
+        )));
+    }
     let size = dtype.size() as i64;
     let strides: Vec<i64> = match iface.get_item("strides")? {
         Some(s) if !s.is_none() => s
@@ -384,6 +410,13 @@ pub fn from_cuda_array_interface(
             .collect::<PyResult<_>>()?,
         _ => memarray_core::shape::c_strides(&shape),
     };
+    if strides.len() != shape.len() {
+        return Err(PyBufferError::new_err(format!(
+            "__cuda_array_interface__ has {} strides for {} dimensions",
+            strides.len(),
+            shape.len()
+        )));
+    }
     let nbytes = memarray_core::shape::checked_nbytes(&shape, dtype.size()).py()?;
     if iface.get_item("mask")?.is_some_and(|m| !m.is_none()) {
         return Err(PyBufferError::new_err(
@@ -417,7 +450,7 @@ pub fn from_cuda_array_interface(
         producer,
         Box::new(Keep(obj.clone().unbind())),
     )?;
-    Ok(PyMemArray { raw })
+    Ok(raw.into())
 }
 
 /// Holds a Python producer alive; dropping it without the GIL defers the decref to pyo3.

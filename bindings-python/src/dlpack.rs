@@ -338,14 +338,15 @@ pub fn from_dlpack(
 ) -> PyResult<PyMemArray> {
     let cap = request_capsule(obj)?;
     let t = take_capsule(&cap)?;
-    let raw = import_tensor(py, t, copy)?;
-    Ok(PyMemArray { raw })
+    // Copies (and the producer's deleter, which takes the GIL itself) run detached.
+    let raw = py.detach(|| import_tensor(t, copy))?;
+    Ok(raw.into())
 }
 
-fn import_tensor(py: Python<'_>, t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
+fn import_tensor(t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
     let (dtype, shape) = (t.dtype(), t.shape().to_vec());
     match t.device().kind {
-        DeviceType::Cuda => crate::cuda::import_device_tensor(py, t, copy),
+        DeviceType::Cuda => crate::cuda::import_device_tensor(t, copy),
         DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged => {
             let shareable = t.is_c_contiguous() && !t.read_only() && !t.is_empty();
             if copy == Some(false) && !shareable && !t.is_empty() {

@@ -13,16 +13,16 @@ use memarray_cuda::array::Consumer;
 use crate::cuda::PyStream;
 use crate::errors::IntoPyResult;
 
-fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     if let Ok(s) = obj.cast::<PyStream>() {
-        return Ok(Some(s.borrow().stream.raw() as i64));
+        return Ok(s.borrow().stream.raw() as i64);
     }
     if let Ok(h) = obj.extract::<i64>() {
-        return Ok(Some(h));
+        return Ok(h);
     }
     for attr in ["cuda_stream", "ptr"] {
         if let Ok(h) = obj.getattr(attr).and_then(|h| h.extract::<i64>()) {
-            return Ok(Some(h));
+            return Ok(h);
         }
     }
     Err(PyTypeError::new_err(format!(
@@ -47,9 +47,8 @@ pub fn parse_move_stream(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Stre
         return Ok(None);
     };
     match handle_of(obj)? {
-        Some(0) => Ok(Some(StreamRef::legacy())),
-        Some(h) => from_handle(h).map(Some),
-        None => Ok(None),
+        0 => Ok(Some(StreamRef::legacy())),
+        h => from_handle(h).map(Some),
     }
 }
 

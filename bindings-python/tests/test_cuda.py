@@ -354,3 +354,44 @@ def test_strided_device_tensors_are_copied_unless_copy_false():
     c = cupy.arange(24, dtype=cupy.int32).reshape(4, 6)[:, ::3]
     mc = memarray.cuda.from_cuda_array_interface(c)
     np.testing.assert_array_equal(mc.to_numpy(), cupy.asnumpy(c))
+
+
+@gpu
+def test_copy_is_ordered_before_later_writes_on_another_stream():
+    n = 32 << 20
+    a = memarray.MemArray([n], np.float32)
+    a.read_numpy_array(np.zeros(n, np.float32))
+    a.move_memory(dlpack.kDLCUDA)
+    b = a.copy()  # reads a on a's stream
+    a.add_index_tuple(stream=memarray.cuda.Stream())  # must wait for that read
+    got = b.to_numpy()
+    assert not got.any(), "the copy saw the kernel's writes"
+
+
+@gpu
+def test_foreign_stream_is_not_kept_after_the_call():
+    cupy = pytest.importorskip("cupy")
+    a = memarray.MemArray([1 << 20], np.int32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    a.move_memory(dlpack.kDLCUDA, stream=s.ptr, async_copy=True)
+    assert a.__cuda_array_interface__["stream"] is None  # s is not named after the call
+    del s  # CuPy destroys the stream
+    gc.collect()
+    a.add_index_tuple()  # must not run on the destroyed stream
+    np.testing.assert_array_equal(a.to_numpy()[:5], np.arange(5, dtype=np.int32))
+
+
+@gpu
+def test_cuda_array_interface_export_pins_its_buffer():
+    cupy = pytest.importorskip("cupy")
+    m = _device_array(np.float64, (256, 256))
+    c = cupy.asarray(m)
+    other = memarray.MemArray([256, 256], np.float64)
+    other.move_memory(dlpack.kDLCUDA)
+    m.swap(other)
+    del other  # held m's old buffer, which c still points at
+    gc.collect()
+    fillers = [_device_array(np.float64, (256, 256)) for _ in range(4)]  # reuse freed memory
+    for f in fillers:
+        f.add_index_tuple()
+    np.testing.assert_array_equal(cupy.asnumpy(c), init_array((256, 256), np.float64))

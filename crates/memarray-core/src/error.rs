@@ -98,6 +98,14 @@ pub enum CoreError {
         /// The largest alignment the resource serves.
         max: usize,
     },
+    /// Memory at an address that is not aligned for its element type.
+    #[error("address {addr:#x} is not aligned to the {align} bytes its elements need")]
+    Misaligned {
+        /// The address.
+        addr: usize,
+        /// The element alignment required.
+        align: usize,
+    },
     /// A copy between buffers whose ranges do not fit.
     #[error("copy of {len} bytes at offset {offset} overruns a buffer of {capacity} bytes")]
     CopyOutOfRange {

@@ -27,8 +27,9 @@ impl LockToken {
         self.0.get()
     }
 
-    /// Rebuilds a token from an id (Python passes ids as ints). A forged id only ever
-    /// matches the lock that issued it, so this cannot break a lock, only present a claim.
+    /// Rebuilds a token from an id (Python passes ids as ints). This is the seed's sharp
+    /// knife: whoever knows the holder's id (`Lock::holder`) can present it. Locks guard
+    /// against mistakes, not against code that forges tokens on purpose.
     pub fn from_id(id: u64) -> Option<Self> {
         NonZeroU64::new(id).map(LockToken)
     }

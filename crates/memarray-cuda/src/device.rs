@@ -9,6 +9,33 @@ use memarray_core::{Location, MemoryInfo, MemoryResource};
 use crate::driver::{self, CUcontext, CUdevice, CUstream};
 use crate::error::{CudaError, Result};
 
+/// Keeps a device's context current until dropped, then restores the context the thread
+/// had before. memarray never leaves its context behind: torch, CuPy and the CUDA runtime
+/// read the thread's current context as their current device.
+#[must_use = "the context is restored when the guard drops; bind it with `let _ctx = ...`"]
+#[derive(Debug)]
+pub struct BindGuard {
+    previous: CUcontext,
+    bound: CUcontext,
+}
+
+impl Drop for BindGuard {
+    fn drop(&mut self) {
+        if self.previous != self.bound {
+            // SAFETY: `previous` was current on this thread when the guard was made, so it
+            // is a live context or null (which unbinds); contexts memarray binds are
+            // primary contexts that are never released.
+            let _ = unsafe { driver::ctx_set_current(self.previous) };
+        }
+    }
+}
+
+/// Whether no context is current on the calling thread (for tests of [`BindGuard`]).
+#[doc(hidden)]
+pub fn current_context_is_null() -> Result<bool> {
+    Ok(driver::ctx_get_current()?.is_null())
+}
+
 /// Whether this process can use at least one CUDA device. Never panics.
 pub fn is_available() -> bool {
     device_count().is_ok_and(|n| n > 0)
@@ -111,13 +138,17 @@ impl Device {
     /// Makes this device's primary context current on the calling thread. Cheap when it
     /// already is (one driver query); every memarray operation calls it, so callers need
     /// not, but code mixing raw driver calls with memarray may.
-    pub fn bind(&self) -> Result<()> {
-        if driver::ctx_get_current()? != self.ctx {
+    pub fn bind(&self) -> Result<BindGuard> {
+        let previous = driver::ctx_get_current()?;
+        if previous != self.ctx {
             // SAFETY: `ctx` is a primary context retained in `open` and never released
             // (item 1 of `ctx_set_current`).
             unsafe { driver::ctx_set_current(self.ctx) }?;
         }
-        Ok(())
+        Ok(BindGuard {
+            previous,
+            bound: self.ctx,
+        })
     }
 
     /// The device's name, e.g. `"NVIDIA H200"`.
@@ -137,7 +168,7 @@ impl Device {
 
     /// Free and total device memory in bytes, as the driver reports them now.
     pub fn memory_info(&self) -> Result<MemoryInfo> {
-        self.bind()?;
+        let _ctx = self.bind()?;
         // SAFETY: `bind` made this device's live context current (item 1).
         let (free, total) = unsafe { driver::mem_get_info() }?;
         Ok(MemoryInfo { free, total })
@@ -158,7 +189,7 @@ impl Device {
         if other.id == self.id {
             return Ok(());
         }
-        self.bind()?;
+        let _ctx = self.bind()?;
         // SAFETY: this device's context is current (item 1); `other.ctx` is a retained,
         // never-released primary context of another device (item 2).
         unsafe { driver::ctx_enable_peer_access(other.ctx) }.map(|_| ())
@@ -166,7 +197,7 @@ impl Device {
 
     /// Blocks until all work on this device's primary context has finished.
     pub fn synchronize(&self) -> Result<()> {
-        self.bind()?;
+        let _ctx = self.bind()?;
         // SAFETY: `bind` made this device's live context current (item 1).
         unsafe { driver::ctx_synchronize() }
     }

@@ -35,7 +35,7 @@ impl Event {
     }
 
     fn create(device: &Arc<Device>, timed: bool) -> Result<Event> {
-        device.bind()?;
+        let _ctx = device.bind()?;
         // SAFETY: `bind` made the device's live context current (item 1).
         let handle = unsafe { driver::event_create(timed) }?;
         Ok(Event {
@@ -48,7 +48,7 @@ impl Event {
     /// Records the event at the current end of `stream`'s work (a default stream is this
     /// event's device's). Later waits and queries refer to this recording.
     pub fn record(&self, stream: StreamRef) -> Result<()> {
-        self.device.bind()?;
+        let _ctx = self.device.bind()?;
         // SAFETY: the event is live while `self` is; the stream is live by StreamRef's
         // contract and of this device's context or a default stream of it (item 1).
         unsafe { driver::event_record(self.handle, stream.cu()) }
@@ -56,14 +56,14 @@ impl Event {
 
     /// Blocks the host until the recorded work is done (at once if never recorded).
     pub fn synchronize(&self) -> Result<()> {
-        self.device.bind()?;
+        let _ctx = self.device.bind()?;
         // SAFETY: the event is live while `self` is (item 1).
         unsafe { driver::event_synchronize(self.handle) }
     }
 
     /// Whether the recorded work is done (`true` if never recorded). Does not block.
     pub fn is_complete(&self) -> Result<bool> {
-        self.device.bind()?;
+        let _ctx = self.device.bind()?;
         // SAFETY: the event is live while `self` is (item 1).
         unsafe { driver::event_query(self.handle) }
     }
@@ -71,7 +71,7 @@ impl Event {
     /// Milliseconds from `start`'s recording to this one's. Both must be
     /// [`Event::timed`] and complete; otherwise the driver's error is returned.
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
-        self.device.bind()?;
+        let _ctx = self.device.bind()?;
         // SAFETY: both events are live while borrowed; the driver reports events without
         // timing as CUDA_ERROR_INVALID_HANDLE rather than misbehaving (item 1).
         unsafe { driver::event_elapsed_ms(start.handle, self.handle) }
@@ -96,7 +96,7 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; destroy fails only for invalid handles.
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.bind() {
             // SAFETY: the handle is live and never used after this (item 1).
             let _ = unsafe { driver::event_destroy(self.handle) };
         }

@@ -86,7 +86,7 @@ pub(crate) struct Module {
 
 impl Module {
     fn load(device: &Device) -> Result<Module> {
-        device.bind()?;
+        let _ctx = device.bind()?;
         let image = CStr::from_bytes_with_nul(ADD_INDEX_PTX.as_bytes()).map_err(|_| {
             CudaError::Unavailable {
                 reason: "the committed PTX contains a NUL byte; regenerate it with \
@@ -208,7 +208,7 @@ pub(crate) unsafe fn add_index_tuple_raw(
         kernel.blocks_per_sm,
     );
     let data = addr as usize as *mut c_void;
-    device.bind()?;
+    let _ctx = device.bind()?;
     // SAFETY: each Indexer is #[repr(C)] and laid out as indexer.cuh's Indexer<N>, the
     // kernel's only parameter (item 2, checked by tests/indexer_layout.rs in core); the
     // function is of this device's module and the context is bound, the stream live

@@ -67,10 +67,18 @@ impl StreamRef {
         self.raw() <= 2
     }
 
+    /// Whether the handle stays valid for the life of the process: a default stream or
+    /// one memarray created (owned streams are recycled, never destroyed). A foreign
+    /// handle is only promised for the call that passed it, so memarray never keeps one
+    /// for later work.
+    pub fn is_persistent(self) -> bool {
+        self.is_default() || owned_streams().contains(&self.raw())
+    }
+
     /// Makes later work on this stream wait until `event`'s recorded work is done,
     /// without blocking the host. A default stream here is `event`'s device's.
     pub fn wait(self, event: &Event) -> Result<()> {
-        event.device().bind()?;
+        let _ctx = event.device().bind()?;
         // SAFETY: the stream is live by `from_raw`'s contract or is a recycled (never
         // destroyed) `Stream`; default streams refer to the bound context (item 1); the
         // event is live while borrowed (item 2).
@@ -81,7 +89,7 @@ impl StreamRef {
     /// operation on this stream runs on) rather than `event`'s. Events of another device
     /// may be waited on.
     pub(crate) fn wait_on(self, device: &Device, event: &Event) -> Result<()> {
-        device.bind()?;
+        let _ctx = device.bind()?;
         // SAFETY: the stream is live as in `wait`, a default stream referring to the
         // bound context of `device` (item 1); the event is live while borrowed (item 2).
         unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
@@ -90,7 +98,7 @@ impl StreamRef {
     /// Blocks until all work on this stream is done. A default stream here is
     /// `device`'s.
     pub fn synchronize(self, device: &Device) -> Result<()> {
-        device.bind()?;
+        let _ctx = device.bind()?;
         // SAFETY: live stream, as in `wait`; the device context is current (item 1).
         unsafe { driver::stream_synchronize(self.cu()) }
     }
@@ -106,6 +114,16 @@ impl From<StreamRef> for RawStream {
         // SAFETY: a StreamRef is 1, 2 or a live stream by its own constructors' contracts.
         unsafe { RawStream::from_raw(s.raw()) }
     }
+}
+
+/// Handles of every driver stream memarray created (never destroyed).
+fn owned_streams() -> std::sync::MutexGuard<'static, std::collections::HashSet<usize>> {
+    static OWNED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<usize>>> =
+        std::sync::OnceLock::new();
+    OWNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// An owned stream on one device, created `CU_STREAM_NON_BLOCKING` (it does not
@@ -128,13 +146,14 @@ impl Stream {
         let cu = match device.take_idle_stream() {
             Some(s) => s,
             None => {
-                device.bind()?;
+                let _ctx = device.bind()?;
                 // SAFETY: `bind` made the device's live context current (item 1).
                 unsafe { driver::stream_create_non_blocking() }?
             }
         };
         // The driver never returns a null stream from cuStreamCreate.
         let handle = NonZeroUsize::new(cu as usize).ok_or(CudaError::NullStream)?;
+        owned_streams().insert(handle.get());
         Ok(Stream {
             device: device.clone(),
             handle: StreamRef(handle),
@@ -198,6 +217,10 @@ mod tests {
         assert_eq!(StreamRef::legacy().raw(), 1);
         assert_eq!(StreamRef::per_thread().raw(), 2);
         assert!(StreamRef::legacy().is_default());
+        assert!(StreamRef::legacy().is_persistent());
+        // SAFETY: never used as a stream; only its persistence is asked.
+        let foreign = unsafe { StreamRef::from_raw(0xdead_0000) }.unwrap();
+        assert!(!foreign.is_persistent());
         assert_eq!(RawStream::from(StreamRef::legacy()), RawStream::LEGACY);
         assert_eq!(
             RawStream::from(StreamRef::per_thread()),

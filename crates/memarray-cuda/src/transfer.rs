@@ -5,10 +5,9 @@
 //! default stream) and enqueues the work. All but [`copy_dtoh`] return an [`Enqueued`]
 //! to record into an event; zero-byte operations enqueue nothing but still return one.
 //!
-//! Host memory: the safe functions take slices. A pageable source is staged by the
-//! driver before [`copy_htod`] returns; a pinned one is read when the copy runs, so keep
-//! it unchanged until then. [`copy_dtoh`] blocks until the bytes have arrived, since the
-//! device writes into memory Rust can read. The `_raw` forms take pointers and return at
+//! Host memory: the safe functions take slices and block until the host side is done
+//! ([`copy_htod`] until the source has been read, [`copy_dtoh`] until the bytes have
+//! arrived), since a page-locked buffer is read or written by DMA after the driver call. The `_raw` forms take pointers and return at
 //! once, for callers (such as the MemArray mirror) that order host access with events.
 
 use crate::buffer::DeviceBuffer;
@@ -17,17 +16,20 @@ use crate::error::{CudaError, Result};
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
 
-/// Copies `src` to `dst[dst_offset..]` on `stream`.
+/// Copies `src` to `dst[dst_offset..]` on `stream`, and waits for it: when this returns
+/// `src` has been read, so it may be written or freed at once. (A page-locked source is
+/// read by DMA after the driver call returns; only the `_raw` form leaves that open.)
 pub fn copy_htod(
     dst: &DeviceBuffer,
     dst_offset: usize,
     src: &[u8],
     stream: StreamRef,
 ) -> Result<Enqueued> {
-    // SAFETY: `src` is valid for reads of its length during the call; the driver stages a
-    // pageable source before returning, and a pinned source stays allocated while it is
-    // borrowed, its later content being the caller's documented concern (item 1).
-    unsafe { copy_htod_raw(dst, dst_offset, src.as_ptr(), src.len(), stream) }
+    // SAFETY: `src` is valid for reads of its length while borrowed, and the copy is
+    // complete before the borrow ends (synchronized below), so item 1 holds.
+    let op = unsafe { copy_htod_raw(dst, dst_offset, src.as_ptr(), src.len(), stream) }?;
+    stream.synchronize(op.device())?;
+    Ok(op)
 }
 
 /// Copies `len` bytes at `src` to `dst[dst_offset..]` on `stream`.
@@ -44,7 +46,7 @@ pub unsafe fn copy_htod_raw(
 ) -> Result<Enqueued> {
     let d = dst.range(dst_offset, len)?;
     let device = dst.device();
-    device.bind()?;
+    let _ctx = device.bind()?;
     if len > 0 {
         // SAFETY: item 1 covers the source; the destination range was checked against a
         // live buffer (item 2); the stream is live by StreamRef's contract and the
@@ -83,7 +85,7 @@ pub unsafe fn copy_dtoh_raw(
 ) -> Result<Enqueued> {
     let s = src.range(src_offset, len)?;
     let device = src.device();
-    device.bind()?;
+    let _ctx = device.bind()?;
     if len > 0 {
         // SAFETY: item 1 covers the destination; the source range was checked against a
         // live buffer (item 2); live stream, device bound (item 3).
@@ -112,7 +114,7 @@ pub fn copy_dtod(
         });
     }
     let (d, s) = (dst.range(dst_offset, len)?, src.range(src_offset, len)?);
-    device.bind()?;
+    let _ctx = device.bind()?;
     if len > 0 {
         // SAFETY: both ranges were checked against live buffers of the bound device
         // (item 1); live stream of that device or its default stream (item 2).
@@ -138,7 +140,7 @@ pub fn copy_peer(
     }
     let (d, s) = (dst.range(dst_offset, len)?, src.range(src_offset, len)?);
     let device = dst.device();
-    device.bind()?;
+    let _ctx = device.bind()?;
     if len > 0 {
         // SAFETY: both ranges were checked against live buffers of the two devices, whose
         // primary contexts are retained for the process (item 1); the stream is live and
@@ -159,7 +161,7 @@ pub fn memset_zero(
 ) -> Result<Enqueued> {
     let d = dst.range(offset, len)?;
     let device = dst.device();
-    device.bind()?;
+    let _ctx = device.bind()?;
     if len > 0 {
         // SAFETY: the range was checked against a live buffer (item 1); live stream of the
         // bound device or its default stream (item 2).

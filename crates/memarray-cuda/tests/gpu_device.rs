@@ -41,10 +41,14 @@ fn gpu_bind_from_other_threads() {
         .map(|_| {
             let d = dev.clone();
             std::thread::spawn(move || {
-                d.bind().unwrap();
-                d.bind().unwrap();
-                d.memory_info().unwrap();
-                d.synchronize().unwrap();
+                {
+                    let _outer = d.bind().unwrap();
+                    let _inner = d.bind().unwrap();
+                    d.memory_info().unwrap();
+                    d.synchronize().unwrap();
+                }
+                // memarray leaves no context behind on the thread.
+                assert!(memarray_cuda::device::current_context_is_null().unwrap());
             })
         })
         .collect();

@@ -176,7 +176,7 @@ fn gpu_stream_b_waits_for_stream_a_without_a_host_sync() {
     }
     a.move_memory(Location::Host, Some(sb.as_ref()), false, None)
         .unwrap();
-    assert_eq!(a.as_raw().pending_stream(), Some(sb.as_ref()));
+    assert_eq!(a.as_raw().pending_stream().unwrap(), Some(sb.as_ref()));
     let host = a.as_slice().unwrap();
     let bad = (0..n).find(|&i| host[i] != (8 * i) as u32);
     assert_eq!(

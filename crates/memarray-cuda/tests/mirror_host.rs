@@ -541,3 +541,15 @@ fn write_all_and_read_all_refuse_wrong_lengths_and_change_nothing() {
     r.read_all(&mut out, None).unwrap();
     assert_eq!(out, fresh);
 }
+
+#[test]
+fn foreign_bool_bytes_read_as_valid_bools() {
+    let mut raw = RawArray::zeros(DType::Bool, &[3], 0).unwrap();
+    // A producer (a uint8 view, say) may store any byte; element writes take bytes as is.
+    raw.write_element(&[1], &[2], None).unwrap();
+    raw.write_element(&[2], &[255], None).unwrap();
+    let a = MemArray::<bool, 1>::try_from_raw(raw).unwrap();
+    assert_eq!(a.as_slice().unwrap(), &[false, true, true]);
+    assert_eq!(a.get([2]).unwrap(), true);
+    assert_eq!(a.as_raw().host_bytes(None).unwrap(), &[0, 1, 1]);
+}

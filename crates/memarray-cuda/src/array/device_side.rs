@@ -48,8 +48,16 @@ pub(crate) fn host_resource(kind: HostKind, device_id: u32) -> Result<Arc<dyn Me
     })
 }
 
+impl Drop for DeviceSide {
+    /// Queued work may still read or write the buffers (and the host copy) being freed:
+    /// wait for it first. Buffers shared with live exports stay alive regardless.
+    fn drop(&mut self) {
+        let _ = self.wait_host();
+    }
+}
+
 impl DeviceSide {
-    pub(crate) fn new(_device_id: u32) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             buffer: None,
             pending: Mutex::new(None),
@@ -60,7 +68,7 @@ impl DeviceSide {
     /// A device side holding `buffer` (shared with a producer), ordered after the
     /// producer's stream when given.
     pub(crate) fn adopt(buffer: DeviceBuffer, producer: Option<StreamRef>) -> Result<Self> {
-        let mut out = Self::new(buffer.device().id());
+        let mut out = Self::new();
         let device = buffer.device().clone();
         out.buffer = Some(Arc::new(buffer));
         if let Some(s) = producer {
@@ -82,7 +90,7 @@ impl DeviceSide {
         // SAFETY: written in full by the copy below before anyone reads it.
         let dst = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
         transfer::copy_dtod(&dst, 0, src, 0, nbytes, stream)?.synchronize()?;
-        let mut out = Self::new(device.id());
+        let mut out = Self::new();
         out.buffer = Some(Arc::new(dst));
         Ok(out)
     }
@@ -134,7 +142,27 @@ impl DeviceSide {
             keep_alive,
         });
         drop(guard);
-        self.last_stream = Some((stream, device.id()));
+        // A foreign handle is promised only for this call: later defaults use the
+        // legacy stream instead of keeping it.
+        self.last_stream = stream.is_persistent().then_some((stream, device.id()));
+        Ok(())
+    }
+
+    /// Records the array's event after `op`, which only reads the device copy (a copy
+    /// out of it), so that later writes on other streams wait for the read.
+    fn record_read(&self, op: &Enqueued) -> Result<()> {
+        let mut guard = self.pending();
+        let event = match guard.as_ref() {
+            Some(p) if p.event.device().id() == op.device().id() => p.event.clone(),
+            _ => Arc::new(Event::new(op.device())?),
+        };
+        event.record(op.stream())?;
+        let keep_alive = guard.take().map(|p| p.keep_alive).unwrap_or_default();
+        *guard = Some(Pending {
+            event,
+            stream: op.stream(),
+            keep_alive,
+        });
         Ok(())
     }
 
@@ -169,9 +197,12 @@ impl DeviceSide {
         let device = Device::get(device_id)?;
         let resource = default_resource(&device)?;
         // SAFETY: item 1.
-        Ok(Arc::new(unsafe {
-            DeviceBuffer::uninit(&device, nbytes, resource, stream)?
-        }))
+        let mut b = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        if !stream.is_persistent() {
+            // A foreign stream may be gone when the buffer is freed.
+            b.set_free_stream(StreamRef::legacy());
+        }
+        Ok(Arc::new(b))
     }
 
     /// Makes `b` the device copy (a no-op if it already is).
@@ -199,7 +230,10 @@ impl DeviceSide {
         // SAFETY: the copy below writes all nbytes before any read.
         let dst = unsafe { self.buffer_on(device_id, nbytes, stream)? };
         self.order(stream, device_id)?;
-        let op = transfer::copy_htod(&dst, 0, host.as_slice(), stream)?;
+        // SAFETY: the host buffer holds nbytes bytes and outlives the copy (the array owns
+        // an Arc to it, and every host access and the array's drop wait for the event
+        // recorded below).
+        let op = unsafe { transfer::copy_htod_raw(&dst, 0, host.as_ptr(), nbytes, stream)? };
         self.record(op, None)?;
         self.install(dst);
         Ok(())
@@ -231,6 +265,13 @@ impl DeviceSide {
     ) -> Result<()> {
         let stream = self.pick(stream, to);
         let src = self.current()?;
+        // Direct peer access (NVLink / PCIe P2P) where the pair supports it; without it
+        // cuMemcpyPeerAsync stages through the host. Enabling is idempotent.
+        let to_dev = Device::get(to)?;
+        if src.device().id() != to && to_dev.can_access_peer(src.device())? {
+            to_dev.enable_peer_access(src.device())?;
+            src.device().enable_peer_access(&to_dev)?;
+        }
         // SAFETY: the copy below writes all nbytes before any read.
         let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
         self.order(stream, to)?;
@@ -249,6 +290,11 @@ impl DeviceSide {
     /// Device address of the current device copy.
     pub(crate) fn device_addr(&self) -> Result<u64> {
         Ok(self.current()?.device_ptr())
+    }
+
+    /// The current device buffer, shared (for exports that must pin it).
+    pub(crate) fn device_buffer(&self) -> Result<Arc<DeviceBuffer>> {
+        self.current()
     }
 
     /// Reads bytes of the device copy synchronously, after pending work.
@@ -302,6 +348,7 @@ impl DeviceSide {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
             };
             let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            self.record_read(&op)?;
             let event = op.into_event()?;
             match consumer {
                 Consumer::Stream(s) if s != stream => s.wait(&event)?,
@@ -320,15 +367,24 @@ impl DeviceSide {
         Ok((buf.device_ptr(), Box::new(buf)))
     }
 
-    /// The stream work is pending on, if any (for the CUDA Array Interface `stream`).
-    pub(crate) fn pending_stream(&self) -> Option<StreamRef> {
-        self.pending().as_ref().map(|p| p.stream)
+    /// The stream work is pending on, if any (for the CUDA Array Interface `stream`). A
+    /// foreign stream cannot be named after the call that gave it (it may be gone): the
+    /// host waits for that work instead and `None` is returned.
+    pub(crate) fn pending_stream(&self) -> Result<Option<StreamRef>> {
+        let stream = self.pending().as_ref().map(|p| p.stream);
+        match stream {
+            Some(s) if !s.is_persistent() => {
+                self.wait_host()?;
+                Ok(None)
+            }
+            other => Ok(other),
+        }
     }
 
     /// A deep copy of the device side: a new device buffer holding the current data when
     /// the data is on a device, nothing otherwise.
     pub(crate) fn try_clone(&self, location: Location, nbytes: usize) -> Result<Self> {
-        let mut out = Self::new(0);
+        let mut out = Self::new();
         if let Location::Device(_) = location {
             let src = self.current()?;
             let stream = self.pick(None, src.device().id());
@@ -338,6 +394,7 @@ impl DeviceSide {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
             };
             let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            self.record_read(&op)?;
             out.buffer = Some(Arc::new(dst));
             out.record(op, None)?;
         }

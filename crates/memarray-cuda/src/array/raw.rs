@@ -147,6 +147,13 @@ impl RawArray {
             }
             .into());
         }
+        if !(host.as_ptr() as usize).is_multiple_of(dtype.align()) {
+            return Err(CoreError::Misaligned {
+                addr: host.as_ptr() as usize,
+                align: dtype.align(),
+            }
+            .into());
+        }
         let host_kind = match host.kind() {
             MemoryKind::Pinned => HostKind::Pinned,
             MemoryKind::Managed => HostKind::Managed,
@@ -161,7 +168,7 @@ impl RawArray {
             device_id,
             location: Location::Host,
             lock: Lock::new(),
-            dev: DeviceSide::new(device_id),
+            dev: DeviceSide::new(),
         })
     }
 
@@ -195,9 +202,10 @@ impl RawArray {
             .into());
         }
         let host = HostBuffer::zeroed_in(nbytes, Arc::new(HostResource))?;
-        let stream = producer.unwrap_or(StreamRef::legacy());
         // SAFETY: the caller's item 1 is from_foreign's contract.
-        let foreign = unsafe { DeviceBuffer::from_foreign(device, addr, nbytes, owner, stream)? };
+        let foreign = unsafe {
+            DeviceBuffer::from_foreign(device, addr, nbytes, owner, StreamRef::legacy())?
+        };
         let dev = if share {
             DeviceSide::adopt(foreign, producer)?
         } else {
@@ -517,8 +525,17 @@ impl RawArray {
         self.dev.device_addr()
     }
 
-    /// The stream that pending device work runs on, if any.
-    pub fn pending_stream(&self) -> Option<StreamRef> {
+    /// The device buffer holding the current data, shared: an export that hands out its
+    /// address without an owner of its own (the CUDA Array Interface) keeps this to pin
+    /// the memory.
+    pub fn device_buffer(&self, token: Option<LockToken>) -> Result<Arc<DeviceBuffer>> {
+        self.check(token)?;
+        self.dev.device_buffer()
+    }
+
+    /// The stream that pending device work runs on, if any (the CUDA Array Interface's
+    /// `stream`). Work pending on a foreign stream is waited for instead: `None`.
+    pub fn pending_stream(&self) -> Result<Option<StreamRef>> {
         self.dev.pending_stream()
     }
 
@@ -557,7 +574,7 @@ impl RawArray {
         Ok(())
     }
 
-    /// Raw host address, after the lock check and pending work; `None` off the host.
+    /// Raw host address, after the lock check and pending work; an error off the host.
     pub(crate) fn host_ptr(&self, token: Option<LockToken>) -> Result<*mut u8> {
         self.host_ready(token)?;
         Ok(self.host.as_mut_ptr())

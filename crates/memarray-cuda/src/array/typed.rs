@@ -222,9 +222,9 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         [usize; N]: IntoDimension<Dim = Dim<[usize; N]>>,
         Dim<[usize; N]>: Dimension,
     {
-        let p = self.raw.host_ptr(token)?;
+        let p = self.host_elements(token)?;
         // SAFETY: p points to nbytes initialised, aligned bytes holding shape's elements in
-        // C order, borrowed for the life of &self.
+        // C order (bools normalised to 0/1), borrowed for the life of &self.
         Ok(unsafe { ArrayView::from_shape_ptr(self.shape(), p.cast::<T>().cast_const()) })
     }
 
@@ -246,16 +246,37 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         [usize; N]: IntoDimension<Dim = Dim<[usize; N]>>,
         Dim<[usize; N]>: Dimension,
     {
-        let p = self.raw.host_ptr(token)?;
+        let p = self.host_elements(token)?;
         // SAFETY: as in `view`, with &mut self giving exclusive Rust access.
         Ok(unsafe { ArrayViewMut::from_shape_ptr(self.shape(), p.cast::<T>()) })
     }
 
     /// The host data as a slice (C order; the data must be on the host).
     pub fn as_slice(&self) -> Result<&[T]> {
-        let bytes = self.raw.host_bytes(None)?;
-        // SAFETY: the host buffer is 64-byte aligned and holds size() elements of T.
-        Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), self.size() as usize) })
+        let p = self.host_elements(None)?;
+        // SAFETY: the host buffer is aligned for T (checked at construction) and holds
+        // size() valid elements of T (bools normalised to 0/1).
+        Ok(unsafe { std::slice::from_raw_parts(p.cast_const(), self.size() as usize) })
+    }
+
+    /// The host address as `*mut T` after the lock check and pending work, with bool bytes
+    /// that a foreign producer may have set to values other than 0 and 1 normalised, so a
+    /// `&[bool]` over them is valid.
+    fn host_elements(&self, token: Option<LockToken>) -> Result<*mut T> {
+        let p = self.raw.host_ptr(token)?;
+        if T::DTYPE == DType::Bool {
+            for i in 0..self.nbytes() {
+                // SAFETY: i < nbytes of the live host buffer. Only bytes above 1 are
+                // written, and no valid &bool can exist over such a byte.
+                unsafe {
+                    let b = p.add(i);
+                    if *b > 1 {
+                        *b = 1;
+                    }
+                }
+            }
+        }
+        Ok(p.cast())
     }
 
     /// An [`Indexer`] over the current data: the host copy, or the device copy when the
@@ -321,7 +342,8 @@ impl<T: Element, const N: usize> Clone for MemArray<T, N> {
     /// Deep copy.
     ///
     /// # Panics
-    /// If allocation fails; use [`MemArray::try_clone`] to get the error instead.
+    /// If the array is locked or allocation fails; use [`MemArray::try_clone`] (or
+    /// [`MemArray::try_clone_with`] with the lock token) to get the error instead.
     fn clone(&self) -> Self {
         self.try_clone()
             .expect("MemArray::clone: allocation failed")

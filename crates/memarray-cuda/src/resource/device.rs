@@ -38,7 +38,7 @@ impl DeviceResource {
 impl MemoryResource for DeviceResource {
     fn allocate(&self, bytes: usize, align: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
         self.aligner.allocate(bytes, align, &self.name, |size| {
-            self.device.bind()?;
+            let _ctx = self.device.bind()?;
             // SAFETY: `bind` made the device's live context current (item 1).
             let p = unsafe { driver::mem_alloc(size) }
                 .map_err(|e| e.with_oom_context(size, self.device.id()))?;
@@ -64,7 +64,7 @@ impl MemoryResource for DeviceResource {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _: usize, align: usize, _: Option<RawStream>) {
         let base = self.aligner.base_of(ptr, align);
         // Errors cannot be reported from here; cuMemFree fails only for bad pointers.
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.bind() {
             // SAFETY: by the trait contract `base` came from `mem_alloc` and is freed once
             // with no later use (item 1); the device's context is current (item 2).
             let _ = unsafe { driver::mem_free(base as u64) };

@@ -33,7 +33,7 @@ impl ManagedResource {
 impl MemoryResource for ManagedResource {
     fn allocate(&self, bytes: usize, align: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
         self.aligner.allocate(bytes, align, &self.name, |size| {
-            self.device.bind()?;
+            let _ctx = self.device.bind()?;
             // SAFETY: `bind` made the device's live context current (item 1).
             let p = unsafe { driver::mem_alloc_managed(size) }
                 .map_err(|e| e.with_oom_context(size, self.device.id()))?;
@@ -58,7 +58,7 @@ impl MemoryResource for ManagedResource {
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _: usize, align: usize, _: Option<RawStream>) {
         let base = self.aligner.base_of(ptr, align);
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.bind() {
             // SAFETY: by the trait contract `base` came from `mem_alloc_managed` and is freed
             // once with no later use (item 1); the allocating context is current (item 2).
             let _ = unsafe { driver::mem_free(base as u64) };

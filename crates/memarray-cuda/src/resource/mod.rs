@@ -147,7 +147,7 @@ pub(crate) fn zero_device_memory(
     stream: Option<RawStream>,
 ) -> Result<()> {
     let s = stream_or_legacy(stream)?;
-    device.bind()?;
+    let _ctx = device.bind()?;
     // SAFETY: the caller just allocated `[addr, addr + len)` on this device (item 1); the
     // stream is live by StreamRef's contract and the device's context is current (item 2).
     unsafe { driver::memset_d8_async(addr as u64, 0, len, s.cu()) }?;

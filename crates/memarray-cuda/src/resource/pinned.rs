@@ -97,7 +97,7 @@ impl PinnedResource {
 impl MemoryResource for PinnedResource {
     fn allocate(&self, bytes: usize, align: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
         self.aligner.allocate(bytes, align, &self.name, |size| {
-            self.device.bind()?;
+            let _ctx = self.device.bind()?;
             // SAFETY: `bind` made the device's live context current (item 1).
             let p = unsafe { driver::mem_host_alloc(size, self.flags.bits()) }
                 .map_err(|e| e.with_oom_context(size, self.device.id()))?;
@@ -119,7 +119,7 @@ impl MemoryResource for PinnedResource {
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _: usize, align: usize, _: Option<RawStream>) {
         let base = self.aligner.base_of(ptr, align);
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.bind() {
             // SAFETY: by the trait contract `base` came from `mem_host_alloc` and is freed
             // once with no later use (item 1); a live context is current (item 2).
             let _ = unsafe { driver::mem_free_host(base as *mut std::ffi::c_void) };

@@ -67,7 +67,7 @@ impl MemoryResource for AsyncPoolResource {
     ) -> Result<NonNull<u8>> {
         self.aligner.allocate(bytes, align, &self.name, |size| {
             let s = stream_or_legacy(stream)?;
-            self.device.bind()?;
+            let _ctx = self.device.bind()?;
             // SAFETY: the stream is live by StreamRef's contract, of the bound context or
             // a default stream of it (item 1); the memory is handed out for use after this
             // point on that stream (item 2, documented on the type).
@@ -101,7 +101,7 @@ impl MemoryResource for AsyncPoolResource {
     ) {
         let base = self.aligner.base_of(ptr, align);
         let s = stream_or_legacy(stream).unwrap_or(crate::StreamRef::legacy());
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.bind() {
             // SAFETY: by the trait contract `base` came from `mem_alloc_async` and is freed
             // once (item 1), after all work using it on `stream` (item 2).
             let _ = unsafe { driver::mem_free_async(base as u64, s.cu()) };
