@@ -550,6 +550,6 @@ fn foreign_bool_bytes_read_as_valid_bools() {
     raw.write_element(&[2], &[255], None).unwrap();
     let a = MemArray::<bool, 1>::try_from_raw(raw).unwrap();
     assert_eq!(a.as_slice().unwrap(), &[false, true, true]);
-    assert_eq!(a.get([2]).unwrap(), true);
+    assert!(a.get([2]).unwrap());
     assert_eq!(a.as_raw().host_bytes(None).unwrap(), &[0, 1, 1]);
 }

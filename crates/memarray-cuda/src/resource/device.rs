@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use memarray_core::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Result};
 
-use super::{Aligner, zero_device_memory};
+use super::{Aligner, allocate_then_zero};
 use crate::device::Device;
 use crate::driver;
 
@@ -52,13 +52,7 @@ impl MemoryResource for DeviceResource {
         align: usize,
         stream: Option<RawStream>,
     ) -> Result<NonNull<u8>> {
-        let p = self.allocate(bytes, align, stream)?;
-        if let Err(e) = zero_device_memory(&self.device, p.as_ptr() as usize, bytes, stream) {
-            // SAFETY: p was just allocated with these arguments and never used.
-            unsafe { self.deallocate(p, bytes, align, stream) };
-            return Err(e.into_alloc(bytes, align, &self.name));
-        }
-        Ok(p)
+        allocate_then_zero(self, &self.device, bytes, align, stream)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, _: usize, align: usize, _: Option<RawStream>) {

@@ -138,6 +138,24 @@ pub(crate) fn stream_or_legacy(stream: Option<RawStream>) -> Result<StreamRef> {
     stream.map_or(Ok(StreamRef::legacy()), StreamRef::from_raw_stream)
 }
 
+/// `allocate_zeroed` of the device-side resources: allocates from `r`, then zeroes on
+/// `stream`; if zeroing fails the block goes back to `r` and the error names `r`.
+pub(crate) fn allocate_then_zero(
+    r: &dyn MemoryResource,
+    device: &Device,
+    bytes: usize,
+    align: usize,
+    stream: Option<RawStream>,
+) -> std::result::Result<NonNull<u8>, CoreError> {
+    let p = r.allocate(bytes, align, stream)?;
+    if let Err(e) = zero_device_memory(device, p.as_ptr() as usize, bytes, stream) {
+        // SAFETY: p was just allocated from r with these arguments and never used.
+        unsafe { r.deallocate(p, bytes, align, stream) };
+        return Err(e.into_alloc(bytes, align, r.name()));
+    }
+    Ok(p)
+}
+
 /// Zeroes `[addr, addr + len)` on `stream`; on the legacy stream (`None`) it also waits,
 /// since later work on non-blocking streams would not be ordered after it.
 pub(crate) fn zero_device_memory(
