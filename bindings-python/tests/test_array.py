@@ -65,24 +65,6 @@ def test_ndim_33_is_refused():
         memarray.MemArray([1] * 33)
 
 
-@pytest.mark.parametrize("bad", ["float128", "datetime64[ns]", "U3", object, "S2"])
-def test_unsupported_dtype_names_what_is_supported(bad):
-    with pytest.raises(TypeError, match="supported dtypes: bool, int8"):
-        memarray.MemArray([2], bad)
-
-
-def test_dtype_spellings():
-    assert memarray.MemArray([1], float).dtype == np.float64
-    assert memarray.MemArray([1], int).dtype == np.int64
-    assert memarray.MemArray([1], bool).dtype == np.bool_
-    assert memarray.MemArray([1], complex).dtype == np.complex128
-    assert memarray.MemArray([1], "f4").dtype == np.float32
-    assert memarray.MemArray([1], np.uint16).dtype == np.uint16
-    assert memarray.MemArray([1]).dtype == np.float64
-    with pytest.raises(TypeError, match="big-endian"):
-        memarray.MemArray([1], ">f8")
-
-
 @pytest.mark.parametrize("shape", [[-1], [2, -3], "abc", [1.5], None])
 def test_bad_shapes(shape):
     with pytest.raises((ValueError, TypeError)):

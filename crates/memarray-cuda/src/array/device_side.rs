@@ -10,14 +10,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use memarray_core::{DType, HostBuffer, Location, MemoryResource};
+use memarray_core::{DType, HostBuffer, Location};
 
-use super::raw::{Consumer, HostKind};
+use super::export::Consumer;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{CudaError, Result};
 use crate::event::{Enqueued, Event};
-use crate::resource::{ManagedResource, PinnedResource, default_resource};
+use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use crate::{kernel, transfer};
 
@@ -37,15 +37,6 @@ pub(crate) struct DeviceSide {
     /// next operation on that device. Streams belong to one device: kernels launched and
     /// events recorded on another device's stream fail, so it is never reused elsewhere.
     last_stream: Option<(StreamRef, u32)>,
-}
-
-/// The host resource for a pinned or managed host copy.
-pub(crate) fn host_resource(kind: HostKind, device_id: u32) -> Result<Arc<dyn MemoryResource>> {
-    let device = Device::get(device_id)?;
-    Ok(match kind {
-        HostKind::Managed => Arc::new(ManagedResource::new(&device)),
-        _ => Arc::new(PinnedResource::new(&device)),
-    })
 }
 
 impl Drop for DeviceSide {

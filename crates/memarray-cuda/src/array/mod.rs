@@ -5,9 +5,13 @@
 //! Python; [`MemArray<T, N>`] is the typed Rust face over it.
 
 mod device_side;
+mod export;
+mod host_kind;
 mod host_ops;
 mod raw;
 mod typed;
 
-pub use raw::{AUTO_PIN_BYTES, Consumer, ExportBuffer, HostKind, RawArray};
+pub use export::{Consumer, ExportBuffer};
+pub use host_kind::{AUTO_PIN_BYTES, HostKind};
+pub use raw::RawArray;
 pub use typed::MemArray;

@@ -5,55 +5,15 @@ use std::sync::Arc;
 use memarray_core::shape;
 use memarray_core::{
     CoreError, DType, HostBuffer, HostResource, Location, Lock, LockToken, MemoryKind,
-    MemoryResource,
 };
 
 use super::device_side::DeviceSide;
+use super::host_kind::{HostKind, host_resource};
 use super::host_ops;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{CudaError, Result};
 use crate::stream::StreamRef;
-
-/// Memory handed to an exporter: an address (host, or device when `location` is a
-/// device), and an owner that keeps it alive until dropped.
-#[derive(Debug)]
-pub struct ExportBuffer {
-    /// First byte of the data.
-    pub ptr: *mut std::ffi::c_void,
-    /// Where `ptr` points.
-    pub location: Location,
-    /// Keeps the memory alive; drop it when the export ends. Never touches Python.
-    pub owner: Box<dyn std::any::Any + Send + Sync>,
-}
-
-/// How the consumer of an export synchronises with the array's pending work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Consumer {
-    /// The consumer does not synchronise (DLPack `stream=-1`): the caller's business.
-    NoSync,
-    /// The host waits for pending work before the export is handed out.
-    Host,
-    /// The consumer works on this stream, which is made to wait on pending work.
-    Stream(StreamRef),
-}
-
-/// Arrays of at least this many bytes get pinned host memory by default when a CUDA
-/// device is present ([`HostKind::auto`]).
-pub const AUTO_PIN_BYTES: usize = 16 << 20;
-
-/// Which host memory backs an array, chosen at construction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum HostKind {
-    /// Ordinary pageable memory: needs no driver and costs nothing to allocate (calloc'd
-    /// pages), but copies run at a fraction of the bus speed and H2D blocks the host.
-    #[default]
-    Pageable,
-    /// Page-locked memory (portable, not write-combined): full-speed async copies.
-    Pinned,
-    /// CUDA managed memory.
-    Managed,
-}
 
 /// A type-erased array: a dtype, a shape (ndim 0..=32), one host buffer, at most one
 /// device buffer, the location of the current data, a lock and the pending work.
@@ -61,32 +21,15 @@ pub enum HostKind {
 /// Every access checks the lock first; host access waits for pending device work.
 #[derive(Debug)]
 pub struct RawArray {
-    dtype: DType,
-    shape: Vec<usize>,
-    nbytes: usize,
-    host: Arc<HostBuffer>,
-    host_kind: HostKind,
-    device_id: u32,
-    location: Location,
-    lock: Lock,
-    dev: DeviceSide,
-}
-
-impl HostKind {
-    /// The default kind for an array of `nbytes`: pinned from [`AUTO_PIN_BYTES`] up when a
-    /// CUDA device is present, pageable otherwise.
-    ///
-    /// Measured on an H100 (benches/host_kind.py): pinning 16 MiB costs 11 ms against
-    /// 1.5 ms pageable, and each round trip then saves about 3 ms (54 against 7 GB/s up,
-    /// 55 against 12 GB/s down), so pinning pays after a few moves and at 1 GiB after the
-    /// first; below 16 MiB the allocation cost dominates (1 MiB: 1.5 ms against 0.05 ms).
-    pub fn auto(nbytes: usize) -> HostKind {
-        if nbytes >= AUTO_PIN_BYTES && crate::is_available() {
-            HostKind::Pinned
-        } else {
-            HostKind::Pageable
-        }
-    }
+    pub(super) dtype: DType,
+    pub(super) shape: Vec<usize>,
+    pub(super) nbytes: usize,
+    pub(super) host: Arc<HostBuffer>,
+    pub(super) host_kind: HostKind,
+    pub(super) device_id: u32,
+    pub(super) location: Location,
+    pub(super) lock: Lock,
+    pub(super) dev: DeviceSide,
 }
 
 impl RawArray {
@@ -408,42 +351,6 @@ impl RawArray {
         }
     }
 
-    /// The buffer to hand to a zero-copy export of the current data, or with `copy` a
-    /// fresh copy of it. The returned owner keeps the memory alive; `consumer` is the
-    /// stream the consumer will use (device data: it waits on pending work; host data:
-    /// the host waits).
-    pub fn export_buffer(
-        &self,
-        token: Option<LockToken>,
-        copy: bool,
-        consumer: Consumer,
-    ) -> Result<ExportBuffer> {
-        self.check(token)?;
-        match self.location {
-            Location::Host => {
-                self.dev.wait_host()?;
-                let buf = if copy {
-                    Arc::new(self.host.try_clone()?)
-                } else {
-                    self.host.clone()
-                };
-                Ok(ExportBuffer {
-                    ptr: buf.as_mut_ptr().cast(),
-                    location: Location::Host,
-                    owner: Box::new(buf),
-                })
-            }
-            Location::Device(id) => {
-                let (ptr, owner) = self.dev.export(self.nbytes, copy, consumer)?;
-                Ok(ExportBuffer {
-                    ptr: ptr as *mut std::ffi::c_void,
-                    location: Location::Device(id),
-                    owner,
-                })
-            }
-        }
-    }
-
     /// The host bytes, after pending work. Fails unless the current data is on the host.
     pub fn host_bytes(&self, token: Option<LockToken>) -> Result<&[u8]> {
         self.host_ready(token)?;
@@ -458,14 +365,7 @@ impl RawArray {
         Ok(unsafe { std::slice::from_raw_parts_mut(self.host.as_mut_ptr(), self.nbytes) })
     }
 
-    /// A shared handle to the host buffer for a zero-copy export. The export keeps the
-    /// buffer alive even if the array is dropped.
-    pub fn host_export(&self, token: Option<LockToken>) -> Result<Arc<HostBuffer>> {
-        self.host_ready(token)?;
-        Ok(self.host.clone())
-    }
-
-    fn host_ready(&self, token: Option<LockToken>) -> Result<()> {
+    pub(super) fn host_ready(&self, token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
         if self.location != Location::Host {
             return Err(CudaError::NotOnHost {
@@ -518,27 +418,6 @@ impl RawArray {
         self.dev.add_index_tuple(self.dtype, &self.shape, stream)
     }
 
-    /// Address of the device copy (for the CUDA Array Interface and kernels). It is a
-    /// device address: never dereference it on the host. Fails without a device copy.
-    pub fn device_ptr(&self, token: Option<LockToken>) -> Result<u64> {
-        self.check(token)?;
-        self.dev.device_addr()
-    }
-
-    /// The device buffer holding the current data, shared: an export that hands out its
-    /// address without an owner of its own (the CUDA Array Interface) keeps this to pin
-    /// the memory.
-    pub fn device_buffer(&self, token: Option<LockToken>) -> Result<Arc<DeviceBuffer>> {
-        self.check(token)?;
-        self.dev.device_buffer()
-    }
-
-    /// The stream that pending device work runs on, if any (the CUDA Array Interface's
-    /// `stream`). Work pending on a foreign stream is waited for instead: `None`.
-    pub fn pending_stream(&self) -> Result<Option<StreamRef>> {
-        self.dev.pending_stream()
-    }
-
     /// A deep copy: new buffers holding the current data, at the same location, unlocked.
     pub fn try_clone(&self, token: Option<LockToken>) -> Result<Self> {
         self.check(token)?;
@@ -587,16 +466,5 @@ impl RawArray {
 
     pub(crate) fn device_side(&self) -> &DeviceSide {
         &self.dev
-    }
-}
-
-fn host_resource(kind: HostKind, device_id: u32) -> Result<Arc<dyn MemoryResource>> {
-    match kind {
-        HostKind::Pageable => Ok(Arc::new(HostResource)),
-        HostKind::Pinned | HostKind::Managed => {
-            let r = super::device_side::host_resource(kind, device_id)?;
-            debug_assert!(matches!(r.kind(), MemoryKind::Pinned | MemoryKind::Managed));
-            Ok(r)
-        }
     }
 }

@@ -6,7 +6,8 @@ use ndarray::{ArrayView, ArrayViewMut, Dim, Dimension, IntoDimension};
 
 use memarray_core::{DType, Element, Indexer, Location, LockToken};
 
-use super::raw::{HostKind, RawArray};
+use super::host_kind::HostKind;
+use super::raw::RawArray;
 use crate::error::Result;
 use crate::stream::StreamRef;
 

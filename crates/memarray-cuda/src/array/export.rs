@@ -1,0 +1,100 @@
+//! Exports of a [`RawArray`]'s current data: the buffer and its owner, and how the
+//! consumer is ordered after pending work.
+
+use std::sync::Arc;
+
+use memarray_core::{HostBuffer, Location, LockToken};
+
+use super::raw::RawArray;
+use crate::buffer::DeviceBuffer;
+use crate::error::Result;
+use crate::stream::StreamRef;
+
+/// Memory handed to an exporter: an address (host, or device when `location` is a
+/// device), and an owner that keeps it alive until dropped.
+#[derive(Debug)]
+pub struct ExportBuffer {
+    /// First byte of the data.
+    pub ptr: *mut std::ffi::c_void,
+    /// Where `ptr` points.
+    pub location: Location,
+    /// Keeps the memory alive; drop it when the export ends. Never touches Python.
+    pub owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// How the consumer of an export synchronises with the array's pending work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    /// The consumer does not synchronise (DLPack `stream=-1`): the caller's business.
+    NoSync,
+    /// The host waits for pending work before the export is handed out.
+    Host,
+    /// The consumer works on this stream, which is made to wait on pending work.
+    Stream(StreamRef),
+}
+
+impl RawArray {
+    /// The buffer to hand to a zero-copy export of the current data, or with `copy` a
+    /// fresh copy of it. The returned owner keeps the memory alive; `consumer` is the
+    /// stream the consumer will use (device data: it waits on pending work; host data:
+    /// the host waits).
+    pub fn export_buffer(
+        &self,
+        token: Option<LockToken>,
+        copy: bool,
+        consumer: Consumer,
+    ) -> Result<ExportBuffer> {
+        self.check(token)?;
+        match self.location {
+            Location::Host => {
+                self.dev.wait_host()?;
+                let buf = if copy {
+                    Arc::new(self.host.try_clone()?)
+                } else {
+                    self.host.clone()
+                };
+                Ok(ExportBuffer {
+                    ptr: buf.as_mut_ptr().cast(),
+                    location: Location::Host,
+                    owner: Box::new(buf),
+                })
+            }
+            Location::Device(id) => {
+                let (ptr, owner) = self.dev.export(self.nbytes, copy, consumer)?;
+                Ok(ExportBuffer {
+                    ptr: ptr as *mut std::ffi::c_void,
+                    location: Location::Device(id),
+                    owner,
+                })
+            }
+        }
+    }
+
+    /// A shared handle to the host buffer for a zero-copy export. The export keeps the
+    /// buffer alive even if the array is dropped.
+    pub fn host_export(&self, token: Option<LockToken>) -> Result<Arc<HostBuffer>> {
+        self.host_ready(token)?;
+        Ok(self.host.clone())
+    }
+
+    /// Address of the device copy (for the CUDA Array Interface and kernels). It is a
+    /// device address: never dereference it on the host. Fails without a device copy.
+    pub fn device_ptr(&self, token: Option<LockToken>) -> Result<u64> {
+        self.check(token)?;
+        self.dev.device_addr()
+    }
+
+    /// The device buffer holding the current data, shared: an export that hands out its
+    /// address without an owner of its own (the CUDA Array Interface) keeps this to pin
+    /// the memory.
+    pub fn device_buffer(&self, token: Option<LockToken>) -> Result<Arc<DeviceBuffer>> {
+        self.check(token)?;
+        self.dev.device_buffer()
+    }
+
+    /// The stream that pending device work runs on, if any (the CUDA Array Interface's
+    /// `stream`). Work pending on a foreign stream is waited for instead: `None`.
+    pub fn pending_stream(&self) -> Result<Option<StreamRef>> {
+        self.dev.pending_stream()
+    }
+}
