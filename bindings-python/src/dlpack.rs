@@ -384,3 +384,11 @@ fn import_tensor(t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
         }
     }
 }
+
+/// Exports whose deleter has not run yet, `(unversioned, versioned)`: a diagnostic for
+/// tests and leak hunts (every capsule ever made, consumed or not, must end at zero).
+#[pyfunction]
+pub fn _dlpack_live_exports() -> (usize, usize) {
+    let stats = memarray_dlpack::pool_stats();
+    (stats.unversioned.live, stats.versioned.live)
+}

@@ -29,6 +29,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<dlpack::DLPackContext>()?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
     m.add("LockError", py.get_type::<errors::LockError>())?;
     m.add(
         "CudaUnavailableError",
