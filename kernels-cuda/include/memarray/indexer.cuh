@@ -52,24 +52,38 @@ struct Indexer {
     }
 
     // The multi-index of C-order offset `linear` (< len()), written to idx[0..N).
+    // Unrolled for N <= 4; a plain loop for larger N keeps the generic 32-slot kernel
+    // small (its PTX, and the driver's JIT time at first launch, were 70% of the file).
     __host__ __device__ void unravel(uint64_t linear, uint64_t* idx) const {
-        MEMARRAY_UNROLL
-        for (int d = N - 1; d >= 0; --d) {
-            const uint64_t extent = shape[d];
-            if (extent == 1) {
-                idx[d] = 0;  // leading 1s of right-aligned shapes cost no division
-            } else if ((linear >> 32) == 0 && (extent >> 32) == 0) {
-                const uint32_t l = static_cast<uint32_t>(linear);
-                const uint32_t e = static_cast<uint32_t>(extent);
-                const uint32_t q = l / e;
-                idx[d] = l - q * e;
-                linear = q;
-            } else {
-                const uint64_t q = linear / extent;
-                idx[d] = linear - q * extent;
-                linear = q;
-            }
+        if constexpr (N <= 4) {
+            MEMARRAY_UNROLL
+            for (int d = N - 1; d >= 0; --d) linear = unravel_step(d, linear, idx);
+        } else {
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+            for (int d = N - 1; d >= 0; --d) linear = unravel_step(d, linear, idx);
         }
+    }
+
+    // idx[d] = linear % shape[d]; returns linear / shape[d]. 32-bit division when both
+    // fit, none for extent 1 (the leading 1s of right-aligned shapes).
+    __host__ __device__ uint64_t unravel_step(int d, uint64_t linear, uint64_t* idx) const {
+        const uint64_t extent = shape[d];
+        if (extent == 1) {
+            idx[d] = 0;
+            return linear;
+        }
+        if ((linear >> 32) == 0 && (extent >> 32) == 0) {
+            const uint32_t l = static_cast<uint32_t>(linear);
+            const uint32_t e = static_cast<uint32_t>(extent);
+            const uint32_t q = l / e;
+            idx[d] = l - q * e;
+            return q;
+        }
+        const uint64_t q = linear / extent;
+        idx[d] = linear - q * extent;
+        return q;
     }
 };
 
