@@ -57,6 +57,7 @@ bench() {
   done
   tail -n +1 "$LOGS"/memarray-cuda__*bench*.log "$LOGS"/memarray-cuda__transfer.log \
     "$LOGS"/memarray-cuda__kernel.log >"$OUT/bench.log" 2>/dev/null
+  CUDA_CACHE_DISABLE=1 python3 benches/first_launch.py 2>&1 | tee "$OUT/first_launch.log"
   python3 benches/host_kind.py 2>&1 | tee "$OUT/host_kind.log"
   python3 benches/python_interop.py 2>&1 | tee "$OUT/python_interop.log" || fail "python interop targets"
 }
