@@ -17,6 +17,14 @@ use memarray_dlpack::ImportedTensor;
 use crate::array::PyMemArray;
 use crate::errors::IntoPyResult;
 
+/// The device with ordinal `id`: ValueError for a negative id, CudaUnavailableError
+/// without a driver, ValueError for an id beyond the device count.
+fn device_of(id: i64) -> PyResult<Arc<Device>> {
+    let id =
+        u32::try_from(id).map_err(|_| PyValueError::new_err(format!("invalid device_id {id}")))?;
+    Device::get(id).py()
+}
+
 /// An owned CUDA stream (non-blocking) on one device.
 #[pyclass(name = "Stream", module = "memarray.cuda")]
 pub struct PyStream {
@@ -27,8 +35,8 @@ pub struct PyStream {
 impl PyStream {
     #[new]
     #[pyo3(signature = (device_id=0))]
-    fn new(device_id: u32) -> PyResult<Self> {
-        let device = Device::get(device_id).py()?;
+    fn new(device_id: i64) -> PyResult<Self> {
+        let device = device_of(device_id)?;
         Ok(Self {
             stream: Stream::new(&device).py()?,
         })
@@ -94,8 +102,8 @@ pub struct PyEvent {
 impl PyEvent {
     #[new]
     #[pyo3(signature = (device_id=0, timing=false))]
-    fn new(device_id: u32, timing: bool) -> PyResult<Self> {
-        let device = Device::get(device_id).py()?;
+    fn new(device_id: i64, timing: bool) -> PyResult<Self> {
+        let device = device_of(device_id)?;
         let event = if timing {
             Event::timed(&device)
         } else {
@@ -155,8 +163,8 @@ fn device_count() -> PyResult<u32> {
 /// Blocks until all work on `device_id` (default 0) is done.
 #[pyfunction]
 #[pyo3(signature = (device_id=0))]
-fn synchronize(py: Python<'_>, device_id: u32) -> PyResult<()> {
-    let d = Device::get(device_id).py()?;
+fn synchronize(py: Python<'_>, device_id: i64) -> PyResult<()> {
+    let d = device_of(device_id)?;
     py.detach(|| d.synchronize()).py()
 }
 
