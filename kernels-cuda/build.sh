@@ -18,7 +18,8 @@ out="${1:-$here/ptx}"
 pinned="13.0.88"
 venv="$root/.venv-nvcc"
 # One place for the flags; tests/ptx_up_to_date.rs calls this script to compare.
-flags=(-ptx -arch=compute_75 -O3 -std=c++17 -I "$here/include")
+# (177: a per-dtype build leaves the other dtypes' helpers unreferenced, by design.)
+flags=(-ptx -arch=compute_75 -O3 -std=c++17 -diag-suppress 177 -I "$here/include")
 
 version_of() { "$1" --version 2>/dev/null | sed -n 's/.*, V\([0-9.]*\).*/\1/p'; }
 
@@ -49,9 +50,11 @@ if ! nvcc="$(find_nvcc)"; then
 fi
 
 mkdir -p "$out"
-for src in "$here"/src/*.cu; do
-    name="$(basename "$src" .cu)"
-    "$nvcc" "${flags[@]}" "$src" -o "$out/$name.ptx"
-    isa="$(sed -n 's/^\.version //p' "$out/$name.ptx")"
-    echo "$out/$name.ptx: PTX ISA $isa, $(grep -c '^.visible .entry' "$out/$name.ptx") kernels, nvcc $pinned" >&2
+# One module per dtype, in memarray_core::DType::ALL order (kernel.rs loads them lazily).
+dtypes=(bool i8 i16 i32 i64 u8 u16 u32 u64 f16 bf16 f32 f64 c64 c128)
+for k in "${!dtypes[@]}"; do
+    file="$out/add_index_${dtypes[$k]}.ptx"
+    "$nvcc" "${flags[@]}" -DMEMARRAY_DTYPE_ID="$k" "$here/src/add_index.cu" -o "$file"
+    isa="$(sed -n 's/^\.version //p' "$file")"
+    echo "$file: PTX ISA $isa, $(grep -c '^.visible .entry' "$file") kernels, nvcc $pinned" >&2
 done

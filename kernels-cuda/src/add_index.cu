@@ -171,6 +171,8 @@ __device__ __forceinline__ void add_index(const memarray::Indexer<N>& ix) {
 
 }  // namespace
 
+// build.sh compiles one module per dtype (-DMEMARRAY_DTYPE_ID=k, k = position in
+// memarray_core::DType::ALL), so the driver JIT-compiles only the dtypes a process uses.
 #define MEMARRAY_ADD_INDEX(NAME, T)                                                        \
     extern "C" __global__ void add_index_##NAME##_n1(memarray::Indexer<1> ix) {            \
         add_index<T, 1>(ix);                                                               \
@@ -188,18 +190,48 @@ __device__ __forceinline__ void add_index(const memarray::Indexer<N>& ix) {
         add_index<T, 32>(ix);                                                              \
     }
 
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 0
 MEMARRAY_ADD_INDEX(bool, Bool)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 1
 MEMARRAY_ADD_INDEX(i8, int8_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 2
 MEMARRAY_ADD_INDEX(i16, int16_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 3
 MEMARRAY_ADD_INDEX(i32, int32_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 4
 MEMARRAY_ADD_INDEX(i64, int64_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 5
 MEMARRAY_ADD_INDEX(u8, uint8_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 6
 MEMARRAY_ADD_INDEX(u16, uint16_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 7
 MEMARRAY_ADD_INDEX(u32, uint32_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 8
 MEMARRAY_ADD_INDEX(u64, uint64_t)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 9
 MEMARRAY_ADD_INDEX(f16, Half)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 10
 MEMARRAY_ADD_INDEX(bf16, BHalf)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 11
 MEMARRAY_ADD_INDEX(f32, float)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 12
 MEMARRAY_ADD_INDEX(f64, double)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 13
 MEMARRAY_ADD_INDEX(c64, Complex64)
+#endif
+#if !defined(MEMARRAY_DTYPE_ID) || MEMARRAY_DTYPE_ID == 14
 MEMARRAY_ADD_INDEX(c128, Complex128)
+#endif

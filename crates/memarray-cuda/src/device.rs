@@ -73,8 +73,9 @@ pub struct Device {
     sm_count: u32,
     /// Streams of dropped [`crate::Stream`]s, reused instead of destroyed (see there).
     pub(crate) idle_streams: Mutex<Vec<usize>>,
-    /// This device's loaded kernels, loaded on first launch.
-    pub(crate) kernels: OnceLock<crate::kernel::Module>,
+    /// This device's `add_index` modules, one per dtype (`DType::ALL` order), each loaded
+    /// on the first launch of that dtype.
+    pub(crate) kernels: [OnceLock<crate::kernel::Module>; 15],
     /// [`crate::resource::default_resource`], chosen on first use.
     pub(crate) default_resource: OnceLock<Arc<dyn MemoryResource>>,
 }
@@ -120,7 +121,7 @@ impl Device {
             ),
             sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
             idle_streams: Mutex::new(Vec::new()),
-            kernels: OnceLock::new(),
+            kernels: Default::default(),
             default_resource: OnceLock::new(),
         })
     }

@@ -16,11 +16,46 @@ use crate::error::{CudaError, Result};
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
 
-/// `kernels-cuda/ptx/add_index.ptx`, NUL-terminated for `cuModuleLoadData`.
-const ADD_INDEX_PTX: &str = concat!(
-    include_str!("../../../kernels-cuda/ptx/add_index.ptx"),
-    "\0"
-);
+/// `kernels-cuda/ptx/add_index_<dtype>.ptx`, NUL-terminated for `cuModuleLoadData`, in
+/// `DType::ALL` order. One module per dtype: the driver JIT-compiles only the dtypes a
+/// process launches (each in well under a second, against about 3 s for all at once).
+macro_rules! ptx {
+    ($name:literal) => {
+        concat!(
+            include_str!(concat!(
+                "../../../kernels-cuda/ptx/add_index_",
+                $name,
+                ".ptx"
+            )),
+            "\0"
+        )
+    };
+}
+const ADD_INDEX_PTX: [&str; 15] = [
+    ptx!("bool"),
+    ptx!("i8"),
+    ptx!("i16"),
+    ptx!("i32"),
+    ptx!("i64"),
+    ptx!("u8"),
+    ptx!("u16"),
+    ptx!("u32"),
+    ptx!("u64"),
+    ptx!("f16"),
+    ptx!("bf16"),
+    ptx!("f32"),
+    ptx!("f64"),
+    ptx!("c64"),
+    ptx!("c128"),
+];
+
+/// Position of `dtype` in `DType::ALL` (and so in [`ADD_INDEX_PTX`]).
+fn dtype_index(dtype: DType) -> usize {
+    DType::ALL
+        .iter()
+        .position(|&x| x == dtype)
+        .expect("every dtype is in DType::ALL")
+}
 
 /// Kernel variants per dtype: `Indexer<1..=4>`, then the generic `Indexer<32>` one.
 const VARIANTS: [&str; 5] = ["n1", "n2", "n3", "n4", "nd"];
@@ -76,46 +111,43 @@ struct Kernel {
     blocks_per_sm: u32,
 }
 
-/// The loaded `add_index` module of one device.
+/// The loaded `add_index` module of one dtype on one device.
 #[derive(Debug)]
 pub(crate) struct Module {
     _module: CUmodule,
-    /// Indexed by `DType::ALL` position * 5 + variant.
+    /// Indexed by variant ([`VARIANTS`]).
     kernels: Vec<Kernel>,
 }
 
 impl Module {
-    fn load(device: &Device) -> Result<Module> {
+    fn load(device: &Device, dtype: DType) -> Result<Module> {
         let _ctx = device.bind()?;
-        let image = CStr::from_bytes_with_nul(ADD_INDEX_PTX.as_bytes()).map_err(|_| {
-            CudaError::Unavailable {
+        let image = CStr::from_bytes_with_nul(ADD_INDEX_PTX[dtype_index(dtype)].as_bytes())
+            .map_err(|_| CudaError::Unavailable {
                 reason: "the committed PTX contains a NUL byte; regenerate it with \
-                         kernels-cuda/build.sh"
+                             kernels-cuda/build.sh"
                     .into(),
-            }
-        })?;
+            })?;
         // SAFETY: `bind` made the device's live context current (item 1).
         let module = unsafe { driver::module_load_data(image) }?;
-        let mut kernels = Vec::with_capacity(DType::ALL.len() * VARIANTS.len());
-        for dtype in DType::ALL {
-            let suffix = dtype_suffix(dtype);
-            for v in VARIANTS {
-                let name = CString::new(format!("add_index_{suffix}_{v}"))
-                    .map_err(|_| unsupported(dtype))?;
-                // SAFETY: `module` was just loaded and is never unloaded on this path
-                // (item 1); the function's context is current for the occupancy queries.
-                let kernel = unsafe {
-                    let f = driver::module_get_function(module, &name)?;
-                    let block = driver::occupancy_block_size(f)?;
-                    let blocks_per_sm = driver::occupancy_blocks_per_sm(f, block)?;
-                    Kernel {
-                        f,
-                        block,
-                        blocks_per_sm,
-                    }
-                };
-                kernels.push(kernel);
-            }
+        let suffix = dtype_suffix(dtype);
+        let mut kernels = Vec::with_capacity(VARIANTS.len());
+        for v in VARIANTS {
+            let name =
+                CString::new(format!("add_index_{suffix}_{v}")).map_err(|_| unsupported(dtype))?;
+            // SAFETY: `module` was just loaded and is never unloaded on this path (item 1);
+            // the function's context is current for the occupancy queries.
+            let kernel = unsafe {
+                let f = driver::module_get_function(module, &name)?;
+                let block = driver::occupancy_block_size(f)?;
+                let blocks_per_sm = driver::occupancy_blocks_per_sm(f, block)?;
+                Kernel {
+                    f,
+                    block,
+                    blocks_per_sm,
+                }
+            };
+            kernels.push(kernel);
         }
         Ok(Module {
             _module: module,
@@ -124,12 +156,8 @@ impl Module {
     }
 
     fn kernel(&self, dtype: DType, ndim: usize) -> Result<&Kernel> {
-        let d = DType::ALL
-            .iter()
-            .position(|&x| x == dtype)
-            .ok_or_else(|| unsupported(dtype))?;
         self.kernels
-            .get(d * VARIANTS.len() + variant(ndim))
+            .get(variant(ndim))
             .ok_or_else(|| unsupported(dtype))
     }
 }
@@ -141,18 +169,19 @@ fn unsupported(dtype: DType) -> CudaError {
     .into()
 }
 
-/// The device's module, loading it on first use. Loaded once per device: a thread that
-/// loses a race to load unloads its copy.
-fn module(device: &Device) -> Result<&Module> {
-    if let Some(m) = device.kernels.get() {
+/// The device's module for `dtype`, loading it on first use. Loaded once per device and
+/// dtype: a thread that loses a race to load unloads its copy.
+fn module(device: &Device, dtype: DType) -> Result<&Module> {
+    let slot = &device.kernels[dtype_index(dtype)];
+    if let Some(m) = slot.get() {
         return Ok(m);
     }
-    let m = Module::load(device)?;
-    if let Err(spare) = device.kernels.set(m) {
+    let m = Module::load(device, dtype)?;
+    if let Err(spare) = slot.set(m) {
         // SAFETY: the spare module's functions were never launched (item 1).
         let _ = unsafe { driver::module_unload(spare._module) };
     }
-    device.kernels.get().ok_or_else(|| CudaError::Unavailable {
+    slot.get().ok_or_else(|| CudaError::Unavailable {
         reason: "kernel module vanished".into(),
     })
 }
@@ -200,7 +229,7 @@ pub(crate) unsafe fn add_index_tuple_raw(
     if n == 0 {
         return Ok(Enqueued::new(stream, device.clone()));
     }
-    let kernel = module(device)?.kernel(dtype, shape.len())?;
+    let kernel = module(device, dtype)?.kernel(dtype, shape.len())?;
     let (grid, block) = launch_config(
         n,
         kernel.block,
@@ -288,32 +317,33 @@ mod tests {
 
     #[test]
     fn committed_ptx_has_isa_at_most_9_0() {
-        let version = ADD_INDEX_PTX
-            .lines()
-            .find_map(|l| l.strip_prefix(".version "))
-            .expect("PTX has a .version line");
-        let (major, minor) = version.trim().split_once('.').expect("major.minor");
-        let v = (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap());
-        assert!(
-            v <= (9, 0),
-            "PTX ISA {version} is newer than driver 580 accepts (9.0)"
-        );
-        assert!(
-            ADD_INDEX_PTX.contains(".target sm_75"),
-            "PTX targets compute_75"
-        );
+        for ptx in ADD_INDEX_PTX {
+            let version = ptx
+                .lines()
+                .find_map(|l| l.strip_prefix(".version "))
+                .expect("PTX has a .version line");
+            let (major, minor) = version.trim().split_once('.').expect("major.minor");
+            let v = (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap());
+            assert!(
+                v <= (9, 0),
+                "PTX ISA {version} is newer than driver 580 accepts (9.0)"
+            );
+            assert!(ptx.contains(".target sm_75"), "PTX targets compute_75");
+        }
     }
 
     #[test]
     fn every_dtype_and_variant_has_an_entry_in_the_ptx() {
         for dtype in DType::ALL {
+            let ptx = ADD_INDEX_PTX[dtype_index(dtype)];
             let suffix = dtype_suffix(dtype);
             for v in VARIANTS {
                 let entry = format!(".visible .entry add_index_{suffix}_{v}(");
-                assert!(ADD_INDEX_PTX.contains(&entry), "missing {entry}");
+                assert!(ptx.contains(&entry), "missing {entry}");
             }
+            // Each module holds its own dtype's five kernels and nothing else.
+            assert_eq!(ptx.matches(".visible .entry").count(), VARIANTS.len());
         }
-        assert_eq!(ADD_INDEX_PTX.matches(".visible .entry").count(), 75);
     }
 
     #[test]
