@@ -53,8 +53,9 @@ class _HasPtr(Protocol):
 
 #: What ``move_memory``, ``add_index_tuple``, ``get_dlpack`` and ``Event.record`` take as
 #: ``stream``: an int handle (0 = legacy default stream), a memarray.cuda.Stream, or an
-#: object with ``cuda_stream`` (torch) or ``ptr`` (CuPy). None keeps the array's last
-#: stream (legacy default stream for a fresh array).
+#: object with ``cuda_stream`` (torch) or ``ptr`` (CuPy). For arrays, None is the array's
+#: last stream if it is persistent (default or memarray.cuda.Stream), else the legacy
+#: default stream; for ``Event.record`` None is the legacy default stream.
 _StreamLike: TypeAlias = int | cuda.Stream | _HasCudaStream | _HasPtr
 
 @type_check_only

@@ -79,7 +79,11 @@ impl DeviceSide {
         let stream = producer.unwrap_or(StreamRef::legacy());
         let resource = default_resource(&device)?;
         // SAFETY: written in full by the copy below before anyone reads it.
-        let dst = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        let mut dst = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        if !stream.is_persistent() {
+            // The producer's stream may be gone when the copy is freed.
+            dst.set_free_stream(StreamRef::legacy());
+        }
         transfer::copy_dtod(&dst, 0, src, 0, nbytes, stream)?.synchronize()?;
         let mut out = Self::new();
         out.buffer = Some(Arc::new(dst));

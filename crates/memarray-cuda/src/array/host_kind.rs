@@ -29,10 +29,11 @@ impl HostKind {
     /// The default kind for an array of `nbytes`: pinned from [`AUTO_PIN_BYTES`] up when a
     /// CUDA device is present, pageable otherwise.
     ///
-    /// Measured on an H100 (benches/host_kind.py): pinning 16 MiB costs 11 ms against
-    /// 1.5 ms pageable, and each round trip then saves about 3 ms (54 against 7 GB/s up,
-    /// 55 against 12 GB/s down), so pinning pays after a few moves and at 1 GiB after the
-    /// first; below 16 MiB the allocation cost dominates (1 MiB: 1.5 ms against 0.05 ms).
+    /// Measured on an H100 (benches/host_kind.py, docs/benchmarks.md): pinning 16 MiB
+    /// costs 5-11 ms against about 1 ms pageable, and each round trip then saves about
+    /// 3 ms (54 against 7-10 GB/s up, 54 against 12-16 GB/s down), so pinning pays after a
+    /// few moves and from 256 MiB at once; below 16 MiB the allocation cost dominates
+    /// (1 MiB: 0.8-1.5 ms against 0.03-0.05 ms).
     pub fn auto(nbytes: usize) -> HostKind {
         if nbytes >= AUTO_PIN_BYTES && crate::is_available() {
             HostKind::Pinned
