@@ -71,7 +71,7 @@ impl HostBuffer {
             ptr,
             len,
             align: 1,
-            resource: Arc::new(ForeignMemory::new(ptr, kind, owner)),
+            resource: Arc::new(ForeignMemory::new(ptr, kind, owner, Arc::new(HostResource))),
         }
     }
 

@@ -6,11 +6,11 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use memarray_core::{CoreError, MemoryKind, MemoryResource};
+use memarray_core::{CoreError, ForeignMemory, MemoryKind, MemoryResource};
 
 use crate::device::Device;
 use crate::error::{CudaError, Result};
-use crate::resource::ForeignDeviceMemory;
+use crate::resource::DeviceResource;
 use crate::stream::StreamRef;
 
 /// Alignment of every device buffer: what `cuMemAlloc` guarantees, and enough for every
@@ -96,7 +96,12 @@ impl DeviceBuffer {
             resource: "foreign device memory".into(),
             reason: "the producer's address is 0".into(),
         })?;
-        let resource = Arc::new(ForeignDeviceMemory::new(device, ptr, owner));
+        let resource = Arc::new(ForeignMemory::new(
+            ptr,
+            MemoryKind::Device,
+            owner,
+            Arc::new(DeviceResource::new(device)),
+        ));
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }
 

@@ -1,40 +1,49 @@
-//! Host memory owned by someone else (a DLPack producer), wrapped so a [`HostBuffer`]
-//! can hold it zero-copy.
+//! Memory owned by someone else (a DLPack or CUDA Array Interface producer), wrapped so
+//! a buffer can hold it zero-copy: host memory in a [`HostBuffer`], device memory in
+//! memarray-cuda's `DeviceBuffer`.
 //!
 //! [`HostBuffer`]: crate::HostBuffer
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::{HostResource, Location, MemoryKind, MemoryResource, RawStream};
+use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream};
 use crate::error::Result;
 
 /// Keeps a foreign allocation's owner alive until the buffer over it is dropped.
 ///
 /// Deallocating the foreign base pointer drops the owner (which releases the producer);
-/// new allocations (a clone of the buffer, say) come from the host heap.
+/// new allocations (a clone of the buffer, say) come from `fallback`, a resource of the
+/// same memory, which also answers accessibility and memory-info queries.
 #[derive(Debug)]
 pub struct ForeignMemory {
     base: usize,
     kind: MemoryKind,
     owner: Mutex<Option<Box<dyn Any + Send + Sync>>>,
+    fallback: Arc<dyn MemoryResource>,
 }
 
 impl ForeignMemory {
-    /// Wraps the owner of the memory at `base`.
-    pub fn new(base: NonNull<u8>, kind: MemoryKind, owner: Box<dyn Any + Send + Sync>) -> Self {
+    /// Wraps the owner of the memory of `kind` at `base`; copies come from `fallback`.
+    pub fn new(
+        base: NonNull<u8>,
+        kind: MemoryKind,
+        owner: Box<dyn Any + Send + Sync>,
+        fallback: Arc<dyn MemoryResource>,
+    ) -> Self {
         Self {
             base: base.as_ptr() as usize,
             kind,
             owner: Mutex::new(Some(owner)),
+            fallback,
         }
     }
 }
 
 impl MemoryResource for ForeignMemory {
     fn allocate(&self, bytes: usize, align: usize, s: Option<RawStream>) -> Result<NonNull<u8>> {
-        HostResource.allocate(bytes, align, s)
+        self.fallback.allocate(bytes, align, s)
     }
 
     fn allocate_zeroed(
@@ -43,7 +52,7 @@ impl MemoryResource for ForeignMemory {
         align: usize,
         s: Option<RawStream>,
     ) -> Result<NonNull<u8>> {
-        HostResource.allocate_zeroed(bytes, align, s)
+        self.fallback.allocate_zeroed(bytes, align, s)
     }
 
     unsafe fn deallocate(
@@ -57,8 +66,9 @@ impl MemoryResource for ForeignMemory {
             let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(owner);
         } else {
-            // SAFETY: every other pointer came from HostResource (the trait's item 1).
-            unsafe { HostResource.deallocate(ptr, bytes, align, s) }
+            // SAFETY: every other pointer came from the fallback resource (item 1 of the
+            // trait contract), with the caller's ordering (item 2).
+            unsafe { self.fallback.deallocate(ptr, bytes, align, s) }
         }
     }
 
@@ -67,7 +77,11 @@ impl MemoryResource for ForeignMemory {
     }
 
     fn is_accessible_from(&self, location: Location) -> bool {
-        location == Location::Host || self.kind == MemoryKind::Managed
+        self.fallback.is_accessible_from(location)
+    }
+
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        self.fallback.memory_info()
     }
 
     fn name(&self) -> &str {

@@ -15,7 +15,6 @@
 //! [`CoreError::BadAlignment`].
 
 mod device;
-mod foreign;
 mod managed;
 mod pinned;
 mod pool;
@@ -27,7 +26,6 @@ use std::sync::{Arc, Mutex};
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
 pub use device::DeviceResource;
-pub(crate) use foreign::ForeignDeviceMemory;
 pub use managed::ManagedResource;
 pub use pinned::{PinnedFlags, PinnedResource};
 pub use pool::AsyncPoolResource;
