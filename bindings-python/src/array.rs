@@ -4,8 +4,10 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySlice, PyTuple};
 
+use std::sync::{Arc, Mutex};
+
 use memarray_core::{DType, Location, LockToken, MAX_NDIM};
-use memarray_cuda::array::{HostKind, RawArray};
+use memarray_cuda::array::{HostKind, RawArray, SharedArray};
 
 use crate::dtype::{bytes_to_py, numpy_dtype, parse_dtype, py_to_bytes};
 use crate::errors::IntoPyResult;
@@ -21,21 +23,71 @@ pub const KDLCUDAHOST: i64 = 3;
 pub const KDLCUDAMANAGED: i64 = 13;
 
 /// A typed N-d array mirrored between host and CUDA device memory.
-#[pyclass(name = "MemArray", module = "memarray")]
+///
+/// Frozen: methods take `&self`; the array's state is a [`SharedArray`] (a mutex of its
+/// own), so calls from any number of threads are serialised and never meet pyo3's
+/// borrow flag. The GIL is never held while waiting for that mutex, and never held
+/// during a copy, a wait for device work, or an allocation (see [`Self::with`]).
+#[pyclass(name = "MemArray", module = "memarray", frozen)]
 pub struct PyMemArray {
-    pub(crate) raw: RawArray,
+    pub(crate) shared: SharedArray,
     /// Device buffers whose address `__cuda_array_interface__` handed out. The interface
     /// has no owner field: consumers keep this object alive, and it keeps those buffers
     /// (even after a swap or a peer move) so no exported address is ever freed early.
-    pub(crate) cai_pins: std::sync::Mutex<Vec<std::sync::Arc<memarray_cuda::DeviceBuffer>>>,
+    pub(crate) cai_pins: Mutex<Vec<Arc<memarray_cuda::DeviceBuffer>>>,
 }
 
 impl From<RawArray> for PyMemArray {
     fn from(raw: RawArray) -> Self {
         Self {
-            raw,
+            shared: SharedArray::new(raw),
             cai_pins: Default::default(),
         }
+    }
+}
+
+impl PyMemArray {
+    /// Runs a short call `f` on the array. With the GIL held when no other thread is in a
+    /// call on the array and no device work is pending (so `f` cannot block); otherwise
+    /// the GIL is released while waiting for the array and while `f` runs.
+    pub(crate) fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut RawArray) -> R + Send,
+    ) -> R {
+        if let Some(mut raw) = self.shared.try_state() {
+            if !raw.has_pending_work() {
+                return f(&mut raw);
+            }
+        }
+        py.detach(|| f(&mut self.shared.state()))
+    }
+
+    /// Runs `f` (metadata, or work that never blocks the host) on the array: with the GIL
+    /// held unless another thread is in a call on it.
+    pub(crate) fn peek<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut RawArray) -> R + Send,
+    ) -> R {
+        if let Some(mut raw) = self.shared.try_state() {
+            return f(&mut raw);
+        }
+        py.detach(|| f(&mut self.shared.state()))
+    }
+
+    /// Runs `f` (copies, waits, allocations) on the array with the GIL released.
+    pub(crate) fn with_detached<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut RawArray) -> R + Send,
+    ) -> R {
+        py.detach(|| f(&mut self.shared.state()))
+    }
+
+    /// dtype and shape, read together.
+    pub(crate) fn layout(&self, py: Python<'_>) -> (DType, Vec<usize>) {
+        self.peek(py, |raw| (raw.dtype(), raw.shape().to_vec()))
     }
 }
 
@@ -67,7 +119,7 @@ fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
         .collect()
 }
 
-fn parse_host_kind(s: &str) -> PyResult<Option<HostKind>> {
+pub(crate) fn parse_host_kind(s: &str) -> PyResult<Option<HostKind>> {
     match s {
         "auto" => Ok(None),
         "pageable" => Ok(Some(HostKind::Pageable)),
@@ -129,40 +181,133 @@ fn parse_index(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 }
 
 impl PyMemArray {
+    /// A NumPy copy of the current data, read with `token`. The NumPy array is made
+    /// first (Python), then filled with the GIL released; a swap in between that changed
+    /// the dtype or shape makes it start over.
     pub(crate) fn to_numpy_with<'py>(
         &self,
         py: Python<'py>,
         token: Option<LockToken>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let np = py.import("numpy")?;
-        let dt = numpy_dtype(py, self.raw.dtype())?;
-        let out = np
-            .getattr("empty")?
-            .call1((PyTuple::new(py, self.raw.shape())?, dt))?;
-        let ptr = crate::numpy_data_ptr(&out)?;
-        // SAFETY: `out` is a fresh C-contiguous array of nbytes bytes that nothing else sees.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, self.raw.nbytes()) };
-        self.raw.read_all(bytes, token).py()?;
-        Ok(out)
-    }
-
-    pub(crate) fn location_tuple(&self) -> (i64, i64) {
-        match self.raw.location() {
-            Location::Host => (KDLCPU, 0),
-            Location::Device(id) => (KDLCUDA, id as i64),
+        loop {
+            let (dtype, shape) = self.layout(py);
+            let out = np
+                .getattr("empty")?
+                .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?;
+            let addr = crate::numpy_data_ptr(&out)?;
+            let done = self.with_detached(py, |raw| {
+                if raw.dtype() != dtype || raw.shape() != shape {
+                    return None;
+                }
+                // SAFETY: `out` is a fresh C-contiguous array of this dtype and shape
+                // (nbytes bytes at addr) that no other code has seen yet.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, raw.nbytes()) };
+                Some(raw.read_all(bytes, token))
+            });
+            if let Some(r) = done {
+                r.py()?;
+                return Ok(out);
+            }
         }
     }
 
-    /// Resolves a DLPack device type and id into a location.
-    pub(crate) fn target(&self, device_type: i64, device_id: Option<i64>) -> PyResult<Location> {
-        match device_type {
-            KDLCPU => Ok(Location::Host),
-            KDLCUDA => {
-                let id = device_id.unwrap_or(self.raw.device_id() as i64);
-                let id = u32::try_from(id)
-                    .map_err(|_| PyValueError::new_err(format!("invalid device_id {id}")))?;
-                Ok(Location::Device(id))
+    pub(crate) fn location_tuple(&self, py: Python<'_>) -> (i64, i64) {
+        location_tuple(self.peek(py, |raw| raw.location()))
+    }
+
+    pub(crate) fn move_to(
+        &self,
+        py: Python<'_>,
+        target: Target,
+        stream: Option<&Bound<'_, PyAny>>,
+        sync: bool,
+        token: Option<LockToken>,
+    ) -> PyResult<()> {
+        let stream = parse_move_stream(stream)?;
+        self.with_detached(py, |raw| {
+            let target = target.resolve(raw)?;
+            raw.move_memory(target, stream, sync, token).py()
+        })
+    }
+
+    pub(crate) fn get_item(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        token: Option<LockToken>,
+    ) -> PyResult<Py<PyAny>> {
+        let (_, shape) = self.layout(py);
+        let idx = parse_index(&shape, key)?;
+        let read = |raw: &mut RawArray| {
+            let dtype = raw.dtype();
+            let mut buf = [0u8; 16];
+            raw.read_element(&idx, &mut buf[..dtype.size()], token)
+                .map(|()| (dtype, buf))
+        };
+        // Reading device data is a synchronous copy: the GIL is released for it.
+        let (dtype, buf) = if self.peek(py, |raw| raw.location() == Location::Host) {
+            self.with(py, read)
+        } else {
+            self.with_detached(py, read)
+        }
+        .py()?;
+        Ok(bytes_to_py(py, dtype, &buf[..dtype.size()])?.unbind())
+    }
+
+    pub(crate) fn set_item(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        token: Option<LockToken>,
+    ) -> PyResult<()> {
+        loop {
+            let (dtype, shape) = self.layout(py);
+            let idx = parse_index(&shape, key)?;
+            let bytes = py_to_bytes(value, dtype)?;
+            let write = |raw: &mut RawArray| {
+                if raw.dtype() != dtype {
+                    return None; // swapped meanwhile: convert the value again
+                }
+                Some(raw.write_element(&idx, &bytes, token))
+            };
+            let done = if self.peek(py, |raw| raw.location() == Location::Host) {
+                self.with(py, write)
+            } else {
+                self.with_detached(py, write)
+            };
+            if let Some(r) = done {
+                return r.py();
             }
+        }
+    }
+}
+
+/// A move's destination as parsed from Python, resolved against the array's state
+/// (its default device) under the array's mutex.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Target {
+    /// The host.
+    Host,
+    /// A CUDA device; `None` is the array's default device.
+    Cuda(Option<u32>),
+    /// Where the data is now.
+    Current,
+}
+
+impl Target {
+    /// Parses a DLPack device type and optional id.
+    pub(crate) fn parse(device_type: i64, device_id: Option<i64>) -> PyResult<Self> {
+        match device_type {
+            KDLCPU => Ok(Target::Host),
+            KDLCUDA => match device_id {
+                None => Ok(Target::Cuda(None)),
+                Some(id) => u32::try_from(id)
+                    .map(|id| Target::Cuda(Some(id)))
+                    .map_err(|_| PyValueError::new_err(format!("invalid device_id {id}"))),
+            },
             KDLCUDAHOST | KDLCUDAMANAGED => Err(PyValueError::new_err(
                 "kDLCUDAHost and kDLCUDAManaged are host memory kinds, chosen at construction \
                  with MemArray(..., host_memory='pinned' or 'managed'); move with kDLCPU",
@@ -174,42 +319,21 @@ impl PyMemArray {
         }
     }
 
-    pub(crate) fn move_to(
-        &mut self,
-        py: Python<'_>,
-        target: Location,
-        stream: Option<&Bound<'_, PyAny>>,
-        sync: bool,
-        token: Option<LockToken>,
-    ) -> PyResult<()> {
-        let stream = parse_move_stream(stream)?;
-        let raw = &mut self.raw;
-        py.detach(|| raw.move_memory(target, stream, sync, token))
-            .py()
+    /// The location this target names for `raw`.
+    pub(crate) fn resolve(self, raw: &RawArray) -> PyResult<Location> {
+        Ok(match self {
+            Target::Host => Location::Host,
+            Target::Cuda(id) => Location::Device(id.unwrap_or(raw.device_id())),
+            Target::Current => raw.location(),
+        })
     }
+}
 
-    pub(crate) fn get_item(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        token: Option<LockToken>,
-    ) -> PyResult<Py<PyAny>> {
-        let idx = parse_index(self.raw.shape(), key)?;
-        let mut buf = [0u8; 16];
-        let out = &mut buf[..self.raw.dtype().size()];
-        self.raw.read_element(&idx, out, token).py()?;
-        Ok(bytes_to_py(py, self.raw.dtype(), out)?.unbind())
-    }
-
-    pub(crate) fn set_item(
-        &mut self,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-        token: Option<LockToken>,
-    ) -> PyResult<()> {
-        let idx = parse_index(self.raw.shape(), key)?;
-        let bytes = py_to_bytes(value, self.raw.dtype())?;
-        self.raw.write_element(&idx, &bytes, token).py()
+/// `(device_type, device_id)` of a location, as `__dlpack_device__` gives it.
+pub(crate) fn location_tuple(loc: Location) -> (i64, i64) {
+    match loc {
+        Location::Host => (KDLCPU, 0),
+        Location::Device(id) => (KDLCUDA, id as i64),
     }
 }
 
@@ -224,6 +348,7 @@ impl PyMemArray {
     #[new]
     #[pyo3(signature = (shape, dtype=None, device_id=0, host_memory="auto"))]
     fn new(
+        py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
         device_id: i64,
@@ -234,97 +359,103 @@ impl PyMemArray {
         let device_id = u32::try_from(device_id)
             .map_err(|_| PyValueError::new_err(format!("invalid device_id {device_id}")))?;
         let kind = parse_host_kind(host_memory)?;
-        let raw = match kind {
-            Some(kind) => RawArray::zeros_in(dtype, &shape, device_id, kind),
-            None => RawArray::zeros(dtype, &shape, device_id),
-        }
-        .py()?;
+        let raw = py
+            .detach(|| match kind {
+                Some(kind) => RawArray::zeros_in(dtype, &shape, device_id, kind),
+                None => RawArray::zeros(dtype, &shape, device_id),
+            })
+            .py()?;
         Ok(raw.into())
     }
 
     /// The shape, a tuple of ints.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.raw.shape())
+        PyTuple::new(py, self.layout(py).1)
     }
 
     /// The element type, a NumPy dtype.
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        numpy_dtype(py, self.raw.dtype())
+        numpy_dtype(py, self.layout(py).0)
     }
 
     /// Number of dimensions.
     #[getter]
-    fn ndim(&self) -> usize {
-        self.raw.ndim()
+    fn ndim(&self, py: Python<'_>) -> usize {
+        self.peek(py, |raw| raw.ndim())
     }
 
     /// Number of elements.
     #[getter]
-    fn size(&self) -> u64 {
-        self.raw.len()
+    fn size(&self, py: Python<'_>) -> u64 {
+        self.peek(py, |raw| raw.len())
     }
 
     /// Size in bytes.
     #[getter]
-    fn nbytes(&self) -> usize {
-        self.raw.nbytes()
+    fn nbytes(&self, py: Python<'_>) -> usize {
+        self.peek(py, |raw| raw.nbytes())
     }
 
     /// Where the current data lives: "cpu" or "cuda:N".
     #[getter]
-    fn device(&self) -> String {
-        match self.raw.location() {
-            Location::Host => "cpu".into(),
-            Location::Device(id) => format!("cuda:{id}"),
-        }
+    fn device(&self, py: Python<'_>) -> String {
+        device_name(self.peek(py, |raw| raw.location()))
     }
 
     /// Whether the current data is on a CUDA device.
     #[getter]
-    fn on_device(&self) -> bool {
-        matches!(self.raw.location(), Location::Device(_))
+    fn on_device(&self, py: Python<'_>) -> bool {
+        matches!(self.peek(py, |raw| raw.location()), Location::Device(_))
     }
 
     /// The CUDA device the array moves to.
     #[getter]
-    fn device_id(&self) -> u32 {
-        self.raw.device_id()
+    fn device_id(&self, py: Python<'_>) -> u32 {
+        self.peek(py, |raw| raw.device_id())
     }
 
     /// Whether a `get_dlpack` block holds the array's lock.
     #[getter]
     fn locked(&self) -> bool {
-        self.raw.is_locked()
+        self.shared.is_locked()
+    }
+
+    /// The id of the lock token holding the array, or None.
+    #[getter]
+    fn lock_id(&self) -> Option<u64> {
+        self.shared.lock_holder()
     }
 
     /// The host buffer kind: "pageable", "pinned" or "managed".
     #[getter]
-    fn host_memory(&self) -> &'static str {
-        match self.raw.host_kind() {
-            HostKind::Pageable => "pageable",
-            HostKind::Pinned => "pinned",
-            HostKind::Managed => "managed",
-        }
+    fn host_memory(&self, py: Python<'_>) -> &'static str {
+        host_kind_name(self.peek(py, |raw| raw.host_kind()))
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let (shape, dtype, loc, id) = self.peek(py, |raw| {
+            (
+                raw.shape().to_vec(),
+                raw.dtype(),
+                raw.location(),
+                raw.device_id(),
+            )
+        });
         format!(
-            "MemArray(shape={:?}, dtype={}, device={}, device_id={}{})",
-            self.raw.shape(),
-            self.raw.dtype(),
-            self.device(),
-            self.raw.device_id(),
-            if self.raw.is_locked() { ", locked" } else { "" }
+            "MemArray(shape={shape:?}, dtype={dtype}, device={}, device_id={id}{})",
+            device_name(loc),
+            if self.shared.is_locked() {
+                ", locked"
+            } else {
+                ""
+            }
         )
     }
 
-    fn __len__(&self) -> PyResult<usize> {
-        self.raw
-            .shape()
-            .first()
-            .copied()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.peek(py, |raw| raw.shape().first().copied())
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d MemArray"))
     }
 
@@ -332,8 +463,13 @@ impl PyMemArray {
         self.get_item(py, key, None)
     }
 
-    fn __setitem__(&mut self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.set_item(key, value, None)
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.set_item(py, key, value, None)
     }
 
     /// move_memory(device_type, device_id=None, stream=None, async_copy=False)
@@ -341,45 +477,59 @@ impl PyMemArray {
     /// Copies the current data to `device_type` (memarray.dlpack.kDLCPU or kDLCUDA) on
     /// `stream`: None (the array's last stream on that device, else the legacy default), an
     /// int handle (0 = the legacy default stream, as in the seed), or a stream object
-    /// (memarray.cuda.Stream, torch.cuda.Stream, cupy.cuda.Stream). Returns at once if the
-    /// data is already there. With `async_copy=False` the call waits for the copy.
+    /// (memarray.cuda.Stream, torch.cuda.Stream, cupy.cuda.Stream, anything with
+    /// `__cuda_stream__`). Returns at once if the data is already there. With
+    /// `async_copy=False` the call waits for the copy. The GIL is released throughout.
     #[pyo3(signature = (device_type, device_id=None, stream=None, async_copy=false))]
     fn move_memory(
-        &mut self,
+        &self,
         py: Python<'_>,
         device_type: i64,
         device_id: Option<i64>,
         stream: Option<&Bound<'_, PyAny>>,
         async_copy: bool,
     ) -> PyResult<()> {
-        let target = self.target(device_type, device_id)?;
+        let target = Target::parse(device_type, device_id)?;
         self.move_to(py, target, stream, !async_copy, None)
     }
 
     /// Overwrites the array with `array` (any layout; cast to this dtype as NumPy's
     /// astype does). The shape must match exactly; on any error the array is unchanged.
-    fn read_numpy_array(&mut self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.raw.check(None).py()?;
+    /// The copy runs with the GIL released.
+    fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.peek(py, |raw| raw.check(None)).py()?;
         let np = py.import("numpy")?;
         let src = np.getattr("asarray")?.call1((array,))?;
         let src_shape: Vec<usize> = src.getattr("shape")?.extract()?;
-        if src_shape != self.raw.shape() {
-            return Err(PyValueError::new_err(format!(
-                "shape mismatch: MemArray has shape {:?}, the array has shape {:?}",
-                self.raw.shape(),
-                src_shape
-            )));
+        loop {
+            let (dtype, shape) = self.layout(py);
+            if src_shape != shape {
+                return Err(PyValueError::new_err(format!(
+                    "shape mismatch: MemArray has shape {shape:?}, the array has shape \
+                     {src_shape:?}"
+                )));
+            }
+            let c = np
+                .getattr("ascontiguousarray")?
+                .call1((&src, numpy_dtype(py, dtype)?))?;
+            let addr = crate::numpy_data_ptr(&c)?;
+            let done = self.with_detached(py, |raw| {
+                if raw.dtype() != dtype || raw.shape() != shape {
+                    return None; // swapped meanwhile: convert again
+                }
+                // SAFETY: `c` is a C-contiguous NumPy array of this dtype and shape, so it
+                // holds exactly nbytes bytes at addr, alive while `c` is (held above).
+                let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, raw.nbytes()) };
+                Some(raw.write_all(bytes, None))
+            });
+            if let Some(r) = done {
+                return r.py();
+            }
         }
-        let dt = numpy_dtype(py, self.raw.dtype())?;
-        let c = np.getattr("ascontiguousarray")?.call1((src, dt))?;
-        let ptr = crate::numpy_data_ptr(&c)?;
-        // SAFETY: `c` is a C-contiguous NumPy array of this dtype and shape, so it holds
-        // exactly nbytes bytes at ptr, alive while `c` is.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, self.raw.nbytes()) };
-        self.raw.write_all(bytes, None).py()
     }
 
-    /// A NumPy copy of the current data (read from the device when it is there).
+    /// A NumPy copy of the current data (read from the device when it is there), made
+    /// with the GIL released.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.to_numpy_with(py, None)
     }
@@ -394,15 +544,19 @@ impl PyMemArray {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let this = slf.borrow();
-        this.raw.check(None).py()?;
-        if let Location::Device(id) = this.raw.location() {
+        let this = slf.get();
+        let (loc, dt) = this
+            .peek(py, |raw| {
+                raw.check(None).map(|()| (raw.location(), raw.dtype()))
+            })
+            .py()?;
+        if let Location::Device(id) = loc {
             return Err(PyTypeError::new_err(format!(
                 "the data is on cuda:{id}; call move_memory(memarray.dlpack.kDLCPU) or \
                  to_numpy() to copy it to the host explicitly"
             )));
         }
-        let out = if this.raw.dtype() == DType::BF16 {
+        let out = if dt == DType::BF16 {
             if copy == Some(false) {
                 return Err(PyValueError::new_err(
                     "bfloat16 arrays have no zero-copy NumPy view; pass copy=None or True",
@@ -410,7 +564,6 @@ impl PyMemArray {
             }
             this.to_numpy(py)?
         } else {
-            drop(this);
             let mv = pyo3::types::PyMemoryView::from(slf.as_any())?;
             py.import("numpy")?.getattr("asarray")?.call1((mv,))?
         };
@@ -425,14 +578,9 @@ impl PyMemArray {
     /// Adds the sum of each element's indices to it: on the GPU (moving the data there)
     /// when CUDA is available, on the host otherwise.
     #[pyo3(signature = (stream=None))]
-    fn add_index_tuple(
-        &mut self,
-        py: Python<'_>,
-        stream: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    fn add_index_tuple(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
-        let raw = &mut self.raw;
-        py.detach(|| {
+        self.with_detached(py, |raw| {
             if memarray_cuda::is_available() || matches!(raw.location(), Location::Device(_)) {
                 raw.add_index_tuple_device(stream, None)
             } else {
@@ -442,34 +590,37 @@ impl PyMemArray {
         .py()
     }
 
-    /// Blocks until all work enqueued on this array has finished.
+    /// Blocks until all work enqueued on this array has finished (GIL released).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let raw = &self.raw;
-        py.detach(|| raw.synchronize(None)).py()
+        self.with_detached(py, |raw| raw.synchronize(None)).py()
     }
 
-    /// A deep copy (new buffers, same location, unlocked).
-    fn copy(&self) -> PyResult<Self> {
-        Ok(Self::from(self.raw.try_clone(None).py()?))
+    /// A deep copy (new buffers, same location, unlocked), made with the GIL released.
+    fn copy(&self, py: Python<'_>) -> PyResult<Self> {
+        Ok(Self::from(
+            self.with_detached(py, |raw| raw.try_clone(None)).py()?,
+        ))
     }
 
-    fn __copy__(&self) -> PyResult<Self> {
-        self.copy()
+    fn __copy__(&self, py: Python<'_>) -> PyResult<Self> {
+        self.copy(py)
     }
 
-    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> PyResult<Self> {
-        self.copy()
+    fn __deepcopy__(&self, py: Python<'_>, _memo: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.copy(py)
     }
 
     /// Swaps contents with `other` without copying; both must be unlocked.
-    fn swap(&mut self, other: &mut Self) -> PyResult<()> {
-        self.raw.swap(&mut other.raw).py()
+    fn swap(&self, py: Python<'_>, other: &Bound<'_, Self>) -> PyResult<()> {
+        let other = other.get();
+        py.detach(|| self.shared.swap(&other.shared)).py()
     }
 
     /// get_dlpack(device_type=None, device_id=None, stream=None)
     ///
     /// Moves the data to `device_type` (default: where it is) and returns a context manager
-    /// that locks the array for its block and exports it with `__dlpack__`.
+    /// that locks the array for its block and exports it with `__dlpack__`. Entering
+    /// moves the data there again if another thread moved it in between.
     #[pyo3(signature = (device_type=None, device_id=None, stream=None))]
     fn get_dlpack(
         slf: Bound<'_, Self>,
@@ -477,19 +628,25 @@ impl PyMemArray {
         device_id: Option<i64>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<crate::dlpack::DLPackContext> {
-        {
-            let mut this = slf.borrow_mut();
-            let dt = device_type.unwrap_or(this.location_tuple().0);
-            let target = this.target(dt, device_id)?;
-            this.move_to(slf.py(), target, stream, true, None)?;
-        }
-        Ok(crate::dlpack::DLPackContext::new(slf.unbind()))
+        let py = slf.py();
+        let target = match device_type {
+            None => Target::Current,
+            Some(dt) => Target::parse(dt, device_id)?,
+        };
+        let this = slf.get();
+        // Pin the target down now (the default device is read once, here).
+        let target = match this.peek(py, |raw| target.resolve(raw))? {
+            Location::Host => Target::Host,
+            Location::Device(id) => Target::Cuda(Some(id)),
+        };
+        this.move_to(py, target, stream, true, None)?;
+        Ok(crate::dlpack::DLPackContext::new(slf.unbind(), target))
     }
 
     /// __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         stream: Option<&Bound<'py, PyAny>>,
         max_version: Option<&Bound<'py, PyAny>>,
@@ -510,8 +667,13 @@ impl PyMemArray {
     }
 
     /// (device_type, device_id) of the current data: (kDLCPU, 0) or (kDLCUDA, id).
-    fn __dlpack_device__(&self) -> (i64, i64) {
-        self.location_tuple()
+    fn __dlpack_device__(&self, py: Python<'_>) -> (i64, i64) {
+        self.location_tuple(py)
+    }
+
+    /// Pickle support (protocol 5 hands the host data out of band, uncopied).
+    fn __reduce_ex__<'py>(&self, py: Python<'py>, protocol: i64) -> PyResult<Bound<'py, PyAny>> {
+        crate::pickle::reduce(py, self, protocol)
     }
 
     // SAFETY (buffer protocol): see crate::buffer for the invariants.
@@ -527,6 +689,23 @@ impl PyMemArray {
     unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
         // SAFETY: forwarded from CPython; view was filled by get_buffer.
         unsafe { crate::buffer::release_buffer(view) }
+    }
+}
+
+/// "cpu" or "cuda:N".
+pub(crate) fn device_name(loc: Location) -> String {
+    match loc {
+        Location::Host => "cpu".into(),
+        Location::Device(id) => format!("cuda:{id}"),
+    }
+}
+
+/// The Python name of a host memory kind.
+pub(crate) fn host_kind_name(kind: HostKind) -> &'static str {
+    match kind {
+        HostKind::Pageable => "pageable",
+        HostKind::Pinned => "pinned",
+        HostKind::Managed => "managed",
     }
 }
 

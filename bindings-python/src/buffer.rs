@@ -54,19 +54,24 @@ pub unsafe fn get_buffer(
     if view.is_null() {
         return Err(PyBufferError::new_err("null Py_buffer"));
     }
-    let arr = slf.borrow();
-    let dtype = arr.raw.dtype();
+    let py = slf.py();
+    let (buffer, dtype, shape) = slf
+        .get()
+        .with(py, |raw| {
+            raw.host_export(None)
+                .map(|b| (b, raw.dtype(), raw.shape().to_vec()))
+        })
+        .py()?;
     let fmt = format(dtype).ok_or_else(|| {
         PyBufferError::new_err(
             "bfloat16 has no buffer-protocol format; export it with DLPack (torch.from_dlpack)",
         )
     })?;
-    let buffer = arr.raw.host_export(None).py()?;
-    let ndim = arr.raw.ndim();
+    let ndim = shape.len();
     let itemsize = dtype.size() as ffi::Py_ssize_t;
-    let mut dims: Vec<ffi::Py_ssize_t> = arr.raw.shape().iter().map(|&d| d as _).collect();
+    let mut dims: Vec<ffi::Py_ssize_t> = shape.iter().map(|&d| d as _).collect();
     dims.extend(
-        memarray_core::shape::c_strides(arr.raw.shape())
+        memarray_core::shape::c_strides(&shape)
             .iter()
             .map(|&s| s as ffi::Py_ssize_t * itemsize),
     );
@@ -78,7 +83,7 @@ pub unsafe fn get_buffer(
     // release_buffer frees `state`, and obj gets a new strong reference.
     unsafe {
         (*view).buf = buffer.as_mut_ptr().cast::<c_void>();
-        (*view).len = arr.raw.nbytes() as ffi::Py_ssize_t;
+        (*view).len = buffer.len() as ffi::Py_ssize_t;
         (*view).readonly = 0;
         (*view).itemsize = itemsize;
         (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {

@@ -26,7 +26,7 @@ fn device_of(id: i64) -> PyResult<Arc<Device>> {
 }
 
 /// An owned CUDA stream (non-blocking) on one device.
-#[pyclass(name = "Stream", module = "memarray.cuda")]
+#[pyclass(name = "Stream", module = "memarray.cuda", frozen)]
 pub struct PyStream {
     pub stream: Stream,
 }
@@ -93,7 +93,7 @@ impl PyStream {
 }
 
 /// A CUDA event.
-#[pyclass(name = "Event", module = "memarray.cuda")]
+#[pyclass(name = "Event", module = "memarray.cuda", frozen)]
 pub struct PyEvent {
     pub event: Event,
 }
@@ -176,13 +176,19 @@ pub fn cuda_array_interface<'py>(
     py: Python<'py>,
     arr: &PyMemArray,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let Location::Device(_) = arr.raw.location() else {
-        return Err(pyo3::exceptions::PyAttributeError::new_err(
-            "__cuda_array_interface__ exists only while the data is on a CUDA device; \
-             call move_memory(memarray.dlpack.kDLCUDA) first",
-        ));
-    };
-    let buf = arr.raw.device_buffer(None).py()?;
+    // Nothing here blocks the host: the array is read without releasing the GIL unless
+    // another thread is in a call on it.
+    let (buf, dtype, shape, stream) = arr.peek(py, |raw| -> PyResult<_> {
+        let Location::Device(_) = raw.location() else {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(
+                "__cuda_array_interface__ exists only while the data is on a CUDA device; \
+                 call move_memory(memarray.dlpack.kDLCUDA) first",
+            ));
+        };
+        let buf = raw.device_buffer(None).py()?;
+        let stream = raw.pending_stream().py()?.map(|s| s.raw());
+        Ok((buf, raw.dtype(), raw.shape().to_vec(), stream))
+    })?;
     let ptr = buf.device_ptr();
     {
         let mut pins = arr.cai_pins.lock().unwrap_or_else(|e| e.into_inner());
@@ -196,19 +202,18 @@ pub fn cuda_array_interface<'py>(
             .map(|d| PyString::intern(py, d.typestr()).unbind())
             .collect()
     });
-    let dtype = arr.raw.dtype();
-    let i = DType::ALL
+    let typestr = DType::ALL
         .iter()
         .position(|d| *d == dtype)
-        .expect("every dtype is in ALL");
+        .and_then(|i| typestrs.get(i))
+        .ok_or_else(|| PyTypeError::new_err(format!("no typestr for dtype {dtype}")))?;
     let d = PyDict::new(py);
     d.set_item(intern!(py, "version"), 3)?;
-    d.set_item(intern!(py, "shape"), PyTuple::new(py, arr.raw.shape())?)?;
-    d.set_item(intern!(py, "typestr"), typestrs[i].bind(py))?;
+    d.set_item(intern!(py, "shape"), PyTuple::new(py, shape)?)?;
+    d.set_item(intern!(py, "typestr"), typestr.bind(py))?;
     d.set_item(intern!(py, "data"), (ptr, false))?;
     d.set_item(intern!(py, "strides"), py.None())?;
     // The stream of pending work (never 0), or None when nothing is pending.
-    let stream = arr.raw.pending_stream().py()?.map(|s| s.raw());
     d.set_item(intern!(py, "stream"), stream)?;
     Ok(d)
 }

@@ -12,7 +12,9 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::{PyErr, ffi};
 
-use memarray_core::{HostBuffer, Location, LockToken, MemoryKind};
+use std::sync::{Mutex, PoisonError};
+
+use memarray_core::{HostBuffer, Location, LockGuard, LockToken, MemoryKind};
 use memarray_cuda::array::RawArray;
 use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use memarray_dlpack::{
@@ -20,7 +22,7 @@ use memarray_dlpack::{
     call_deleter_versioned, export_unversioned, export_versioned,
 };
 
-use crate::array::{KDLCPU, KDLCUDA, PyMemArray};
+use crate::array::{KDLCPU, KDLCUDA, PyMemArray, Target};
 use crate::errors::IntoPyResult;
 use crate::stream::{consumer_for, parse_dlpack_stream};
 
@@ -96,10 +98,7 @@ fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
 }
 
 /// Parses `dl_device`: None or a (device_type, device_id) pair.
-fn parse_dl_device(
-    arr: &PyMemArray,
-    dl_device: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Location>> {
+fn parse_dl_device(dl_device: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Target>> {
     let Some(d) = dl_device.filter(|d| !d.is_none()) else {
         return Ok(None);
     };
@@ -110,8 +109,7 @@ fn parse_dl_device(
         ))
     })?;
     match ty {
-        KDLCPU | KDLCUDA => arr
-            .target(ty, Some(id))
+        KDLCPU | KDLCUDA => Target::parse(ty, Some(id))
             .map(Some)
             .map_err(|e| PyBufferError::new_err(e.to_string())),
         other => Err(PyBufferError::new_err(format!(
@@ -122,9 +120,13 @@ fn parse_dl_device(
 }
 
 /// `__dlpack__` for an array, with an optional lock token (the `get_dlpack` context's).
+///
+/// Every argument is checked before the data moves: a refused export changes nothing.
+/// The move (if `dl_device` asks for one) and the export happen in one call on the array,
+/// so no other thread can move the data in between.
 pub fn export<'py>(
     py: Python<'py>,
-    arr: &mut PyMemArray,
+    arr: &PyMemArray,
     token: Option<LockToken>,
     stream: Option<&Bound<'py, PyAny>>,
     max_version: Option<&Bound<'py, PyAny>>,
@@ -133,29 +135,39 @@ pub fn export<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let versioned = wants_versioned(max_version)?;
     let h = parse_dlpack_stream(stream)?;
-    arr.raw.check(token).py()?;
-    let target = parse_dl_device(arr, dl_device)?.unwrap_or(arr.raw.location());
-    // Every argument is checked before the data moves: a refused export changes nothing.
-    let consumer = consumer_for(h, target)?;
-    if target != arr.raw.location() {
-        if copy == Some(false) {
-            return Err(PyBufferError::new_err(format!(
-                "dl_device {target} differs from the data's location {} and copy=False \
-                 forbids moving it",
-                arr.raw.location()
-            )));
+    let target = parse_dl_device(dl_device)?.unwrap_or(Target::Current);
+    let export = |raw: &mut RawArray| -> PyResult<_> {
+        raw.check(token).py()?;
+        let target = target.resolve(raw)?;
+        let consumer = consumer_for(h, target)?;
+        if target != raw.location() {
+            if copy == Some(false) {
+                return Err(PyBufferError::new_err(format!(
+                    "dl_device {target} differs from the data's location {} and copy=False \
+                     forbids moving it",
+                    raw.location()
+                )));
+            }
+            raw.move_memory(target, None, false, token).py()?;
         }
-        arr.move_to(py, target, None, false, token)?;
-    }
-    let copy = copy == Some(true);
-    let buf = arr.raw.export_buffer(token, copy, consumer).py()?;
+        let buf = raw
+            .export_buffer(token, copy == Some(true), consumer)
+            .py()?;
+        Ok((buf, raw.dtype(), raw.shape().to_vec()))
+    };
+    // A move or a copy allocates and copies: with the GIL released.
+    let moves = !matches!(target, Target::Current);
+    let (buf, dtype, shape) = if moves || copy == Some(true) {
+        arr.with_detached(py, export)?
+    } else {
+        arr.with(py, export)?
+    };
     let device = match buf.location {
         Location::Host => Device::CPU,
         Location::Device(id) => Device::cuda(id as i32),
     };
-    let mut spec =
-        ExportSpec::contiguous(buf.ptr, device, arr.raw.dtype(), arr.raw.shape().to_vec());
-    spec.is_copied = copy;
+    let mut spec = ExportSpec::contiguous(buf.ptr, device, dtype, shape);
+    spec.is_copied = copy == Some(true);
     if versioned {
         let p = export_versioned(spec, buf.owner).py()?;
         capsule(py, p.as_ptr().cast(), NAME_VERSIONED, destroy_versioned)
@@ -167,49 +179,75 @@ pub fn export<'py>(
 
 /// The seed's locked export: `with a.get_dlpack(kDLCPU) as t: np.from_dlpack(t)`.
 ///
-/// Entering locks the array with a fresh token; exports through the context present it;
-/// leaving unlocks. Outside a `with` block it exports like the array itself.
-#[pyclass(module = "memarray")]
+/// Entering locks the array with a fresh token (a [`LockGuard`]); exports through the
+/// context present it; leaving drops the guard. The guard also drops with the context,
+/// so a context garbage-collected without `__exit__` cannot leave the array locked.
+/// Outside a `with` block it exports like the array itself.
+#[pyclass(module = "memarray", frozen)]
 pub struct DLPackContext {
     array: Py<PyMemArray>,
-    token: Option<LockToken>,
+    target: Target,
+    guard: Mutex<Option<LockGuard>>,
 }
 
 impl DLPackContext {
-    pub fn new(array: Py<PyMemArray>) -> Self {
-        Self { array, token: None }
+    pub(crate) fn new(array: Py<PyMemArray>, target: Target) -> Self {
+        Self {
+            array,
+            target,
+            guard: Mutex::new(None),
+        }
+    }
+
+    /// The guard slot. Held only for a take or a put, never across Python or a wait.
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<LockGuard>> {
+        self.guard.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn token(&self) -> Option<LockToken> {
+        self.slot().as_ref().map(LockGuard::token)
     }
 }
 
 #[pymethods]
 impl DLPackContext {
-    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
-        if slf.token.is_some() {
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.slot().is_some() {
             return Err(crate::errors::LockError::new_err(
                 "this get_dlpack context is already entered",
             ));
         }
-        let token = slf.array.borrow(slf.py()).raw.try_lock().py()?;
-        slf.token = Some(token);
+        let arr = this.array.get();
+        let guard = arr.shared.lock_guard().py()?;
+        // Another thread may have moved the data since get_dlpack: move it back under
+        // our token. On any error the guard drops here and the lock is released.
+        arr.move_to(py, this.target, None, true, Some(guard.token()))?;
+        let mut slot = this.slot();
+        if slot.is_some() {
+            // Unreachable while the array lock is exclusive; refuse rather than replace.
+            return Err(crate::errors::LockError::new_err(
+                "this get_dlpack context is already entered",
+            ));
+        }
+        *slot = Some(guard);
+        drop(slot);
         Ok(slf)
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(
-        &mut self,
-        py: Python<'_>,
-        _args: &Bound<'_, pyo3::types::PyTuple>,
-    ) -> PyResult<bool> {
-        if let Some(t) = self.token.take() {
-            self.array.borrow(py).raw.unlock(t).py()?;
-        }
-        Ok(false)
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        // Dropping the guard releases the lock; taking it makes a second exit a no-op.
+        let guard = self.slot().take();
+        drop(guard);
+        false
     }
 
     /// The lock id held by this context, or None outside its `with` block.
     #[getter]
     fn lock_id(&self) -> Option<u64> {
-        self.token.map(LockToken::id)
+        self.token().map(LockToken::id)
     }
 
     /// The array this context exports.
@@ -227,11 +265,10 @@ impl DLPackContext {
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let mut arr = self.array.borrow_mut(py);
         export(
             py,
-            &mut arr,
-            self.token,
+            self.array.get(),
+            self.token(),
             stream,
             max_version,
             dl_device,
@@ -240,16 +277,16 @@ impl DLPackContext {
     }
 
     fn __dlpack_device__(&self, py: Python<'_>) -> (i64, i64) {
-        self.array.borrow(py).location_tuple()
+        self.array.get().location_tuple(py)
     }
 
     /// A NumPy copy of the data, read with this context's lock.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.array.borrow(py).to_numpy_with(py, self.token)
+        self.array.get().to_numpy_with(py, self.token())
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.array.borrow(py).get_item(py, key, self.token)
+        self.array.get().get_item(py, key, self.token())
     }
 
     fn __setitem__(
@@ -258,7 +295,7 @@ impl DLPackContext {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        self.array.borrow_mut(py).set_item(key, value, self.token)
+        self.array.get().set_item(py, key, value, self.token())
     }
 }
 

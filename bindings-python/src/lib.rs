@@ -11,6 +11,7 @@ mod cuda;
 mod dlpack;
 mod dtype;
 mod errors;
+mod pickle;
 mod stream;
 mod strided;
 
@@ -30,6 +31,8 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::DLPackContext>()?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
+    m.add_class::<pickle::HostBytes>()?;
+    m.add_function(wrap_pyfunction!(pickle::_from_pickle, m)?)?;
     m.add("LockError", py.get_type::<errors::LockError>())?;
     m.add(
         "CudaUnavailableError",

@@ -1,7 +1,9 @@
 //! Python stream arguments to [`StreamRef`]s.
 //!
 //! Accepted: an int handle (`torch.cuda.current_stream().cuda_stream`, CuPy's `ptr`), a
-//! `memarray.cuda.Stream`, or a torch / CuPy stream object (its `cuda_stream` / `ptr`).
+//! `memarray.cuda.Stream`, any object with the CUDA stream protocol `__cuda_stream__`
+//! (returns `(version, handle)`: `cuda.core` streams, newer CuPy), or a torch / CuPy
+//! stream object (its `cuda_stream` / `ptr`).
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -15,10 +17,13 @@ use crate::errors::IntoPyResult;
 
 fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     if let Ok(s) = obj.cast::<PyStream>() {
-        return Ok(s.borrow().stream.raw() as i64);
+        return Ok(s.get().stream.raw() as i64);
     }
     if let Ok(h) = obj.extract::<i64>() {
         return Ok(h);
+    }
+    if obj.hasattr("__cuda_stream__")? {
+        return stream_protocol(obj);
     }
     for attr in ["cuda_stream", "ptr"] {
         if let Ok(h) = obj.getattr(attr).and_then(|h| h.extract::<i64>()) {
@@ -27,9 +32,44 @@ fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
     Err(PyTypeError::new_err(format!(
         "stream must be an int handle or a stream object (memarray.cuda.Stream, \
-         torch.cuda.Stream, cupy.cuda.Stream), not {}",
+         torch.cuda.Stream, cupy.cuda.Stream, or any object with __cuda_stream__), not {}",
         obj.get_type().name()?
     )))
+}
+
+/// The CUDA stream protocol: `obj.__cuda_stream__()` returns `(version, handle)`, version 0
+/// the only one defined. A non-tuple or non-int is a TypeError, another version or a
+/// negative handle a ValueError.
+fn stream_protocol(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let got = obj.call_method0("__cuda_stream__")?;
+    let (version, handle): (Bound<'_, PyAny>, Bound<'_, PyAny>) = got.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "__cuda_stream__() must return a (version, handle) tuple of ints, not {}",
+            got.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    let as_int = |v: &Bound<'_, PyAny>, what: &str| -> PyResult<i128> {
+        if !v.is_instance_of::<pyo3::types::PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "__cuda_stream__() {what} must be an int, not {}",
+                v.get_type().name()?
+            )));
+        }
+        v.extract::<i128>()
+            .map_err(|_| PyValueError::new_err(format!("__cuda_stream__() {what} is out of range")))
+    };
+    let version = as_int(&version, "version")?;
+    let handle = as_int(&handle, "handle")?;
+    if version != 0 {
+        return Err(PyValueError::new_err(format!(
+            "unsupported __cuda_stream__ protocol version {version}; memarray understands \
+             version 0"
+        )));
+    }
+    i64::try_from(handle)
+        .ok()
+        .filter(|&h| h >= 0)
+        .ok_or_else(|| PyValueError::new_err(format!("invalid __cuda_stream__ handle {handle}")))
 }
 
 fn from_handle(h: i64) -> PyResult<StreamRef> {

@@ -25,7 +25,7 @@ pub use dtype::{DType, Element};
 pub use error::{CoreError, Result};
 pub use host::HostBuffer;
 pub use indexer::Indexer;
-pub use lock::{Lock, LockToken};
+pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
     ForeignMemory, HostResource, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream,
 };

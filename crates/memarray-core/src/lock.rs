@@ -5,6 +5,7 @@
 //! an optional token, and a held lock refuses any other.
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{CoreError, Result};
@@ -70,11 +71,23 @@ impl Lock {
             .compare_exchange(0, token.id(), Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => Ok(token),
+            // The refused attempt's own (never used) id is named beside the holder's, so
+            // two contending callers can tell their errors apart.
             Err(held) => Err(CoreError::Locked {
                 held,
-                requested: None,
+                requested: Some(token.id()),
             }),
         }
+    }
+
+    /// Takes the lock with a fresh token held by a [`LockGuard`], which releases it when
+    /// dropped (an early return, a panic or garbage collection cannot leak it).
+    pub fn try_guard(self: &Arc<Self>) -> Result<LockGuard> {
+        let token = self.try_lock()?;
+        Ok(LockGuard {
+            lock: self.clone(),
+            token,
+        })
     }
 
     /// Releases the lock held by `token`. Fails if another token (or none) holds it.
@@ -107,6 +120,48 @@ impl Lock {
     }
 }
 
+/// A held lock that is released when the guard drops.
+///
+/// ```
+/// use std::sync::Arc;
+/// use memarray_core::Lock;
+///
+/// let lock = Arc::new(Lock::new());
+/// {
+///     let guard = lock.try_guard()?;
+///     assert_eq!(lock.holder(), Some(guard.token().id()));
+///     assert!(lock.try_guard().is_err(), "a second holder is refused");
+/// }
+/// assert!(!lock.is_locked(), "dropping the guard released the lock");
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    lock: Arc<Lock>,
+    token: LockToken,
+}
+
+impl LockGuard {
+    /// The token to present to checked accesses while the guard lives.
+    pub fn token(&self) -> LockToken {
+        self.token
+    }
+
+    /// Whether this guard holds `lock` (the same slot, not an equal one).
+    pub fn guards(&self, lock: &Arc<Lock>) -> bool {
+        Arc::ptr_eq(&self.lock, lock)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        // Only this guard can hold its token, and tokens are never reused: the unlock
+        // cannot fail unless someone forged the id and released it first (harmless).
+        let _ = self.lock.unlock(self.token);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,7 +183,13 @@ mod tests {
                 requested: None
             }
         );
-        assert!(l.try_lock().is_err());
+        match l.try_lock().unwrap_err() {
+            CoreError::Locked {
+                held,
+                requested: Some(r),
+            } => assert!(held == t.id() && r != t.id(), "names both ids"),
+            other => panic!("expected Locked naming both ids, got {other:?}"),
+        }
         l.unlock(t).unwrap();
         assert!(!l.is_locked());
         assert_eq!(
@@ -181,6 +242,25 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap() as usize).sum()
         });
         assert_eq!(wins, 1);
+    }
+
+    #[test]
+    fn guard_releases_on_drop_and_unwind() {
+        let l = Arc::new(Lock::new());
+        let g = l.try_guard().unwrap();
+        assert!(g.guards(&l) && l.is_locked());
+        drop(g);
+        assert!(!l.is_locked());
+        let l2 = l.clone();
+        let r = std::panic::catch_unwind(move || {
+            let _g = l2.try_guard().unwrap();
+            panic!("unwinding drops the guard");
+        });
+        assert!(r.is_err());
+        assert!(
+            !l.is_locked(),
+            "a panic while holding must not leak the lock"
+        );
     }
 
     #[derive(Debug, Clone)]

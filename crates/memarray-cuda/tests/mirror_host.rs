@@ -196,7 +196,13 @@ fn lock_refuses_every_access_without_the_holders_token() {
     let foreign = other.try_lock().unwrap();
     assert_ne!(t.id(), foreign.id());
     assert_eq!((a.lock_holder(), a.is_locked()), (Some(t.id()), true));
-    assert_eq!(a.try_lock().unwrap_err(), locked(t, None));
+    match a.try_lock().unwrap_err() {
+        CudaError::Core(CoreError::Locked {
+            held,
+            requested: Some(r),
+        }) => assert!(held == t.id() && r != t.id(), "names both ids"),
+        other => panic!("expected Locked naming both ids, got {other:?}"),
+    }
     for tok in [None, Some(foreign)] {
         let want = locked(t, tok);
         let msg = want.to_string();

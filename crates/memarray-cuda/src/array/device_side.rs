@@ -161,14 +161,20 @@ impl DeviceSide {
         Ok(())
     }
 
+    /// Whether work is pending that a host access would wait for.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending().is_some()
+    }
+
     /// Blocks the host until pending work is done, then forgets it.
     pub(crate) fn wait_host(&self) -> Result<()> {
         let mut guard = self.pending();
         if let Some(p) = guard.as_ref() {
             p.event.synchronize()?;
             // Keep the event object for reuse; only the buffers kept alive can go.
-            let p = guard.take().expect("checked above");
-            drop(p.keep_alive);
+            if let Some(p) = guard.take() {
+                drop(p.keep_alive);
+            }
         }
         Ok(())
     }

@@ -22,6 +22,10 @@ pub struct ExportBuffer {
     pub owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
+// SAFETY: `ptr` is only an address handed to the exporter; ExportBuffer never
+// dereferences it, and `owner` (which keeps the memory alive) is Send + Sync itself.
+unsafe impl Send for ExportBuffer {}
+
 /// How the consumer of an export synchronises with the array's pending work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Consumer {

@@ -2,16 +2,19 @@
 //! the current data (ARCHITECTURE.md, "The mirror").
 //!
 //! [`RawArray`] is type-erased (any [`memarray_core::DType`], ndim 0..=32) and serves
-//! Python; [`MemArray<T, N>`] is the typed Rust face over it.
+//! Python; [`MemArray<T, N>`] is the typed Rust face over it; [`SharedArray`] shares a
+//! `RawArray` between threads (every method on `&self`, calls serialised).
 
 mod device_side;
 mod export;
 mod host_kind;
 mod host_ops;
 mod raw;
+mod shared;
 mod typed;
 
 pub use export::{Consumer, ExportBuffer};
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
 pub use raw::RawArray;
+pub use shared::SharedArray;
 pub use typed::MemArray;

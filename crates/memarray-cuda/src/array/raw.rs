@@ -28,7 +28,8 @@ pub struct RawArray {
     pub(super) host_kind: HostKind,
     pub(super) device_id: u32,
     pub(super) location: Location,
-    pub(super) lock: Lock,
+    /// Shared so a [`super::SharedArray`] can release a token without the array's mutex.
+    pub(super) lock: Arc<Lock>,
     pub(super) dev: DeviceSide,
 }
 
@@ -110,7 +111,7 @@ impl RawArray {
             host_kind,
             device_id,
             location: Location::Host,
-            lock: Lock::new(),
+            lock: Arc::new(Lock::new()),
             dev: DeviceSide::new(),
         })
     }
@@ -162,7 +163,7 @@ impl RawArray {
             host_kind: HostKind::Pageable,
             device_id: device.id(),
             location: Location::Device(device.id()),
-            lock: Lock::new(),
+            lock: Arc::new(Lock::new()),
             dev,
         })
     }
@@ -222,9 +223,20 @@ impl RawArray {
         Ok(self.lock.unlock(token)?)
     }
 
+    /// The array's lock slot, shared: it stays with this array across [`Self::swap`].
+    pub(super) fn lock_slot(&self) -> Arc<Lock> {
+        self.lock.clone()
+    }
+
     /// Fails with [`CoreError::Locked`] unless the array is free or `token` holds it.
     pub fn check(&self, token: Option<LockToken>) -> Result<()> {
         Ok(self.lock.check(token)?)
+    }
+
+    /// Whether device work is pending that a host access would first wait for (callers
+    /// holding another lock, such as Python's GIL, release it before such a wait).
+    pub fn has_pending_work(&self) -> bool {
+        self.dev.has_pending()
     }
 
     /// Blocks the host until all work enqueued on this array has finished.
@@ -432,7 +444,7 @@ impl RawArray {
             host_kind: self.host_kind,
             device_id: self.device_id,
             location: self.location,
-            lock: Lock::new(),
+            lock: Arc::new(Lock::new()),
             dev,
         })
     }

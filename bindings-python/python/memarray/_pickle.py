@@ -1,0 +1,15 @@
+"""Unpickling of MemArray (the inverse of ``MemArray.__reduce_ex__``)."""
+
+from __future__ import annotations
+
+from ._memarray import _from_pickle
+
+
+def rebuild(data, dtype, shape, device, device_id, host_memory):
+    """A new MemArray holding ``data`` (any contiguous buffer of the array's bytes: the
+    in-band ``bytes``, or the out-of-band buffer given to ``pickle.loads(buffers=...)``),
+    on ``device`` when CUDA and that device exist here, else on the host."""
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return _from_pickle(view, dtype, tuple(shape), device, device_id, host_memory)

@@ -1,0 +1,184 @@
+//! Pickling: `pickle`, `copy.deepcopy` and `multiprocessing` for every dtype and ndim.
+//!
+//! `__reduce_ex__` hands the data as one contiguous byte buffer. With protocol 5 it is a
+//! `pickle.PickleBuffer` over a [`HostBytes`] that shares the host buffer (no copy; a
+//! `buffer_callback` takes it out of band); older protocols get `bytes`. Device-resident
+//! data is read into a fresh host buffer first (the array stays where it is) and comes
+//! back on the same device id when CUDA and that device exist there, else on the host.
+//! A locked array refuses to pickle with `LockError`.
+
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use memarray_core::{DType, HostBuffer, HostResource, Location};
+use memarray_cuda::array::RawArray;
+
+use crate::array::{PyMemArray, host_kind_name, parse_host_kind};
+use crate::errors::IntoPyResult;
+
+/// Read-only bytes of a host buffer, shared (the pickled payload of protocol 5).
+#[pyclass(module = "memarray._memarray", frozen)]
+pub struct HostBytes {
+    buffer: Arc<HostBuffer>,
+}
+
+#[pymethods]
+impl HostBytes {
+    fn __len__(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// A read-only, C-contiguous, 1-d buffer of unsigned bytes.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("null Py_buffer"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("pickled array bytes are read-only"));
+        }
+        const FORMAT: &CStr = c"B";
+        let buf = &slf.get().buffer;
+        // SAFETY: view is the Py_buffer CPython passed in; buf lives as long as `obj`
+        // (a new strong reference to slf, released by CPython with the view). ndim 1 with
+        // shape and strides left null means a contiguous run of `len` bytes; `len` is a
+        // field of the view itself, which is where `shape` may point.
+        unsafe {
+            (*view).buf = buf.as_mut_ptr().cast::<c_void>();
+            (*view).len = buf.len() as ffi::Py_ssize_t;
+            (*view).readonly = 1;
+            (*view).itemsize = 1;
+            (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {
+                FORMAT.as_ptr().cast_mut()
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                &raw mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &raw mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+            (*view).obj = slf.into_any().into_ptr();
+        }
+        Ok(())
+    }
+}
+
+/// `MemArray.__reduce_ex__`: `(memarray._pickle.rebuild, (data, dtype, shape, device,
+/// device_id, host_memory))`.
+pub fn reduce<'py>(
+    py: Python<'py>,
+    arr: &PyMemArray,
+    protocol: i64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (bytes, dtype, shape, loc, device_id, host_kind) = arr
+        .with_detached(py, |raw| -> memarray_cuda::Result<_> {
+            raw.check(None)?;
+            let bytes = match raw.location() {
+                Location::Host => raw.host_export(None)?,
+                Location::Device(_) => {
+                    let mut copy = HostBuffer::zeroed_in(raw.nbytes(), Arc::new(HostResource))?;
+                    raw.read_all(copy.as_mut_slice(), None)?;
+                    Arc::new(copy)
+                }
+            };
+            Ok((
+                bytes,
+                raw.dtype(),
+                raw.shape().to_vec(),
+                raw.location(),
+                raw.device_id(),
+                raw.host_kind(),
+            ))
+        })
+        .py()?;
+    let data: Bound<'py, PyAny> = if protocol >= 5 {
+        let holder = Bound::new(py, HostBytes { buffer: bytes })?;
+        py.import("pickle")?
+            .getattr("PickleBuffer")?
+            .call1((holder,))?
+    } else {
+        PyBytes::new(py, bytes.as_slice()).into_any()
+    };
+    let device: Option<u32> = match loc {
+        Location::Host => None,
+        Location::Device(id) => Some(id),
+    };
+    let args = (
+        data,
+        dtype.name(),
+        PyTuple::new(py, shape)?,
+        device,
+        device_id,
+        host_kind_name(host_kind),
+    );
+    let rebuild = py.import("memarray._pickle")?.getattr("rebuild")?;
+    Ok(PyTuple::new(py, [rebuild, args.into_pyobject(py)?.into_any()])?.into_any())
+}
+
+/// The inverse of [`reduce`]: a new array holding `data` (a C-contiguous byte buffer of
+/// exactly the array's size), on `device` when CUDA and that device are present here.
+#[pyfunction]
+#[pyo3(signature = (data, dtype, shape, device, device_id, host_memory))]
+pub fn _from_pickle(
+    py: Python<'_>,
+    data: pyo3::buffer::PyBuffer<u8>,
+    dtype: &str,
+    shape: Vec<usize>,
+    device: Option<u32>,
+    device_id: u32,
+    host_memory: &str,
+) -> PyResult<PyMemArray> {
+    let dtype = DType::from_name(dtype).py()?;
+    let kind = parse_host_kind(host_memory)?;
+    if !data.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "pickled array data must be contiguous",
+        ));
+    }
+    let addr = data.buf_ptr() as usize;
+    let len = data.len_bytes();
+    let raw = py
+        .detach(|| -> memarray_cuda::Result<RawArray> {
+            let mut raw = match kind {
+                Some(kind) => RawArray::zeros_in(dtype, &shape, device_id, kind)
+                    .or_else(|_| RawArray::zeros(dtype, &shape, device_id))?,
+                None => RawArray::zeros(dtype, &shape, device_id)?,
+            };
+            let bytes: &[u8] = if len == 0 {
+                &[]
+            } else {
+                // SAFETY: `data` (a PyBuffer held by this frame) keeps `len` bytes at
+                // addr alive and unmoved until it is released after this closure.
+                unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+            };
+            raw.write_all(bytes, None)?;
+            if let Some(id) = device.filter(|&id| device_present(id)) {
+                raw.move_memory(Location::Device(id), None, true, None)?;
+            }
+            Ok(raw)
+        })
+        .py()?;
+    Ok(raw.into())
+}
+
+/// Whether device `id` exists on this machine (no CUDA: false, never an error).
+fn device_present(id: u32) -> bool {
+    memarray_cuda::device_count().is_ok_and(|n| id < n)
+}

@@ -1,0 +1,154 @@
+//! [`SharedArray`]: a [`RawArray`] shared between threads, every method on `&self`.
+//!
+//! The array's state sits behind a mutex of its own, so calls from any number of threads
+//! are serialised: none can tear data or observe a half-done move. The lock slot (the
+//! seed's `_lock_id`) sits outside that mutex, so taking or releasing a token never waits
+//! for a long copy, and a [`LockGuard`] can release it from any thread, at any time.
+//!
+//! Callers that hold another lock of their own (Python's GIL) must not block on the
+//! mutex while holding it: use [`SharedArray::try_state`] first and block on
+//! [`SharedArray::state`] only with that lock released.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use memarray_core::{Lock, LockGuard, LockToken};
+
+use super::raw::RawArray;
+use crate::error::Result;
+
+/// A [`RawArray`] that threads share through `&self` (wrap it in an [`Arc`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use memarray_core::DType;
+/// use memarray_cuda::array::{RawArray, SharedArray};
+///
+/// let a = Arc::new(SharedArray::new(RawArray::zeros(DType::U32, &[4], 0)?));
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             // Serialised read-modify-write of element 0 under the array's mutex.
+///             a.with(|raw| -> memarray_cuda::Result<()> {
+///                 let mut v = [0u8; 4];
+///                 raw.read_element(&[0], &mut v, None)?;
+///                 let n = u32::from_ne_bytes(v) + 1;
+///                 raw.write_element(&[0], &n.to_ne_bytes(), None)
+///             })
+///         });
+///     }
+/// });
+/// let mut v = [0u8; 4];
+/// a.with(|raw| raw.read_element(&[0], &mut v, None))?;
+/// assert_eq!(u32::from_ne_bytes(v), 4);
+///
+/// // An outside observer's lock: other callers are refused until the guard drops.
+/// let guard = a.lock_guard()?;
+/// assert!(a.with(|raw| raw.check(None)).is_err());
+/// drop(guard);
+/// assert!(!a.is_locked());
+/// # Ok::<(), memarray_cuda::CudaError>(())
+/// ```
+#[derive(Debug)]
+pub struct SharedArray {
+    lock: Arc<Lock>,
+    state: Mutex<RawArray>,
+}
+
+impl SharedArray {
+    /// Shares `raw`. Its lock slot stays with this handle for good (a swap exchanges
+    /// contents, never locks).
+    pub fn new(raw: RawArray) -> Self {
+        Self {
+            lock: raw.lock_slot(),
+            state: Mutex::new(raw),
+        }
+    }
+
+    /// The array back, once no other thread can reach it.
+    pub fn into_inner(self) -> RawArray {
+        self.state
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The array's state, waiting for any other thread's call to finish.
+    ///
+    /// A panic in another thread while it held the state does not poison it for good:
+    /// every `RawArray` method leaves the array consistent at each point it can fail.
+    pub fn state(&self) -> MutexGuard<'_, RawArray> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The array's state if no other thread is in a call on it, else `None`.
+    pub fn try_state(&self) -> Option<MutexGuard<'_, RawArray>> {
+        match self.state.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Runs `f` on the array, serialised with every other call on it.
+    pub fn with<R>(&self, f: impl FnOnce(&mut RawArray) -> R) -> R {
+        f(&mut self.state())
+    }
+
+    /// Takes the lock with a fresh token, without waiting for calls in progress; fails
+    /// with `Locked { held, requested }` while another token holds it.
+    pub fn try_lock(&self) -> Result<LockToken> {
+        Ok(self.lock.try_lock()?)
+    }
+
+    /// Takes the lock and returns a guard that releases it when dropped.
+    pub fn lock_guard(&self) -> Result<LockGuard> {
+        Ok(self.lock.try_guard()?)
+    }
+
+    /// Releases the lock held by `token` (from any thread, without waiting).
+    pub fn unlock(&self, token: LockToken) -> Result<()> {
+        Ok(self.lock.unlock(token)?)
+    }
+
+    /// Id of the token holding the lock, if any.
+    pub fn lock_holder(&self) -> Option<u64> {
+        self.lock.holder()
+    }
+
+    /// Whether the array is locked.
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
+    }
+
+    /// Whether `guard` holds this array's lock.
+    pub fn is_guarded_by(&self, guard: &LockGuard) -> bool {
+        guard.guards(&self.lock)
+    }
+
+    /// Swaps contents with `other` (see [`RawArray::swap`]); both must be unlocked.
+    /// Both mutexes are taken in address order, so two threads swapping the same pair
+    /// in opposite directions cannot deadlock. Swapping an array with itself is a no-op.
+    pub fn swap(&self, other: &SharedArray) -> Result<()> {
+        if std::ptr::eq(self, other) {
+            return self.with(|raw| raw.check(None));
+        }
+        let (first, second) = if (self as *const Self) < (other as *const Self) {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        let mut a = first.state();
+        let mut b = second.state();
+        a.swap(&mut b)
+    }
+
+    /// A deep copy, unlocked (see [`RawArray::try_clone`]).
+    pub fn try_clone(&self, token: Option<LockToken>) -> Result<SharedArray> {
+        Ok(SharedArray::new(self.with(|raw| raw.try_clone(token))?))
+    }
+}
+
+impl From<RawArray> for SharedArray {
+    fn from(raw: RawArray) -> Self {
+        Self::new(raw)
+    }
+}
