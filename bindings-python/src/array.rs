@@ -55,10 +55,10 @@ impl PyMemArray {
         py: Python<'_>,
         f: impl FnOnce(&mut RawArray) -> R + Send,
     ) -> R {
-        if let Some(mut raw) = self.shared.try_state() {
-            if !raw.has_pending_work() {
-                return f(&mut raw);
-            }
+        if let Some(mut raw) = self.shared.try_state()
+            && !raw.has_pending_work()
+        {
+            return f(&mut raw);
         }
         py.detach(|| f(&mut self.shared.state()))
     }

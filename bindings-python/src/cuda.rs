@@ -202,10 +202,8 @@ pub fn cuda_array_interface<'py>(
             .map(|d| PyString::intern(py, d.typestr()).unbind())
             .collect()
     });
-    let typestr = DType::ALL
-        .iter()
-        .position(|d| *d == dtype)
-        .and_then(|i| typestrs.get(i))
+    let typestr = typestrs
+        .get(dtype.index())
         .ok_or_else(|| PyTypeError::new_err(format!("no typestr for dtype {dtype}")))?;
     let d = PyDict::new(py);
     d.set_item(intern!(py, "version"), 3)?;

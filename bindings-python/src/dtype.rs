@@ -75,11 +75,11 @@ pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>
             })
             .collect()
     })?;
-    let i = DType::ALL
-        .iter()
-        .position(|x| *x == d)
-        .expect("every dtype is in ALL");
-    let obj = all[i].bind(py).clone();
+    let obj = all
+        .get(d.index())
+        .ok_or_else(|| unsupported(d.name()))?
+        .bind(py)
+        .clone();
     if obj.is_none() {
         return Err(PyTypeError::new_err(
             "bfloat16 has no NumPy dtype without the ml_dtypes package (pip install ml_dtypes); \

@@ -133,9 +133,7 @@ def run_stress(gpu: bool):
     stats = Stats()
     barrier = threading.Barrier(THREADS)
     threads = [
-        threading.Thread(
-            target=_worker, args=(1000 + i, shared, stats, gpu, barrier), daemon=True
-        )
+        threading.Thread(target=_worker, args=(1000 + i, shared, stats, gpu, barrier), daemon=True)
         for i in range(THREADS)
     ]
     t0 = time.perf_counter()

@@ -27,6 +27,19 @@ pub mod dl_code {
 ///
 /// Deliberately exhaustive: [`with_dtype!`](crate::with_dtype) and every dispatch must be
 /// revisited when a dtype is added.
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::DType;
+///
+/// let d = DType::from_name("float32")?;
+/// assert_eq!((d.size(), d.align(), d.dlpack()), (4, 4, (2, 32, 1)));
+/// assert_eq!(DType::from_dlpack(2, 32, 1)?, DType::F32);
+/// assert_eq!(DType::ALL[d.index()], d);
+/// assert!(DType::from_name("float128").is_err(), "unsupported dtypes are an error");
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// `bool`, one byte, 0 or 1.
@@ -80,6 +93,13 @@ impl DType {
         DType::Complex64,
         DType::Complex128,
     ];
+
+    /// Position of this dtype in [`DType::ALL`] (a table index for per-dtype data).
+    pub const fn index(self) -> usize {
+        // The enum's declaration order is ALL's order; the test `index_matches_all`
+        // keeps the two in step.
+        self as usize
+    }
 
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
@@ -372,6 +392,13 @@ unsafe impl Element for bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn index_matches_all() {
+        for (i, d) in super::DType::ALL.iter().enumerate() {
+            assert_eq!(d.index(), i, "{d}");
+        }
+    }
+
     use super::*;
 
     fn check<T: Element>() {

@@ -9,6 +9,21 @@ use crate::resource::{
 };
 
 /// Owned host-accessible bytes. Freed through the resource that made them.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+/// use memarray_core::{HostBuffer, HostResource, MemoryKind};
+///
+/// let mut b = HostBuffer::zeroed_in(64, Arc::new(HostResource))?;
+/// b.as_mut_slice()[3] = 7;
+/// assert_eq!((b.len(), b.as_slice()[3], b.kind()), (64, 7, MemoryKind::Host));
+/// let c = b.try_clone()?; // a deep copy from the same resource
+/// assert_eq!(c.as_slice(), b.as_slice());
+/// assert_ne!(c.as_ptr(), b.as_ptr());
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
 #[derive(Debug)]
 pub struct HostBuffer {
     ptr: NonNull<u8>,

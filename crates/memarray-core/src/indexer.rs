@@ -12,6 +12,18 @@ use crate::error::{CoreError, Result};
 ///
 /// It holds no lifetime: it is the seed's `ArrayIndexer`, meant to be copied into kernel
 /// arguments. Dereferencing `data` is the caller's business (and needs `unsafe`).
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::Indexer;
+///
+/// let ix = Indexer::<3>::new(std::ptr::null_mut(), [2, 4, 7]);
+/// assert_eq!(ix.len(), 56);
+/// assert_eq!(ix.offset([1, 3, 6]), 1 * 28 + 3 * 7 + 6);
+/// assert_eq!(ix.unravel(55), [1, 3, 6]);
+/// assert!(ix.try_offset([2, 0, 0]).is_err(), "out of bounds is an error");
+/// ```
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Indexer<const N: usize> {

@@ -13,6 +13,20 @@ use crate::error::{CoreError, Result};
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Proof of holding a lock: a unique, never-reused id.
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::Lock;
+///
+/// let lock = Lock::new();
+/// let token = lock.try_lock()?;
+/// lock.check(Some(token))?; // the holder passes
+/// let err = lock.check(None).unwrap_err(); // everyone else is refused, naming the holder
+/// assert!(err.to_string().contains(&token.id().to_string()));
+/// lock.unlock(token)?;
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LockToken(NonZeroU64);
 

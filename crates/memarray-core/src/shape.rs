@@ -43,12 +43,15 @@ pub fn validate(shape: &[usize], elem_size: usize) -> Result<usize> {
 
 /// C-contiguous (row-major) strides, in elements. Dimensions of extent 0 or 1 still get
 /// the stride a dense layout gives them, so strides are never 0 for a non-empty array.
+/// An empty array's extents may multiply past `i64::MAX` (they address nothing): its
+/// strides then saturate at `i64::MAX` rather than wrap negative (found by the DLPack
+/// import fuzzer, issue 6).
 pub fn c_strides(shape: &[usize]) -> Vec<i64> {
     let mut strides = vec![0i64; shape.len()];
     let mut acc = 1i64;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
-        acc = acc.wrapping_mul(d.max(1) as i64);
+        acc = acc.saturating_mul(i64::try_from(d.max(1)).unwrap_or(i64::MAX));
     }
     strides
 }
@@ -113,6 +116,15 @@ pub fn unravel(shape: &[usize], linear: u64) -> Result<Vec<u64>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn c_strides_of_empty_overflowing_shapes_never_go_negative_issue6() {
+        let shape = [0, i64::MAX as usize, 1 << 62, 0, 2];
+        let st = super::c_strides(&shape);
+        assert!(st.iter().all(|&s| s > 0), "{st:?}");
+        assert_eq!(st[4], 1);
+        assert_eq!(st[3], 2);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

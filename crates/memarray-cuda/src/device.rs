@@ -64,6 +64,20 @@ pub fn device_of_pointer(addr: u64) -> Result<Arc<Device>> {
 /// retained once and never released: releasing it while another library's work or
 /// memarray's own buffers may still use it would destroy them, and a process uses few
 /// devices.
+///
+/// # Example
+///
+/// ```
+/// use memarray_cuda::{CudaError, Device};
+///
+/// match Device::get(0) {
+///     Ok(d) => println!("{} (sm_{}{})", d.name(), d.compute_capability().0, d.compute_capability().1),
+///     // Without a driver every entry point says so; nothing panics.
+///     Err(CudaError::Unavailable { .. }) => assert!(!memarray_cuda::is_available()),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), CudaError>(())
+/// ```
 pub struct Device {
     id: u32,
     cu: CUdevice,

@@ -134,6 +134,21 @@ fn owned_streams() -> std::sync::MutexGuard<'static, std::collections::HashSet<u
 /// keeps every `StreamRef` sound without a lifetime: a copy that outlives its `Stream`
 /// still names a live stream, so using it orders work conservatively instead of being
 /// undefined behaviour. The number of driver streams is the most ever alive at once.
+///
+/// # Example
+///
+/// ```
+/// use memarray_cuda::{Device, Event, Stream};
+///
+/// let Ok(device) = Device::get(0) else { return Ok(()) }; // needs a GPU
+/// let (a, b) = (Stream::new(&device)?, Stream::new(&device)?);
+/// let done = Event::new(&device)?;
+/// done.record(a.as_ref())?; // work queued on `a` so far ...
+/// b.wait(&done)?; // ... precedes anything queued on `b` later (no host block)
+/// b.synchronize()?;
+/// assert!(done.is_complete()?);
+/// # Ok::<(), memarray_cuda::CudaError>(())
+/// ```
 #[derive(Debug)]
 pub struct Stream {
     device: Arc<Device>,

@@ -59,6 +59,17 @@ impl From<DeviceType> for u32 {
 }
 
 /// A DLPack device: a type and an ordinal (0 for CPU, pinned and managed memory).
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::Location;
+/// use memarray_dlpack::{Device, DeviceType};
+///
+/// assert_eq!(Device::cuda(1).location(), Location::Device(1));
+/// assert_eq!(Device::CPU.location(), Location::Host);
+/// assert!(DeviceType::from_code(99).is_err(), "unknown device types are refused");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Device {
     /// The device type.

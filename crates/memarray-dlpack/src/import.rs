@@ -41,6 +41,26 @@ impl Drop for Owned {
 /// The data itself is borrowed, not copied. Non-contiguous strided views are accepted
 /// ([`is_c_contiguous`](Self::is_c_contiguous) is then false and callers read element-wise);
 /// negative and overlapping strides are refused.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+/// use memarray_dlpack::{DType, Device, ExportSpec, ImportedTensor, export_versioned};
+///
+/// // A producer exports six floats it owns (the owner lives until the deleter runs) ...
+/// let data = Arc::new(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// let spec = ExportSpec::contiguous(data.as_ptr().cast_mut().cast(), Device::CPU, DType::F32, vec![2, 3]);
+/// let managed = export_versioned(spec, Box::new(data.clone()))?;
+/// // ... and a consumer takes the managed tensor over, validating every field.
+/// // SAFETY: a live, valid tensor whose ownership passes to the import.
+/// let t = unsafe { ImportedTensor::from_versioned(managed) }?;
+/// assert_eq!((t.shape(), t.dtype(), t.version()), (&[2usize, 3][..], DType::F32, Some((1, 3))));
+/// assert!(t.is_c_contiguous() && !t.read_only());
+/// drop(t); // runs the producer's deleter exactly once, which drops its owner
+/// assert_eq!(Arc::strong_count(&data), 1);
+/// # Ok::<(), memarray_dlpack::DlpackError>(())
+/// ```
 #[derive(Debug)]
 pub struct ImportedTensor {
     owned: Owned,

@@ -76,7 +76,13 @@ fn hundred_thousand_cycles_keep_the_pool_and_rss_bounded() {
         );
         assert!(a.allocated() <= MAX_FREE, "{name}: {a:?}");
     }
-    if let (Some(a), Some(b)) = (rss0, rss_bytes()) {
+    // Under valgrind RSS is valgrind's own (scripts/valgrind.sh sets this); the pool
+    // counts above still prove the bound, and valgrind's leak check covers the rest.
+    let under_valgrind = std::env::var_os("MEMARRAY_UNDER_VALGRIND").is_some();
+    if under_valgrind {
+        eprintln!("RSS bound not checked under valgrind");
+    }
+    if let (Some(a), Some(b), false) = (rss0, rss_bytes(), under_valgrind) {
         // A leak of one slot (608 B) or owner per cycle would add over 60 MB here.
         let growth = b.saturating_sub(a);
         assert!(

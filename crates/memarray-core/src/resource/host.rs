@@ -13,6 +13,22 @@ pub const HOST_ALIGN: usize = 64;
 const MAX_ALIGN: usize = 1 << 21;
 
 /// Pageable host memory, aligned to `max(align, 64)`.
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::{HostResource, MemoryKind, MemoryResource};
+///
+/// let r = HostResource;
+/// let p = r.allocate_zeroed(4096, 64, None)?;
+/// assert_eq!(p.as_ptr() as usize % 64, 0);
+/// // SAFETY: 4096 zeroed bytes were just allocated at p.
+/// assert_eq!(unsafe { *p.as_ptr().add(4095) }, 0);
+/// // SAFETY: allocated above by this resource with the same size and alignment; no use follows.
+/// unsafe { r.deallocate(p, 4096, 64, None) };
+/// assert_eq!(r.kind(), MemoryKind::Host);
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HostResource;
 

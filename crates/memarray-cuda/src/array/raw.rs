@@ -19,6 +19,27 @@ use crate::stream::StreamRef;
 /// device buffer, the location of the current data, a lock and the pending work.
 ///
 /// Every access checks the lock first; host access waits for pending device work.
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::{DType, Location};
+/// use memarray_cuda::RawArray;
+///
+/// // Any dtype, any ndim up to 32, chosen at run time.
+/// let mut a = RawArray::zeros(DType::I16, &[3, 2], 0)?;
+/// a.write_element(&[2, 1], &(-7i16).to_ne_bytes(), None)?;
+/// let mut out = [0u8; 2];
+/// a.read_element(&[2, 1], &mut out, None)?;
+/// assert_eq!(i16::from_ne_bytes(out), -7);
+/// assert!(a.read_element(&[3, 0], &mut out, None).is_err(), "bounds are checked");
+/// match a.move_memory(Location::Device(0), None, true, None) {
+///     Ok(()) => assert_eq!(a.location(), Location::Device(0)),
+///     Err(memarray_cuda::CudaError::Unavailable { .. }) => assert_eq!(a.location(), Location::Host),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), memarray_cuda::CudaError>(())
+/// ```
 #[derive(Debug)]
 pub struct RawArray {
     pub(super) dtype: DType,
@@ -274,7 +295,8 @@ impl RawArray {
                 self.dev.move_peer(to, self.nbytes, stream)?;
                 self.device_id = to;
             }
-            (Location::Host, Location::Host) => unreachable!("handled by the early return"),
+            // Equal locations returned above; nothing to copy.
+            (Location::Host, Location::Host) => return Ok(()),
         }
         self.location = target;
         if sync {

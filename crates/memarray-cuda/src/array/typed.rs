@@ -15,6 +15,25 @@ use crate::stream::StreamRef;
 ///
 /// Checked accessors take an optional [`LockToken`]; while the array is locked, only the
 /// holder's token passes. Moves are Rust moves; [`Clone`] is deep.
+///
+/// # Example
+///
+/// ```
+/// use memarray_core::Location;
+/// use memarray_cuda::MemArray;
+///
+/// let mut a = MemArray::<f32, 3>::new([2, 4, 7])?;
+/// a.set([1, 3, 6], 5.0)?;
+/// a.add_index_tuple_host(None)?; // each element += the sum of its indices
+/// assert_eq!(a.get([1, 3, 6])?, 15.0);
+/// if memarray_cuda::is_available() {
+///     a.move_memory(Location::Device(0), None, true, None)?;
+///     assert_eq!(a.get([1, 3, 6])?, 15.0); // read back from the device
+/// }
+/// let view = a.view(); // an ndarray view of the host copy, or an error on the device
+/// assert_eq!(view.is_ok(), a.location() == Location::Host);
+/// # Ok::<(), memarray_cuda::CudaError>(())
+/// ```
 #[derive(Debug)]
 pub struct MemArray<T: Element, const N: usize> {
     raw: RawArray,

@@ -119,6 +119,11 @@ impl<T> Foreign<T> {
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
     }
+    /// The producer's own 256-byte data buffer (where `data: None` points).
+    pub fn buffer_ptr(&self) -> *mut c_void {
+        // SAFETY: the allocation lives until self drops; only the Vec's pointer is read.
+        unsafe { (*self.alloc.as_ptr()).buffer.as_ptr().cast_mut().cast() }
+    }
 }
 
 impl<T> Drop for Foreign<T> {
