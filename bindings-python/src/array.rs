@@ -4,6 +4,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySlice, PyTuple};
 
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 
 use memarray_core::{DType, Location, LockToken, MAX_NDIM};
@@ -30,7 +31,8 @@ pub const KDLCUDAMANAGED: i64 = 13;
 /// during a copy, a wait for device work, or an allocation (see [`Self::with`]).
 #[pyclass(name = "MemArray", module = "memarray", frozen)]
 pub struct PyMemArray {
-    pub(crate) shared: SharedArray,
+    /// Dropped in [`Drop`], with the GIL released for large arrays.
+    pub(crate) shared: ManuallyDrop<SharedArray>,
     /// Device buffers whose address `__cuda_array_interface__` handed out. The interface
     /// has no owner field: consumers keep this object alive, and it keeps those buffers
     /// (even after a swap or a peer move) so no exported address is ever freed early.
@@ -40,9 +42,46 @@ pub struct PyMemArray {
 impl From<RawArray> for PyMemArray {
     fn from(raw: RawArray) -> Self {
         Self {
-            shared: SharedArray::new(raw),
+            shared: ManuallyDrop::new(SharedArray::new(raw)),
             cai_pins: Default::default(),
         }
+    }
+}
+
+/// Arrays from this size up free their buffers with the GIL released: freeing pinned
+/// memory takes milliseconds (cuMemFreeHost of 256 MiB: about 40 ms), as does waiting for
+/// queued device work, and other threads should run meanwhile.
+const DETACHED_DROP_BYTES: usize = 1 << 20;
+
+impl Drop for PyMemArray {
+    fn drop(&mut self) {
+        // SAFETY: `shared` is taken exactly once, here, and never used afterwards.
+        let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
+        let slow = shared
+            .try_state()
+            .is_none_or(|raw| raw.nbytes() >= DETACHED_DROP_BYTES || raw.has_pending_work());
+        if !slow {
+            return drop(shared);
+        }
+        Python::attach(|py| {
+            // Deallocation may run while an exception is propagating: keep it intact.
+            let in_flight = PyErr::take(py);
+            // Releasing the GIL while the interpreter finalizes could hand it to a daemon
+            // thread that is being torn down: free in place then.
+            let finalizing = py
+                .import("sys")
+                .and_then(|sys| sys.call_method0("is_finalizing"))
+                .and_then(|f| f.extract::<bool>())
+                .unwrap_or(true);
+            if finalizing {
+                drop(shared);
+            } else {
+                py.detach(move || drop(shared));
+            }
+            if let Some(e) = in_flight {
+                e.restore(py);
+            }
+        });
     }
 }
 

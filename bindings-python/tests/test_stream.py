@@ -75,7 +75,9 @@ def test_memarray_stream_speaks_the_protocol_and_is_accepted_through_it():
 
 @pytest.mark.gpu
 def test_cuda_core_stream_through_the_protocol():
-    core = pytest.importorskip("cuda.core.experimental")
+    core = pytest.importorskip("cuda.core")
+    if not hasattr(core, "Device"):  # cuda.core < 0.4 kept its API in .experimental
+        core = pytest.importorskip("cuda.core.experimental")
     dev = core.Device(0)
     dev.set_current()
     s = dev.create_stream()

@@ -53,6 +53,21 @@ def _uniform(values, bound, what):
     assert v.size == 0 or 0 <= v.flat[0] <= bound, f"{what} out of range: {v.flat[0]}"
 
 
+class _ToHost:
+    """A DLPack producer that asks the array to export on the host (moving it there in
+    the same call if another thread moved it to the device)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        kw["dl_device"] = (dlpack.kDLCPU, 0)
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (dlpack.kDLCPU, 0)
+
+
 def _worker(seed, shared, stats, gpu, barrier):
     rng = random.Random(seed)
     s1, s2 = shared
@@ -60,6 +75,10 @@ def _worker(seed, shared, stats, gpu, barrier):
     # Private arrays: this thread alone touches them, so their counts are exact.
     mine = [memarray.MemArray([N], np.int64), memarray.MemArray([N], np.int64)]
     counts = [0, 0]
+
+    def locked_view(s):
+        with s.get_dlpack(dlpack.kDLCPU) as d:
+            return np.from_dlpack(d).copy()
 
     def inc_shared(s):
         with s.get_dlpack(dlpack.kDLCPU) as d:
@@ -93,8 +112,6 @@ def _worker(seed, shared, stats, gpu, barrier):
         lambda: _uniform(rng.choice(shared).to_numpy(), bound, "to_numpy"),
         lambda: _uniform(rng.choice(shared).copy().to_numpy(), bound, "copy"),
         lambda: _uniform([rng.choice(shared)[rng.randrange(N)]], bound, "element"),
-        lambda: np.asarray(rng.choice(shared)).sum(),
-        lambda: np.from_dlpack(rng.choice(shared)).sum(),
         lambda: rng.choice(shared).__dlpack__(max_version=(1, 3)),
         lambda: s1.swap(s2) if rng.random() < 0.5 else s2.swap(s1),
         lambda: inc_private(rng.randrange(2)),
@@ -102,8 +119,19 @@ def _worker(seed, shared, stats, gpu, barrier):
         lambda: rng.choice(shared).synchronize(),
         lambda: (rng.choice(shared).shape, rng.choice(shared).locked, repr(s1)),
     ]
-    if gpu:
+    if not gpu:
+        # Zero-copy host views: only while no other thread may have moved the data to
+        # the device (there they are refused by design: TypeError / BufferError).
         ops += [
+            lambda: np.asarray(rng.choice(shared)).sum(),
+            lambda: np.from_dlpack(rng.choice(shared)).sum(),
+        ]
+    else:
+        ops += [
+            # Exports that move the data to the host first, in the same call.
+            lambda: rng.choice(shared).__dlpack__(dl_device=(dlpack.kDLCPU, 0)),
+            lambda: np.from_dlpack(_ToHost(rng.choice(shared))).sum(),
+            lambda: _uniform(locked_view(rng.choice(shared)), bound, "locked view"),
             lambda: rng.choice(shared).move_memory(dlpack.kDLCUDA),
             lambda: rng.choice(shared).move_memory(dlpack.kDLCUDA, async_copy=True),
             lambda: rng.choice(shared).move_memory(dlpack.kDLCPU),

@@ -51,12 +51,18 @@ class _HasPtr(Protocol):
     @property
     def ptr(self) -> int: ...
 
+@type_check_only
+class _CudaStreamProtocol(Protocol):
+    """The CUDA stream protocol (cuda.core streams, newer CuPy): ``(0, handle)``."""
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+
 #: What ``move_memory``, ``add_index_tuple``, ``get_dlpack`` and ``Event.record`` take as
-#: ``stream``: an int handle (0 = legacy default stream), a memarray.cuda.Stream, or an
-#: object with ``cuda_stream`` (torch) or ``ptr`` (CuPy). For arrays, None is the array's
+#: ``stream``: an int handle (0 = legacy default stream), a memarray.cuda.Stream, an
+#: object with ``__cuda_stream__`` (version 0), or an object with ``cuda_stream`` (torch)
+#: or ``ptr`` (CuPy). For arrays, None is the array's
 #: last stream if it is persistent (default or memarray.cuda.Stream), else the legacy
 #: default stream; for ``Event.record`` None is the legacy default stream.
-_StreamLike: TypeAlias = int | cuda.Stream | _HasCudaStream | _HasPtr
+_StreamLike: TypeAlias = int | cuda.Stream | _CudaStreamProtocol | _HasCudaStream | _HasPtr
 
 @type_check_only
 class _DLPackProducer(Protocol):
@@ -108,6 +114,9 @@ class MemArray:
     @property
     def locked(self) -> bool: ...
     @property
+    def lock_id(self) -> int | None:
+        """The id of the lock token holding the array, or None."""
+    @property
     def host_memory(self) -> _HostMemory: ...
     def __len__(self) -> int: ...
     def __getitem__(self, key: _Index, /) -> _Scalar: ...
@@ -129,6 +138,8 @@ class MemArray:
     def copy(self) -> MemArray: ...
     def __copy__(self) -> MemArray: ...
     def __deepcopy__(self, memo: Any, /) -> MemArray: ...
+    def __reduce_ex__(self, protocol: int, /) -> tuple[Any, ...]:
+        """Pickle support; protocol 5 hands host data out of band, uncopied."""
     def swap(self, other: MemArray) -> None: ...
     def get_dlpack(
         self,
@@ -176,3 +187,18 @@ class DLPackContext:
 
 def from_dlpack(obj: _DLPackProducer | CapsuleType, copy: bool | None = None) -> MemArray: ...
 def _dlpack_live_exports() -> tuple[int, int]: ...
+
+class HostBytes:
+    """Read-only bytes shared with an array's host buffer (a pickle payload)."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+def _from_pickle(
+    data: Any,
+    dtype: str,
+    shape: tuple[int, ...],
+    device: int | None,
+    device_id: int,
+    host_memory: str,
+) -> MemArray: ...
