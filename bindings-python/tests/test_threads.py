@@ -97,9 +97,10 @@ def _worker(seed, shared, stats, gpu, barrier):
         if how == 0:
             p.read_numpy_array(p.to_numpy() + 1)
         elif how == 1:
+            p.move_memory(dlpack.kDLCPU)  # a host view needs host data (GPU part)
             np.asarray(p)[...] += 1
         elif how == 2:
-            with p.get_dlpack() as d:
+            with p.get_dlpack(dlpack.kDLCPU) as d:
                 np.from_dlpack(d)[...] += 1
         else:
             for i in range(N):

@@ -120,7 +120,14 @@ proptest! {
                         holder = Some(t);
                         issued.push(t);
                     }
-                    Err(e) => prop_assert_eq!(Some(e), refusal(None)),
+                    // A refused attempt names the holder and its own, never-used id.
+                    Err(e) => match e {
+                        CudaError::Core(CoreError::Locked { held, requested: Some(r) }) => {
+                            prop_assert_eq!(Some(held), h.map(|h| h.id()));
+                            prop_assert!(issued.iter().all(|o| o.id() != r));
+                        }
+                        other => prop_assert!(false, "expected Locked, got {other:?}"),
+                    },
                 },
                 Op::Unlock(t) => {
                     let Some(t) = tok(t) else { continue };
