@@ -32,7 +32,7 @@ pub fn core_err(e: CoreError) -> PyErr {
         CoreError::UnsupportedDType { .. } | CoreError::DTypeMismatch { .. } => {
             PyTypeError::new_err(msg)
         }
-        CoreError::Alloc { .. } => PyMemoryError::new_err(msg),
+        CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         CoreError::Io { .. } => PyOSError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }

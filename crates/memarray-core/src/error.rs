@@ -90,6 +90,18 @@ pub enum CoreError {
         /// Why, in words.
         reason: String,
     },
+    /// A resource has no memory left for the request (the device is full, or a limiting
+    /// adaptor's byte limit would be passed). A retry adaptor releases cached blocks and
+    /// tries once more on this error, and only on this one.
+    #[error("out of memory: {bytes} bytes from {resource}: {reason}")]
+    OutOfMemory {
+        /// Bytes requested.
+        bytes: usize,
+        /// The resource's name.
+        resource: String,
+        /// Why, in words (the limit, the free bytes, the driver's message).
+        reason: String,
+    },
     /// An alignment that is not a power of two, or too large.
     #[error("invalid alignment {align}: must be a power of two no larger than {max}")]
     BadAlignment {

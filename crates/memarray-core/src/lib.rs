@@ -27,7 +27,8 @@ pub use host::HostBuffer;
 pub use indexer::Indexer;
 pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
-    ForeignMemory, HostResource, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream,
+    FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,
+    MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor, Statistics, StatisticsAdaptor,
 };
 pub use shape::MAX_NDIM;
 

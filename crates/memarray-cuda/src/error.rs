@@ -145,6 +145,11 @@ impl CudaError {
     pub(crate) fn into_alloc(self, bytes: usize, align: usize, resource: &str) -> CoreError {
         match self {
             CudaError::Core(e) => e,
+            e @ CudaError::OutOfMemory { .. } => CoreError::OutOfMemory {
+                bytes,
+                resource: resource.to_string(),
+                reason: e.to_string(),
+            },
             other => CoreError::Alloc {
                 bytes,
                 align,

@@ -97,7 +97,7 @@ fn gpu_host_memory_cannot_back_a_device_buffer() {
 }
 
 #[test]
-fn gpu_out_of_memory_is_an_alloc_error_naming_bytes_and_device() {
+fn gpu_out_of_memory_is_an_out_of_memory_error_naming_bytes_and_device() {
     let Some(dev) = gpu_or_skip() else { return };
     let total = dev.memory_info().unwrap().total as usize;
     let huge = total * 4;
@@ -108,8 +108,9 @@ fn gpu_out_of_memory_is_an_alloc_error_naming_bytes_and_device() {
         // (Managed memory may oversubscribe the device, so it is not asked here.)
         let e = DeviceBuffer::zeroed(&dev, huge, r.clone(), memarray_cuda::StreamRef::legacy())
             .unwrap_err();
-        let CudaError::Core(memarray_core::CoreError::Alloc { bytes, reason, .. }) = &e else {
-            panic!("{}: expected a core Alloc error, got {e:?}", r.name());
+        let CudaError::Core(memarray_core::CoreError::OutOfMemory { bytes, reason, .. }) = &e
+        else {
+            panic!("{}: expected a core OutOfMemory error, got {e:?}", r.name());
         };
         assert_eq!(*bytes, huge);
         assert!(reason.contains("cuda:0"), "{}: {reason}", r.name());

@@ -6,14 +6,24 @@
 //! resources on the same trait.
 
 pub mod conformance;
+mod file;
 mod foreign;
 mod host;
+mod limiting;
+mod logging;
+mod retry;
+mod statistics;
 
 use std::fmt;
 use std::ptr::NonNull;
 
+pub use file::FileResource;
 pub use foreign::ForeignMemory;
 pub use host::{HOST_ALIGN, HostResource};
+pub use limiting::LimitingAdaptor;
+pub use logging::{LOG_HEADER, LoggingAdaptor};
+pub use retry::RetryAdaptor;
+pub use statistics::{Statistics, StatisticsAdaptor};
 
 use crate::error::Result;
 
@@ -135,6 +145,18 @@ pub trait MemoryResource: Send + Sync + fmt::Debug {
     /// Free and total bytes, where the resource knows them.
     fn memory_info(&self) -> Option<MemoryInfo> {
         None
+    }
+
+    /// The CUDA device whose memory this is, for device-bound resources; `None` for host
+    /// memory (pinned and managed included).
+    fn device_id(&self) -> Option<u32> {
+        None
+    }
+
+    /// Gives cached memory back to the resource below (pools; adaptors forward the call)
+    /// and returns the bytes released. Resources that cache nothing return 0.
+    fn release_cached(&self) -> usize {
+        0
     }
 
     /// A short name for messages and logs.

@@ -77,6 +77,10 @@ impl MemoryResource for DeviceResource {
         self.device.memory_info().ok()
     }
 
+    fn device_id(&self) -> Option<u32> {
+        Some(self.device.id())
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

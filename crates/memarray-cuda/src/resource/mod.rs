@@ -14,6 +14,7 @@
 //! [`CoreError::Alloc`] naming the bytes, the resource and the device, or
 //! [`CoreError::BadAlignment`].
 
+mod caching;
 mod device;
 mod managed;
 mod pinned;
@@ -25,6 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
+pub use caching::{CachingPool, PoolStatistics};
 pub use device::DeviceResource;
 pub use managed::ManagedResource;
 pub use pinned::{PinnedFlags, PinnedResource};
@@ -45,13 +47,17 @@ const NATURAL_ALIGN: usize = 256;
 pub const RESOURCE_ENV: &str = "MEMARRAY_MEMORY_RESOURCE";
 
 /// The default resource for device buffers on `device`, chosen once per device by
-/// `MEMARRAY_MEMORY_RESOURCE`: `device` (the default), `async` (the stream-ordered
-/// pool) or `managed`.
+/// `MEMARRAY_MEMORY_RESOURCE`: `device` (the default), `pool` (a [`CachingPool`] over
+/// `cuMemAlloc`), `async` (the driver's stream-ordered pool) or `managed`.
 ///
 /// `device` is the default because its free waits for the device, so memory exported
 /// through DLPack to a consumer that still has work queued is never reused under it;
 /// `async` allocates about 40 times faster (1.5 us against 60 us per MiB-sized
-/// allocation, measured on an H200) for code that keeps its streams in order.
+/// allocation, measured on an H200) for code that keeps its streams in order, and `pool`
+/// faster still (benches/resources.rs). The pool becomes the default once exports record
+/// their consumers' streams for its reuse rule (issue 7); until then a consumer that
+/// frees an export while its own non-blocking stream still uses the memory could see it
+/// reused, which `cuMemFree`'s implicit device wait rules out.
 pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
     if let Some(r) = device.default_resource.get() {
         return Ok(r.clone());
@@ -59,13 +65,18 @@ pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>>
     let value = std::env::var(RESOURCE_ENV).unwrap_or_default();
     let r: Arc<dyn MemoryResource> = match value.trim() {
         "" | "device" => Arc::new(DeviceResource::new(device)),
-        "async" | "pool" => Arc::new(AsyncPoolResource::new(device)?),
+        "pool" => Arc::new(CachingPool::new(
+            Arc::new(DeviceResource::new(device)),
+            device,
+            usize::MAX,
+        )),
+        "async" => Arc::new(AsyncPoolResource::new(device)?),
         "managed" => Arc::new(ManagedResource::new(device)),
         other => {
             return Err(CudaError::BadEnv {
                 var: RESOURCE_ENV,
                 value: other.to_string(),
-                expected: "device, async or managed",
+                expected: "device, pool, async or managed",
             });
         }
     };
@@ -221,11 +232,10 @@ mod tests {
             })
         };
         match a.allocate(7, 8, "cuda:0 device", oom) {
-            Err(CoreError::Alloc {
+            Err(CoreError::OutOfMemory {
                 bytes: 7,
                 resource,
                 reason,
-                ..
             }) => {
                 assert_eq!(resource, "cuda:0 device");
                 assert!(reason.contains("out of memory on cuda:0"), "{reason}");

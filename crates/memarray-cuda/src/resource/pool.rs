@@ -114,6 +114,10 @@ impl MemoryResource for AsyncPoolResource {
         self.device.memory_info().ok()
     }
 
+    fn device_id(&self) -> Option<u32> {
+        Some(self.device.id())
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -1,0 +1,206 @@
+//! [`LoggingAdaptor`]: one CSV row per allocation and free.
+
+use std::io::Write;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream};
+use crate::error::{CoreError, Result};
+
+/// The CSV header [`LoggingAdaptor`] writes first.
+pub const LOG_HEADER: &str = "time,event,device,address,size,stream,source";
+
+/// Wraps a resource and logs every call as a CSV row (RMM's `logging_resource_adaptor`):
+/// `time` (seconds since the Unix epoch, ns resolution), `event` (`allocate`, `free`,
+/// `allocate_failed`), `device` (an id, or `host`), `address` (hex), `size` (bytes),
+/// `stream` (the handle, empty for none), `source` (the wrapped resource's name).
+///
+/// Rows are buffered; [`flush`](Self::flush) or dropping the adaptor writes them out. A
+/// failing writer never fails an allocation: failed writes are counted instead
+/// ([`write_errors`](Self::write_errors)).
+///
+/// ```
+/// use std::sync::Arc;
+/// use memarray_core::{HostResource, LoggingAdaptor, MemoryResource};
+///
+/// let path = std::env::temp_dir().join(format!("memarray-log-doc-{}.csv", std::process::id()));
+/// let log = LoggingAdaptor::to_path(Arc::new(HostResource), &path)?;
+/// let p = log.allocate(256, 64, None)?;
+/// // SAFETY: p came from this resource with these arguments and is freed once.
+/// unsafe { log.deallocate(p, 256, 64, None) };
+/// log.flush();
+/// let text = std::fs::read_to_string(&path).unwrap();
+/// let rows: Vec<&str> = text.lines().collect();
+/// assert_eq!(rows[0], "time,event,device,address,size,stream,source");
+/// assert!(rows[1].contains(",allocate,host,") && rows[2].contains(",free,host,"));
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
+#[derive(Debug)]
+pub struct LoggingAdaptor {
+    upstream: Arc<dyn MemoryResource>,
+    out: Mutex<Writer>,
+    write_errors: AtomicU64,
+    name: String,
+    source: String,
+}
+
+struct Writer(std::io::BufWriter<Box<dyn Write + Send>>);
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Writer")
+    }
+}
+
+impl LoggingAdaptor {
+    /// Logs `upstream`'s calls to `out`, starting with [`LOG_HEADER`].
+    pub fn new(upstream: Arc<dyn MemoryResource>, out: Box<dyn Write + Send>) -> Self {
+        let name = upstream.name().to_string();
+        let this = Self {
+            source: csv_field(&name),
+            name: format!("logging({name})"),
+            upstream,
+            out: Mutex::new(Writer(std::io::BufWriter::new(out))),
+            write_errors: AtomicU64::new(0),
+        };
+        this.write(format_args!("{LOG_HEADER}\n"));
+        this
+    }
+
+    /// Logs to a new file at `path` (truncated if it exists).
+    pub fn to_path(upstream: Arc<dyn MemoryResource>, path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let f = std::fs::File::create(path).map_err(|e| CoreError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self::new(upstream, Box::new(f)))
+    }
+
+    /// Writes buffered rows out.
+    pub fn flush(&self) {
+        if self.lock().0.flush().is_err() {
+            self.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Rows that could not be written.
+    pub fn write_errors(&self) -> u64 {
+        self.write_errors.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.out.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, args: std::fmt::Arguments<'_>) {
+        if self.lock().0.write_fmt(args).is_err() {
+            self.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn row(&self, event: &str, addr: usize, bytes: usize, stream: Option<RawStream>) {
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let device = match self.upstream.device_id() {
+            Some(id) => id.to_string(),
+            None => "host".into(),
+        };
+        let stream = stream
+            .map(|s| format!("{:#x}", s.raw()))
+            .unwrap_or_default();
+        self.write(format_args!(
+            "{}.{:09},{event},{device},{addr:#x},{bytes},{stream},{}\n",
+            t.as_secs(),
+            t.subsec_nanos(),
+            self.source
+        ));
+    }
+
+    fn logged(
+        &self,
+        bytes: usize,
+        stream: Option<RawStream>,
+        r: Result<NonNull<u8>>,
+    ) -> Result<NonNull<u8>> {
+        match &r {
+            Ok(p) => self.row("allocate", p.as_ptr() as usize, bytes, stream),
+            Err(_) => self.row("allocate_failed", 0, bytes, stream),
+        }
+        r
+    }
+}
+
+/// A CSV field: quoted when it holds a comma, quote or newline.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+impl MemoryResource for LoggingAdaptor {
+    fn allocate(
+        &self,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>> {
+        self.logged(bytes, stream, self.upstream.allocate(bytes, align, stream))
+    }
+
+    fn allocate_zeroed(
+        &self,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>> {
+        self.logged(
+            bytes,
+            stream,
+            self.upstream.allocate_zeroed(bytes, align, stream),
+        )
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) {
+        self.row("free", ptr.as_ptr() as usize, bytes, stream);
+        // SAFETY: forwarded; this adaptor allocated through upstream with these arguments.
+        unsafe { self.upstream.deallocate(ptr, bytes, align, stream) }
+    }
+
+    fn kind(&self) -> MemoryKind {
+        self.upstream.kind()
+    }
+
+    fn is_accessible_from(&self, location: Location) -> bool {
+        self.upstream.is_accessible_from(location)
+    }
+
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        self.upstream.memory_info()
+    }
+
+    fn device_id(&self) -> Option<u32> {
+        self.upstream.device_id()
+    }
+
+    fn release_cached(&self) -> usize {
+        self.upstream.release_cached()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}

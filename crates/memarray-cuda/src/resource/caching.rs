@@ -1,0 +1,739 @@
+//! [`CachingPool`]: a thread-safe caching pool over any upstream resource.
+//!
+//! - **Small blocks** (up to [`SMALL_MAX`]) come in power-of-two size classes from 512
+//!   bytes; each is one upstream allocation, kept on its class's free list when freed.
+//! - **Large blocks** are carved from upstream segments (multiples of [`SEGMENT_ROUND`]) by
+//!   best fit; a block larger than needed by at least [`SPLIT_MIN`] is split, and a freed
+//!   block merges with free neighbours of the same segment and stream.
+//! - **Release threshold**: after a free, cached bytes above it go back upstream; `trim()`
+//!   ([`MemoryResource::release_cached`]) gives back everything cached.
+//! - **Streams.** A freed block remembers the stream it was freed on. An allocation on the
+//!   same stream reuses it at once (stream order makes that safe). On another stream it is
+//!   reused only once the work queued on its stream has completed: an event recorded
+//!   there is queried, never waited for; until it completes the block is skipped. A pool
+//!   made without a device ([`CachingPool::host`]) serves host code only and ignores
+//!   stream arguments.
+//! - **Out of memory**: the pool gives its cache back and retries once before failing.
+//! - Alignments above [`POOL_ALIGN`] pass straight through to the upstream.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use memarray_core::{
+    CoreError, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Result,
+};
+
+use super::zero_device_memory;
+use crate::device::Device;
+use crate::event::Event;
+use crate::stream::StreamRef;
+
+/// Alignment of every pooled block (the driver's natural alignment).
+pub const POOL_ALIGN: usize = 256;
+/// Smallest block, and the granularity of large blocks.
+pub const MIN_BLOCK: usize = 512;
+/// Largest small (size-classed) block.
+pub const SMALL_MAX: usize = 1 << 20;
+/// Large segments are multiples of this.
+pub const SEGMENT_ROUND: usize = 2 << 20;
+/// A large free block is split when the remainder would be at least this.
+pub const SPLIT_MIN: usize = 1 << 20;
+
+/// Counters of a [`CachingPool`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStatistics {
+    /// Bytes in blocks handed out (rounded block sizes).
+    pub used_bytes: u64,
+    /// Bytes in free blocks kept for reuse.
+    pub cached_bytes: u64,
+    /// Bytes held from the upstream (used + cached + pass-through).
+    pub upstream_bytes: u64,
+    /// Allocations served from the cache.
+    pub hits: u64,
+    /// Allocations that went to the upstream.
+    pub misses: u64,
+}
+
+/// The stream tag of a call: the raw handle, the legacy stream for `None`; 0 for a pool
+/// without a device (streams ignored).
+type Tag = usize;
+
+#[derive(Debug)]
+enum Live {
+    Small {
+        class: usize,
+        tag: Tag,
+    },
+    Large {
+        tag: Tag,
+    },
+    /// Over-aligned: straight from the upstream.
+    Passthrough {
+        bytes: usize,
+        align: usize,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LargeBlock {
+    size: usize,
+    segment: usize,
+    free: bool,
+    tag: Tag,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    small_free: HashMap<(usize, Tag), Vec<usize>>,
+    /// Free large blocks per stream: (size, address), for best fit.
+    large_free: HashMap<Tag, BTreeSet<(usize, usize)>>,
+    /// Every large block, free or not, by address (neighbours for merging).
+    large: BTreeMap<usize, LargeBlock>,
+    /// Segment base -> size.
+    segments: HashMap<usize, usize>,
+    live: HashMap<usize, Live>,
+    events: Vec<Event>,
+    stats: PoolStatistics,
+}
+
+/// A caching pool over any [`MemoryResource`]: device, pinned or managed memory (with a
+/// device, for stream-ordered reuse) or host memory. See the module docs for the rules.
+///
+/// ```
+/// use std::sync::Arc;
+/// use memarray_core::{HostResource, MemoryResource};
+/// use memarray_cuda::resource::CachingPool;
+///
+/// let pool = CachingPool::host(Arc::new(HostResource), usize::MAX);
+/// let p = pool.allocate(1000, 64, None)?;
+/// // SAFETY: p came from the pool with these arguments and is freed once.
+/// unsafe { pool.deallocate(p, 1000, 64, None) };
+/// let q = pool.allocate(900, 64, None)?; // same 1 KiB class: the cached block again
+/// assert_eq!(p, q);
+/// assert_eq!(pool.statistics().hits, 1);
+/// // SAFETY: as above.
+/// unsafe { pool.deallocate(q, 900, 64, None) };
+/// assert_eq!(pool.release_cached(), 1024);
+/// # Ok::<(), memarray_core::CoreError>(())
+/// ```
+#[derive(Debug)]
+pub struct CachingPool {
+    upstream: Arc<dyn MemoryResource>,
+    device: Option<Arc<Device>>,
+    release_threshold: usize,
+    name: String,
+    state: Mutex<State>,
+}
+
+impl CachingPool {
+    /// A pool over `upstream` whose blocks are used on `device`'s streams; cached bytes
+    /// beyond `release_threshold` go back upstream after each free.
+    pub fn new(
+        upstream: Arc<dyn MemoryResource>,
+        device: &Arc<Device>,
+        release_threshold: usize,
+    ) -> Self {
+        Self::make(upstream, Some(device.clone()), release_threshold)
+    }
+
+    /// A pool for host code (stream arguments ignored), e.g. over host or file memory.
+    pub fn host(upstream: Arc<dyn MemoryResource>, release_threshold: usize) -> Self {
+        Self::make(upstream, None, release_threshold)
+    }
+
+    fn make(
+        upstream: Arc<dyn MemoryResource>,
+        device: Option<Arc<Device>>,
+        release_threshold: usize,
+    ) -> Self {
+        Self {
+            name: format!("pool({})", upstream.name()),
+            upstream,
+            device,
+            release_threshold,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The pool's counters.
+    pub fn statistics(&self) -> PoolStatistics {
+        self.lock().stats
+    }
+
+    /// The release threshold in bytes.
+    pub fn release_threshold(&self) -> usize {
+        self.release_threshold
+    }
+
+    /// Gives every cached block back to the upstream; returns the bytes released.
+    pub fn trim(&self) -> usize {
+        let mut st = self.lock();
+        self.trim_to(&mut st, 0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn tag(&self, stream: Option<RawStream>) -> Tag {
+        match (&self.device, stream) {
+            (None, _) => 0,
+            (Some(_), None) => RawStream::LEGACY.raw(),
+            (Some(_), Some(s)) => s.raw(),
+        }
+    }
+
+    /// Whether work queued on stream `from` so far has completed (no host block). Any
+    /// doubt (no device, an error) is a no.
+    fn stream_idle(&self, st: &mut State, from: Tag) -> bool {
+        let Some(device) = &self.device else {
+            return true;
+        };
+        // SAFETY: tags are handles callers passed with live streams of this device
+        // (RawStream's contract); a tag outlives no stream it names, since a stream's
+        // blocks are reused only through calls naming live streams.
+        let Ok(stream) = StreamRef::from_raw_stream(unsafe { RawStream::from_raw(from) }) else {
+            return false;
+        };
+        let event = match st.events.pop() {
+            Some(e) => e,
+            None => match Event::new(device) {
+                Ok(e) => e,
+                Err(_) => return false,
+            },
+        };
+        let idle = event.record(stream).is_ok() && event.is_complete().unwrap_or(false);
+        st.events.push(event);
+        idle
+    }
+
+    /// A cached block of `class` for stream `tag`, or one from another stream whose work
+    /// has completed.
+    fn take_small(&self, st: &mut State, class: usize, tag: Tag) -> Option<usize> {
+        if let Some(a) = st.small_free.get_mut(&(class, tag)).and_then(Vec::pop) {
+            return Some(a);
+        }
+        let others: Vec<Tag> = st
+            .small_free
+            .iter()
+            .filter(|((c, t), v)| *c == class && *t != tag && !v.is_empty())
+            .map(|((_, t), _)| *t)
+            .collect();
+        for from in others {
+            if self.stream_idle(st, from) {
+                return st.small_free.get_mut(&(class, from)).and_then(Vec::pop);
+            }
+        }
+        None
+    }
+
+    /// The best-fitting free large block for `tag` (or an idle stream's), split to
+    /// `size` when worthwhile and marked used.
+    fn take_large(&self, st: &mut State, size: usize, tag: Tag) -> Option<usize> {
+        let mut found = best_fit(st, tag, size).map(|b| (tag, b));
+        if found.is_none() {
+            let others: Vec<Tag> = st
+                .large_free
+                .keys()
+                .copied()
+                .filter(|&t| t != tag)
+                .collect();
+            for from in others {
+                if let Some(b) = best_fit(st, from, size)
+                    && self.stream_idle(st, from)
+                {
+                    found = Some((from, b));
+                    break;
+                }
+            }
+        }
+        let (from, (bsize, addr)) = found?;
+        if let Some(set) = st.large_free.get_mut(&from) {
+            set.remove(&(bsize, addr));
+        }
+        let block = st.large.get_mut(&addr)?;
+        block.free = false;
+        block.tag = tag;
+        let segment = block.segment;
+        if bsize - size >= SPLIT_MIN {
+            block.size = size;
+            let rest = LargeBlock {
+                size: bsize - size,
+                segment,
+                free: true,
+                tag: from,
+            };
+            st.large.insert(addr + size, rest);
+            st.large_free
+                .entry(from)
+                .or_default()
+                .insert((rest.size, addr + size));
+        }
+        Some(addr)
+    }
+
+    /// Upstream allocation, retried once after giving the cache back on out-of-memory.
+    fn upstream_alloc(
+        &self,
+        st: &mut State,
+        size: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>> {
+        match self.upstream.allocate(size, POOL_ALIGN, stream) {
+            Err(CoreError::OutOfMemory { .. }) => {
+                self.trim_to(st, 0);
+                self.upstream.allocate(size, POOL_ALIGN, stream)
+            }
+            other => other,
+        }
+    }
+
+    fn alloc(&self, bytes: usize, align: usize, stream: Option<RawStream>) -> Result<NonNull<u8>> {
+        if !align.is_power_of_two() {
+            return Err(CoreError::BadAlignment {
+                align,
+                max: super::MAX_ALIGN,
+            });
+        }
+        let mut st = self.lock();
+        if align > POOL_ALIGN {
+            let p = self.upstream.allocate(bytes, align, stream)?;
+            st.live
+                .insert(p.as_ptr() as usize, Live::Passthrough { bytes, align });
+            st.stats.upstream_bytes += bytes as u64;
+            st.stats.misses += 1;
+            return Ok(p);
+        }
+        let too_big = || CoreError::OutOfMemory {
+            bytes,
+            resource: self.name.clone(),
+            reason: "the size cannot be rounded to a pool block".into(),
+        };
+        let size = bytes
+            .max(1)
+            .checked_next_multiple_of(MIN_BLOCK)
+            .filter(|&s| s <= isize::MAX as usize / 2)
+            .ok_or_else(too_big)?;
+        let tag = self.tag(stream);
+        let (addr, block) = if size <= SMALL_MAX {
+            let class = size.next_power_of_two();
+            let addr = match self.take_small(&mut st, class, tag) {
+                Some(a) => {
+                    st.stats.cached_bytes -= class as u64;
+                    st.stats.hits += 1;
+                    a
+                }
+                None => {
+                    let p = self.upstream_alloc(&mut st, class, stream)?;
+                    st.stats.upstream_bytes += class as u64;
+                    st.stats.misses += 1;
+                    p.as_ptr() as usize
+                }
+            };
+            st.live.insert(addr, Live::Small { class, tag });
+            (addr, class)
+        } else {
+            let addr = match self.take_large(&mut st, size, tag) {
+                Some(a) => {
+                    let got = st.large.get(&a).map_or(size, |b| b.size);
+                    st.stats.cached_bytes -= got as u64;
+                    st.stats.hits += 1;
+                    a
+                }
+                None => {
+                    let seg = size
+                        .checked_next_multiple_of(SEGMENT_ROUND)
+                        .ok_or_else(too_big)?;
+                    let p = self.upstream_alloc(&mut st, seg, stream)?.as_ptr() as usize;
+                    st.stats.upstream_bytes += seg as u64;
+                    st.stats.misses += 1;
+                    st.segments.insert(p, seg);
+                    st.large.insert(
+                        p,
+                        LargeBlock {
+                            size: seg,
+                            segment: p,
+                            free: false,
+                            tag,
+                        },
+                    );
+                    if seg - size >= SPLIT_MIN {
+                        if let Some(b) = st.large.get_mut(&p) {
+                            b.size = size;
+                        }
+                        let rest = LargeBlock {
+                            size: seg - size,
+                            segment: p,
+                            free: true,
+                            tag,
+                        };
+                        st.large.insert(p + size, rest);
+                        st.large_free
+                            .entry(tag)
+                            .or_default()
+                            .insert((rest.size, p + size));
+                        st.stats.cached_bytes += rest.size as u64;
+                    }
+                    p
+                }
+            };
+            st.live.insert(addr, Live::Large { tag });
+            (addr, st.large.get(&addr).map_or(size, |b| b.size))
+        };
+        st.stats.used_bytes += block as u64;
+        NonNull::new(addr as *mut u8).ok_or_else(too_big)
+    }
+
+    fn free(&self, ptr: NonNull<u8>, stream: Option<RawStream>) {
+        let addr = ptr.as_ptr() as usize;
+        let mut st = self.lock();
+        let Some(live) = st.live.remove(&addr) else {
+            return; // not ours (or freed twice): nothing to do, never a crash
+        };
+        match live {
+            Live::Passthrough { bytes, align } => {
+                st.stats.upstream_bytes -= bytes as u64;
+                // SAFETY: allocated from upstream with these arguments, freed once.
+                unsafe { self.upstream.deallocate(ptr, bytes, align, stream) };
+                return;
+            }
+            Live::Small { class, tag } => {
+                let tag = stream.map_or(tag, |_| self.tag(stream));
+                st.small_free.entry((class, tag)).or_default().push(addr);
+                st.stats.used_bytes -= class as u64;
+                st.stats.cached_bytes += class as u64;
+            }
+            Live::Large { tag } => {
+                let tag = stream.map_or(tag, |_| self.tag(stream));
+                let Some(mut b) = st.large.get(&addr).copied() else {
+                    return;
+                };
+                st.stats.used_bytes -= b.size as u64;
+                st.stats.cached_bytes += b.size as u64;
+                b.free = true;
+                b.tag = tag;
+                let mut start = addr;
+                // Merge with the next block, then the previous one: same segment, free,
+                // same stream.
+                if let Some((&n_addr, &n)) = st.large.range(addr + 1..).next()
+                    && n_addr == addr + b.size
+                    && n.segment == b.segment
+                    && n.free
+                    && n.tag == tag
+                {
+                    st.large.remove(&n_addr);
+                    remove_free(&mut st, tag, n.size, n_addr);
+                    b.size += n.size;
+                }
+                if let Some((&p_addr, &p)) = st.large.range(..addr).next_back()
+                    && p_addr + p.size == addr
+                    && p.segment == b.segment
+                    && p.free
+                    && p.tag == tag
+                {
+                    st.large.remove(&addr);
+                    remove_free(&mut st, tag, p.size, p_addr);
+                    b.size += p.size;
+                    start = p_addr;
+                }
+                st.large.insert(start, b);
+                st.large_free
+                    .entry(tag)
+                    .or_default()
+                    .insert((b.size, start));
+            }
+        }
+        if st.stats.cached_bytes > self.release_threshold as u64 {
+            self.trim_to(&mut st, self.release_threshold);
+        }
+    }
+
+    /// Gives cached blocks back upstream until at most `target` bytes stay cached;
+    /// returns the bytes released. Only whole segments (one free block) of large memory
+    /// can go back.
+    fn trim_to(&self, st: &mut State, target: usize) -> usize {
+        let mut released = 0usize;
+        let host_memory = self.upstream.is_accessible_from(Location::Host);
+        let small: Vec<((usize, Tag), Vec<usize>)> = st.small_free.drain().collect();
+        let mut keep: Vec<((usize, Tag), Vec<usize>)> = Vec::new();
+        for ((class, tag), mut addrs) in small {
+            while st.stats.cached_bytes > target as u64 {
+                let Some(a) = addrs.pop() else { break };
+                self.give_back(a, class, tag, host_memory);
+                st.stats.cached_bytes -= class as u64;
+                st.stats.upstream_bytes -= class as u64;
+                released += class;
+            }
+            if !addrs.is_empty() {
+                keep.push(((class, tag), addrs));
+            }
+        }
+        st.small_free.extend(keep);
+        let whole: Vec<(usize, LargeBlock)> = st
+            .large
+            .iter()
+            .filter(|(a, b)| b.free && **a == b.segment && st.segments.get(a) == Some(&b.size))
+            .map(|(&a, &b)| (a, b))
+            .collect();
+        for (a, b) in whole {
+            if st.stats.cached_bytes <= target as u64 {
+                break;
+            }
+            st.large.remove(&a);
+            remove_free(st, b.tag, b.size, a);
+            st.segments.remove(&a);
+            self.give_back(a, b.size, b.tag, host_memory);
+            st.stats.cached_bytes -= b.size as u64;
+            st.stats.upstream_bytes -= b.size as u64;
+            released += b.size;
+        }
+        released
+    }
+
+    /// Frees one upstream allocation. Host-reachable memory last used on a stream is
+    /// waited for first (the upstream may hand it to host code at once); device memory
+    /// is freed on the stream of its last use.
+    fn give_back(&self, addr: usize, size: usize, tag: Tag, host_memory: bool) {
+        let stream = (tag != 0).then(|| {
+            // SAFETY: as in stream_idle: the tag names a live stream of this device.
+            unsafe { RawStream::from_raw(tag) }
+        });
+        if host_memory
+            && let (Some(s), Some(_)) = (stream, &self.device)
+            && let Ok(s) = StreamRef::from_raw_stream(s)
+            && let Some(device) = &self.device
+        {
+            let _ = s.synchronize(device);
+        }
+        if let Some(p) = NonNull::new(addr as *mut u8) {
+            // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
+            // once; its last use was on `stream`, waited for above if host-reachable.
+            unsafe { self.upstream.deallocate(p, size, POOL_ALIGN, stream) };
+        }
+    }
+}
+
+fn best_fit(st: &State, tag: Tag, size: usize) -> Option<(usize, usize)> {
+    st.large_free.get(&tag)?.range((size, 0)..).next().copied()
+}
+
+fn remove_free(st: &mut State, tag: Tag, size: usize, addr: usize) {
+    if let Some(set) = st.large_free.get_mut(&tag) {
+        set.remove(&(size, addr));
+    }
+}
+
+impl MemoryResource for CachingPool {
+    fn allocate(
+        &self,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>> {
+        self.alloc(bytes, align, stream)
+    }
+
+    fn allocate_zeroed(
+        &self,
+        bytes: usize,
+        align: usize,
+        stream: Option<RawStream>,
+    ) -> Result<NonNull<u8>> {
+        let p = self.alloc(bytes, align, stream)?;
+        let on_device = matches!(
+            self.upstream.kind(),
+            MemoryKind::Device | MemoryKind::Managed
+        );
+        let zeroed = match (&self.device, on_device) {
+            (Some(device), true) => zero_device_memory(device, p.as_ptr() as usize, bytes, stream)
+                .map_err(|e| e.into_alloc(bytes, align, &self.name)),
+            _ if self.upstream.is_accessible_from(Location::Host) => {
+                // SAFETY: p holds at least `bytes` host-writable bytes, the caller's now;
+                // cross-stream reuse only happens after the other stream's work is done.
+                unsafe { p.as_ptr().write_bytes(0, bytes) };
+                Ok(())
+            }
+            _ => Err(CoreError::Alloc {
+                bytes,
+                align,
+                resource: self.name.clone(),
+                reason: "device memory needs a pool made with a device to be zeroed".into(),
+            }),
+        };
+        if let Err(e) = zeroed {
+            self.free(p, stream);
+            return Err(e);
+        }
+        Ok(p)
+    }
+
+    unsafe fn deallocate(
+        &self,
+        ptr: NonNull<u8>,
+        _bytes: usize,
+        _align: usize,
+        stream: Option<RawStream>,
+    ) {
+        self.free(ptr, stream);
+    }
+
+    fn kind(&self) -> MemoryKind {
+        self.upstream.kind()
+    }
+
+    fn is_accessible_from(&self, location: Location) -> bool {
+        self.upstream.is_accessible_from(location)
+    }
+
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        // Cached bytes are as good as free for this pool's users.
+        self.upstream.memory_info().map(|i| MemoryInfo {
+            free: i
+                .free
+                .saturating_add(self.statistics().cached_bytes)
+                .min(i.total),
+            total: i.total,
+        })
+    }
+
+    fn device_id(&self) -> Option<u32> {
+        self.upstream.device_id()
+    }
+
+    fn release_cached(&self) -> usize {
+        self.trim() + self.upstream.release_cached()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for CachingPool {
+    fn drop(&mut self) {
+        // Cached blocks go back; blocks still handed out are leaked rather than freed
+        // under their users (a pool is normally dropped after everything it served).
+        self.trim();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memarray_core::resource::conformance;
+    use memarray_core::{HostResource, StatisticsAdaptor};
+
+    fn host_pool(threshold: usize) -> CachingPool {
+        CachingPool::host(Arc::new(HostResource), threshold)
+    }
+
+    #[test]
+    fn host_pool_conforms() {
+        conformance::check_all(Arc::new(host_pool(usize::MAX)));
+        conformance::check_all(Arc::new(host_pool(0)));
+        conformance::check_all(Arc::new(host_pool(3 << 20)));
+    }
+
+    #[test]
+    fn small_blocks_are_reused_by_class() {
+        let pool = host_pool(usize::MAX);
+        let a = pool.allocate(700, 64, None).unwrap();
+        // SAFETY: freed once, with the arguments it was allocated with.
+        unsafe { pool.deallocate(a, 700, 64, None) };
+        let b = pool.allocate(1024, 64, None).unwrap();
+        assert_eq!(a, b, "700 and 1024 bytes share the 1 KiB class");
+        let c = pool.allocate(1025, 64, None).unwrap();
+        assert_ne!(b, c);
+        let s = pool.statistics();
+        assert_eq!((s.hits, s.misses, s.used_bytes), (1, 2, 1024 + 2048));
+        // SAFETY: as above.
+        unsafe {
+            pool.deallocate(b, 1024, 64, None);
+            pool.deallocate(c, 1025, 64, None);
+        }
+        assert_eq!(pool.statistics().cached_bytes, 3072);
+    }
+
+    #[test]
+    fn large_blocks_split_best_fit_and_coalesce() {
+        let upstream = Arc::new(StatisticsAdaptor::new(Arc::new(HostResource)));
+        let pool = CachingPool::host(upstream.clone(), usize::MAX);
+        // 2.5 MiB -> one 4 MiB segment: 2.5 MiB used, a 1.5 MiB free remainder.
+        let (n_a, n_b) = (5 << 19, 3 << 19);
+        let a = pool.allocate(n_a, 256, None).unwrap();
+        assert_eq!(upstream.statistics().current_bytes, 4 << 20);
+        let b = pool.allocate(n_b, 256, None).unwrap(); // the remainder, no new segment
+        assert_eq!(b.as_ptr() as usize, a.as_ptr() as usize + n_a);
+        assert_eq!(upstream.statistics().total_count, 1);
+        // SAFETY: freed once each, with the arguments they were allocated with.
+        unsafe {
+            pool.deallocate(a, n_a, 256, None);
+            pool.deallocate(b, n_b, 256, None);
+        }
+        // Merged back into one 4 MiB block: a 4 MiB request fits without a new segment.
+        let c = pool.allocate(4 << 20, 256, None).unwrap();
+        assert_eq!(c, a);
+        assert_eq!(upstream.statistics().total_count, 1);
+        // SAFETY: as above.
+        unsafe { pool.deallocate(c, 4 << 20, 256, None) };
+        assert_eq!(pool.trim(), 4 << 20);
+        assert_eq!(
+            upstream.statistics().current_bytes,
+            0,
+            "trim returns every segment"
+        );
+    }
+
+    #[test]
+    fn release_threshold_bounds_the_cache() {
+        let upstream = Arc::new(StatisticsAdaptor::new(Arc::new(HostResource)));
+        let pool = CachingPool::host(upstream.clone(), 4 << 20);
+        let blocks: Vec<_> = (0..8)
+            .map(|_| pool.allocate(2 << 20, 256, None).unwrap())
+            .collect();
+        for p in blocks {
+            // SAFETY: freed once, with the arguments it was allocated with.
+            unsafe { pool.deallocate(p, 2 << 20, 256, None) };
+            assert!(pool.statistics().cached_bytes <= 4 << 20);
+        }
+        assert_eq!(
+            upstream.statistics().current_bytes,
+            pool.statistics().cached_bytes
+        );
+    }
+
+    #[test]
+    fn out_of_memory_gives_the_cache_back_and_retries() {
+        let limited = Arc::new(memarray_core::LimitingAdaptor::new(
+            Arc::new(HostResource),
+            8 << 20,
+        ));
+        let pool = CachingPool::host(limited.clone(), usize::MAX);
+        let a = pool.allocate(6 << 20, 256, None).unwrap();
+        // SAFETY: freed once, with the arguments it was allocated with.
+        unsafe { pool.deallocate(a, 6 << 20, 256, None) };
+        // 6 MiB cached + a new 4 MiB segment would pass 8 MiB, but 4 MiB fits in the
+        // cached segment; ask for 8 MiB instead: needs the cache given back first.
+        let b = pool.allocate(8 << 20, 256, None).unwrap();
+        assert_eq!(limited.used(), 8 << 20);
+        // SAFETY: as above.
+        unsafe { pool.deallocate(b, 8 << 20, 256, None) };
+        assert!(matches!(
+            pool.allocate(9 << 20, 256, None),
+            Err(CoreError::OutOfMemory { .. })
+        ));
+    }
+
+    #[test]
+    fn foreign_and_double_frees_are_ignored() {
+        let pool = host_pool(usize::MAX);
+        let p = pool.allocate(64, 64, None).unwrap();
+        // SAFETY: freed once...
+        unsafe { pool.deallocate(p, 64, 64, None) };
+        // ...and again: the pool no longer knows it and ignores it.
+        // SAFETY: the pool ignores addresses it did not hand out (tested here).
+        unsafe { pool.deallocate(p, 64, 64, None) };
+        assert_eq!(pool.statistics().cached_bytes, 512);
+    }
+}

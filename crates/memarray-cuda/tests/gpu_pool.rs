@@ -1,0 +1,105 @@
+//! The caching pool on the device (issue 7): the conformance suite over device, pinned and
+//! managed upstreams (and a statistics adaptor over the pool), and the cross-stream reuse
+//! rule: a block freed on a busy stream is not handed to another stream until that
+//! stream's work has completed, while the same stream reuses it at once.
+
+use std::sync::Arc;
+
+use memarray_core::resource::conformance;
+use memarray_core::{MemoryResource, RawStream, StatisticsAdaptor};
+use memarray_cuda::resource::CachingPool;
+use memarray_cuda::testing::gpu_or_skip;
+use memarray_cuda::{
+    DeviceBuffer, DeviceResource, ManagedResource, PinnedResource, Stream, transfer,
+};
+
+#[test]
+fn gpu_pool_over_every_upstream_conforms() {
+    let Some(dev) = gpu_or_skip() else { return };
+    let upstreams: Vec<Arc<dyn MemoryResource>> = vec![
+        Arc::new(DeviceResource::new(&dev)),
+        Arc::new(PinnedResource::new(&dev)),
+        Arc::new(ManagedResource::new(&dev)),
+    ];
+    for up in upstreams {
+        for threshold in [usize::MAX, 0] {
+            let pool: Arc<dyn MemoryResource> =
+                Arc::new(CachingPool::new(up.clone(), &dev, threshold));
+            conformance::check_all(pool.clone());
+            conformance::check_all(Arc::new(StatisticsAdaptor::new(pool.clone())));
+            println!("{} (threshold {threshold}) conforms", pool.name());
+        }
+    }
+}
+
+fn raw(s: &Stream) -> RawStream {
+    // SAFETY: s is a live stream of the pool's device for the whole test.
+    unsafe { RawStream::from_raw(s.raw()) }
+}
+
+#[test]
+fn gpu_pool_reuses_across_streams_only_after_the_work_completed() {
+    let Some(dev) = gpu_or_skip() else { return };
+    let upstream: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(&dev));
+    let pool = Arc::new(CachingPool::new(upstream.clone(), &dev, usize::MAX));
+    let (a, b) = (Stream::new(&dev).unwrap(), Stream::new(&dev).unwrap());
+    for bytes in [64 << 10, 3 << 20] {
+        let p = pool.allocate(bytes, 256, Some(raw(&a))).unwrap();
+        // Keep stream a busy for many milliseconds: 1 GiB memsets, queued.
+        let big = DeviceBuffer::zeroed(&dev, 1 << 30, upstream.clone(), a.as_ref()).unwrap();
+        for _ in 0..40 {
+            let _ = transfer::memset_zero(&big, 0, 1 << 30, a.as_ref()).unwrap();
+        }
+        // SAFETY: p came from the pool with these arguments; its last use is on a.
+        unsafe { pool.deallocate(p, bytes, 256, Some(raw(&a))) };
+        let on_b = pool.allocate(bytes, 256, Some(raw(&b))).unwrap();
+        assert_ne!(
+            on_b, p,
+            "{bytes} B: reused on b while a's work was still queued"
+        );
+        let on_a = pool.allocate(bytes, 256, Some(raw(&a))).unwrap();
+        assert_eq!(on_a, p, "{bytes} B: the same stream reuses at once");
+        // SAFETY: as above, each freed once on the stream of its last use.
+        unsafe {
+            pool.deallocate(on_a, bytes, 256, Some(raw(&a)));
+            pool.deallocate(on_b, bytes, 256, Some(raw(&b)));
+        }
+        a.synchronize().unwrap();
+        drop(big);
+        // a is idle now: b may take a's block (b's own cached block comes first).
+        let first = pool.allocate(bytes, 256, Some(raw(&b))).unwrap();
+        let second = pool.allocate(bytes, 256, Some(raw(&b))).unwrap();
+        assert!(
+            first == on_b && second == p,
+            "{bytes} B: idle stream's block not reused"
+        );
+        // SAFETY: as above.
+        unsafe {
+            pool.deallocate(first, bytes, 256, Some(raw(&b)));
+            pool.deallocate(second, bytes, 256, Some(raw(&b)));
+        }
+    }
+    b.synchronize().unwrap();
+    assert!(pool.trim() > 0);
+    assert_eq!(pool.statistics().upstream_bytes, 0);
+}
+
+#[test]
+fn gpu_pool_zeroes_device_memory_and_device_buffers_use_it() {
+    let Some(dev) = gpu_or_skip() else { return };
+    let pool: Arc<dyn MemoryResource> = Arc::new(CachingPool::new(
+        Arc::new(DeviceResource::new(&dev)),
+        &dev,
+        usize::MAX,
+    ));
+    let s = Stream::new(&dev).unwrap();
+    for round in 0..3 {
+        let buf = DeviceBuffer::zeroed(&dev, 5 << 20, pool.clone(), s.as_ref()).unwrap();
+        let mut host = vec![1u8; 5 << 20];
+        transfer::copy_dtoh(&mut host, &buf, 0, s.as_ref()).unwrap();
+        assert!(host.iter().all(|&x| x == 0), "round {round}: not zeroed");
+        // Dirty it so the next round's reuse must zero again.
+        let ones = vec![0xFFu8; 5 << 20];
+        let _ = transfer::copy_htod(&buf, 0, &ones, s.as_ref()).unwrap();
+    }
+}
