@@ -470,25 +470,60 @@ impl CachingPool {
             }
         }
         st.small_free.extend(keep);
-        let whole: Vec<(usize, LargeBlock)> = st
-            .large
-            .iter()
-            .filter(|(a, b)| b.free && **a == b.segment && st.segments.get(a) == Some(&b.size))
-            .map(|(&a, &b)| (a, b))
-            .collect();
-        for (a, b) in whole {
+        // A segment can go back when every block in it is free, whatever streams they
+        // were freed on.
+        let mut by_segment: HashMap<usize, (bool, Vec<(usize, LargeBlock)>)> = HashMap::new();
+        for (&a, &b) in &st.large {
+            let e = by_segment.entry(b.segment).or_insert((true, Vec::new()));
+            e.0 &= b.free;
+            e.1.push((a, b));
+        }
+        for (segment, (all_free, blocks)) in by_segment {
             if st.stats.cached_bytes <= target as u64 {
                 break;
             }
-            st.large.remove(&a);
-            remove_free(st, b.tag, b.size, a);
-            st.segments.remove(&a);
-            self.give_back(a, b.size, b.tag, host_memory);
-            st.stats.cached_bytes -= b.size as u64;
-            st.stats.upstream_bytes -= b.size as u64;
-            released += b.size;
+            let Some(&size) = st.segments.get(&segment) else {
+                continue;
+            };
+            if !all_free {
+                continue;
+            }
+            let mut tags: Vec<Tag> = blocks.iter().map(|(_, b)| b.tag).collect();
+            tags.sort_unstable();
+            tags.dedup();
+            for (a, b) in &blocks {
+                st.large.remove(a);
+                remove_free(st, b.tag, b.size, *a);
+            }
+            st.segments.remove(&segment);
+            let tag = match tags.as_slice() {
+                [one] => *one,
+                // Freed on several streams: wait for each, then free with no stream.
+                many => {
+                    for &t in many {
+                        self.wait_stream(t);
+                    }
+                    0
+                }
+            };
+            self.give_back(segment, size, tag, host_memory);
+            st.stats.cached_bytes -= size as u64;
+            st.stats.upstream_bytes -= size as u64;
+            released += size;
         }
         released
+    }
+
+    /// Blocks until stream `tag`'s queued work is done (trimming only, never reuse).
+    fn wait_stream(&self, tag: Tag) {
+        if tag == 0 {
+            return;
+        }
+        // SAFETY: as in stream_idle: the tag names a live stream of this device.
+        let raw = unsafe { RawStream::from_raw(tag) };
+        if let (Some(device), Ok(s)) = (&self.device, StreamRef::from_raw_stream(raw)) {
+            let _ = s.synchronize(device);
+        }
     }
 
     /// Frees one upstream allocation. Host-reachable memory last used on a stream is
@@ -499,12 +534,8 @@ impl CachingPool {
             // SAFETY: as in stream_idle: the tag names a live stream of this device.
             unsafe { RawStream::from_raw(tag) }
         });
-        if host_memory
-            && let (Some(s), Some(_)) = (stream, &self.device)
-            && let Ok(s) = StreamRef::from_raw_stream(s)
-            && let Some(device) = &self.device
-        {
-            let _ = s.synchronize(device);
+        if host_memory {
+            self.wait_stream(tag);
         }
         if let Some(p) = NonNull::new(addr as *mut u8) {
             // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
