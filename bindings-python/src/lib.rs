@@ -12,6 +12,7 @@ mod dlpack;
 mod dtype;
 mod errors;
 mod pickle;
+mod resources;
 mod stream;
 mod strided;
 
@@ -41,5 +42,6 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SUPPORTED_DTYPES", array::supported_dtype_names())?;
     m.add("MAX_NDIM", memarray_core::MAX_NDIM)?;
     cuda::register(m)?;
+    resources::register(m)?;
     Ok(())
 }

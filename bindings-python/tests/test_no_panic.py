@@ -170,6 +170,15 @@ def test_constructors_and_module_functions_with_bad_arguments():
         assert_no_panic(cuda.from_cuda_array_interface, x)
         for y in BAD[:8]:
             assert_no_panic(memarray._memarray._from_pickle, b"\0" * 8, "float64", x, y, 0, "auto")
+        from memarray import resources as mr
+
+        for f in (mr.Device, mr.Pinned, mr.Managed, mr.Async, mr.File, mr.Pool, mr.Statistics):
+            assert_no_panic(f, x)
+        assert_no_panic(mr.Limiting, mr.Host(), x)
+        assert_no_panic(mr.Pool, mr.Host(), x)
+        assert_no_panic(mr.Host().allocate, x)
+        assert_no_panic(mr.Host().allocate, 8, x)
+        assert_no_panic(mr.set_default_resource, mr.Host(), x)
     for iface in CAI:
         assert_no_panic(cuda.from_cuda_array_interface, BadCai(iface))
     cap = np.arange(3).__dlpack__()

@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import cuda, dlpack
+from . import cuda, dlpack, resources
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -30,6 +30,7 @@ __all__ = [
     "cuda",
     "dlpack",
     "from_dlpack",
+    "resources",
 ]
 
 

@@ -90,8 +90,9 @@ pub struct Device {
     /// This device's `add_index` modules, one per dtype (`DType::ALL` order), each loaded
     /// on the first launch of that dtype.
     pub(crate) kernels: [OnceLock<crate::kernel::Module>; 15],
-    /// [`crate::resource::default_resource`], chosen on first use.
-    pub(crate) default_resource: OnceLock<Arc<dyn MemoryResource>>,
+    /// [`crate::resource::default_resource`]: chosen on first use from the environment,
+    /// replaced by [`crate::resource::set_default_resource`].
+    pub(crate) default_resource: std::sync::RwLock<Option<Arc<dyn MemoryResource>>>,
 }
 
 // SAFETY: a primary context handle may be used from any thread (CUDA contexts are
@@ -136,7 +137,7 @@ impl Device {
             sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
             idle_streams: Mutex::new(Vec::new()),
             kernels: Default::default(),
-            default_resource: OnceLock::new(),
+            default_resource: std::sync::RwLock::new(None),
         })
     }
 

@@ -22,7 +22,7 @@ mod pool;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
@@ -59,11 +59,43 @@ pub const RESOURCE_ENV: &str = "MEMARRAY_MEMORY_RESOURCE";
 /// frees an export while its own non-blocking stream still uses the memory could see it
 /// reused, which `cuMemFree`'s implicit device wait rules out.
 pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
-    if let Some(r) = device.default_resource.get() {
+    let slot = &device.default_resource;
+    if let Some(r) = slot.read().unwrap_or_else(PoisonError::into_inner).as_ref() {
         return Ok(r.clone());
     }
+    let r = resource_from_env(device)?;
+    let mut w = slot.write().unwrap_or_else(PoisonError::into_inner);
+    Ok(w.get_or_insert(r).clone())
+}
+
+/// Makes `r` the resource new device buffers on `device` come from (buffers already made
+/// keep theirs: each holds its resource). Returns the previous default, if one was chosen.
+///
+/// `r` must serve memory `device` can use ([`MemoryResource::is_accessible_from`] its
+/// location): anything else is [`CudaError::Core`] `Alloc`.
+pub fn set_default_resource(
+    device: &Arc<Device>,
+    r: Arc<dyn MemoryResource>,
+) -> Result<Option<Arc<dyn MemoryResource>>> {
+    if !r.is_accessible_from(device.location()) {
+        return Err(CudaError::Core(CoreError::Alloc {
+            bytes: 0,
+            align: 0,
+            resource: r.name().to_string(),
+            reason: format!("its memory is not accessible from {}", device.location()),
+        }));
+    }
+    let mut w = device
+        .default_resource
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    Ok(w.replace(r))
+}
+
+/// The resource `MEMARRAY_MEMORY_RESOURCE` names for `device`.
+fn resource_from_env(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
     let value = std::env::var(RESOURCE_ENV).unwrap_or_default();
-    let r: Arc<dyn MemoryResource> = match value.trim() {
+    Ok(match value.trim() {
         "" | "device" => Arc::new(DeviceResource::new(device)),
         "pool" => Arc::new(CachingPool::new(
             Arc::new(DeviceResource::new(device)),
@@ -79,8 +111,7 @@ pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>>
                 expected: "device, pool, async or managed",
             });
         }
-    };
-    Ok(device.default_resource.get_or_init(|| r).clone())
+    })
 }
 
 /// Serves any power-of-two alignment up to [`MAX_ALIGN`] from an allocator that

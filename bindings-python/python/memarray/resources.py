@@ -1,0 +1,280 @@
+"""Memory resources: where memarray's memory comes from, composed like the Rust ones.
+
+    from memarray import resources as mr
+
+    stats = mr.Statistics(mr.Pool(mr.Device(0)))
+    mr.set_default_resource(stats, device=0)     # device buffers on cuda:0 come from it
+    a = memarray.MemArray([1 << 20], "float32")
+    a.move_memory(memarray.dlpack.kDLCUDA)
+    stats.statistics()["current_bytes"]           # 4 MiB
+
+    with mr.using(mr.Limiting(mr.Device(0), 1 << 30)):   # a resource for a block
+        ...
+
+Resources: ``Device`` (``cuMemAlloc``), ``Async`` (the driver's stream-ordered pool),
+``Pinned`` and ``Managed`` (host memory reachable from the device), ``Host`` (aligned
+host memory), ``File(path)`` (regions of a file, memory-mapped). Adaptors over any of
+them: ``Pool`` (caching pool; ``release_threshold`` bytes kept cached at most),
+``Statistics`` (``statistics()`` as a dict), ``Limiting`` (MemoryError past
+``max_bytes``), ``Logging`` (one CSV row per call: time, event, device, address, size,
+stream, source), ``Retry`` (on MemoryError, give cached memory back and try once more).
+
+The default resource is per device and process-wide (``using`` sets it for every thread
+while its block runs). Buffers keep the resource they came from, so changing the
+default never affects memory already handed out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from ._memarray import _resources as _r
+
+__all__ = [
+    "Allocation",
+    "Async",
+    "Device",
+    "File",
+    "Host",
+    "Limiting",
+    "Logging",
+    "Managed",
+    "Pinned",
+    "Pool",
+    "Resource",
+    "Retry",
+    "Statistics",
+    "get_default_resource",
+    "set_default_resource",
+    "statistics",
+    "using",
+]
+
+Allocation = _r.Allocation
+
+
+class Resource:
+    """A memory resource. Use the subclasses; ``upstream`` is the resource below."""
+
+    _handle: _r._Resource
+    upstream: Resource | None = None
+
+    @property
+    def name(self) -> str:
+        return self._handle.name
+
+    @property
+    def kind(self) -> str:
+        """ "host", "pinned", "device", "managed" or "file"."""
+        return self._handle.kind
+
+    @property
+    def device_id(self) -> int | None:
+        return self._handle.device_id
+
+    def memory_info(self) -> tuple[int, int] | None:
+        """``(free, total)`` bytes where known."""
+        return self._handle.memory_info()
+
+    def allocate(self, nbytes: int, stream=None) -> Allocation:
+        """``nbytes`` from this resource (256-byte aligned), freed by
+        ``Allocation.free()`` or when the Allocation is collected."""
+        return self._handle.allocate(nbytes, stream)
+
+    def release_cached(self) -> int:
+        """Gives cached memory back (pools below); returns the bytes released."""
+        return self._handle.release_cached()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"
+
+
+def _check(upstream) -> Resource:
+    if not isinstance(upstream, Resource):
+        raise TypeError(
+            f"upstream must be a memarray.resources.Resource, not {type(upstream).__name__}"
+        )
+    return upstream
+
+
+class Host(Resource):
+    """Aligned host memory."""
+
+    def __init__(self):
+        self._handle = _r.host()
+
+
+class Device(Resource):
+    """Device memory from ``cuMemAlloc`` (its free waits for the device)."""
+
+    def __init__(self, device_id: int = 0):
+        self._handle = _r.device_memory(device_id)
+
+
+class Async(Resource):
+    """The driver's stream-ordered pool (``cuMemAllocAsync``)."""
+
+    def __init__(self, device_id: int = 0):
+        self._handle = _r.async_pool(device_id)
+
+
+class Pinned(Resource):
+    """Page-locked host memory (portable), reachable from every device."""
+
+    def __init__(self, device_id: int = 0):
+        self._handle = _r.pinned(device_id)
+
+
+class Managed(Resource):
+    """CUDA managed (unified) memory."""
+
+    def __init__(self, device_id: int = 0):
+        self._handle = _r.managed(device_id)
+
+
+class File(Resource):
+    """Regions of the file at ``path`` (created or truncated), memory-mapped."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self._handle = _r.file(self.path)
+
+
+class Pool(Resource):
+    """A caching pool over ``upstream``: freed blocks are kept and reused (on another
+    stream only once the work queued on theirs has completed). At most
+    ``release_threshold`` bytes stay cached (None: no limit)."""
+
+    def __init__(
+        self, upstream: Resource, release_threshold: int | None = None, device_id: int | None = None
+    ):
+        self.upstream = _check(upstream)
+        self._handle = _r.pool(upstream._handle, release_threshold, device_id)
+
+    def statistics(self) -> dict:
+        """``used_bytes``, ``cached_bytes``, ``upstream_bytes``, ``hits``, ``misses``."""
+        return self._handle.statistics()
+
+    def trim(self) -> int:
+        """Gives every cached block back; returns the bytes released."""
+        return self._handle.release_cached()
+
+
+class Statistics(Resource):
+    """Counts what goes through: current, peak and total bytes and allocations."""
+
+    def __init__(self, upstream: Resource):
+        self.upstream = _check(upstream)
+        self._handle = _r.statistics(upstream._handle)
+
+    def statistics(self) -> dict:
+        """``current_bytes``, ``peak_bytes``, ``current_count``, ``peak_count``,
+        ``total_bytes``, ``total_count``."""
+        return self._handle.statistics()
+
+    def reset_peaks(self) -> None:
+        self._handle.reset_peaks()
+
+
+class Limiting(Resource):
+    """Refuses (MemoryError) allocations that would take the bytes live through it past
+    ``max_bytes``."""
+
+    def __init__(self, upstream: Resource, max_bytes: int):
+        self.upstream = _check(upstream)
+        self._handle = _r.limiting(upstream._handle, max_bytes)
+
+    @property
+    def used(self) -> int:
+        return self._handle.limit_usage()[0]
+
+    @property
+    def max_bytes(self) -> int:
+        return self._handle.limit_usage()[1]
+
+
+class Logging(Resource):
+    """Writes one CSV row per allocation and free to ``path`` (header:
+    ``time,event,device,address,size,stream,source``). Rows are buffered: ``flush()``."""
+
+    def __init__(self, upstream: Resource, path: str | os.PathLike):
+        self.upstream = _check(upstream)
+        self.path = os.fspath(path)
+        self._handle = _r.logging(upstream._handle, self.path)
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+
+class Retry(Resource):
+    """On out-of-memory, asks the resources below to give cached memory back and tries
+    once more."""
+
+    def __init__(self, upstream: Resource):
+        self.upstream = _check(upstream)
+        self._handle = _r.retry(upstream._handle)
+
+    @property
+    def retries(self) -> int:
+        return self._handle.retries()
+
+
+class _Opaque(Resource):
+    """A default chosen by memarray (from MEMARRAY_MEMORY_RESOURCE), not set from Python."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+
+_lock = threading.Lock()
+_defaults: dict[int, Resource] = {}
+
+
+def set_default_resource(resource: Resource, device: int = 0) -> None:
+    """Makes ``resource`` the source of new device buffers on ``device``. It must serve
+    memory that device can use (Device, Async, Managed, Pinned, or adaptors over them)."""
+    _check(resource)
+    with _lock:
+        _r.set_default(resource._handle, device)
+        _defaults[device] = resource
+
+
+def get_default_resource(device: int = 0) -> Resource:
+    """The resource new device buffers on ``device`` come from."""
+    with _lock:
+        if device in _defaults:
+            return _defaults[device]
+        return _Opaque(_r.get_default(device))
+
+
+@contextlib.contextmanager
+def using(resource: Resource, device: int = 0):
+    """Sets ``resource`` as ``device``'s default for the block, then restores the
+    previous one (process-wide: other threads allocate from it meanwhile too)."""
+    previous = get_default_resource(device)
+    set_default_resource(resource, device)
+    try:
+        yield resource
+    finally:
+        with _lock:
+            _r.set_default(previous._handle, device)
+            if isinstance(previous, _Opaque):
+                _defaults.pop(device, None)
+            else:
+                _defaults[device] = previous
+
+
+def statistics(device: int = 0) -> dict:
+    """The statistics of ``device``'s default resource: of the first Statistics (or Pool)
+    in its stack, from the top. TypeError if the stack keeps none."""
+    r: Resource | None = get_default_resource(device)
+    while r is not None:
+        if isinstance(r, (Statistics, Pool)):
+            return r.statistics()
+        r = r.upstream
+    raise TypeError(
+        f"device {device}'s default resource keeps no statistics; set one with "
+        "set_default_resource(Statistics(...))"
+    )

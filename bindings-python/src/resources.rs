@@ -1,0 +1,434 @@
+//! `memarray._memarray._resources`: memory resources for Python, composed like the Rust
+//! ones (`Statistics(Pool(Device(0)))`), and the per-device default that arrays' device
+//! buffers come from. `memarray/resources.py` wraps these in classes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use memarray_core::{
+    FileResource, HostResource, LimitingAdaptor, Location, LoggingAdaptor, MemoryKind,
+    MemoryResource, RawStream, RetryAdaptor, StatisticsAdaptor,
+};
+use memarray_cuda::resource::{CachingPool, default_resource, set_default_resource};
+use memarray_cuda::{AsyncPoolResource, Device, DeviceResource, ManagedResource, PinnedResource};
+
+use crate::errors::IntoPyResult;
+
+/// A resource and, where it has one, the typed handle its extra methods need.
+#[derive(Clone, Debug)]
+enum Handle {
+    Plain(Arc<dyn MemoryResource>),
+    Pool(Arc<CachingPool>),
+    Statistics(Arc<StatisticsAdaptor>),
+    Limiting(Arc<LimitingAdaptor>),
+    Logging(Arc<LoggingAdaptor>),
+    Retry(Arc<RetryAdaptor>),
+}
+
+impl Handle {
+    fn resource(&self) -> Arc<dyn MemoryResource> {
+        match self {
+            Handle::Plain(r) => r.clone(),
+            Handle::Pool(r) => r.clone(),
+            Handle::Statistics(r) => r.clone(),
+            Handle::Limiting(r) => r.clone(),
+            Handle::Logging(r) => r.clone(),
+            Handle::Retry(r) => r.clone(),
+        }
+    }
+}
+
+/// A memory resource (see `memarray.resources`).
+#[pyclass(name = "_Resource", module = "memarray._memarray", frozen)]
+pub struct PyResource {
+    handle: Handle,
+}
+
+impl PyResource {
+    fn new(handle: Handle) -> Self {
+        Self { handle }
+    }
+
+    pub(crate) fn resource(&self) -> Arc<dyn MemoryResource> {
+        self.handle.resource()
+    }
+}
+
+fn kind_name(k: MemoryKind) -> &'static str {
+    match k {
+        MemoryKind::Host => "host",
+        MemoryKind::Pinned => "pinned",
+        MemoryKind::Device => "device",
+        MemoryKind::Managed => "managed",
+        MemoryKind::File => "file",
+        _ => "other",
+    }
+}
+
+fn device(id: i64) -> PyResult<Arc<Device>> {
+    let id =
+        u32::try_from(id).map_err(|_| PyValueError::new_err(format!("invalid device_id {id}")))?;
+    Device::get(id).py()
+}
+
+fn non_negative(what: &str, v: i128) -> PyResult<u64> {
+    u64::try_from(v).map_err(|_| {
+        PyValueError::new_err(format!("{what} must be between 0 and 2**64 - 1, not {v}"))
+    })
+}
+
+#[pymethods]
+impl PyResource {
+    /// The resource's name, e.g. `statistics(pool(cuda:0 device))`.
+    #[getter]
+    fn name(&self) -> String {
+        self.resource().name().to_string()
+    }
+
+    /// "host", "pinned", "device", "managed" or "file".
+    #[getter]
+    fn kind(&self) -> &'static str {
+        kind_name(self.resource().kind())
+    }
+
+    /// The device whose memory this is, or None for host memory.
+    #[getter]
+    fn device_id(&self) -> Option<u32> {
+        self.resource().device_id()
+    }
+
+    /// `(free, total)` bytes where the resource knows them, else None.
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        self.resource().memory_info().map(|i| (i.free, i.total))
+    }
+
+    /// Gives cached memory back (pools below); returns the bytes released.
+    fn release_cached(&self, py: Python<'_>) -> usize {
+        let r = self.resource();
+        py.detach(|| r.release_cached())
+    }
+
+    /// The counters of a Statistics resource (current / peak / total bytes and counts)
+    /// or of a Pool (used / cached / upstream bytes, hits, misses), as a dict.
+    fn statistics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        match &self.handle {
+            Handle::Statistics(s) => {
+                let s = s.statistics();
+                d.set_item("current_bytes", s.current_bytes)?;
+                d.set_item("peak_bytes", s.peak_bytes)?;
+                d.set_item("current_count", s.current_count)?;
+                d.set_item("peak_count", s.peak_count)?;
+                d.set_item("total_bytes", s.total_bytes)?;
+                d.set_item("total_count", s.total_count)?;
+            }
+            Handle::Pool(p) => {
+                let s = p.statistics();
+                d.set_item("used_bytes", s.used_bytes)?;
+                d.set_item("cached_bytes", s.cached_bytes)?;
+                d.set_item("upstream_bytes", s.upstream_bytes)?;
+                d.set_item("hits", s.hits)?;
+                d.set_item("misses", s.misses)?;
+            }
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "{} keeps no statistics; wrap it: Statistics(...)",
+                    self.name()
+                )));
+            }
+        }
+        Ok(d)
+    }
+
+    /// Resets a Statistics resource's peaks to the current values.
+    fn reset_peaks(&self) -> PyResult<()> {
+        match &self.handle {
+            Handle::Statistics(s) => {
+                s.reset_peaks();
+                Ok(())
+            }
+            _ => Err(PyTypeError::new_err("only Statistics resources have peaks")),
+        }
+    }
+
+    /// `(used, limit)` bytes of a Limiting resource.
+    fn limit_usage(&self) -> PyResult<(u64, u64)> {
+        match &self.handle {
+            Handle::Limiting(l) => Ok((l.used(), l.limit())),
+            _ => Err(PyTypeError::new_err("only Limiting resources have a limit")),
+        }
+    }
+
+    /// Writes a Logging resource's buffered rows to its file.
+    fn flush(&self) -> PyResult<()> {
+        match &self.handle {
+            Handle::Logging(l) => {
+                l.flush();
+                Ok(())
+            }
+            _ => Err(PyTypeError::new_err(
+                "only Logging resources have a log to flush",
+            )),
+        }
+    }
+
+    /// How many allocations a Retry resource retried after an out-of-memory error.
+    fn retries(&self) -> PyResult<u64> {
+        match &self.handle {
+            Handle::Retry(r) => Ok(r.retries()),
+            _ => Err(PyTypeError::new_err("only Retry resources count retries")),
+        }
+    }
+
+    /// allocate(nbytes, stream=None) -> Allocation
+    ///
+    /// `nbytes` from this resource, 256-byte aligned, freed when the Allocation is
+    /// freed or garbage-collected. MemoryError when the resource is out of memory.
+    #[pyo3(signature = (nbytes, stream=None))]
+    fn allocate(
+        &self,
+        py: Python<'_>,
+        nbytes: i128,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Allocation> {
+        let bytes = usize::try_from(non_negative("nbytes", nbytes)?)
+            .map_err(|_| PyValueError::new_err(format!("nbytes {nbytes} does not fit")))?;
+        let stream = crate::stream::parse_move_stream(stream)?.map(RawStream::from);
+        let r = self.resource();
+        let ptr = py
+            .detach(|| {
+                r.allocate(bytes, ALIGN, stream)
+                    .map(|p| p.as_ptr() as usize)
+            })
+            .py()?;
+        Ok(Allocation {
+            resource: r,
+            ptr,
+            size: bytes,
+            stream,
+            freed: AtomicBool::new(false),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<memarray resource {}>", self.name())
+    }
+}
+
+const ALIGN: usize = 256;
+
+/// Memory from a resource, freed once: by `free()` or when collected.
+#[pyclass(module = "memarray.resources", frozen)]
+pub struct Allocation {
+    resource: Arc<dyn MemoryResource>,
+    ptr: usize,
+    size: usize,
+    stream: Option<RawStream>,
+    freed: AtomicBool,
+}
+
+impl Allocation {
+    fn release(&self) {
+        if self.freed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(p) = std::ptr::NonNull::new(self.ptr as *mut u8) {
+            // SAFETY: (ptr, size, ALIGN) came from this resource's allocate and the flag
+            // above lets exactly one caller get here.
+            unsafe { self.resource.deallocate(p, self.size, ALIGN, self.stream) };
+        }
+    }
+}
+
+#[pymethods]
+impl Allocation {
+    /// The address (a device address for device memory).
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.ptr
+    }
+
+    /// Bytes requested.
+    #[getter]
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Whether `free()` has run.
+    #[getter]
+    fn freed(&self) -> bool {
+        self.freed.load(Ordering::Acquire)
+    }
+
+    fn __int__(&self) -> usize {
+        self.ptr
+    }
+
+    /// Returns the memory to its resource (a second call does nothing).
+    fn free(&self, py: Python<'_>) {
+        py.detach(|| self.release());
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Allocation {} bytes at {:#x} from {}{}>",
+            self.size,
+            self.ptr,
+            self.resource.name(),
+            if self.freed() { ", freed" } else { "" }
+        )
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[pyfunction]
+fn host() -> PyResource {
+    PyResource::new(Handle::Plain(Arc::new(HostResource)))
+}
+
+#[pyfunction]
+fn device_memory(device_id: i64) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Plain(Arc::new(
+        DeviceResource::new(&device(device_id)?),
+    ))))
+}
+
+#[pyfunction]
+fn pinned(device_id: i64) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Plain(Arc::new(
+        PinnedResource::new(&device(device_id)?),
+    ))))
+}
+
+#[pyfunction]
+fn managed(device_id: i64) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Plain(Arc::new(
+        ManagedResource::new(&device(device_id)?),
+    ))))
+}
+
+#[pyfunction]
+fn async_pool(device_id: i64) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Plain(Arc::new(
+        AsyncPoolResource::new(&device(device_id)?).py()?,
+    ))))
+}
+
+#[pyfunction]
+fn file(path: std::path::PathBuf) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Plain(Arc::new(
+        FileResource::create(&path).py()?,
+    ))))
+}
+
+/// A caching pool over `upstream`; device-bound upstreams (device, managed) get
+/// stream-ordered reuse on their device, pinned memory on `device_id`'s streams.
+#[pyfunction]
+#[pyo3(signature = (upstream, release_threshold=None, device_id=None))]
+fn pool(
+    upstream: &PyResource,
+    release_threshold: Option<i128>,
+    device_id: Option<i64>,
+) -> PyResult<PyResource> {
+    let up = upstream.resource();
+    let threshold = match release_threshold {
+        None => usize::MAX,
+        Some(t) => usize::try_from(non_negative("release_threshold", t)?).unwrap_or(usize::MAX),
+    };
+    let dev = match (device_id, up.device_id(), up.kind()) {
+        (Some(id), _, _) => Some(device(id)?),
+        (None, Some(id), _) => Some(device(i64::from(id))?),
+        (None, None, MemoryKind::Pinned) => Some(device(0)?),
+        _ => None,
+    };
+    let p = match dev {
+        Some(d) => CachingPool::new(up, &d, threshold),
+        None => CachingPool::host(up, threshold),
+    };
+    Ok(PyResource::new(Handle::Pool(Arc::new(p))))
+}
+
+#[pyfunction]
+fn statistics(upstream: &PyResource) -> PyResource {
+    PyResource::new(Handle::Statistics(Arc::new(StatisticsAdaptor::new(
+        upstream.resource(),
+    ))))
+}
+
+#[pyfunction]
+fn limiting(upstream: &PyResource, max_bytes: i128) -> PyResult<PyResource> {
+    let limit = non_negative("max_bytes", max_bytes)?;
+    Ok(PyResource::new(Handle::Limiting(Arc::new(
+        LimitingAdaptor::new(upstream.resource(), limit),
+    ))))
+}
+
+#[pyfunction]
+fn logging(upstream: &PyResource, path: std::path::PathBuf) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Logging(Arc::new(
+        LoggingAdaptor::to_path(upstream.resource(), &path).py()?,
+    ))))
+}
+
+#[pyfunction]
+fn retry(upstream: &PyResource) -> PyResource {
+    PyResource::new(Handle::Retry(Arc::new(RetryAdaptor::new(
+        upstream.resource(),
+    ))))
+}
+
+/// Makes `r` the resource new device buffers on `device_id` come from.
+#[pyfunction]
+fn set_default(r: &PyResource, device_id: i64) -> PyResult<()> {
+    let d = device(device_id)?;
+    let res = r.resource();
+    if !res.is_accessible_from(Location::Device(d.id())) {
+        return Err(PyValueError::new_err(format!(
+            "{} serves {} memory, which cuda:{} cannot use for device buffers",
+            res.name(),
+            kind_name(res.kind()),
+            d.id()
+        )));
+    }
+    set_default_resource(&d, res).py()?;
+    Ok(())
+}
+
+/// The resource new device buffers on `device_id` come from now.
+#[pyfunction]
+fn get_default(device_id: i64) -> PyResult<PyResource> {
+    Ok(PyResource::new(Handle::Plain(
+        default_resource(&device(device_id)?).py()?,
+    )))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let r = PyModule::new(py, "_resources")?;
+    r.add_class::<PyResource>()?;
+    r.add_class::<Allocation>()?;
+    r.add_function(wrap_pyfunction!(host, &r)?)?;
+    r.add_function(wrap_pyfunction!(device_memory, &r)?)?;
+    r.add_function(wrap_pyfunction!(pinned, &r)?)?;
+    r.add_function(wrap_pyfunction!(managed, &r)?)?;
+    r.add_function(wrap_pyfunction!(async_pool, &r)?)?;
+    r.add_function(wrap_pyfunction!(file, &r)?)?;
+    r.add_function(wrap_pyfunction!(pool, &r)?)?;
+    r.add_function(wrap_pyfunction!(statistics, &r)?)?;
+    r.add_function(wrap_pyfunction!(limiting, &r)?)?;
+    r.add_function(wrap_pyfunction!(logging, &r)?)?;
+    r.add_function(wrap_pyfunction!(retry, &r)?)?;
+    r.add_function(wrap_pyfunction!(set_default, &r)?)?;
+    r.add_function(wrap_pyfunction!(get_default, &r)?)?;
+    m.add_submodule(&r)?;
+    Ok(())
+}
