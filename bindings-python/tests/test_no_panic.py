@@ -172,7 +172,7 @@ def test_constructors_and_module_functions_with_bad_arguments():
             assert_no_panic(memarray._memarray._from_pickle, b"\0" * 8, "float64", x, y, 0, "auto")
         from memarray import resources as mr
 
-        for f in (mr.Device, mr.Pinned, mr.Managed, mr.Async, mr.File, mr.Pool, mr.Statistics):
+        for f in (mr.Device, mr.Pinned, mr.Managed, mr.Async, mr.Pool, mr.Statistics):
             assert_no_panic(f, x)
         assert_no_panic(mr.Limiting, mr.Host(), x)
         assert_no_panic(mr.Pool, mr.Host(), x)
