@@ -130,7 +130,7 @@ impl PyMemArray {
     }
 }
 
-fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+pub(crate) fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     let dims: Vec<i64> = if let Ok(n) = shape.extract::<i64>() {
         vec![n]
     } else {
@@ -465,6 +465,13 @@ impl PyMemArray {
     #[getter]
     fn lock_id(&self) -> Option<u64> {
         self.shared.lock_holder()
+    }
+
+    /// Whether the array has a host buffer yet (arrays born on a device get one on their
+    /// first move to the host).
+    #[getter]
+    fn has_host_copy(&self, py: Python<'_>) -> bool {
+        self.peek(py, |raw| raw.has_host_copy())
     }
 
     /// The host buffer kind: "pageable", "pinned" or "managed".

@@ -6,6 +6,7 @@
 //! `tests/`. Errors map to one Python exception class per variant (`errors.rs`).
 
 mod array;
+mod born;
 mod buffer;
 mod cuda;
 mod dlpack;
@@ -31,6 +32,9 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<dlpack::DLPackContext>()?;
     m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(born::empty, m)?)?;
+    m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(born::full, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
     m.add_class::<pickle::HostBytes>()?;
     m.add_function(wrap_pyfunction!(pickle::_from_pickle, m)?)?;

@@ -179,6 +179,15 @@ def test_constructors_and_module_functions_with_bad_arguments():
         assert_no_panic(mr.Host().allocate, x)
         assert_no_panic(mr.Host().allocate, 8, x)
         assert_no_panic(mr.set_default_resource, mr.Host(), x)
+        for f in (memarray.empty, memarray.zeros):
+            assert_no_panic(f, x)
+            assert_no_panic(f, (2,), x)
+            assert_no_panic(f, (2,), None, x)
+            assert_no_panic(f, (2,), None, "cpu", x)
+            assert_no_panic(f, (2,), None, "cpu", "auto", x)
+        assert_no_panic(memarray.full, (2,), x)
+        assert_no_panic(memarray.full, (2,), 1, x)
+        assert_no_panic(memarray.full, x, 1)
     for iface in CAI:
         assert_no_panic(cuda.from_cuda_array_interface, BadCai(iface))
     cap = np.arange(3).__dlpack__()

@@ -16,7 +16,10 @@ from ._memarray import (
     DLPackContext,
     LockError,
     MemArray,
+    empty,
     from_dlpack,
+    full,
+    zeros,
 )
 
 __all__ = [
@@ -29,8 +32,11 @@ __all__ = [
     "asarray",
     "cuda",
     "dlpack",
+    "empty",
     "from_dlpack",
+    "full",
     "resources",
+    "zeros",
 ]
 
 

@@ -105,6 +105,12 @@ pub enum CudaError {
         "the array has no device copy; move it to a device first (move_memory(Location::Device(id), ..))"
     )]
     NoDeviceCopy,
+    /// Host access to an array born on a device that has no host copy yet (an internal
+    /// invariant: every path to the host makes one first).
+    #[error(
+        "the array has no host copy yet; move it to the host first (move_memory(Location::Host, ..))"
+    )]
+    NoHostCopy,
     /// An environment variable with a value memarray does not understand.
     #[error("environment variable {var}={value:?} is not understood; expected {expected}")]
     BadEnv {
@@ -193,24 +199,23 @@ mod tests {
     }
 
     #[test]
-    fn oom_becomes_a_core_alloc_error_naming_bytes_and_device() {
+    fn oom_becomes_a_core_out_of_memory_error_naming_bytes_and_device() {
         let e = CudaError::OutOfMemory {
             bytes: 4096,
             device: 0,
         }
         .into_alloc(4096, 256, "cuda:0 device");
         match &e {
-            CoreError::Alloc {
+            CoreError::OutOfMemory {
                 bytes,
                 resource,
                 reason,
-                ..
             } => {
                 assert_eq!(*bytes, 4096);
                 assert_eq!(resource, "cuda:0 device");
                 assert!(reason.contains("cuda:0"), "{reason}");
             }
-            other => panic!("expected Alloc, got {other:?}"),
+            other => panic!("expected OutOfMemory, got {other:?}"),
         }
         let core = CoreError::BadAlignment { align: 3, max: 256 };
         assert_eq!(CudaError::Core(core.clone()).into_alloc(1, 3, "x"), core);

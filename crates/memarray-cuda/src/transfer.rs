@@ -159,13 +159,24 @@ pub fn memset_zero(
     len: usize,
     stream: StreamRef,
 ) -> Result<Enqueued> {
+    memset(dst, offset, len, 0, stream)
+}
+
+/// Sets `len` bytes of `dst[offset..]` to `value` on `stream`.
+pub fn memset(
+    dst: &DeviceBuffer,
+    offset: usize,
+    len: usize,
+    value: u8,
+    stream: StreamRef,
+) -> Result<Enqueued> {
     let d = dst.range(offset, len)?;
     let device = dst.device();
     let _ctx = device.bind()?;
     if len > 0 {
         // SAFETY: the range was checked against a live buffer (item 1); live stream of the
         // bound device or its default stream (item 2).
-        unsafe { driver::memset_d8_async(d, 0, len, stream.cu()) }?;
+        unsafe { driver::memset_d8_async(d, value, len, stream.cu()) }?;
     }
     Ok(Enqueued::new(stream, device.clone()))
 }

@@ -240,6 +240,46 @@ impl DeviceSide {
         Ok(())
     }
 
+    /// Makes a new device copy on `device_id` for an array born there: uninitialised
+    /// (`fill` None), or every element set to `fill` (its bytes; all zero is a memset).
+    /// No host memory is touched beyond the one element a non-byte pattern is seeded
+    /// from; a non-byte pattern then doubles on the device (log2(n) device copies).
+    pub(crate) fn born(
+        &mut self,
+        device_id: u32,
+        nbytes: usize,
+        fill: Option<&[u8]>,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream, device_id);
+        // SAFETY: with a fill, every byte is written below before any read; without one
+        // the bytes are unspecified by the caller's choice (device memory read only through
+        // copies, so an unset byte is a value, not undefined behaviour on the host).
+        let dst = unsafe { self.buffer_on(device_id, nbytes, stream)? };
+        let op = match fill {
+            None => None,
+            Some(pattern) if pattern.iter().all(|&b| b == pattern[0]) => {
+                Some(transfer::memset(&dst, 0, nbytes, pattern[0], stream)?)
+            }
+            Some(pattern) => {
+                let seed = pattern.len().min(nbytes);
+                let mut op = transfer::copy_htod(&dst, 0, &pattern[..seed], stream)?;
+                let mut done = seed;
+                while done < nbytes {
+                    let n = done.min(nbytes - done);
+                    op = transfer::copy_dtod(&dst, done, &dst, 0, n, stream)?;
+                    done += n;
+                }
+                Some(op)
+            }
+        };
+        if let Some(op) = op {
+            self.record(op, None)?;
+        }
+        self.install(dst);
+        Ok(())
+    }
+
     /// Device -> host.
     pub(crate) fn download(
         &mut self,

@@ -53,9 +53,9 @@ impl RawArray {
             Location::Host => {
                 self.dev.wait_host()?;
                 let buf = if copy {
-                    Arc::new(self.host.try_clone()?)
+                    Arc::new(self.host_buf()?.try_clone()?)
                 } else {
-                    self.host.clone()
+                    self.host_buf()?.clone()
                 };
                 Ok(ExportBuffer {
                     ptr: buf.as_mut_ptr().cast(),
@@ -78,7 +78,7 @@ impl RawArray {
     /// buffer alive even if the array is dropped.
     pub fn host_export(&self, token: Option<LockToken>) -> Result<Arc<HostBuffer>> {
         self.host_ready(token)?;
-        Ok(self.host.clone())
+        Ok(self.host_buf()?.clone())
     }
 
     /// Address of the device copy (for the CUDA Array Interface and kernels). It is a

@@ -45,7 +45,9 @@ pub struct RawArray {
     pub(super) dtype: DType,
     pub(super) shape: Vec<usize>,
     pub(super) nbytes: usize,
-    pub(super) host: Arc<HostBuffer>,
+    /// The host copy; `None` until first needed for an array born on a device. Present
+    /// whenever `location` is the host.
+    pub(super) host: Option<Arc<HostBuffer>>,
     pub(super) host_kind: HostKind,
     pub(super) device_id: u32,
     pub(super) location: Location,
@@ -128,7 +130,7 @@ impl RawArray {
             dtype,
             shape: shape.to_vec(),
             nbytes,
-            host: Arc::new(host),
+            host: Some(Arc::new(host)),
             host_kind,
             device_id,
             location: Location::Host,
@@ -166,7 +168,6 @@ impl RawArray {
             }
             .into());
         }
-        let host = HostBuffer::zeroed_in(nbytes, Arc::new(HostResource))?;
         // SAFETY: the caller's item 1 is from_foreign's contract.
         let foreign = unsafe {
             DeviceBuffer::from_foreign(device, addr, nbytes, owner, StreamRef::legacy())?
@@ -180,8 +181,9 @@ impl RawArray {
             dtype,
             shape: shape.to_vec(),
             nbytes,
-            host: Arc::new(host),
-            host_kind: HostKind::Pageable,
+            // The host copy is made on the first move to the host.
+            host: None,
+            host_kind: HostKind::auto(nbytes),
             device_id: device.id(),
             location: Location::Device(device.id()),
             lock: Arc::new(Lock::new()),
@@ -285,11 +287,14 @@ impl RawArray {
         }
         match (self.location, target) {
             (Location::Host, Location::Device(id)) => {
-                self.dev.upload(&self.host, id, self.nbytes, stream)?;
+                let host = self.host.as_ref().ok_or(CudaError::NoHostCopy)?;
+                self.dev.upload(host, id, self.nbytes, stream)?;
                 self.device_id = id;
             }
             (Location::Device(_), Location::Host) => {
-                self.dev.download(&self.host, self.nbytes, stream)?;
+                self.ensure_host()?;
+                let host = self.host.as_ref().ok_or(CudaError::NoHostCopy)?;
+                self.dev.download(host, self.nbytes, stream)?;
             }
             (Location::Device(_), Location::Device(to)) => {
                 self.dev.move_peer(to, self.nbytes, stream)?;
@@ -318,7 +323,7 @@ impl RawArray {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                out.copy_from_slice(&self.host.as_slice()[off..off + out.len()]);
+                out.copy_from_slice(&self.host_buf()?.as_slice()[off..off + out.len()]);
                 Ok(())
             }
             Location::Device(_) => self.dev.read_bytes(off, out),
@@ -342,7 +347,7 @@ impl RawArray {
                 // alias these bytes, which is the point of a zero-copy view; no Rust
                 // reference to them is live across this write.
                 unsafe {
-                    let dst = self.host.as_mut_ptr().add(off);
+                    let dst = self.host_buf()?.as_mut_ptr().add(off);
                     std::ptr::copy_nonoverlapping(value.as_ptr(), dst, value.len());
                 }
                 Ok(())
@@ -378,7 +383,7 @@ impl RawArray {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                out.copy_from_slice(self.host.as_slice());
+                out.copy_from_slice(self.host_buf()?.as_slice());
                 Ok(())
             }
             Location::Device(_) => self.dev.read_bytes(0, out),
@@ -388,7 +393,7 @@ impl RawArray {
     /// The host bytes, after pending work. Fails unless the current data is on the host.
     pub fn host_bytes(&self, token: Option<LockToken>) -> Result<&[u8]> {
         self.host_ready(token)?;
-        Ok(self.host.as_slice())
+        Ok(self.host_buf()?.as_slice())
     }
 
     /// The host bytes, writable, after pending work. Fails unless the data is on the host.
@@ -396,7 +401,7 @@ impl RawArray {
         self.host_ready(token)?;
         // SAFETY: &mut self excludes every other Rust access to the buffer; zero-copy
         // exports (NumPy views, DLPack) may alias it, as they are meant to.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.host.as_mut_ptr(), self.nbytes) })
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.host_buf()?.as_mut_ptr(), self.nbytes) })
     }
 
     pub(super) fn host_ready(&self, token: Option<LockToken>) -> Result<()> {
@@ -422,6 +427,7 @@ impl RawArray {
             .into());
         }
         self.dev.wait_host()?;
+        self.ensure_host()?;
         self.location = Location::Host;
         self.host_bytes_mut(token)?.copy_from_slice(bytes);
         Ok(())
@@ -456,7 +462,10 @@ impl RawArray {
     pub fn try_clone(&self, token: Option<LockToken>) -> Result<Self> {
         self.check(token)?;
         self.dev.wait_host()?;
-        let host = Arc::new(self.host.try_clone()?);
+        let host = match &self.host {
+            Some(h) => Some(Arc::new(h.try_clone()?)),
+            None => None,
+        };
         let dev = self.dev.try_clone(self.location, self.nbytes)?;
         Ok(Self {
             dtype: self.dtype,
@@ -487,15 +496,47 @@ impl RawArray {
         Ok(())
     }
 
+    /// The host buffer; present whenever the data is on the host.
+    pub(super) fn host_buf(&self) -> Result<&Arc<HostBuffer>> {
+        self.host.as_ref().ok_or(CudaError::NoHostCopy)
+    }
+
+    /// Allocates the host copy of an array born on a device, on first need.
+    pub(super) fn ensure_host(&mut self) -> Result<()> {
+        if self.host.is_none() {
+            let host = match host_resource(self.host_kind, self.device_id)
+                .and_then(|r| Ok(HostBuffer::zeroed_in(self.nbytes, r)?))
+            {
+                Ok(h) => h,
+                // Pinning can fail (limits, no driver); pageable memory always serves.
+                Err(_) if self.host_kind != HostKind::Pageable => {
+                    self.host_kind = HostKind::Pageable;
+                    HostBuffer::zeroed_in(self.nbytes, Arc::new(HostResource))?
+                }
+                Err(e) => return Err(e),
+            };
+            self.host = Some(Arc::new(host));
+        }
+        Ok(())
+    }
+
+    /// Whether the array has a host copy yet (arrays born on a device get one on their
+    /// first move to the host).
+    pub fn has_host_copy(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// Raw host address, after the lock check and pending work; an error off the host.
     pub(crate) fn host_ptr(&self, token: Option<LockToken>) -> Result<*mut u8> {
         self.host_ready(token)?;
-        Ok(self.host.as_mut_ptr())
+        Ok(self.host_buf()?.as_mut_ptr())
     }
 
     /// The host address without any check: the sharp knife.
     pub(crate) fn host_ptr_unchecked(&self) -> *mut u8 {
-        self.host.as_mut_ptr()
+        self.host
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |h| h.as_mut_ptr())
     }
 
     pub(crate) fn device_side(&self) -> &DeviceSide {

@@ -1,0 +1,158 @@
+//! `memarray.empty`, `zeros`, `full`: arrays born where they are used (issue 7), over
+//! `RawArray::{empty_on, zeros_on, full_on}`. A device-born array has no host buffer
+//! until its first move to the host; `zeros` there is a memset.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use memarray_core::Location;
+use memarray_cuda::array::RawArray;
+
+use crate::array::{KDLCPU, KDLCUDA, PyMemArray, parse_host_kind, parse_shape};
+use crate::dtype::{parse_dtype, py_to_bytes};
+use crate::errors::IntoPyResult;
+use crate::stream::parse_move_stream;
+
+/// Parses a `device=` argument: "cpu", "cuda", "cuda:N", an int N (cuda:N), a DLPack
+/// `(device_type, id)` pair, or an object with `type` and `index` (torch.device).
+pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(Location::Host);
+    };
+    let cuda = |id: i64| {
+        u32::try_from(id)
+            .map(Location::Device)
+            .map_err(|_| PyValueError::new_err(format!("invalid CUDA device index {id}")))
+    };
+    if let Ok(s) = obj.extract::<String>() {
+        let s = s.trim().to_ascii_lowercase();
+        return match s.as_str() {
+            "cpu" | "host" => Ok(Location::Host),
+            "cuda" | "gpu" => Ok(Location::Device(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<i64>) {
+                Some(Ok(id)) => cuda(id),
+                _ => Err(PyValueError::new_err(format!(
+                    "unknown device {s:?}; use \"cpu\", \"cuda\", \"cuda:N\", an int N or \
+                     (kDLCPU, 0) / (kDLCUDA, N)"
+                ))),
+            },
+        };
+    }
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err("device must not be a bool"));
+    }
+    if let Ok(id) = obj.extract::<i64>() {
+        return cuda(id);
+    }
+    if let Ok((ty, id)) = obj.extract::<(i64, i64)>() {
+        return match ty {
+            KDLCPU => Ok(Location::Host),
+            KDLCUDA => cuda(id),
+            other => Err(PyValueError::new_err(format!(
+                "unsupported DLPack device type {other}; memarray arrays live on kDLCPU (1) \
+                 or kDLCUDA (2)"
+            ))),
+        };
+    }
+    if let (Ok(ty), Ok(index)) = (obj.getattr("type"), obj.getattr("index")) {
+        let ty: String = ty.extract()?;
+        return match (ty.as_str(), index.extract::<Option<i64>>()?) {
+            ("cpu", _) => Ok(Location::Host),
+            ("cuda", id) => cuda(id.unwrap_or(0)),
+            (other, _) => Err(PyValueError::new_err(format!(
+                "unsupported device type {other:?}"
+            ))),
+        };
+    }
+    Err(PyTypeError::new_err(format!(
+        "device must be a str, an int, a (device_type, id) pair or a torch.device, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+struct Args {
+    shape: Vec<usize>,
+    dtype: memarray_core::DType,
+    location: Location,
+    host_kind: Option<memarray_cuda::HostKind>,
+    stream: Option<memarray_cuda::StreamRef>,
+}
+
+fn args(
+    shape: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    host_memory: &str,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Args> {
+    Ok(Args {
+        shape: parse_shape(shape)?,
+        dtype: parse_dtype(dtype)?,
+        location: parse_device(device)?,
+        host_kind: parse_host_kind(host_memory)?,
+        stream: parse_move_stream(stream)?,
+    })
+}
+
+/// empty(shape, dtype=None, device="cpu", host_memory="auto", stream=None)
+///
+/// A new array on `device` only, contents unspecified on a device (zeros on the host).
+#[pyfunction]
+#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None))]
+pub fn empty(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    host_memory: &str,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyMemArray> {
+    let a = args(shape, dtype, device, host_memory, stream)?;
+    let raw = py
+        .detach(|| RawArray::empty_on(a.dtype, &a.shape, a.location, a.host_kind, a.stream))
+        .py()?;
+    Ok(raw.into())
+}
+
+/// zeros(shape, dtype=None, device="cpu", host_memory="auto", stream=None)
+///
+/// A zero-filled array on `device` only (a memset on a device, on `stream`).
+#[pyfunction]
+#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None))]
+pub fn zeros(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    host_memory: &str,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyMemArray> {
+    let a = args(shape, dtype, device, host_memory, stream)?;
+    let raw = py
+        .detach(|| RawArray::zeros_on(a.dtype, &a.shape, a.location, a.host_kind, a.stream))
+        .py()?;
+    Ok(raw.into())
+}
+
+/// full(shape, fill_value, dtype=None, device="cpu", host_memory="auto", stream=None)
+///
+/// An array of `fill_value` (converted to `dtype` as element assignment converts) on
+/// `device` only, filled there.
+#[pyfunction]
+#[pyo3(signature = (shape, fill_value, dtype=None, device=None, host_memory="auto", stream=None))]
+pub fn full(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    fill_value: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+    host_memory: &str,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyMemArray> {
+    let a = args(shape, dtype, device, host_memory, stream)?;
+    let value = py_to_bytes(fill_value, a.dtype)?;
+    let raw = py
+        .detach(|| RawArray::full_on(a.dtype, &a.shape, a.location, &value, a.host_kind, a.stream))
+        .py()?;
+    Ok(raw.into())
+}

@@ -1,0 +1,130 @@
+//! Arrays born where they are used (issue 7): `empty_on`, `zeros_on`, `full_on`.
+//!
+//! An array born on a device has a device buffer only; its host buffer is made on its
+//! first move to the host. `zeros_on` a device is a memset and `full_on` a memset or a
+//! one-element seed doubled by device copies: never a host-to-device copy of the data.
+
+use std::sync::Arc;
+
+use memarray_core::{CoreError, DType, HostBuffer, Location, Lock, shape};
+
+use super::device_side::DeviceSide;
+use super::host_kind::{HostKind, host_resource};
+use super::raw::RawArray;
+use crate::error::Result;
+use crate::stream::StreamRef;
+
+/// What the new array holds.
+enum Init<'a> {
+    Unset,
+    Zeros,
+    Value(&'a [u8]),
+}
+
+impl RawArray {
+    /// An array whose data lives at `location` only, with unspecified contents on a
+    /// device (the bytes the allocator hands out) and zeros on the host. The host kind
+    /// (for the host copy, made when first needed) defaults to [`HostKind::auto`].
+    pub fn empty_on(
+        dtype: DType,
+        shape: &[usize],
+        location: Location,
+        host_kind: Option<HostKind>,
+        stream: Option<StreamRef>,
+    ) -> Result<Self> {
+        Self::born(dtype, shape, location, host_kind, Init::Unset, stream)
+    }
+
+    /// A zero-filled array whose data lives at `location` only (a memset on a device,
+    /// ordered on `stream`, not waited for).
+    pub fn zeros_on(
+        dtype: DType,
+        shape: &[usize],
+        location: Location,
+        host_kind: Option<HostKind>,
+        stream: Option<StreamRef>,
+    ) -> Result<Self> {
+        Self::born(dtype, shape, location, host_kind, Init::Zeros, stream)
+    }
+
+    /// An array whose every element is `value` (`dtype.size()` bytes, native order),
+    /// living at `location` only.
+    pub fn full_on(
+        dtype: DType,
+        shape: &[usize],
+        location: Location,
+        value: &[u8],
+        host_kind: Option<HostKind>,
+        stream: Option<StreamRef>,
+    ) -> Result<Self> {
+        if value.len() != dtype.size() {
+            return Err(CoreError::CopyOutOfRange {
+                offset: 0,
+                len: value.len(),
+                capacity: dtype.size(),
+            }
+            .into());
+        }
+        Self::born(
+            dtype,
+            shape,
+            location,
+            host_kind,
+            Init::Value(value),
+            stream,
+        )
+    }
+
+    fn born(
+        dtype: DType,
+        shape: &[usize],
+        location: Location,
+        host_kind: Option<HostKind>,
+        init: Init<'_>,
+        stream: Option<StreamRef>,
+    ) -> Result<Self> {
+        let nbytes = shape::validate(shape, dtype.size())?;
+        let kind = host_kind.unwrap_or(HostKind::auto(nbytes));
+        match location {
+            Location::Host => {
+                let host = match host_resource(kind, 0)
+                    .and_then(|r| Ok(HostBuffer::zeroed_in(nbytes, r)?))
+                {
+                    Ok(h) => h,
+                    Err(_) if host_kind.is_none() && kind != HostKind::Pageable => {
+                        HostBuffer::zeroed_in(nbytes, Arc::new(memarray_core::HostResource))?
+                    }
+                    Err(e) => return Err(e),
+                };
+                let mut a = Self::from_host_buffer(dtype, shape, host, 0)?;
+                if let Init::Value(v) = init {
+                    for chunk in a.host_bytes_mut(None)?.chunks_exact_mut(v.len()) {
+                        chunk.copy_from_slice(v);
+                    }
+                }
+                Ok(a)
+            }
+            Location::Device(id) => {
+                let mut dev = DeviceSide::new();
+                let zeros = vec![0u8; dtype.size()];
+                let fill = match init {
+                    Init::Unset => None,
+                    Init::Zeros => Some(&zeros[..]),
+                    Init::Value(v) => Some(v),
+                };
+                dev.born(id, nbytes, fill, stream)?;
+                Ok(RawArray {
+                    dtype,
+                    shape: shape.to_vec(),
+                    nbytes,
+                    host: None,
+                    host_kind: kind,
+                    device_id: id,
+                    location,
+                    lock: Arc::new(Lock::new()),
+                    dev,
+                })
+            }
+        }
+    }
+}
