@@ -53,6 +53,9 @@ impl From<RawArray> for PyMemArray {
 /// queued device work, and other threads should run meanwhile.
 const DETACHED_DROP_BYTES: usize = 1 << 20;
 
+/// `sys.is_finalizing`, looked up once.
+static IS_FINALIZING: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+
 impl Drop for PyMemArray {
     fn drop(&mut self) {
         // SAFETY: `shared` is taken exactly once, here, and never used afterwards.
@@ -68,10 +71,11 @@ impl Drop for PyMemArray {
             let in_flight = PyErr::take(py);
             // Releasing the GIL while the interpreter finalizes could hand it to a daemon
             // thread that is being torn down: free in place then.
-            let finalizing = py
-                .import("sys")
-                .and_then(|sys| sys.call_method0("is_finalizing"))
-                .and_then(|f| f.extract::<bool>())
+            let finalizing = IS_FINALIZING
+                .get_or_try_init(py, || -> PyResult<_> {
+                    Ok(py.import("sys")?.getattr("is_finalizing")?.unbind())
+                })
+                .and_then(|f| f.bind(py).call0()?.extract::<bool>())
                 .unwrap_or(true);
             if finalizing {
                 drop(shared);

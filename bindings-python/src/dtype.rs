@@ -38,6 +38,9 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
             return Ok(DType::Complex128);
         }
     }
+    if let Some(d) = known_dtype(obj)? {
+        return Ok(d);
+    }
     let np = obj.py().import("numpy")?;
     let dt = np
         .getattr("dtype")?
@@ -54,6 +57,46 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
 }
 
 static NP_DTYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+static NP_SCALAR_TYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+/// The dtype of a NumPy dtype object or scalar type memarray made or knows (`np.float32`,
+/// `np.dtype("int8")`) by identity: the common case costs no NumPy call (about 2 us
+/// saved per array constructor).
+fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
+    let py = obj.py();
+    if NP_DTYPES.get(py).is_none() {
+        numpy_dtype(py, DType::F64)?; // fills the table
+    }
+    let dtypes = NP_DTYPES.get(py);
+    let scalars = NP_SCALAR_TYPES.get_or_try_init(py, || -> PyResult<_> {
+        let np = py.import("numpy")?;
+        DType::ALL
+            .iter()
+            .map(|d| -> PyResult<Py<PyAny>> {
+                Ok(match d {
+                    DType::BF16 => py.None(),
+                    other => np
+                        .getattr("dtype")?
+                        .call1((other.name(),))?
+                        .getattr("type")?
+                        .unbind(),
+                })
+            })
+            .collect()
+    })?;
+    for (i, d) in DType::ALL.iter().enumerate() {
+        let is_scalar = scalars
+            .get(i)
+            .is_some_and(|t| obj.is(t.bind(py)) && !t.is_none(py));
+        let is_dtype = dtypes
+            .and_then(|v| v.get(i))
+            .is_some_and(|t| obj.is(t.bind(py)) && !t.is_none(py));
+        if is_scalar || is_dtype {
+            return Ok(Some(*d));
+        }
+    }
+    Ok(None)
+}
 
 /// The NumPy dtype object for `d` (bfloat16 needs `ml_dtypes`).
 pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>> {

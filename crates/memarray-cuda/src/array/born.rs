@@ -87,9 +87,19 @@ impl RawArray {
         let kind = host_kind.unwrap_or(HostKind::auto(nbytes));
         match location {
             Location::Host => {
-                let host = match host_resource(kind, 0)
-                    .and_then(|r| Ok(HostBuffer::zeroed_in(nbytes, r)?))
-                {
+                let unset = matches!(init, Init::Unset);
+                let make = |r: Arc<dyn memarray_core::MemoryResource>| -> Result<HostBuffer> {
+                    if unset && kind == HostKind::Pinned {
+                        // SAFETY: pinned memory comes from the pinned pool: a block it
+                        // hands out again holds its last user's bytes, a fresh one the
+                        // zeroed pages cuMemHostAlloc maps; either way every byte has a
+                        // value, as np.empty's and torch.empty's do.
+                        Ok(unsafe { HostBuffer::uninit_in(nbytes, r)? })
+                    } else {
+                        Ok(HostBuffer::zeroed_in(nbytes, r)?)
+                    }
+                };
+                let host = match host_resource(kind, 0).and_then(make) {
                     Ok(h) => h,
                     Err(_) if host_kind.is_none() && kind != HostKind::Pageable => {
                         HostBuffer::zeroed_in(nbytes, Arc::new(memarray_core::HostResource))?

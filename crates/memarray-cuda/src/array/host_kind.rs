@@ -6,7 +6,7 @@ use memarray_core::{HostResource, MemoryResource};
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::resource::{ManagedResource, PinnedResource};
+use crate::resource::ManagedResource;
 
 /// Arrays of at least this many bytes get pinned host memory by default when a CUDA
 /// device is present ([`HostKind::auto`]).
@@ -48,7 +48,7 @@ impl HostKind {
 pub(super) fn host_resource(kind: HostKind, device_id: u32) -> Result<Arc<dyn MemoryResource>> {
     Ok(match kind {
         HostKind::Pageable => Arc::new(HostResource),
-        HostKind::Pinned => Arc::new(PinnedResource::new(&Device::get(device_id)?)),
+        HostKind::Pinned => crate::resource::pinned_pool(&Device::get(device_id)?),
         HostKind::Managed => Arc::new(ManagedResource::new(&Device::get(device_id)?)),
     })
 }

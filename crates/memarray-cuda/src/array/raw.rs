@@ -56,6 +56,16 @@ pub struct RawArray {
     pub(super) dev: DeviceSide,
 }
 
+impl Drop for RawArray {
+    /// Work queued on the array may still read or write its host copy (an asynchronous
+    /// copy): wait for it before the host buffer goes back to its resource, since a pool
+    /// hands freed blocks out again at once. (The device side's own drop then finds
+    /// nothing pending.)
+    fn drop(&mut self) {
+        let _ = self.dev.wait_host();
+    }
+}
+
 impl RawArray {
     /// A zero-filled array on the host targeting device `device_id`, with the default host
     /// memory kind ([`HostKind::auto`]; pageable if pinning fails).
