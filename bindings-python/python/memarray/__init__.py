@@ -30,6 +30,7 @@ __all__ = [
     "LockError",
     "MemArray",
     "asarray",
+    "cupy_allocator",
     "cuda",
     "dlpack",
     "empty",
@@ -38,6 +39,14 @@ __all__ = [
     "resources",
     "zeros",
 ]
+
+
+def cupy_allocator(nbytes: int):
+    """``cupy.cuda.set_allocator(memarray.cupy_allocator)``: CuPy allocates from memarray's
+    default resource (see ``memarray.cupy``)."""
+    from .cupy import allocator
+
+    return allocator(nbytes)
 
 
 def asarray(obj, copy: bool | None = None) -> MemArray:
