@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import threading
 
 from numba.cuda import GetIpcHandleMixin, HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
@@ -29,26 +30,14 @@ from . import resources
 __all__ = ["MemarrayNumbaManager"]
 
 
-def _uses_nvidia_binding() -> bool:
-    try:
-        from numba.cuda.cudadrv.driver import USE_NV_BINDING
-
-        return bool(USE_NV_BINDING)
-    except ImportError:
-        from numba.core import config
-
-        return bool(getattr(config, "CUDA_USE_NVIDIA_BINDING", False))
-
-
 def _device_pointer(address: int):
-    """A device pointer in the form this Numba's driver layer expects."""
-    if _uses_nvidia_binding():
-        try:
-            from cuda.bindings.driver import CUdeviceptr
-        except ImportError:  # cuda-python < 12.6
-            from cuda.cuda import CUdeviceptr
-        return CUdeviceptr(int(address))
-    return ctypes.c_uint64(int(address))
+    """A device pointer in the form this Numba's driver layer expects: the CUDA Python
+    binding's ``CUdeviceptr`` (numba-cuda, and Numba with the NVIDIA binding), else the
+    ``ctypes.c_void_p`` of NBEP 7."""
+    driver = importlib.import_module("numba.cuda.cudadrv.driver")
+    if getattr(driver, "USE_NV_BINDING", True) and hasattr(driver, "binding"):
+        return driver.binding.CUdeviceptr(int(address))
+    return ctypes.c_void_p(int(address))
 
 
 class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
