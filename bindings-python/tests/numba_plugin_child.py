@@ -12,6 +12,12 @@ import numpy as np
 
 from memarray import resources as mr
 
+if not hasattr(np, "row_stack"):
+    # Numba 0.68's typing tables name np.row_stack, which NumPy 2.5 removed (seen on the
+    # GPU machine: the first @cuda.jit compile fails). Not memarray's concern; shimmed so
+    # the kernel below compiles.
+    np.row_stack = np.vstack
+
 stats = mr.Statistics(mr.Pool(mr.Device(0)))
 mr.set_default_resource(stats, 0)
 from numba import cuda  # noqa: E402 - after the default resource is set
