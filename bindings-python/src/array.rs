@@ -721,6 +721,14 @@ impl PyMemArray {
         self.location_tuple(py)
     }
 
+    /// save(path)
+    ///
+    /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read
+    /// back from the device in pieces when it is there). GIL released.
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        self.with_detached(py, |raw| raw.save_npy(&path, None)).py()
+    }
+
     /// Pickle support (protocol 5 hands the host data out of band, uncopied).
     fn __reduce_ex__<'py>(&self, py: Python<'py>, protocol: i64) -> PyResult<Bound<'py, PyAny>> {
         crate::pickle::reduce(py, self, protocol)

@@ -156,3 +156,23 @@ pub fn full(
         .py()?;
     Ok(raw.into())
 }
+
+/// load(path, device="cpu", host_memory="auto")
+///
+/// Reads a `.npy` file into a new array on `device` (copied from the file's mapping
+/// straight there). OSError for a missing file, ValueError for a bad or short one.
+#[pyfunction]
+#[pyo3(signature = (path, device=None, host_memory="auto"))]
+pub fn load(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    device: Option<&Bound<'_, PyAny>>,
+    host_memory: &str,
+) -> PyResult<PyMemArray> {
+    let location = parse_device(device)?;
+    let kind = parse_host_kind(host_memory)?;
+    let raw = py
+        .detach(|| RawArray::load_npy(&path, location, kind))
+        .py()?;
+    Ok(raw.into())
+}

@@ -34,6 +34,7 @@ pub fn core_err(e: CoreError) -> PyErr {
         }
         CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         CoreError::Io { .. } => PyOSError::new_err(msg),
+        CoreError::BadNpy { .. } => PyValueError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

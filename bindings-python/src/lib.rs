@@ -35,6 +35,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(born::empty, m)?)?;
     m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(born::full, m)?)?;
+    m.add_function(wrap_pyfunction!(born::load, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
     m.add_class::<pickle::HostBytes>()?;
     m.add_function(wrap_pyfunction!(pickle::_from_pickle, m)?)?;

@@ -19,6 +19,7 @@ from ._memarray import (
     empty,
     from_dlpack,
     full,
+    load,
     zeros,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "empty",
     "from_dlpack",
     "full",
+    "load",
     "resources",
     "zeros",
 ]

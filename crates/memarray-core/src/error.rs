@@ -128,6 +128,15 @@ pub enum CoreError {
         /// The buffer's size.
         capacity: usize,
     },
+    /// A `.npy` file memarray cannot read: a bad header, a dtype or order it does not
+    /// hold, or less data than the header describes.
+    #[error("cannot read {path} as .npy: {reason}")]
+    BadNpy {
+        /// The file.
+        path: String,
+        /// What is wrong, and the fix where there is one.
+        reason: String,
+    },
     /// An I/O error from a file-backed resource.
     #[error("I/O error on {path}: {reason}")]
     Io {

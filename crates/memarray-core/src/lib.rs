@@ -18,6 +18,7 @@ pub mod error;
 pub mod host;
 pub mod indexer;
 pub mod lock;
+pub mod npy;
 pub mod resource;
 pub mod shape;
 

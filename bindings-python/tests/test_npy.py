@@ -1,0 +1,81 @@
+"""`.npy` save and load (issue 7): readable by numpy.load, every dtype NumPy has, bad
+files refused with typed errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import DTYPES, SHAPES, init_array
+
+import memarray
+from memarray import dlpack
+
+NP_DTYPES = [d for d in DTYPES if d != "bfloat16"]
+
+
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_save_is_numpy_readable_and_load_round_trips(tmp_path, shape, dtype):
+    a = memarray.MemArray(shape, dtype)
+    a.read_numpy_array(init_array(shape, dtype))
+    path = tmp_path / "a.npy"
+    a.save(path)
+    np.testing.assert_array_equal(np.load(path), init_array(shape, dtype))
+    b = memarray.load(path)
+    assert b.shape == shape and b.dtype == np.dtype(dtype) and b.device == "cpu"
+    np.testing.assert_array_equal(b.to_numpy(), init_array(shape, dtype))
+
+
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+def test_load_numpy_written_files(tmp_path, dtype):
+    x = init_array((3, 5, 2), dtype)
+    np.save(tmp_path / "x.npy", x)
+    np.testing.assert_array_equal(memarray.load(str(tmp_path / "x.npy")).to_numpy(), x)
+
+
+def test_bad_files_are_typed_errors(tmp_path):
+    with pytest.raises(OSError):
+        memarray.load(tmp_path / "missing.npy")
+    (tmp_path / "junk.npy").write_bytes(b"not an npy file at all")
+    with pytest.raises(ValueError, match="npy"):
+        memarray.load(tmp_path / "junk.npy")
+    np.save(tmp_path / "short.npy", np.arange(1000.0))
+    data = (tmp_path / "short.npy").read_bytes()
+    (tmp_path / "short.npy").write_bytes(data[:-8])
+    with pytest.raises(ValueError, match="8000 bytes of data"):
+        memarray.load(tmp_path / "short.npy")
+    np.save(tmp_path / "big.npy", np.arange(4, dtype=">f8"))
+    with pytest.raises(ValueError, match="dtype"):
+        memarray.load(tmp_path / "big.npy")
+    np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((2, 3))))
+    with pytest.raises(ValueError, match="Fortran"):
+        memarray.load(tmp_path / "f.npy")
+    np.save(tmp_path / "obj.npy", np.array([1, "x"], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError):
+        memarray.load(tmp_path / "obj.npy")
+    with pytest.raises(OSError):
+        memarray.MemArray([2]).save(tmp_path / "no-such-dir" / "a.npy")
+    with pytest.raises(ValueError):
+        memarray.load(tmp_path / "junk.npy", device="tpu")
+
+
+def test_locked_array_refuses_to_save(tmp_path):
+    a = memarray.MemArray([2])
+    with a.get_dlpack():
+        with pytest.raises(memarray.LockError):
+            a.save(tmp_path / "a.npy")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+def test_load_onto_the_device_and_save_from_it(tmp_path, dtype):
+    x = init_array((1000, 3), dtype)
+    np.save(tmp_path / "x.npy", x)
+    a = memarray.load(tmp_path / "x.npy", device="cuda")
+    assert a.device == "cuda:0" and not a.has_host_copy
+    np.testing.assert_array_equal(a.to_numpy(), x)
+    a.save(tmp_path / "y.npy")
+    assert a.device == "cuda:0"
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x)
+    a.move_memory(dlpack.kDLCPU)
+    np.testing.assert_array_equal(a.to_numpy(), x)
