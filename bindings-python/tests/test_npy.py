@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DTYPES, SHAPES, init_array
 
 import memarray
+from conftest import DTYPES, SHAPES, init_array
 from memarray import dlpack
 
 NP_DTYPES = [d for d in DTYPES if d != "bfloat16"]
