@@ -721,6 +721,23 @@ impl PyMemArray {
         self.location_tuple(py)
     }
 
+    /// A handle another process opens with `memarray.from_ipc_handle` to share this
+    /// array's device memory (picklable). The data must be on a device; queued work is
+    /// waited for first. Keep this array alive, on the device, while others use it.
+    fn ipc_handle(&self, py: Python<'_>) -> PyResult<crate::ipc::PyIpcHandle> {
+        let (handle, dtype, shape) = self
+            .with_detached(py, |raw| {
+                raw.ipc_handle(None)
+                    .map(|h| (h, raw.dtype(), raw.shape().to_vec()))
+            })
+            .py()?;
+        Ok(crate::ipc::PyIpcHandle {
+            handle,
+            dtype,
+            shape,
+        })
+    }
+
     /// save(path)
     ///
     /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read

@@ -12,6 +12,7 @@ mod cuda;
 mod dlpack;
 mod dtype;
 mod errors;
+mod ipc;
 mod pickle;
 mod resources;
 mod stream;
@@ -36,6 +37,9 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(born::full, m)?)?;
     m.add_function(wrap_pyfunction!(born::load, m)?)?;
+    m.add_class::<ipc::PyIpcHandle>()?;
+    m.add_function(wrap_pyfunction!(ipc::from_ipc_handle, m)?)?;
+    m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
     m.add_class::<pickle::HostBytes>()?;
     m.add_function(wrap_pyfunction!(pickle::_from_pickle, m)?)?;

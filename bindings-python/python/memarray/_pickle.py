@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._memarray import _from_pickle
+from ._memarray import _from_pickle, _ipc_handle_from_bytes
 
 
 def rebuild(data, dtype, shape, device, device_id, host_memory):
@@ -13,3 +13,8 @@ def rebuild(data, dtype, shape, device, device_id, host_memory):
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return _from_pickle(view, dtype, tuple(shape), device, device_id, host_memory)
+
+
+def ipc_handle(data, dtype, shape):
+    """Rebuilds a pickled ``memarray.IpcHandle``."""
+    return _ipc_handle_from_bytes(bytes(data), dtype, list(shape))

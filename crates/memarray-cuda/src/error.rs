@@ -105,6 +105,13 @@ pub enum CudaError {
         "the array has no device copy; move it to a device first (move_memory(Location::Device(id), ..))"
     )]
     NoDeviceCopy,
+    /// Device memory that cannot be shared with another process, or an IPC handle that
+    /// cannot be opened here.
+    #[error("CUDA IPC: {reason}")]
+    Ipc {
+        /// What failed and why, with the fix where there is one.
+        reason: String,
+    },
     /// Host access to an array born on a device that has no host copy yet (an internal
     /// invariant: every path to the host makes one first).
     #[error(

@@ -9,6 +9,7 @@
 //!   memarray-core's [`MemoryResource`](memarray_core::MemoryResource).
 //! - [`transfer`]: bounds-checked copies (host to device, device to host, device to
 //!   device, peer) and memsets on a stream.
+//! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
 //! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed
 //!   [`Indexer`](memarray_core::Indexer)s by value.
 //!
@@ -33,6 +34,7 @@ pub mod buffer;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod ipc;
 pub mod kernel;
 pub mod resource;
 pub mod stream;

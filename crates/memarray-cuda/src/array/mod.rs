@@ -10,6 +10,7 @@ mod device_side;
 mod export;
 mod host_kind;
 mod host_ops;
+mod ipc;
 mod npy;
 mod raw;
 mod shared;

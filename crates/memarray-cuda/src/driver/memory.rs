@@ -229,3 +229,62 @@ pub(crate) unsafe fn memcpy_peer_async(
         sys::cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, s)
     })
 }
+
+/// `cuMemGetAddressRange`: the allocation `(base, size)` that contains `p`.
+///
+/// # Safety
+/// 1. A context of `p`'s device is current on the calling thread.
+pub(crate) unsafe fn mem_get_address_range(p: u64) -> Result<(u64, usize)> {
+    init()?;
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: item 1; the out pointers are valid.
+    check("cuMemGetAddressRange_v2", unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, p)
+    })?;
+    Ok((base, size))
+}
+
+/// `cuIpcGetMemHandle`: the 64-byte handle another process opens to map the allocation
+/// starting at `base`.
+///
+/// # Safety
+/// 1. `base` is the start of a live `cuMemAlloc` allocation; its context is current.
+pub(crate) unsafe fn ipc_get_mem_handle(base: u64) -> Result<[u8; 64]> {
+    init()?;
+    let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuIpcGetMemHandle", unsafe {
+        sys::cuIpcGetMemHandle(&mut h, base)
+    })?;
+    Ok(h.reserved.map(|b| b as u8))
+}
+
+/// `cuIpcOpenMemHandle` (lazy peer access): maps another process's allocation.
+///
+/// # Safety
+/// 1. A context of the allocation's device is current on the calling thread.
+pub(crate) unsafe fn ipc_open_mem_handle(handle: &[u8; 64]) -> Result<u64> {
+    init()?;
+    let h = sys::CUipcMemHandle_st {
+        reserved: handle.map(|b| b as ::core::ffi::c_char),
+    };
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: item 1; the out pointer is valid; a bad handle is an error, not UB.
+    check("cuIpcOpenMemHandle_v2", unsafe {
+        sys::cuIpcOpenMemHandle_v2(&mut p, h, 1)
+    })?;
+    Ok(p)
+}
+
+/// `cuIpcCloseMemHandle`.
+///
+/// # Safety
+/// 1. `p` came from `ipc_open_mem_handle`, is closed once, and nothing uses it after.
+/// 2. Its device's context is current.
+pub(crate) unsafe fn ipc_close_mem_handle(p: u64) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuIpcCloseMemHandle", unsafe {
+        sys::cuIpcCloseMemHandle(p)
+    })
+}

@@ -1,0 +1,227 @@
+//! Sharing device memory between processes (CUDA IPC), for arrays and buffers.
+//!
+//! [`DeviceBuffer::ipc_handle`] names the buffer's `cuMemAlloc` allocation (a caching-pool
+//! block is an offset into its segment) by a 64-byte driver handle plus offset, length,
+//! device and the exporting process id: an [`IpcHandle`], which serialises to bytes
+//! ([`IpcHandle::to_bytes`]) for pipes, queues and pickles. Another process opens it with
+//! [`open`]: the mapping is made once per process and handle and shared by every buffer
+//! over it, and closed when the last drops. The exporter must keep the memory alive (and
+//! its writes finished) while importers use it; CUDA forbids opening a handle in the
+//! process that made it. Memory that is not from `cuMemAlloc` (managed memory, the
+//! driver's async pool) cannot be shared: [`CudaError::Ipc`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::driver;
+use crate::error::{CudaError, Result};
+use crate::stream::StreamRef;
+
+/// Serialised length of an [`IpcHandle`].
+pub const IPC_HANDLE_BYTES: usize = 4 + 64 + 8 + 8 + 4 + 4;
+const TAG: &[u8; 4] = b"MAH1";
+
+/// A device buffer's memory as another process can open it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpcHandle {
+    /// The driver's handle of the allocation.
+    pub handle: [u8; 64],
+    /// Byte offset of the buffer in the allocation.
+    pub offset: u64,
+    /// Bytes of the buffer.
+    pub nbytes: u64,
+    /// Device ordinal in the exporting process (the importer opens on the same ordinal:
+    /// keep `CUDA_VISIBLE_DEVICES` the same).
+    pub device_id: u32,
+    /// The exporting process.
+    pub pid: u32,
+}
+
+impl IpcHandle {
+    /// `MAH1`, the handle, then offset, nbytes, device id and pid, little-endian.
+    pub fn to_bytes(&self) -> [u8; IPC_HANDLE_BYTES] {
+        let mut out = [0u8; IPC_HANDLE_BYTES];
+        out[..4].copy_from_slice(TAG);
+        out[4..68].copy_from_slice(&self.handle);
+        out[68..76].copy_from_slice(&self.offset.to_le_bytes());
+        out[76..84].copy_from_slice(&self.nbytes.to_le_bytes());
+        out[84..88].copy_from_slice(&self.device_id.to_le_bytes());
+        out[88..92].copy_from_slice(&self.pid.to_le_bytes());
+        out
+    }
+
+    /// The inverse of [`to_bytes`](Self::to_bytes); anything else is [`CudaError::Ipc`].
+    pub fn from_bytes(b: &[u8]) -> Result<Self> {
+        if b.len() != IPC_HANDLE_BYTES || &b[..4] != TAG {
+            return Err(CudaError::Ipc {
+                reason: format!(
+                    "not a memarray IPC handle ({} bytes; a handle is {IPC_HANDLE_BYTES} \
+                     bytes starting with MAH1)",
+                    b.len()
+                ),
+            });
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+        let mut handle = [0u8; 64];
+        handle.copy_from_slice(&b[4..68]);
+        Ok(Self {
+            handle,
+            offset: u64_at(68),
+            nbytes: u64_at(76),
+            device_id: u32_at(84),
+            pid: u32_at(88),
+        })
+    }
+}
+
+impl DeviceBuffer {
+    /// A handle another process can open to map this buffer's memory.
+    pub fn ipc_handle(&self) -> Result<IpcHandle> {
+        let device = self.device().clone();
+        let _ctx = device.bind()?;
+        let addr = self.device_ptr();
+        let refuse = |e: CudaError| CudaError::Ipc {
+            reason: format!(
+                "memory from {} cannot be shared with another process ({e}); IPC needs \
+                 cuMemAlloc memory: the device resource or a pool over it",
+                self.resource().name()
+            ),
+        };
+        // SAFETY: the buffer is live and its device's context is bound above.
+        let (base, size) = unsafe { driver::mem_get_address_range(addr) }.map_err(refuse)?;
+        // SAFETY: `base` starts the live allocation containing the buffer (just asked).
+        let handle = unsafe { driver::ipc_get_mem_handle(base) }.map_err(refuse)?;
+        debug_assert!(addr - base + self.len() as u64 <= size as u64);
+        Ok(IpcHandle {
+            handle,
+            offset: addr - base,
+            nbytes: self.len() as u64,
+            device_id: device.id(),
+            pid: std::process::id(),
+        })
+    }
+}
+
+/// One process's mapping of another's allocation; closed when the last user drops.
+#[derive(Debug)]
+struct Mapping {
+    device: Arc<Device>,
+    base: u64,
+    size: usize,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Ok(_ctx) = self.device.bind() {
+            // SAFETY: base came from ipc_open_mem_handle, and this is its only closer
+            // (the last Arc); the device's context is bound.
+            let _ = unsafe { driver::ipc_close_mem_handle(self.base) };
+        }
+    }
+}
+
+fn mappings() -> &'static Mutex<HashMap<[u8; 64], Weak<Mapping>>> {
+    static M: OnceLock<Mutex<HashMap<[u8; 64], Weak<Mapping>>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+/// Opens `h` (made by another process) as a device buffer sharing its memory. The first
+/// open of a handle maps it; later ones reuse the mapping (about a microsecond).
+pub fn open(h: &IpcHandle) -> Result<DeviceBuffer> {
+    if h.pid == std::process::id() {
+        return Err(CudaError::Ipc {
+            reason: "this handle was made by this process; CUDA opens IPC handles only in \
+                     other processes (use the array itself here)"
+                .into(),
+        });
+    }
+    let device = Device::get(h.device_id)?;
+    let mapping = {
+        let mut map = mappings().lock().unwrap_or_else(PoisonError::into_inner);
+        match map.get(&h.handle).and_then(Weak::upgrade) {
+            Some(m) => m,
+            None => {
+                let _ctx = device.bind()?;
+                // SAFETY: the device's context is bound; a stale or foreign handle is a
+                // driver error, not undefined behaviour.
+                let base = unsafe { driver::ipc_open_mem_handle(&h.handle) }.map_err(|e| {
+                    CudaError::Ipc {
+                        reason: format!(
+                            "cannot open the handle of process {} on cuda:{} ({e}); the \
+                             exporting process may have exited or freed the memory",
+                            h.pid, h.device_id
+                        ),
+                    }
+                })?;
+                // SAFETY: base is a live mapping in this device's context.
+                let (_, size) = unsafe { driver::mem_get_address_range(base) }?;
+                let m = Arc::new(Mapping {
+                    device: device.clone(),
+                    base,
+                    size,
+                });
+                map.retain(|_, w| w.strong_count() > 0);
+                map.insert(h.handle, Arc::downgrade(&m));
+                m
+            }
+        }
+    };
+    let end = h.offset.checked_add(h.nbytes);
+    if end.is_none_or(|e| e > mapping.size as u64) {
+        return Err(CudaError::Ipc {
+            reason: format!(
+                "the handle claims {} bytes at offset {} of a {}-byte allocation",
+                h.nbytes, h.offset, mapping.size
+            ),
+        });
+    }
+    let addr = mapping.base + h.offset;
+    // SAFETY: [addr, addr + nbytes) lies in the mapped allocation (checked above), which
+    // stays mapped while `mapping` (the owner) lives; the exporter's writes are finished
+    // before it hands out the handle (RawArray::ipc_handle synchronises).
+    unsafe {
+        DeviceBuffer::from_foreign(
+            &device,
+            addr,
+            h.nbytes as usize,
+            Box::new(mapping),
+            StreamRef::legacy(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_through_bytes_and_garbage_is_refused() {
+        let h = IpcHandle {
+            handle: std::array::from_fn(|i| i as u8),
+            offset: 512,
+            nbytes: 1 << 20,
+            device_id: 1,
+            pid: 4242,
+        };
+        assert_eq!(IpcHandle::from_bytes(&h.to_bytes()).unwrap(), h);
+        assert!(IpcHandle::from_bytes(b"short").is_err());
+        let mut bad = h.to_bytes();
+        bad[0] = b'X';
+        assert!(IpcHandle::from_bytes(&bad).is_err());
+    }
+
+    #[test]
+    fn own_handles_are_refused_before_any_driver_call() {
+        let h = IpcHandle {
+            handle: [0; 64],
+            offset: 0,
+            nbytes: 8,
+            device_id: 0,
+            pid: std::process::id(),
+        };
+        assert!(matches!(open(&h), Err(CudaError::Ipc { .. })));
+    }
+}
