@@ -382,30 +382,42 @@ pub(crate) fn location_tuple(loc: Location) -> (i64, i64) {
 
 #[pymethods]
 impl PyMemArray {
-    /// MemArray(shape, dtype=None, device_id=0, host_memory="auto")
+    /// MemArray(shape, dtype=None, device_id=0, host_memory="auto", host_resource=None,
+    ///          device_resource=None)
     ///
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default
     /// float64); `device_id` is the CUDA device it moves to; `host_memory` picks the host
     /// buffer kind: "pageable", "pinned", "managed", or "auto" (pinned from 16 MiB up
     /// when a CUDA device is present, else pageable; measured in docs/python-guide.md).
+    /// `host_resource` / `device_resource` (`memarray.resources`) give this array its own
+    /// sources for its host buffer and its device buffers.
     #[new]
-    #[pyo3(signature = (shape, dtype=None, device_id=0, host_memory="auto"))]
+    #[pyo3(signature = (shape, dtype=None, device_id=0, host_memory="auto", host_resource=None, device_resource=None))]
     fn new(
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
         device_id: i64,
         host_memory: &str,
+        host_resource: Option<&Bound<'_, PyAny>>,
+        device_resource: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let shape = parse_shape(shape)?;
         let dtype = parse_dtype(dtype)?;
         let device_id = u32::try_from(device_id)
             .map_err(|_| PyValueError::new_err(format!("invalid device_id {device_id}")))?;
         let kind = parse_host_kind(host_memory)?;
+        let host = crate::resources::resource_arg(host_resource)?;
+        let device = crate::resources::resource_arg(device_resource)?;
         let raw = py
-            .detach(|| match kind {
-                Some(kind) => RawArray::zeros_in(dtype, &shape, device_id, kind),
-                None => RawArray::zeros(dtype, &shape, device_id),
+            .detach(|| -> memarray_cuda::Result<RawArray> {
+                let mut raw = match (host, kind) {
+                    (Some(h), _) => RawArray::zeros_with(dtype, &shape, device_id, h, None)?,
+                    (None, Some(kind)) => RawArray::zeros_in(dtype, &shape, device_id, kind)?,
+                    (None, None) => RawArray::zeros(dtype, &shape, device_id)?,
+                };
+                raw.set_device_resource(device)?;
+                Ok(raw)
             })
             .py()?;
         Ok(raw.into())

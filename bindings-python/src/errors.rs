@@ -46,7 +46,9 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::Core(c) => core_err(c),
         CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
         CudaError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
-        CudaError::NoSuchDevice { .. } => PyValueError::new_err(msg),
+        CudaError::NoSuchDevice { .. } | CudaError::Inaccessible { .. } => {
+            PyValueError::new_err(msg)
+        }
         CudaError::NotOnHost { location } => PyBufferError::new_err(format!(
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"

@@ -221,6 +221,26 @@ impl PyResource {
 
 const ALIGN: usize = 256;
 
+/// The Rust resource behind a `memarray.resources.Resource` (its `_handle`), or None.
+pub(crate) fn resource_arg(
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Arc<dyn MemoryResource>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    let handle = obj.getattr("_handle").unwrap_or_else(|_| obj.clone());
+    let r = handle.cast::<PyResource>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "expected a memarray.resources.Resource, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    Ok(Some(r.get().resource()))
+}
+
 /// Memory from a resource, freed once: by `free()` or when collected.
 #[pyclass(module = "memarray.resources", frozen)]
 pub struct Allocation {

@@ -178,3 +178,38 @@ def test_every_device_kind_and_statistics_see_cupy_free_memory():
         assert s.statistics()["current_bytes"] == 0
         assert s.upstream.trim() > 0
         assert r.device_id in (0, None)
+
+
+def test_per_array_host_resource(tmp_path):
+    stats = mr.Statistics(mr.Host())
+    a = memarray.MemArray([1000], np.float64, host_resource=stats)
+    assert stats.statistics()["current_bytes"] == 8000
+    a[3] = 1.5
+    assert a.to_numpy()[3] == 1.5
+    b = memarray.MemArray([10], np.int8, host_resource=mr.File(tmp_path / "b.bin"))
+    b[9] = 7
+    assert b.to_numpy()[9] == 7
+    del a
+    gc.collect()
+    assert stats.statistics()["current_bytes"] == 0
+
+
+def test_per_array_resources_are_checked():
+    with pytest.raises(TypeError, match="Resource"):
+        memarray.MemArray([4], host_resource="pinned")
+    with pytest.raises(ValueError, match="not accessible"):
+        memarray.MemArray([4], device_resource=mr.Host())
+
+
+@pytest.mark.gpu
+def test_per_array_device_resource():
+    stats = mr.Statistics(mr.Pool(mr.Device(0)))
+    a = memarray.MemArray([1 << 18], np.float32, device_resource=stats)
+    assert stats.statistics()["current_count"] == 0, "allocated on first move"
+    a.move_memory(dlpack.kDLCUDA)
+    assert stats.statistics()["current_bytes"] >= 1 << 20
+    b = a.copy()
+    assert stats.statistics()["current_count"] == 2, "copies keep the array's resource"
+    del a, b
+    gc.collect()
+    assert stats.statistics()["current_count"] == 0

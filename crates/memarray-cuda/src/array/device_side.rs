@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use memarray_core::{DType, HostBuffer, Location};
+use memarray_core::{DType, HostBuffer, Location, MemoryResource};
 
 use super::export::Consumer;
 use crate::buffer::DeviceBuffer;
@@ -37,6 +37,9 @@ pub(crate) struct DeviceSide {
     /// next operation on that device. Streams belong to one device: kernels launched and
     /// events recorded on another device's stream fail, so it is never reused elsewhere.
     last_stream: Option<(StreamRef, u32)>,
+    /// Where this array's device buffers come from, instead of the device's default
+    /// resource ([`crate::resource::default_resource`]).
+    resource: Option<Arc<dyn MemoryResource>>,
 }
 
 impl Drop for DeviceSide {
@@ -53,6 +56,20 @@ impl DeviceSide {
             buffer: None,
             pending: Mutex::new(None),
             last_stream: None,
+            resource: None,
+        }
+    }
+
+    /// Makes `r` the source of this array's future device buffers.
+    pub(crate) fn set_resource(&mut self, r: Option<Arc<dyn MemoryResource>>) {
+        self.resource = r;
+    }
+
+    /// The resource a new device buffer on `device` comes from.
+    fn resource_for(&self, device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
+        match &self.resource {
+            Some(r) => Ok(r.clone()),
+            None => default_resource(device),
         }
     }
 
@@ -196,7 +213,7 @@ impl DeviceSide {
             return Ok(b.clone());
         }
         let device = Device::get(device_id)?;
-        let resource = default_resource(&device)?;
+        let resource = self.resource_for(&device)?;
         // SAFETY: item 1.
         let mut b = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
         if !stream.is_persistent() {
@@ -426,6 +443,7 @@ impl DeviceSide {
     /// the data is on a device, nothing otherwise.
     pub(crate) fn try_clone(&self, location: Location, nbytes: usize) -> Result<Self> {
         let mut out = Self::new();
+        out.resource = self.resource.clone();
         if let Location::Device(_) = location {
             let src = self.current()?;
             let stream = self.pick(None, src.device().id());

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use memarray_core::shape;
 use memarray_core::{
     CoreError, DType, HostBuffer, HostResource, Location, Lock, LockToken, MemoryKind,
+    MemoryResource,
 };
 
 use super::device_side::DeviceSide;
@@ -528,6 +529,43 @@ impl RawArray {
             self.host = Some(Arc::new(host));
         }
         Ok(())
+    }
+
+    /// Makes `r` the source of this array's future device buffers (the first move to a
+    /// device, a peer move, copies), instead of the device's default resource; `None`
+    /// goes back to the default. `r` must serve memory devices can use.
+    pub fn set_device_resource(&mut self, r: Option<Arc<dyn MemoryResource>>) -> Result<()> {
+        if let Some(res) = &r
+            && !res.is_accessible_from(Location::Device(self.device_id))
+        {
+            return Err(CudaError::Inaccessible {
+                resource: res.name().to_string(),
+                location: Location::Device(self.device_id),
+            });
+        }
+        self.dev.set_resource(r);
+        Ok(())
+    }
+
+    /// An array like [`RawArray::zeros`] whose host buffer comes from `host` (any
+    /// host-accessible resource: pinned, a pool, a file) and whose device buffers come
+    /// from `device` (or the device's default resource).
+    pub fn zeros_with(
+        dtype: DType,
+        shape: &[usize],
+        device_id: u32,
+        host: Arc<dyn MemoryResource>,
+        device: Option<Arc<dyn MemoryResource>>,
+    ) -> Result<Self> {
+        let nbytes = shape::validate(shape, dtype.size())?;
+        let mut a = Self::from_host_buffer(
+            dtype,
+            shape,
+            HostBuffer::zeroed_in(nbytes, host)?,
+            device_id,
+        )?;
+        a.set_device_resource(device)?;
+        Ok(a)
     }
 
     /// Whether the array has a host copy yet (arrays born on a device get one on their
