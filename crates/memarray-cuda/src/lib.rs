@@ -10,6 +10,8 @@
 //! - [`transfer`]: bounds-checked copies (host to device, device to host, device to
 //!   device, peer) and memsets on a stream.
 //! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
+//! - [`sync`]: one bounds-checked, waited-for copy between any two kinds of memory
+//!   ([`sync::sync_to`], umem's `sync_to` / `sync_from`).
 //! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed
 //!   [`Indexer`](memarray_core::Indexer)s by value.
 //!
@@ -38,6 +40,7 @@ pub mod ipc;
 pub mod kernel;
 pub mod resource;
 pub mod stream;
+pub mod sync;
 #[doc(hidden)]
 pub mod testing;
 pub mod transfer;

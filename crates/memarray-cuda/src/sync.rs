@@ -1,0 +1,112 @@
+//! One copy between any two kinds of memory (umem's `sync_to` / `sync_from`).
+//!
+//! A [`Span`] is a byte range of host-reachable memory (a [`HostBuffer`] from a host,
+//! pinned, managed or file resource) or of device memory (a [`DeviceBuffer`]).
+//! [`sync_to`] copies `len` bytes between two spans of any kinds, checks both ranges
+//! ([`CoreError::CopyOutOfRange`]), picks the transfer (memcpy, host to device, device to
+//! host, device to device, peer) and returns once the bytes have arrived, so both sides
+//! may be used at once. The MemArray mirror's asynchronous moves use the `_raw`
+//! transfers in [`crate::transfer`] instead, ordered by events.
+
+use memarray_core::{CoreError, HostBuffer};
+
+use crate::buffer::DeviceBuffer;
+use crate::error::Result;
+use crate::stream::StreamRef;
+use crate::transfer;
+
+/// A byte range to copy to or from.
+#[derive(Clone, Copy, Debug)]
+pub enum Span<'a> {
+    /// Host-reachable memory at an offset.
+    Host(&'a HostBuffer, usize),
+    /// Device memory at an offset.
+    Device(&'a DeviceBuffer, usize),
+}
+
+impl Span<'_> {
+    fn check(&self, len: usize) -> Result<()> {
+        let (offset, capacity) = match self {
+            Span::Host(b, o) => (*o, b.len()),
+            Span::Device(b, o) => (*o, b.len()),
+        };
+        if offset.checked_add(len).is_none_or(|end| end > capacity) {
+            return Err(CoreError::CopyOutOfRange {
+                offset,
+                len,
+                capacity,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` (any two kinds) on `stream` (device copies; the
+/// legacy default stream for `None`) and waits for them. Overlapping host ranges of one
+/// buffer are copied as `memmove` would.
+pub fn sync_to(dst: Span<'_>, src: Span<'_>, len: usize, stream: Option<StreamRef>) -> Result<()> {
+    dst.check(len)?;
+    src.check(len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let stream = stream.unwrap_or(StreamRef::legacy());
+    match (dst, src) {
+        (Span::Host(d, doff), Span::Host(s, soff)) => {
+            // SAFETY: both ranges were checked against live buffers; copy handles overlap.
+            unsafe { std::ptr::copy(s.as_ptr().add(soff), d.as_mut_ptr().add(doff), len) };
+            Ok(())
+        }
+        (Span::Device(d, doff), Span::Host(s, soff)) => {
+            // SAFETY: the source range is live for the call, which waits for the copy.
+            unsafe { transfer::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?
+                .synchronize()
+        }
+        (Span::Host(d, doff), Span::Device(s, soff)) => {
+            // SAFETY: the destination range is live for the call, which waits for the copy.
+            unsafe { transfer::copy_dtoh_raw(d.as_mut_ptr().add(doff), s, soff, len, stream) }?
+                .synchronize()
+        }
+        (Span::Device(d, doff), Span::Device(s, soff)) => {
+            transfer::copy_peer(d, doff, s, soff, len, stream)?.synchronize()
+        }
+    }
+}
+
+/// [`sync_to`] with the arguments the other way round: fills `dst` from `src`.
+pub fn sync_from(
+    src: Span<'_>,
+    dst: Span<'_>,
+    len: usize,
+    stream: Option<StreamRef>,
+) -> Result<()> {
+    sync_to(dst, src, len, stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use memarray_core::{FileResource, HostResource};
+
+    use super::*;
+
+    #[test]
+    fn host_and_file_memory_copy_both_ways_and_ranges_are_checked() {
+        let path = std::env::temp_dir().join(format!("memarray-sync-{}", std::process::id()));
+        let file = Arc::new(FileResource::create(&path).unwrap());
+        let src = HostBuffer::from_bytes(&[1, 2, 3, 4, 5, 6], Arc::new(HostResource)).unwrap();
+        let dst = HostBuffer::zeroed_in(8, file).unwrap();
+        sync_to(Span::Host(&dst, 2), Span::Host(&src, 1), 4, None).unwrap();
+        assert_eq!(dst.as_slice(), &[0, 0, 2, 3, 4, 5, 0, 0]);
+        let back = HostBuffer::zeroed(4).unwrap();
+        sync_from(Span::Host(&dst, 3), Span::Host(&back, 0), 4, None).unwrap();
+        assert_eq!(back.as_slice(), &[3, 4, 5, 0]);
+        assert!(sync_to(Span::Host(&dst, 6), Span::Host(&src, 0), 4, None).is_err());
+        assert!(sync_to(Span::Host(&dst, 0), Span::Host(&src, usize::MAX), 1, None).is_err());
+        sync_to(Span::Host(&dst, 8), Span::Host(&src, 6), 0, None).unwrap();
+        drop(dst);
+        std::fs::remove_file(&path).ok();
+    }
+}
