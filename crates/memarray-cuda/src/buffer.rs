@@ -23,13 +23,17 @@ pub const DEVICE_ALIGN: usize = 256;
 /// Dropping the buffer deallocates through its resource on its *free stream* (the stream
 /// given at allocation, or the one set with [`DeviceBuffer::set_free_stream`]):
 /// stream-ordered resources free after the work enqueued there before the drop; other
-/// resources free at once (`cuMemFree` waits for the device to finish with it).
+/// resources free at once (`cuMemFree` waits for the device to finish with it). Work of
+/// other streams that used the buffer ([`DeviceBuffer::record_use`]: an export's consumer)
+/// is ordered before the free first: the free stream waits on it (no host block).
 pub struct DeviceBuffer {
     device: Arc<Device>,
     ptr: NonNull<u8>,
     len: usize,
     resource: Arc<dyn MemoryResource>,
     free_stream: StreamRef,
+    /// Events at the end of other streams' use of the buffer.
+    uses: std::sync::Mutex<Vec<crate::event::Event>>,
 }
 
 // SAFETY: the buffer owns its allocation; it hands out only an integer address, and the
@@ -129,6 +133,24 @@ impl DeviceBuffer {
             len,
             resource,
             free_stream,
+            uses: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records that work queued on `stream` so far uses the buffer: the free waits for it
+    /// (torch's `record_stream`). A consumer's stream is recorded when it releases an
+    /// export. Errors (a stream already destroyed) leave nothing to wait for.
+    pub fn record_use(&self, stream: StreamRef) {
+        if stream == self.free_stream {
+            return;
+        }
+        if let Ok(e) = crate::event::Event::new(&self.device)
+            && e.record(stream).is_ok()
+        {
+            self.uses
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(e);
         }
     }
 
@@ -203,6 +225,16 @@ pub(crate) fn check_range(offset: usize, len: usize, capacity: usize) -> Result<
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        let uses = std::mem::take(
+            self.uses
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for e in &uses {
+            // Ordering only: a failure here leaves the resource's own rule (cuMemFree
+            // waits for the device; a pool checks its free stream) in charge.
+            let _ = self.free_stream.wait(e);
+        }
         // SAFETY: `ptr` came from this resource with (len, DEVICE_ALIGN) and is freed only
         // here (item 1); work using it is ordered on `free_stream` by the caller's use of
         // the buffer, as documented on the type (item 2).

@@ -103,3 +103,54 @@ fn gpu_pool_zeroes_device_memory_and_device_buffers_use_it() {
         let _ = transfer::copy_htod(&buf, 0, &ones, s.as_ref()).unwrap();
     }
 }
+
+/// An export's consumer stream is recorded when the export is released: the freed block
+/// is not handed to another stream while the consumer's queued work may still use it.
+#[test]
+fn gpu_pool_waits_for_an_export_consumer_before_reuse() {
+    use memarray_core::{DType, Location};
+    use memarray_cuda::StreamRef;
+    use memarray_cuda::array::{Consumer, RawArray};
+
+    let Some(dev) = gpu_or_skip() else { return };
+    let upstream: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(&dev));
+    let pool = Arc::new(CachingPool::new(upstream.clone(), &dev, usize::MAX));
+    let mut a = RawArray::zeros(DType::U8, &[1 << 20], 0).unwrap();
+    a.set_device_resource(Some(pool.clone())).unwrap();
+    a.move_memory(Location::Device(0), None, true, None)
+        .unwrap();
+    let consumer = Stream::new(&dev).unwrap();
+    let export = a
+        .export_buffer(None, false, Consumer::Stream(consumer.as_ref()))
+        .unwrap();
+    let addr = export.ptr as usize;
+    // The consumer queues long work, then releases the export; the array goes too.
+    let big = DeviceBuffer::zeroed(&dev, 1 << 30, upstream, consumer.as_ref()).unwrap();
+    for _ in 0..40 {
+        let _ = transfer::memset_zero(&big, 0, 1 << 30, consumer.as_ref()).unwrap();
+    }
+    drop(export);
+    drop(a);
+    let other = Stream::new(&dev).unwrap();
+    let p = pool.allocate(1 << 20, 256, Some(raw(&other))).unwrap();
+    assert_ne!(
+        p.as_ptr() as usize,
+        addr,
+        "reused under the consumer's queued work"
+    );
+    consumer.synchronize().unwrap();
+    StreamRef::legacy().synchronize(&dev).unwrap();
+    let q = pool.allocate(1 << 20, 256, Some(raw(&other))).unwrap();
+    assert_eq!(
+        q.as_ptr() as usize,
+        addr,
+        "reused once the consumer's work is done"
+    );
+    // SAFETY: both came from the pool with these arguments and are freed once.
+    unsafe {
+        pool.deallocate(p, 1 << 20, 256, Some(raw(&other)));
+        pool.deallocate(q, 1 << 20, 256, Some(raw(&other)));
+    }
+    other.synchronize().unwrap();
+    drop(big);
+}

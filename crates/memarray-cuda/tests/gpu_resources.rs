@@ -138,7 +138,7 @@ fn gpu_default_resource_is_cached_per_device() {
     let b = default_resource(&dev).unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     if std::env::var("MEMARRAY_MEMORY_RESOURCE").is_err() {
-        assert_eq!(a.name(), "cuda:0 device");
+        assert_eq!(a.name(), "pool(cuda:0 device)");
     }
 }
 

@@ -21,6 +21,23 @@ use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use crate::{kernel, transfer};
 
+/// Keeps an exported buffer alive; when the consumer releases the export, the work it
+/// queued on its stream by then is recorded as a use of the buffer, so a pool does not
+/// hand the memory out again under that work.
+#[derive(Debug)]
+struct ExportOwner {
+    buf: Arc<DeviceBuffer>,
+    consumer: Option<StreamRef>,
+}
+
+impl Drop for ExportOwner {
+    fn drop(&mut self) {
+        if let Some(s) = self.consumer {
+            self.buf.record_use(s);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Pending {
     event: Arc<Event>,
@@ -422,7 +439,11 @@ impl DeviceSide {
             }
             src
         };
-        Ok((buf.device_ptr(), Box::new(buf)))
+        let consumer = match consumer {
+            Consumer::Stream(s) => Some(s),
+            _ => None,
+        };
+        Ok((buf.device_ptr(), Box::new(ExportOwner { buf, consumer })))
     }
 
     /// The stream work is pending on, if any (for the CUDA Array Interface `stream`). A
