@@ -52,64 +52,23 @@ def main():
     tz = med(lambda: torch.zeros(N, device="cuda"))
     ce = med(lambda: cupy.empty(N, dtype=cupy.float32))
     cz = med(lambda: cupy.zeros(N, dtype=cupy.float32))
-    row(
-        "memarray.empty cuda (default: cuMemAlloc)",
-        med(lambda: memarray.empty(N, np.float32, device="cuda"), 100),
-        "torch.empty",
-        te,
-    )
-    row(
-        "memarray.zeros cuda (default: cuMemAlloc)",
-        med(lambda: memarray.zeros(N, np.float32, device="cuda"), 100),
-        "torch.zeros",
-        tz,
-    )
-    with mr.using(mr.Pool(mr.Device(0))):
-        row(
-            "memarray.empty cuda (resources.Pool(Device))",
-            med(lambda: memarray.empty(N, np.float32, device="cuda")),
-            "torch.empty",
-            te,
-        )
-        row(
-            "memarray.zeros cuda (resources.Pool(Device))",
-            med(lambda: memarray.zeros(N, np.float32, device="cuda")),
-            "torch.zeros",
-            tz,
-        )
-        row(
-            "memarray.empty cuda (pool)",
-            med(lambda: memarray.empty(N, np.float32, device="cuda")),
-            "cupy.empty",
-            ce,
-        )
-        row(
-            "memarray.zeros cuda (pool)",
-            med(lambda: memarray.zeros(N, np.float32, device="cuda")),
-            "cupy.zeros",
-            cz,
-        )
-        stats = mr.Statistics(mr.Pool(mr.Device(0)))
-    with mr.using(stats):
-        row(
-            "memarray.empty cuda (Statistics(Pool(Device)))",
-            med(lambda: memarray.empty(N, np.float32, device="cuda")),
-            "torch.empty",
-            te,
-        )
+    mem_e = med(lambda: memarray.empty(N, np.float32, device="cuda"))
+    mem_z = med(lambda: memarray.zeros(N, np.float32, device="cuda"))
+    row("memarray.empty cuda (default: pool)", mem_e, "torch.empty", te)
+    row("memarray.zeros cuda (default: pool)", mem_z, "torch.zeros", tz)
+    row("memarray.empty cuda (default: pool)", mem_e, "cupy.empty", ce)
+    row("memarray.zeros cuda (default: pool)", mem_z, "cupy.zeros", cz)
+    with mr.using(mr.Device(0)):
+        e = med(lambda: memarray.empty(N, np.float32, device="cuda"), 100)
+        row("memarray.empty cuda (resources.Device: cuMemAlloc)", e, "torch.empty", te)
+    with mr.using(mr.Statistics(mr.Pool(mr.Device(0)))):
+        e = med(lambda: memarray.empty(N, np.float32, device="cuda"))
+        row("memarray.empty cuda (Statistics(Pool(Device)))", e, "torch.empty", te)
     tp = med(lambda: torch.empty(N, pin_memory=True), 100)
-    row(
-        "memarray.empty cpu pinned (cuMemHostAlloc)",
-        med(lambda: memarray.empty(N, np.float32, host_memory="pinned"), 20),
-        "torch.empty(pin_memory=True)",
-        tp,
-    )
-    row(
-        "memarray.empty cpu pageable",
-        med(lambda: memarray.empty(N, np.float32)),
-        "np.empty",
-        med(lambda: np.empty(N, np.float32)),
-    )
+    pe = med(lambda: memarray.empty(N, np.float32, host_memory="pinned"), 100)
+    row("memarray.empty cpu pinned (pinned pool)", pe, "torch.empty(pin_memory=True)", tp)
+    ne = med(lambda: np.empty(N, np.float32))
+    row("memarray.empty cpu pageable", med(lambda: memarray.empty(N, np.float32)), "np.empty", ne)
     return 0
 
 
