@@ -57,13 +57,39 @@ pub(crate) struct DeviceSide {
     /// Where this array's device buffers come from, instead of the device's default
     /// resource ([`crate::resource::default_resource`]).
     resource: Option<Arc<dyn MemoryResource>>,
+    /// Whether a buffer here is a producer's memory (a shared import): freeing it hands
+    /// it back to the producer, so the host waits for queued work first.
+    foreign: bool,
 }
 
 impl Drop for DeviceSide {
-    /// Queued work may still read or write the buffers (and the host copy) being freed:
-    /// wait for it first. Buffers shared with live exports stay alive regardless.
+    /// Queued work may still use the buffers being freed. Memarray's own buffers are freed
+    /// stream-ordered: each one's free stream first waits on the pending event (no host
+    /// block), so whatever resource reuses the memory orders that reuse after the work.
+    /// Memory a producer owns (a shared import) goes back to the producer, which cannot be
+    /// told about streams: the host waits for the work first. Buffers shared with live
+    /// exports stay alive regardless. (The host copy is the array's: `RawArray`'s drop
+    /// waits for pending work before freeing it.)
     fn drop(&mut self) {
-        let _ = self.wait_host();
+        if self.foreign {
+            let _ = self.wait_host();
+            return;
+        }
+        let pending = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(p) = pending {
+            let ordered = self
+                .buffer
+                .iter()
+                .chain(p.keep_alive.iter())
+                .all(|b| b.free_stream().wait(&p.event).is_ok());
+            if !ordered {
+                let _ = p.event.synchronize();
+            }
+        }
     }
 }
 
@@ -74,6 +100,7 @@ impl DeviceSide {
             pending: Mutex::new(None),
             last_stream: None,
             resource: None,
+            foreign: false,
         }
     }
 
@@ -94,6 +121,7 @@ impl DeviceSide {
     /// producer's stream when given.
     pub(crate) fn adopt(buffer: DeviceBuffer, producer: Option<StreamRef>) -> Result<Self> {
         let mut out = Self::new();
+        out.foreign = true;
         let device = buffer.device().clone();
         out.buffer = Some(Arc::new(buffer));
         if let Some(s) = producer {

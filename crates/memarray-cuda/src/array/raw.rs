@@ -60,10 +60,12 @@ pub struct RawArray {
 impl Drop for RawArray {
     /// Work queued on the array may still read or write its host copy (an asynchronous
     /// copy): wait for it before the host buffer goes back to its resource, since a pool
-    /// hands freed blocks out again at once. (The device side's own drop then finds
-    /// nothing pending.)
+    /// hands freed blocks out again at once. An array without a host copy (born on a
+    /// device) does not wait: its device side orders the frees after the work instead.
     fn drop(&mut self) {
-        let _ = self.dev.wait_host();
+        if self.host.is_some() {
+            let _ = self.dev.wait_host();
+        }
     }
 }
 
