@@ -30,14 +30,24 @@ from . import resources
 __all__ = ["MemarrayNumbaManager"]
 
 
-def _device_pointer(address: int):
-    """A device pointer in the form this Numba's driver layer expects: the CUDA Python
+def _pointer_type():
+    """The device-pointer constructor this Numba's driver layer expects: the CUDA Python
     binding's ``CUdeviceptr`` (numba-cuda, and Numba with the NVIDIA binding), else the
-    ``ctypes.c_void_p`` of NBEP 7."""
+    ``ctypes.c_void_p`` of NBEP 7. Looked up once."""
     driver = importlib.import_module("numba.cuda.cudadrv.driver")
     if getattr(driver, "USE_NV_BINDING", True) and hasattr(driver, "binding"):
-        return driver.binding.CUdeviceptr(int(address))
-    return ctypes.c_void_p(int(address))
+        return driver.binding.CUdeviceptr
+    return ctypes.c_void_p
+
+
+_POINTER = None
+
+
+def _device_pointer(address: int):
+    global _POINTER
+    if _POINTER is None:
+        _POINTER = _pointer_type()
+    return _POINTER(address)
 
 
 class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
@@ -53,7 +63,10 @@ class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         super().initialize()
 
     def _device_id(self) -> int:
-        return int(self.context.device.id)
+        device_id = getattr(self, "_device_id_cache", None)
+        if device_id is None:
+            device_id = self._device_id_cache = int(self.context.device.id)
+        return device_id
 
     def memalloc(self, size):
         allocation = resources.get_default_resource(self._device_id()).allocate(size)
