@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use memarray_core::Location;
-use memarray_cuda::array::RawArray;
+use memarray_cuda::array::{Fill, RawArray};
 
 use crate::array::{KDLCPU, KDLCUDA, PyMemArray, parse_host_kind, parse_shape};
 use crate::dtype::{parse_dtype, py_to_bytes};
@@ -71,6 +71,7 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
 }
 
 struct Args {
+    resource: Option<std::sync::Arc<dyn memarray_core::MemoryResource>>,
     shape: Vec<usize>,
     dtype: memarray_core::DType,
     location: Location,
@@ -84,8 +85,10 @@ fn args(
     device: Option<&Bound<'_, PyAny>>,
     host_memory: &str,
     stream: Option<&Bound<'_, PyAny>>,
+    resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Args> {
     Ok(Args {
+        resource: crate::resources::resource_arg(resource)?,
         shape: parse_shape(shape)?,
         dtype: parse_dtype(dtype)?,
         location: parse_device(device)?,
@@ -94,11 +97,24 @@ fn args(
     })
 }
 
-/// empty(shape, dtype=None, device="cpu", host_memory="auto", stream=None)
+fn born(a: &Args, fill: Fill<'_>) -> memarray_cuda::Result<RawArray> {
+    RawArray::born_with(
+        a.dtype,
+        &a.shape,
+        a.location,
+        fill,
+        a.host_kind,
+        a.resource.clone(),
+        a.stream,
+    )
+}
+
+/// empty(shape, dtype=None, device="cpu", host_memory="auto", stream=None, resource=None)
 ///
 /// A new array on `device` only, contents unspecified on a device (zeros on the host).
+/// `resource` (`memarray.resources`) gives the array its own memory source.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None))]
+#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None, resource=None))]
 pub fn empty(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
@@ -106,11 +122,10 @@ pub fn empty(
     device: Option<&Bound<'_, PyAny>>,
     host_memory: &str,
     stream: Option<&Bound<'_, PyAny>>,
+    resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
-    let a = args(shape, dtype, device, host_memory, stream)?;
-    let raw = py
-        .detach(|| RawArray::empty_on(a.dtype, &a.shape, a.location, a.host_kind, a.stream))
-        .py()?;
+    let a = args(shape, dtype, device, host_memory, stream, resource)?;
+    let raw = py.detach(|| born(&a, Fill::Unset)).py()?;
     Ok(raw.into())
 }
 
@@ -118,7 +133,7 @@ pub fn empty(
 ///
 /// A zero-filled array on `device` only (a memset on a device, on `stream`).
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None))]
+#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None, resource=None))]
 pub fn zeros(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
@@ -126,11 +141,10 @@ pub fn zeros(
     device: Option<&Bound<'_, PyAny>>,
     host_memory: &str,
     stream: Option<&Bound<'_, PyAny>>,
+    resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
-    let a = args(shape, dtype, device, host_memory, stream)?;
-    let raw = py
-        .detach(|| RawArray::zeros_on(a.dtype, &a.shape, a.location, a.host_kind, a.stream))
-        .py()?;
+    let a = args(shape, dtype, device, host_memory, stream, resource)?;
+    let raw = py.detach(|| born(&a, Fill::Zeros)).py()?;
     Ok(raw.into())
 }
 
@@ -139,7 +153,8 @@ pub fn zeros(
 /// An array of `fill_value` (converted to `dtype` as element assignment converts) on
 /// `device` only, filled there.
 #[pyfunction]
-#[pyo3(signature = (shape, fill_value, dtype=None, device=None, host_memory="auto", stream=None))]
+#[allow(clippy::too_many_arguments)] // Python keyword arguments, as NumPy's full has
+#[pyo3(signature = (shape, fill_value, dtype=None, device=None, host_memory="auto", stream=None, resource=None))]
 pub fn full(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
@@ -148,12 +163,11 @@ pub fn full(
     device: Option<&Bound<'_, PyAny>>,
     host_memory: &str,
     stream: Option<&Bound<'_, PyAny>>,
+    resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
-    let a = args(shape, dtype, device, host_memory, stream)?;
+    let a = args(shape, dtype, device, host_memory, stream, resource)?;
     let value = py_to_bytes(fill_value, a.dtype)?;
-    let raw = py
-        .detach(|| RawArray::full_on(a.dtype, &a.shape, a.location, &value, a.host_kind, a.stream))
-        .py()?;
+    let raw = py.detach(|| born(&a, Fill::Value(&value))).py()?;
     Ok(raw.into())
 }
 

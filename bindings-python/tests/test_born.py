@@ -89,3 +89,29 @@ def test_device_born_arrays_interoperate():
     t = torch.from_dlpack(a)
     assert t.device.type == "cuda" and float(t.sum()) == 40.0
     assert memarray.zeros((2,), device=torch.device("cuda", 0)).device == "cuda:0"
+
+
+def test_born_with_a_resource_of_its_own():
+    from memarray import resources as mr
+
+    stats = mr.Statistics(mr.Host())
+    a = memarray.full((100,), 3, np.int32, resource=stats)
+    assert stats.statistics()["current_bytes"] == 400
+    assert (a.to_numpy() == 3).all()
+    with pytest.raises(TypeError, match="Resource"):
+        memarray.zeros((2,), resource="host")
+
+
+@pytest.mark.gpu
+def test_device_born_with_a_resource_of_its_own():
+    from memarray import resources as mr
+
+    stats = mr.Statistics(mr.Pool(mr.Device(0)))
+    a = memarray.zeros((1000,), np.float64, device="cuda", resource=stats)
+    assert stats.statistics()["current_bytes"] >= 8000
+    b = a.copy()
+    assert stats.statistics()["current_count"] == 2
+    del a, b
+    assert stats.statistics()["current_count"] == 0
+    with pytest.raises(ValueError, match="not accessible"):
+        memarray.zeros((2,), device="cuda", resource=mr.Host())

@@ -14,10 +14,14 @@ use super::raw::RawArray;
 use crate::error::Result;
 use crate::stream::StreamRef;
 
-/// What the new array holds.
-enum Init<'a> {
+/// What a new array holds ([`RawArray::born_with`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Fill<'a> {
+    /// Unspecified bytes on a device (what the allocator hands out); zeros on the host.
     Unset,
+    /// Zeros (a memset on a device).
     Zeros,
+    /// Every element this value (`dtype.size()` bytes, native order).
     Value(&'a [u8]),
 }
 
@@ -32,7 +36,7 @@ impl RawArray {
         host_kind: Option<HostKind>,
         stream: Option<StreamRef>,
     ) -> Result<Self> {
-        Self::born(dtype, shape, location, host_kind, Init::Unset, stream)
+        Self::born_with(dtype, shape, location, Fill::Unset, host_kind, None, stream)
     }
 
     /// A zero-filled array whose data lives at `location` only (a memset on a device,
@@ -44,7 +48,7 @@ impl RawArray {
         host_kind: Option<HostKind>,
         stream: Option<StreamRef>,
     ) -> Result<Self> {
-        Self::born(dtype, shape, location, host_kind, Init::Zeros, stream)
+        Self::born_with(dtype, shape, location, Fill::Zeros, host_kind, None, stream)
     }
 
     /// An array whose every element is `value` (`dtype.size()` bytes, native order),
@@ -57,7 +61,34 @@ impl RawArray {
         host_kind: Option<HostKind>,
         stream: Option<StreamRef>,
     ) -> Result<Self> {
-        if value.len() != dtype.size() {
+        Self::born_with(
+            dtype,
+            shape,
+            location,
+            Fill::Value(value),
+            host_kind,
+            None,
+            stream,
+        )
+    }
+
+    /// The general form of [`empty_on`](Self::empty_on), [`zeros_on`](Self::zeros_on) and
+    /// [`full_on`](Self::full_on): the buffer at `location` comes from `resource` when
+    /// given (host-accessible for the host, device-usable for a device; it also serves the
+    /// array's later device buffers), else from the default.
+    #[allow(clippy::too_many_arguments)]
+    pub fn born_with(
+        dtype: DType,
+        shape: &[usize],
+        location: Location,
+        init: Fill<'_>,
+        host_kind: Option<HostKind>,
+        resource: Option<Arc<dyn memarray_core::MemoryResource>>,
+        stream: Option<StreamRef>,
+    ) -> Result<Self> {
+        if let Fill::Value(value) = init
+            && value.len() != dtype.size()
+        {
             return Err(CoreError::CopyOutOfRange {
                 offset: 0,
                 len: value.len(),
@@ -65,29 +96,11 @@ impl RawArray {
             }
             .into());
         }
-        Self::born(
-            dtype,
-            shape,
-            location,
-            host_kind,
-            Init::Value(value),
-            stream,
-        )
-    }
-
-    fn born(
-        dtype: DType,
-        shape: &[usize],
-        location: Location,
-        host_kind: Option<HostKind>,
-        init: Init<'_>,
-        stream: Option<StreamRef>,
-    ) -> Result<Self> {
         let nbytes = shape::validate(shape, dtype.size())?;
         let kind = host_kind.unwrap_or(HostKind::auto(nbytes));
         match location {
             Location::Host => {
-                let unset = matches!(init, Init::Unset);
+                let unset = matches!(init, Fill::Unset);
                 let make = |r: Arc<dyn memarray_core::MemoryResource>| -> Result<HostBuffer> {
                     if unset && kind == HostKind::Pinned {
                         // SAFETY: pinned memory comes from the pinned pool: a block it
@@ -99,7 +112,11 @@ impl RawArray {
                         Ok(HostBuffer::zeroed_in(nbytes, r)?)
                     }
                 };
-                let host = match host_resource(kind, 0).and_then(make) {
+                let source = match resource {
+                    Some(r) => Ok(r),
+                    None => host_resource(kind, 0),
+                };
+                let host = match source.and_then(make) {
                     Ok(h) => h,
                     Err(_) if host_kind.is_none() && kind != HostKind::Pageable => {
                         HostBuffer::zeroed_in(nbytes, Arc::new(memarray_core::HostResource))?
@@ -107,7 +124,7 @@ impl RawArray {
                     Err(e) => return Err(e),
                 };
                 let mut a = Self::from_host_buffer(dtype, shape, host, 0)?;
-                if let Init::Value(v) = init {
+                if let Fill::Value(v) = init {
                     for chunk in a.host_bytes_mut(None)?.chunks_exact_mut(v.len()) {
                         chunk.copy_from_slice(v);
                     }
@@ -116,11 +133,20 @@ impl RawArray {
             }
             Location::Device(id) => {
                 let mut dev = DeviceSide::new();
+                if let Some(r) = resource {
+                    if !r.is_accessible_from(location) {
+                        return Err(crate::error::CudaError::Inaccessible {
+                            resource: r.name().to_string(),
+                            location,
+                        });
+                    }
+                    dev.set_resource(Some(r));
+                }
                 let zeros = vec![0u8; dtype.size()];
                 let fill = match init {
-                    Init::Unset => None,
-                    Init::Zeros => Some(&zeros[..]),
-                    Init::Value(v) => Some(v),
+                    Fill::Unset => None,
+                    Fill::Zeros => Some(&zeros[..]),
+                    Fill::Value(v) => Some(v),
                 };
                 dev.born(id, nbytes, fill, stream)?;
                 Ok(RawArray {

@@ -16,6 +16,7 @@ mod raw;
 mod shared;
 mod typed;
 
+pub use born::Fill;
 pub use export::{Consumer, ExportBuffer};
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
 pub use raw::RawArray;
