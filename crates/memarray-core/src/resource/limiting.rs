@@ -117,13 +117,7 @@ impl MemoryResource for LimitingAdaptor {
         self.used.fetch_sub(bytes as u64, Ordering::AcqRel);
     }
 
-    fn kind(&self) -> MemoryKind {
-        self.upstream.kind()
-    }
-
-    fn is_accessible_from(&self, location: Location) -> bool {
-        self.upstream.is_accessible_from(location)
-    }
+    forward_to_upstream!();
 
     fn memory_info(&self) -> Option<MemoryInfo> {
         let used = self.used();
@@ -132,17 +126,5 @@ impl MemoryResource for LimitingAdaptor {
             free: self.limit.saturating_sub(used).min(upstream_free),
             total: self.limit,
         })
-    }
-
-    fn device_id(&self) -> Option<u32> {
-        self.upstream.device_id()
-    }
-
-    fn release_cached(&self) -> usize {
-        self.upstream.release_cached()
-    }
-
-    fn name(&self) -> &str {
-        &self.name
     }
 }

@@ -5,6 +5,32 @@
 //! it). Host memory lives here; memarray-cuda implements device, pinned, managed and pool
 //! resources on the same trait.
 
+/// The [`MemoryResource`] methods an adaptor passes straight to `self.upstream` (and its
+/// `name` field).
+macro_rules! forward_to_upstream {
+    () => {
+        fn kind(&self) -> MemoryKind {
+            self.upstream.kind()
+        }
+
+        fn is_accessible_from(&self, location: Location) -> bool {
+            self.upstream.is_accessible_from(location)
+        }
+
+        fn device_id(&self) -> Option<u32> {
+            self.upstream.device_id()
+        }
+
+        fn release_cached(&self) -> usize {
+            self.upstream.release_cached()
+        }
+
+        fn name(&self) -> &str {
+            &self.name
+        }
+    };
+}
+
 pub mod conformance;
 mod file;
 mod foreign;
