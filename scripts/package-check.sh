@@ -8,6 +8,12 @@ PY=${PYTHON:-python3}
 
 echo "== cargo package (verify each library crate from its own tarball)"
 mkdir -p target
+# Cargo unpacks the workspace's own tarballs from a temporary local registry into its
+# cache, keyed by that registry's path and the version: a checkout packaged before at the
+# same path and version would verify against the stale copy. Drop those copies first.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rm -rf "$cargo_home"/registry/src/*/memarray-{core,cuda,dlpack}-* \
+  "$cargo_home"/registry/cache/*/memarray-{core,cuda,dlpack}-*
 if ! cargo package --workspace --exclude memarray-python --allow-dirty >target/package.log 2>&1; then
   cat target/package.log >&2
   exit 1
