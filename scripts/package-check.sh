@@ -9,8 +9,10 @@ PY=${PYTHON:-python3}
 echo "== cargo package (verify each library crate from its own tarball)"
 mkdir -p target
 # Cargo unpacks the workspace's own tarballs from a temporary local registry into its
-# cache, keyed by that registry's path and the version: a checkout packaged before at the
-# same path and version would verify against the stale copy. Drop those copies first.
+# cache, keyed by that registry's path and the version, and builds them once per version:
+# a checkout packaged before at the same path and version would verify against stale
+# copies. Drop those copies and the verification builds first.
+rm -rf target/package
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 rm -rf "$cargo_home"/registry/src/*/memarray-{core,cuda,dlpack}-* \
   "$cargo_home"/registry/cache/*/memarray-{core,cuda,dlpack}-*
