@@ -12,7 +12,8 @@ mkdir -p target
 # cache, keyed by that registry's path and the version, and builds them once per version:
 # a checkout packaged before at the same path and version would verify against stale
 # copies. Drop those copies and the verification builds first.
-rm -rf target/package
+export CARGO_TARGET_DIR=target/package-check
+rm -rf "$CARGO_TARGET_DIR"
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 rm -rf "$cargo_home"/registry/src/*/memarray-{core,cuda,dlpack}-* \
   "$cargo_home"/registry/cache/*/memarray-{core,cuda,dlpack}-*
@@ -20,6 +21,7 @@ if ! cargo package --workspace --exclude memarray-python --allow-dirty >target/p
   cat target/package.log >&2
   exit 1
 fi
+unset CARGO_TARGET_DIR
 grep -E "^\s*(Packaged|Verifying)" target/package.log
 echo "cargo package: ok"
 
