@@ -88,6 +88,52 @@ impl FileResource {
         ))
     }
 
+    /// Opens an existing file read-only: it serves [`read_region`](Self::read_region);
+    /// allocations fail (the file cannot grow).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| io_err(path, e))?;
+        let len = file.metadata().map_err(|e| io_err(path, e))?.len();
+        Ok(Self::with_file(
+            path,
+            file,
+            len.next_multiple_of(PAGE as u64),
+        ))
+    }
+
+    /// Maps `len` bytes of the file from `offset` (any offset) read-only and runs `f` on
+    /// them; the mapping ends when `f` returns. Past the end of the file is
+    /// [`CoreError::CopyOutOfRange`].
+    pub fn read_region<R>(&self, offset: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let st = self.lock();
+        let file_len = st.file.metadata().map_err(|e| io_err(&self.path, e))?.len();
+        let end = offset.checked_add(len as u64).filter(|&e| e <= file_len);
+        if end.is_none() {
+            return Err(CoreError::CopyOutOfRange {
+                offset: usize::try_from(offset).unwrap_or(usize::MAX),
+                len,
+                capacity: usize::try_from(file_len).unwrap_or(usize::MAX),
+            });
+        }
+        if len == 0 {
+            return Ok(f(&[]));
+        }
+        let start = offset - offset % PAGE as u64;
+        let skip = (offset - start) as usize;
+        // SAFETY: a read-only private view of [start, start + skip + len), inside the file
+        // (checked above); it is dropped before this returns. A concurrent truncation by
+        // another process could fault the read, as with any mmap reader.
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(start)
+                .len(skip + len)
+                .map(&st.file)
+        }
+        .map_err(|e| io_err(&self.path, e))?;
+        drop(st);
+        Ok(f(&map[skip..skip + len]))
+    }
+
     fn with_file(path: &Path, file: File, end: u64) -> Self {
         Self {
             name: format!("file {}", path.display()),
@@ -242,5 +288,35 @@ impl MemoryResource for FileResource {
 
     fn name(&self) -> &str {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_region_reads_any_offset_and_refuses_past_the_end() {
+        let path = std::env::temp_dir().join(format!("memarray-region-{}", std::process::id()));
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let f = FileResource::open_read_only(&path).unwrap();
+        for (off, len) in [
+            (0u64, 10_000usize),
+            (4095, 7),
+            (4096, 100),
+            (9_999, 1),
+            (123, 0),
+        ] {
+            let got = f.read_region(off, len, |b| b.to_vec()).unwrap();
+            assert_eq!(got, &data[off as usize..off as usize + len], "{off} {len}");
+        }
+        assert!(f.read_region(9_999, 2, |_| ()).is_err());
+        assert!(f.read_region(u64::MAX, 2, |_| ()).is_err());
+        assert!(
+            f.allocate(10, 8, None).is_err(),
+            "a read-only file cannot grow"
+        );
+        std::fs::remove_file(&path).ok();
     }
 }

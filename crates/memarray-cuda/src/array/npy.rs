@@ -1,14 +1,19 @@
 //! `.npy` files in and out of arrays (issue 7): [`RawArray::load_npy`] and
-//! [`RawArray::save_npy`]. Loading maps the file and copies its data straight to where the
-//! array is born (a device-born array gets no host buffer); saving writes the current
-//! data, read back from the device when it is there.
+//! [`RawArray::save_npy`]. Loading opens the file as a [`FileResource`], maps the data
+//! region and copies it straight to where the array is born (a device-born array gets no
+//! host buffer); saving writes the current data, read back from the device when it is
+//! there.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
 use memarray_core::npy::{parse_header, write_header};
-use memarray_core::{CoreError, Location, LockToken};
+use memarray_core::{CoreError, FileResource, Location, LockToken};
+
+/// The largest header read: version 2/3 headers may be longer than version 1's 64 KiB,
+/// but no writer makes them so.
+const HEADER_MAX: u64 = 1 << 20;
 
 use super::host_kind::HostKind;
 use super::raw::RawArray;
@@ -41,33 +46,33 @@ impl RawArray {
         host_kind: Option<HostKind>,
     ) -> Result<Self> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| io(path, e))?;
-        // SAFETY: the map is read only while this function runs; a concurrent writer
-        // truncating the file could fault the read (as with any mmap reader), which this
-        // API accepts in exchange for copying straight from the page cache.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io(path, e))?;
-        let h = parse_header(&map).map_err(|e| named(path, e))?;
-        let end = h
-            .data_offset
-            .checked_add(h.nbytes)
-            .filter(|&e| e <= map.len());
-        let Some(end) = end else {
+        let file = FileResource::open_read_only(path)?;
+        let file_len = file.file_len()?;
+        // The header is at most a few KiB (64 KiB for version 1); read what the file has.
+        let head = file_len.min(HEADER_MAX) as usize;
+        let h = file
+            .read_region(0, head, parse_header)?
+            .map_err(|e| named(path, e))?;
+        let available = file_len.saturating_sub(h.data_offset as u64);
+        if (h.nbytes as u64) > available {
             return Err(CoreError::BadNpy {
                 path: path.display().to_string(),
                 reason: format!(
-                    "the header describes {} bytes of data but the file holds {}",
-                    h.nbytes,
-                    map.len().saturating_sub(h.data_offset)
+                    "the header describes {} bytes of data but the file holds {available}",
+                    h.nbytes
                 ),
             }
             .into());
-        };
-        let data = &map[h.data_offset..end];
-        let mut a = RawArray::empty_on(h.dtype, &h.shape, location, host_kind, None)?;
-        match location {
-            Location::Host => a.host_bytes_mut(None)?.copy_from_slice(data),
-            Location::Device(_) => a.dev.write_bytes(0, data)?,
         }
+        let mut a = RawArray::empty_on(h.dtype, &h.shape, location, host_kind, None)?;
+        // The data is copied straight from the file's pages to where the array lives.
+        file.read_region(h.data_offset as u64, h.nbytes, |data| -> Result<()> {
+            match location {
+                Location::Host => a.host_bytes_mut(None)?.copy_from_slice(data),
+                Location::Device(_) => a.dev.write_bytes(0, data)?,
+            }
+            Ok(())
+        })??;
         Ok(a)
     }
 
