@@ -5,13 +5,14 @@
 //! [`sync_to`] copies `len` bytes between two spans of any kinds, checks both ranges
 //! ([`CoreError::CopyOutOfRange`]), picks the transfer (memcpy, host to device, device to
 //! host, device to device, peer) and returns once the bytes have arrived, so both sides
-//! may be used at once. The MemArray mirror's asynchronous moves use the `_raw`
-//! transfers in [`crate::transfer`] instead, ordered by events.
+//! may be used at once. [`enqueue`] is the same copy without the wait, for callers that
+//! order host access with events: the MemArray mirror moves array data through it.
 
 use memarray_core::{CoreError, HostBuffer};
 
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
+use crate::event::Enqueued;
 use crate::stream::StreamRef;
 use crate::transfer;
 
@@ -46,32 +47,53 @@ impl Span<'_> {
 /// legacy default stream for `None`) and waits for them. Overlapping host ranges of one
 /// buffer are copied as `memmove` would.
 pub fn sync_to(dst: Span<'_>, src: Span<'_>, len: usize, stream: Option<StreamRef>) -> Result<()> {
+    let stream = stream.unwrap_or(StreamRef::legacy());
+    // SAFETY: the copy is waited for before the borrows of both spans end.
+    match unsafe { enqueue(dst, src, len, stream) }? {
+        Some(op) => op.synchronize(),
+        None => Ok(()),
+    }
+}
+
+/// Checks both ranges and enqueues the copy of `len` bytes from `src` to `dst` on
+/// `stream`, returning the operation to record or wait for (`None` for a host-to-host
+/// copy, done at once, and for zero bytes).
+///
+/// # Safety
+/// 1. Host memory in a span stays allocated, and is neither written (source) nor read or
+///    written (destination) by the host, until the returned operation has completed.
+pub unsafe fn enqueue(
+    dst: Span<'_>,
+    src: Span<'_>,
+    len: usize,
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
     dst.check(len)?;
     src.check(len)?;
     if len == 0 {
-        return Ok(());
+        return Ok(None);
     }
-    let stream = stream.unwrap_or(StreamRef::legacy());
-    match (dst, src) {
+    Ok(match (dst, src) {
         (Span::Host(d, doff), Span::Host(s, soff)) => {
             // SAFETY: both ranges were checked against live buffers; copy handles overlap.
             unsafe { std::ptr::copy(s.as_ptr().add(soff), d.as_mut_ptr().add(doff), len) };
-            Ok(())
+            None
         }
         (Span::Device(d, doff), Span::Host(s, soff)) => {
-            // SAFETY: the source range is live for the call, which waits for the copy.
-            unsafe { transfer::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?
-                .synchronize()
+            // SAFETY: the source range is checked and kept by the caller until the copy
+            // has run (item 1).
+            Some(unsafe { transfer::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?)
         }
         (Span::Host(d, doff), Span::Device(s, soff)) => {
-            // SAFETY: the destination range is live for the call, which waits for the copy.
-            unsafe { transfer::copy_dtoh_raw(d.as_mut_ptr().add(doff), s, soff, len, stream) }?
-                .synchronize()
+            // SAFETY: as above, for the destination range.
+            Some(unsafe {
+                transfer::copy_dtoh_raw(d.as_mut_ptr().add(doff), s, soff, len, stream)
+            }?)
         }
         (Span::Device(d, doff), Span::Device(s, soff)) => {
-            transfer::copy_peer(d, doff, s, soff, len, stream)?.synchronize()
+            Some(transfer::copy_peer(d, doff, s, soff, len, stream)?)
         }
-    }
+    })
 }
 
 /// [`sync_to`] with the arguments the other way round: fills `dst` from `src`.

@@ -19,6 +19,7 @@ use crate::error::{CudaError, Result};
 use crate::event::{Enqueued, Event};
 use crate::resource::default_resource;
 use crate::stream::StreamRef;
+use crate::sync::{self, Span};
 use crate::{kernel, transfer};
 
 /// Keeps an exported buffer alive; when the consumer releases the export, the work it
@@ -296,8 +297,11 @@ impl DeviceSide {
         // SAFETY: the host buffer holds nbytes bytes and outlives the copy (the array owns
         // an Arc to it, and every host access and the array's drop wait for the event
         // recorded below).
-        let op = unsafe { transfer::copy_htod_raw(&dst, 0, host.as_ptr(), nbytes, stream)? };
-        self.record(op, None)?;
+        let op =
+            unsafe { sync::enqueue(Span::Device(&dst, 0), Span::Host(host, 0), nbytes, stream)? };
+        if let Some(op) = op {
+            self.record(op, None)?;
+        }
         self.install(dst);
         Ok(())
     }
@@ -355,8 +359,12 @@ impl DeviceSide {
         self.order(stream, src.device().id())?;
         // SAFETY: the host buffer holds nbytes bytes and stays alive (the array owns an
         // Arc to it) until the event recorded below, which every host access waits for.
-        let op = unsafe { transfer::copy_dtoh_raw(host.as_mut_ptr(), &src, 0, nbytes, stream)? };
-        self.record(op, None)
+        let op =
+            unsafe { sync::enqueue(Span::Host(host, 0), Span::Device(&src, 0), nbytes, stream)? };
+        match op {
+            Some(op) => self.record(op, None),
+            None => Ok(()),
+        }
     }
 
     /// Device -> another device, peer to peer.
@@ -378,10 +386,14 @@ impl DeviceSide {
         // SAFETY: the copy below writes all nbytes before any read.
         let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
         self.order(stream, to)?;
-        let op = transfer::copy_peer(&dst, 0, &src, 0, nbytes, stream)?;
+        // SAFETY: device memory only: no host span.
+        let op =
+            unsafe { sync::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
         // Only now does the new buffer become the device copy: if anything above
         // failed, the array still holds its data on the source device.
-        self.record(op, Some(src))?;
+        if let Some(op) = op {
+            self.record(op, Some(src))?;
+        }
         self.install(dst);
         Ok(())
     }
