@@ -213,3 +213,22 @@ def test_per_array_device_resource():
     del a, b
     gc.collect()
     assert stats.statistics()["current_count"] == 0
+
+
+@pytest.mark.gpu
+def test_unknown_memory_resource_name_is_a_clear_error():
+    import subprocess
+    import sys
+
+    code = (
+        "import memarray\n"
+        "try:\n"
+        "    memarray.zeros((4,), device='cuda')\n"
+        "except RuntimeError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    env = dict(__import__("os").environ, MEMARRAY_MEMORY_RESOURCE="cuda-pool")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and out.startswith("ERR"), r.stderr.decode()[-2000:]
+    assert "cuda-pool" in out and "device, async or managed" in out

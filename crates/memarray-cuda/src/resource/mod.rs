@@ -94,25 +94,47 @@ pub fn set_default_resource(
     Ok(w.replace(r))
 }
 
+/// The kinds `MEMARRAY_MEMORY_RESOURCE` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceChoice {
+    /// `pool` (or unset): [`CachingPool`] over [`DeviceResource`].
+    Pool,
+    /// `device`: [`DeviceResource`].
+    Device,
+    /// `async`: [`AsyncPoolResource`].
+    Async,
+    /// `managed`: [`ManagedResource`].
+    Managed,
+}
+
+/// Parses a `MEMARRAY_MEMORY_RESOURCE` value (surrounding spaces ignored; empty is the
+/// default, `pool`); anything else is [`CudaError::BadEnv`] naming the accepted values.
+pub fn parse_resource_choice(value: &str) -> Result<ResourceChoice> {
+    match value.trim() {
+        "" | "pool" => Ok(ResourceChoice::Pool),
+        "device" => Ok(ResourceChoice::Device),
+        "async" => Ok(ResourceChoice::Async),
+        "managed" => Ok(ResourceChoice::Managed),
+        other => Err(CudaError::BadEnv {
+            var: RESOURCE_ENV,
+            value: other.to_string(),
+            expected: "pool (the default), device, async or managed",
+        }),
+    }
+}
+
 /// The resource `MEMARRAY_MEMORY_RESOURCE` names for `device`.
 fn resource_from_env(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
     let value = std::env::var(RESOURCE_ENV).unwrap_or_default();
-    Ok(match value.trim() {
-        "device" => Arc::new(DeviceResource::new(device)),
-        "" | "pool" => Arc::new(CachingPool::new(
+    Ok(match parse_resource_choice(&value)? {
+        ResourceChoice::Device => Arc::new(DeviceResource::new(device)),
+        ResourceChoice::Pool => Arc::new(CachingPool::new(
             Arc::new(DeviceResource::new(device)),
             device,
             usize::MAX,
         )),
-        "async" => Arc::new(AsyncPoolResource::new(device)?),
-        "managed" => Arc::new(ManagedResource::new(device)),
-        other => {
-            return Err(CudaError::BadEnv {
-                var: RESOURCE_ENV,
-                value: other.to_string(),
-                expected: "device, pool, async or managed",
-            });
-        }
+        ResourceChoice::Async => Arc::new(AsyncPoolResource::new(device)?),
+        ResourceChoice::Managed => Arc::new(ManagedResource::new(device)),
     })
 }
 
@@ -255,6 +277,37 @@ mod tests {
             next.set((p + size).next_multiple_of(256) + 256);
             Ok(p)
         }
+    }
+
+    #[test]
+    fn resource_env_values_and_a_clear_error_for_unknown_ones() {
+        assert_eq!(parse_resource_choice("").unwrap(), ResourceChoice::Pool);
+        assert_eq!(
+            parse_resource_choice(" pool ").unwrap(),
+            ResourceChoice::Pool
+        );
+        assert_eq!(
+            parse_resource_choice("device").unwrap(),
+            ResourceChoice::Device
+        );
+        assert_eq!(
+            parse_resource_choice("async").unwrap(),
+            ResourceChoice::Async
+        );
+        assert_eq!(
+            parse_resource_choice("managed").unwrap(),
+            ResourceChoice::Managed
+        );
+        let e = parse_resource_choice("cuda-pool").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("MEMARRAY_MEMORY_RESOURCE") && msg.contains("cuda-pool"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("pool") && msg.contains("device") && msg.contains("async"),
+            "{msg}"
+        );
     }
 
     #[test]
