@@ -38,25 +38,35 @@ fn line(size: &str, what: &str, us: f64) {
     println!("alloc+free {size:>6} {what:<40} {us:>9.3} us");
 }
 
+/// The block sizes measured.
+const SIZES: [(&str, usize); 3] = [("4 KiB", 4 << 10), ("1 MiB", 1 << 20), ("16 MiB", 16 << 20)];
+
+/// A pool and a statistics adaptor over it, and the adaptor's overhead.
+fn pool_and_statistics(
+    size: &str,
+    what: &str,
+    pool: Arc<CachingPool>,
+    bytes: usize,
+    stream: Option<RawStream>,
+) {
+    let stats = StatisticsAdaptor::new(pool.clone());
+    let p = median_us(pool.as_ref(), bytes, stream, 10_000);
+    let s = median_us(&stats, bytes, stream, 10_000);
+    line(size, what, p);
+    line(size, &format!("statistics({what})"), s);
+    println!(
+        "  statistics overhead over the bare pool: {:+.1}%",
+        (s / p - 1.0) * 100.0
+    );
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    for (size, bytes) in [
-        ("4 KiB", 4usize << 10),
-        ("1 MiB", 1 << 20),
-        ("16 MiB", 16 << 20),
-    ] {
+    for (size, bytes) in SIZES {
         let pool = Arc::new(CachingPool::host(Arc::new(HostResource), usize::MAX));
-        let stats = StatisticsAdaptor::new(pool.clone());
-        let p = median_us(pool.as_ref(), bytes, None, 10_000);
-        let s = median_us(&stats, bytes, None, 10_000);
-        line(size, "host pool (CachingPool::host)", p);
-        line(size, "statistics(host pool)", s);
-        println!(
-            "  statistics overhead over the bare pool: {:+.1}%",
-            (s / p - 1.0) * 100.0
-        );
+        pool_and_statistics(size, "host pool", pool, bytes, None);
         line(
             size,
             "HostResource (aligned malloc)",
@@ -73,25 +83,10 @@ fn main() {
     let stream = Stream::new(&device).expect("stream");
     // SAFETY: a live stream of device 0 for the whole run.
     let raw = Some(unsafe { RawStream::from_raw(stream.raw()) });
-    for (size, bytes) in [
-        ("4 KiB", 4usize << 10),
-        ("1 MiB", 1 << 20),
-        ("16 MiB", 16 << 20),
-    ] {
-        let pool = Arc::new(CachingPool::new(
-            Arc::new(DeviceResource::new(&device)),
-            &device,
-            usize::MAX,
-        ));
-        let stats = StatisticsAdaptor::new(pool.clone());
-        let p = median_us(pool.as_ref(), bytes, raw, 10_000);
-        let s = median_us(&stats, bytes, raw, 10_000);
-        line(size, "device pool (CachingPool over cuMemAlloc)", p);
-        line(size, "statistics(device pool)", s);
-        println!(
-            "  statistics overhead over the bare pool: {:+.1}%",
-            (s / p - 1.0) * 100.0
-        );
+    for (size, bytes) in SIZES {
+        let upstream = Arc::new(DeviceResource::new(&device));
+        let pool = Arc::new(CachingPool::new(upstream, &device, usize::MAX));
+        pool_and_statistics(size, "device pool (over cuMemAlloc)", pool, bytes, raw);
         let asyncp = AsyncPoolResource::new(&device).expect("async pool");
         line(
             size,

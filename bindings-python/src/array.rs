@@ -90,20 +90,31 @@ impl Drop for PyMemArray {
 }
 
 impl PyMemArray {
-    /// Runs a short call `f` on the array. With the GIL held when no other thread is in a
-    /// call on the array and no device work is pending (so `f` cannot block); otherwise
-    /// the GIL is released while waiting for the array and while `f` runs.
+    /// Runs `f` on the array with the GIL held when no other thread is in a call on it and
+    /// `fast` says `f` will not block; otherwise with the GIL released, both while waiting
+    /// for the array and while `f` runs.
+    fn with_if<R: Send>(
+        &self,
+        py: Python<'_>,
+        fast: impl FnOnce(&RawArray) -> bool,
+        f: impl FnOnce(&mut RawArray) -> R + Send,
+    ) -> R {
+        if let Some(mut raw) = self.shared.try_state()
+            && fast(&raw)
+        {
+            return f(&mut raw);
+        }
+        py.detach(|| f(&mut self.shared.state()))
+    }
+
+    /// Runs a short call `f` that may wait for pending device work (an export, a host
+    /// read): with the GIL held when nothing is pending and no other thread is in a call.
     pub(crate) fn with<R: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut RawArray) -> R + Send,
     ) -> R {
-        if let Some(mut raw) = self.shared.try_state()
-            && !raw.has_pending_work()
-        {
-            return f(&mut raw);
-        }
-        py.detach(|| f(&mut self.shared.state()))
+        self.with_if(py, |raw| !raw.has_pending_work(), f)
     }
 
     /// Runs `f` (metadata, or work that never blocks the host) on the array: with the GIL
@@ -113,10 +124,21 @@ impl PyMemArray {
         py: Python<'_>,
         f: impl FnOnce(&mut RawArray) -> R + Send,
     ) -> R {
-        if let Some(mut raw) = self.shared.try_state() {
-            return f(&mut raw);
-        }
-        py.detach(|| f(&mut self.shared.state()))
+        self.with_if(py, |_| true, f)
+    }
+
+    /// Runs an element access `f`: with the GIL held only for host data with nothing
+    /// pending (a device element is a synchronous copy).
+    fn with_element<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut RawArray) -> R + Send,
+    ) -> R {
+        self.with_if(
+            py,
+            |raw| raw.location() == Location::Host && !raw.has_pending_work(),
+            f,
+        )
     }
 
     /// Runs `f` (copies, waits, allocations) on the array with the GIL released.
@@ -289,13 +311,7 @@ impl PyMemArray {
             raw.read_element(&idx, &mut buf[..dtype.size()], token)
                 .map(|()| (dtype, buf))
         };
-        // Reading device data is a synchronous copy: the GIL is released for it.
-        let (dtype, buf) = if self.peek(py, |raw| raw.location() == Location::Host) {
-            self.with(py, read)
-        } else {
-            self.with_detached(py, read)
-        }
-        .py()?;
+        let (dtype, buf) = self.with_element(py, read).py()?;
         Ok(bytes_to_py(py, dtype, &buf[..dtype.size()])?.unbind())
     }
 
@@ -316,11 +332,7 @@ impl PyMemArray {
                 }
                 Some(raw.write_element(&idx, &bytes, token))
             };
-            let done = if self.peek(py, |raw| raw.location() == Location::Host) {
-                self.with(py, write)
-            } else {
-                self.with_detached(py, write)
-            };
+            let done = self.with_element(py, write);
             if let Some(r) = done {
                 return r.py();
             }

@@ -97,16 +97,22 @@ fn args(
     })
 }
 
-fn born(a: &Args, fill: Fill<'_>) -> memarray_cuda::Result<RawArray> {
-    RawArray::born_with(
-        a.dtype,
-        &a.shape,
-        a.location,
-        fill,
-        a.host_kind,
-        a.resource.clone(),
-        a.stream,
-    )
+/// The new array, made with the GIL released.
+fn born(py: Python<'_>, a: Args, fill: Fill<'_>) -> PyResult<PyMemArray> {
+    let raw = py
+        .detach(|| {
+            RawArray::born_with(
+                a.dtype,
+                &a.shape,
+                a.location,
+                fill,
+                a.host_kind,
+                a.resource,
+                a.stream,
+            )
+        })
+        .py()?;
+    Ok(raw.into())
 }
 
 /// empty(shape, dtype=None, device="cpu", host_memory="auto", stream=None, resource=None)
@@ -124,12 +130,14 @@ pub fn empty(
     stream: Option<&Bound<'_, PyAny>>,
     resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
-    let a = args(shape, dtype, device, host_memory, stream, resource)?;
-    let raw = py.detach(|| born(&a, Fill::Unset)).py()?;
-    Ok(raw.into())
+    born(
+        py,
+        args(shape, dtype, device, host_memory, stream, resource)?,
+        Fill::Unset,
+    )
 }
 
-/// zeros(shape, dtype=None, device="cpu", host_memory="auto", stream=None)
+/// zeros(shape, dtype=None, device="cpu", host_memory="auto", stream=None, resource=None)
 ///
 /// A zero-filled array on `device` only (a memset on a device, on `stream`).
 #[pyfunction]
@@ -143,12 +151,15 @@ pub fn zeros(
     stream: Option<&Bound<'_, PyAny>>,
     resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
-    let a = args(shape, dtype, device, host_memory, stream, resource)?;
-    let raw = py.detach(|| born(&a, Fill::Zeros)).py()?;
-    Ok(raw.into())
+    born(
+        py,
+        args(shape, dtype, device, host_memory, stream, resource)?,
+        Fill::Zeros,
+    )
 }
 
-/// full(shape, fill_value, dtype=None, device="cpu", host_memory="auto", stream=None)
+/// full(shape, fill_value, dtype=None, device="cpu", host_memory="auto", stream=None,
+///      resource=None)
 ///
 /// An array of `fill_value` (converted to `dtype` as element assignment converts) on
 /// `device` only, filled there.
@@ -167,8 +178,7 @@ pub fn full(
 ) -> PyResult<PyMemArray> {
     let a = args(shape, dtype, device, host_memory, stream, resource)?;
     let value = py_to_bytes(fill_value, a.dtype)?;
-    let raw = py.detach(|| born(&a, Fill::Value(&value))).py()?;
-    Ok(raw.into())
+    born(py, a, Fill::Value(&value))
 }
 
 /// load(path, device="cpu", host_memory="auto")

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memarray_core::{CoreError, DType, HostBuffer, Location, Lock, shape};
 
 use super::device_side::DeviceSide;
-use super::host_kind::{HostKind, host_resource};
+use super::host_kind::{HostKind, host_buffer};
 use super::raw::RawArray;
 use crate::error::Result;
 use crate::stream::StreamRef;
@@ -100,28 +100,10 @@ impl RawArray {
         let kind = host_kind.unwrap_or(HostKind::auto(nbytes));
         match location {
             Location::Host => {
-                let unset = matches!(init, Fill::Unset);
-                let make = |r: Arc<dyn memarray_core::MemoryResource>| -> Result<HostBuffer> {
-                    if unset && kind == HostKind::Pinned {
-                        // SAFETY: pinned memory comes from the pinned pool: a block it
-                        // hands out again holds its last user's bytes, a fresh one the
-                        // zeroed pages cuMemHostAlloc maps; either way every byte has a
-                        // value, as np.empty's and torch.empty's do.
-                        Ok(unsafe { HostBuffer::uninit_in(nbytes, r)? })
-                    } else {
-                        Ok(HostBuffer::zeroed_in(nbytes, r)?)
-                    }
-                };
-                let source = match resource {
-                    Some(r) => Ok(r),
-                    None => host_resource(kind, 0),
-                };
-                let host = match source.and_then(make) {
-                    Ok(h) => h,
-                    Err(_) if host_kind.is_none() && kind != HostKind::Pageable => {
-                        HostBuffer::zeroed_in(nbytes, Arc::new(memarray_core::HostResource))?
-                    }
-                    Err(e) => return Err(e),
+                let zero = !matches!(init, Fill::Unset);
+                let host = match resource {
+                    Some(r) => HostBuffer::zeroed_in(nbytes, r)?,
+                    None => host_buffer(kind, 0, nbytes, zero, host_kind.is_none())?.0,
                 };
                 let mut a = Self::from_host_buffer(dtype, shape, host, 0)?;
                 if let Fill::Value(v) = init {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use memarray_core::{HostResource, MemoryResource};
+use memarray_core::{HostBuffer, HostResource, MemoryResource};
 
 use crate::device::Device;
 use crate::error::Result;
@@ -40,6 +40,38 @@ impl HostKind {
         } else {
             HostKind::Pageable
         }
+    }
+}
+
+/// A host buffer of `nbytes` of `kind` and the kind it got. `zero` fills it with zeros;
+/// without, pinned memory is left as the pinned pool hands it out. With `fallback` (the
+/// automatic choice) pageable memory serves when pinned or managed memory cannot be had
+/// (limits, no driver); an explicit kind fails instead.
+pub(super) fn host_buffer(
+    kind: HostKind,
+    device_id: u32,
+    nbytes: usize,
+    zero: bool,
+    fallback: bool,
+) -> Result<(HostBuffer, HostKind)> {
+    let made = host_resource(kind, device_id).and_then(|r| -> Result<HostBuffer> {
+        if !zero && kind == HostKind::Pinned {
+            // SAFETY: pinned memory comes from the pinned pool: a block it hands out
+            // again holds its last user's bytes, a fresh one the zeroed pages
+            // cuMemHostAlloc maps; either way every byte has a value, as np.empty's and
+            // torch.empty's do.
+            Ok(unsafe { HostBuffer::uninit_in(nbytes, r)? })
+        } else {
+            Ok(HostBuffer::zeroed_in(nbytes, r)?)
+        }
+    });
+    match made {
+        Ok(h) => Ok((h, kind)),
+        Err(_) if fallback && kind != HostKind::Pageable => Ok((
+            HostBuffer::zeroed_in(nbytes, Arc::new(HostResource))?,
+            HostKind::Pageable,
+        )),
+        Err(e) => Err(e),
     }
 }
 

@@ -9,7 +9,7 @@ use memarray_core::{
 };
 
 use super::device_side::DeviceSide;
-use super::host_kind::{HostKind, host_resource};
+use super::host_kind::{HostKind, host_buffer};
 use super::host_ops;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
@@ -74,11 +74,8 @@ impl RawArray {
     /// memory kind ([`HostKind::auto`]; pageable if pinning fails).
     pub fn zeros(dtype: DType, shape: &[usize], device_id: u32) -> Result<Self> {
         let nbytes = shape::validate(shape, dtype.size())?;
-        match HostKind::auto(nbytes) {
-            HostKind::Pageable => Self::zeros_in(dtype, shape, device_id, HostKind::Pageable),
-            kind => Self::zeros_in(dtype, shape, device_id, kind)
-                .or_else(|_| Self::zeros_in(dtype, shape, device_id, HostKind::Pageable)),
-        }
+        let (host, _) = host_buffer(HostKind::auto(nbytes), device_id, nbytes, true, true)?;
+        Self::from_host_buffer(dtype, shape, host, device_id)
     }
 
     /// A zero-filled array whose host copy is of `host_kind`.
@@ -89,8 +86,7 @@ impl RawArray {
         host_kind: HostKind,
     ) -> Result<Self> {
         let nbytes = shape::validate(shape, dtype.size())?;
-        let resource = host_resource(host_kind, device_id)?;
-        let host = HostBuffer::zeroed_in(nbytes, resource)?;
+        let (host, _) = host_buffer(host_kind, device_id, nbytes, true, false)?;
         Self::from_host_buffer(dtype, shape, host, device_id)
     }
 
@@ -517,18 +513,10 @@ impl RawArray {
     /// Allocates the host copy of an array born on a device, on first need.
     pub(super) fn ensure_host(&mut self) -> Result<()> {
         if self.host.is_none() {
-            let host = match host_resource(self.host_kind, self.device_id)
-                .and_then(|r| Ok(HostBuffer::zeroed_in(self.nbytes, r)?))
-            {
-                Ok(h) => h,
-                // Pinning can fail (limits, no driver); pageable memory always serves.
-                Err(_) if self.host_kind != HostKind::Pageable => {
-                    self.host_kind = HostKind::Pageable;
-                    HostBuffer::zeroed_in(self.nbytes, Arc::new(HostResource))?
-                }
-                Err(e) => return Err(e),
-            };
+            let (host, kind) =
+                host_buffer(self.host_kind, self.device_id, self.nbytes, true, true)?;
             self.host = Some(Arc::new(host));
+            self.host_kind = kind;
         }
         Ok(())
     }

@@ -119,11 +119,6 @@ impl SharedArray {
         self.lock.is_locked()
     }
 
-    /// Whether `guard` holds this array's lock.
-    pub fn is_guarded_by(&self, guard: &LockGuard) -> bool {
-        guard.guards(&self.lock)
-    }
-
     /// Swaps contents with `other` (see [`RawArray::swap`]); both must be unlocked.
     /// Both mutexes are taken in address order, so two threads swapping the same pair
     /// in opposite directions cannot deadlock. Swapping an array with itself is a no-op.
