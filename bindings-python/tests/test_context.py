@@ -97,15 +97,6 @@ def test_contending_block_is_refused_naming_both_ids():
     assert not a.locked
 
 
-def test_enter_moves_back_data_another_thread_moved():
-    """get_dlpack(kDLCPU) then another caller moves nothing (no GPU here): the block
-    exports host data; with CUDA the enter moves it back under the token."""
-    a = memarray.MemArray([3], np.int32)
-    ctx = a.get_dlpack(dlpack.kDLCPU)
-    with ctx as d:
-        assert d.__dlpack_device__() == (dlpack.kDLCPU, 0)
-
-
 def test_failing_thread_at_the_same_moment_leaves_no_lock():
     """Threads that raise inside their blocks while others contend: never locked after."""
     a = memarray.MemArray([8], np.int64)

@@ -86,6 +86,13 @@ CAI = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _in_a_scratch_directory(tmp_path, monkeypatch):
+    """Methods given path-like junk ("x") may write files (save): keep them out of the
+    checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def assert_no_panic(fn, *args, **kwargs):
     try:
         fn(*args, **kwargs)
