@@ -93,7 +93,7 @@ impl PyMemArray {
     /// Runs `f` on the array with the GIL held when no other thread is in a call on it and
     /// `fast` says `f` will not block; otherwise with the GIL released, both while waiting
     /// for the array and while `f` runs.
-    fn with_if<R: Send>(
+    pub(crate) fn with_if<R: Send>(
         &self,
         py: Python<'_>,
         fast: impl FnOnce(&RawArray) -> bool,

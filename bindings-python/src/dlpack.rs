@@ -155,13 +155,18 @@ pub fn export<'py>(
             .py()?;
         Ok((buf, raw.dtype(), raw.shape().to_vec()))
     };
-    // A move or a copy allocates and copies: with the GIL released.
-    let moves = !matches!(target, Target::Current);
-    let (buf, dtype, shape) = if moves || copy == Some(true) {
-        arr.with_detached(py, export)?
-    } else {
-        arr.with(py, export)?
-    };
+    // A move or a copy allocates and copies, and pending work may be waited for: then
+    // with the GIL released. (`dl_device` naming where the data already is, as torch
+    // passes it, is no move.)
+    let (buf, dtype, shape) = arr.with_if(
+        py,
+        |raw| {
+            copy != Some(true)
+                && !raw.has_pending_work()
+                && matches!(target.resolve(raw), Ok(l) if l == raw.location())
+        },
+        export,
+    )?;
     let device = match buf.location {
         Location::Host => Device::CPU,
         Location::Device(id) => Device::cuda(id as i32),
