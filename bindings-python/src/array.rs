@@ -253,27 +253,43 @@ impl PyMemArray {
         &self,
         py: Python<'py>,
         token: Option<LockToken>,
+        out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let np = py.import("numpy")?;
         loop {
             let (dtype, shape) = self.layout(py);
-            let out = np
-                .getattr("empty")?
-                .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?;
-            let addr = crate::numpy_data_ptr(&out)?;
+            let dest = match out {
+                Some(o) => {
+                    check_out_array(py, o, dtype, &shape)?;
+                    o.clone()
+                }
+                None => np
+                    .getattr("empty")?
+                    .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?,
+            };
+            let addr = crate::numpy_data_ptr(&dest)?;
+            let has_out = out.is_some();
             let done = self.with_detached(py, |raw| {
                 if raw.dtype() != dtype || raw.shape() != shape {
                     return None;
                 }
-                // SAFETY: `out` is a fresh C-contiguous array of this dtype and shape
-                // (nbytes bytes at addr) that no other code has seen yet.
+                if has_out && raw.host_overlaps(addr, raw.nbytes()) {
+                    return Some(Err(memarray_cuda::CudaError::BadSetting {
+                        what: "to_numpy(out=...)",
+                        detail: "out shares memory with the array".into(),
+                    }));
+                }
+                // SAFETY: `dest` is a C-contiguous, writeable array of this dtype and
+                // shape (nbytes bytes at addr): a fresh one no other code has seen, or the
+                // caller's `out`, checked above and held alive by the caller; its bytes
+                // are written as NumPy's own copyto would.
                 let bytes =
                     unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, raw.nbytes()) };
                 Some(raw.read_all(bytes, token))
             });
             if let Some(r) = done {
                 r.py()?;
-                return Ok(out);
+                return Ok(dest);
             }
         }
     }
@@ -604,8 +620,13 @@ impl PyMemArray {
 
     /// A NumPy copy of the current data (read from the device when it is there), made
     /// with the GIL released.
-    fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.to_numpy_with(py, None)
+    #[pyo3(signature = (out=None))]
+    fn to_numpy<'py>(
+        &self,
+        py: Python<'py>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.to_numpy_with(py, None, out)
     }
 
     /// `np.asarray(a)` falls back here when the buffer protocol cannot serve (bfloat16, a
@@ -636,7 +657,7 @@ impl PyMemArray {
                     "bfloat16 arrays have no zero-copy NumPy view; pass copy=None or True",
                 ));
             }
-            this.to_numpy(py)?
+            this.to_numpy(py, None)?
         } else {
             let mv = pyo3::types::PyMemoryView::from(slf.as_any())?;
             py.import("numpy")?.getattr("asarray")?.call1((mv,))?
@@ -811,4 +832,42 @@ pub(crate) fn host_kind_name(kind: HostKind) -> &'static str {
 /// Every dtype name, for error messages and the Python `SUPPORTED_DTYPES` constant.
 pub fn supported_dtype_names() -> Vec<&'static str> {
     DType::ALL.iter().map(|d| d.name()).collect()
+}
+
+/// `out` for `to_numpy(out=...)`: a writeable, C-contiguous NumPy array of exactly this
+/// dtype and shape (a ValueError or TypeError naming what differs otherwise).
+fn check_out_array(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    dtype: DType,
+    shape: &[usize],
+) -> PyResult<()> {
+    let np = py.import("numpy")?;
+    if !out.is_instance(&np.getattr("ndarray")?)? {
+        return Err(PyTypeError::new_err(format!(
+            "out must be a numpy.ndarray, not {}",
+            out.get_type().name()?
+        )));
+    }
+    let want = numpy_dtype(py, dtype)?;
+    let got = out.getattr("dtype")?;
+    if !got.eq(&want)? {
+        return Err(PyValueError::new_err(format!(
+            "out has dtype {got}, the array {want}"
+        )));
+    }
+    let got_shape: Vec<usize> = out.getattr("shape")?.extract()?;
+    if got_shape != shape {
+        return Err(PyValueError::new_err(format!(
+            "out has shape {got_shape:?}, the array {shape:?}"
+        )));
+    }
+    let flags = out.getattr("flags")?;
+    if !flags.getattr("c_contiguous")?.extract::<bool>()? {
+        return Err(PyValueError::new_err("out must be C-contiguous"));
+    }
+    if !flags.getattr("writeable")?.extract::<bool>()? {
+        return Err(PyValueError::new_err("out is read-only"));
+    }
+    Ok(())
 }

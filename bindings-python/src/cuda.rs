@@ -352,6 +352,41 @@ fn span_bytes(shape: &[usize], strides: &[i64], size: usize) -> PyResult<usize> 
 }
 
 /// Imports an object exposing `__cuda_array_interface__` (Numba, CuPy, torch).
+/// staging_config() -> dict
+/// --
+///
+/// The staged-copy settings for pageable host memory: `threads` (host threads per copy),
+/// `chunk_bytes` (pinned slot size) and `direct_below` (smaller copies go straight to the
+/// driver).
+#[pyfunction]
+fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let c = memarray_cuda::staging::config().py()?;
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("threads", c.threads)?;
+    d.set_item("chunk_bytes", c.chunk_bytes)?;
+    d.set_item("direct_below", c.direct_below)?;
+    Ok(d)
+}
+
+/// set_staging_config(threads=None, chunk_bytes=None, direct_below=None)
+/// --
+///
+/// Changes the staged-copy settings (those not given stay); out-of-range values raise
+/// ValueError and change nothing.
+#[pyfunction]
+#[pyo3(signature = (threads=None, chunk_bytes=None, direct_below=None))]
+fn set_staging_config(
+    threads: Option<usize>,
+    chunk_bytes: Option<usize>,
+    direct_below: Option<usize>,
+) -> PyResult<()> {
+    let mut c = memarray_cuda::staging::config().unwrap_or_default();
+    c.threads = threads.unwrap_or(c.threads);
+    c.chunk_bytes = chunk_bytes.unwrap_or(c.chunk_bytes);
+    c.direct_below = direct_below.unwrap_or(c.direct_below);
+    memarray_cuda::staging::set_config(c).py()
+}
+
 #[pyfunction]
 #[pyo3(signature = (obj, copy=None))]
 pub fn from_cuda_array_interface(
@@ -477,6 +512,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(device_count, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(synchronize, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(from_cuda_array_interface, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(staging_config, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(set_staging_config, &cuda)?)?;
     m.add_submodule(&cuda)?;
     Ok(())
 }

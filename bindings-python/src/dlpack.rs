@@ -287,7 +287,7 @@ impl DLPackContext {
 
     /// A NumPy copy of the data, read with this context's lock.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.array.get().to_numpy_with(py, self.token())
+        self.array.get().to_numpy_with(py, self.token(), None)
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

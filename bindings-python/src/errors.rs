@@ -46,6 +46,7 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::Core(c) => core_err(c),
         CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
         CudaError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
+        CudaError::BadSetting { .. } => PyValueError::new_err(msg),
         CudaError::NoSuchDevice { .. } | CudaError::Inaccessible { .. } => {
             PyValueError::new_err(msg)
         }

@@ -6,6 +6,7 @@
 //! `tests/`. Errors map to one Python exception class per variant (`errors.rs`).
 
 mod array;
+mod batch;
 mod born;
 mod buffer;
 mod cuda;
@@ -37,6 +38,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(born::full, m)?)?;
     m.add_function(wrap_pyfunction!(born::load, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::move_many, m)?)?;
     m.add_class::<ipc::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(ipc::from_ipc_handle, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;

@@ -22,6 +22,7 @@ from ._memarray import (
     from_ipc_handle,
     full,
     load,
+    move_many,
     zeros,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "from_ipc_handle",
     "full",
     "load",
+    "move_many",
     "resources",
     "zeros",
 ]
@@ -55,20 +57,66 @@ def cupy_allocator(nbytes: int):
     return allocator(nbytes)
 
 
-def asarray(obj, copy: bool | None = None) -> MemArray:
+def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
     """Converts ``obj`` to a MemArray.
 
     A MemArray is returned as is (deep-copied with ``copy=True``). DLPack producers
     (NumPy, torch, CuPy, JAX) and objects with ``__cuda_array_interface__`` (Numba) are
     imported zero-copy where possible; anything else goes through ``numpy.asarray``.
     ``copy`` has ``from_dlpack``'s meaning.
-    """
-    if isinstance(obj, MemArray):
-        return obj.copy() if copy else obj
-    if hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, copy=copy)
-    if hasattr(obj, "__cuda_array_interface__"):
-        return cuda.from_cuda_array_interface(obj, copy=copy)
-    import numpy as np
 
-    return from_dlpack(np.asarray(obj), copy=copy)
+    ``device`` ("cpu", "cuda", "cuda:N", an int, a DLPack pair; ``None`` keeps the data
+    where it is) asks for the result there. Host data bound for a device is copied
+    straight into a new device-resident array through the staged pinned pipeline (no
+    host copy in between); ``copy=False`` with a device other than the data's is a
+    ValueError.
+    """
+    if device is None:
+        if isinstance(obj, MemArray):
+            return obj.copy() if copy else obj
+        if hasattr(obj, "__dlpack__"):
+            return from_dlpack(obj, copy=copy)
+        if hasattr(obj, "__cuda_array_interface__"):
+            return cuda.from_cuda_array_interface(obj, copy=copy)
+        import numpy as np
+
+        return from_dlpack(np.asarray(obj), copy=copy)
+    target = _location(device)
+    if not isinstance(obj, MemArray) and not _on_device(obj):
+        if copy is False:
+            raise ValueError(f"copy=False, but the data is on the host and device={device!r}")
+        import numpy as np
+
+        if isinstance(obj, np.ndarray) or not hasattr(obj, "__dlpack__"):
+            host = np.asarray(obj)
+        else:
+            host = np.from_dlpack(obj)
+        if target == (dlpack.kDLCPU, 0):
+            return from_dlpack(host, copy=copy)
+        out = empty(host.shape, host.dtype, device=device)
+        out.read_numpy_array(host)
+        return out
+    a = asarray(obj, copy=copy)
+    here = a.__dlpack_device__()
+    here = (dlpack.kDLCPU, 0) if here[0] != dlpack.kDLCUDA else here
+    if here != target:
+        if copy is False:
+            raise ValueError(f"copy=False, but the data is on {a.device} and device={device!r}")
+        if a is obj:
+            a = a.copy()
+        a.move_memory(*target)
+    return a
+
+
+def _location(device) -> tuple[int, int]:
+    """A ``device=`` argument as a DLPack (type, id) pair (kDLCPU or kDLCUDA)."""
+    probe = empty((0,), "u1", device=device)
+    t, i = probe.__dlpack_device__()
+    return (dlpack.kDLCPU, 0) if t != dlpack.kDLCUDA else (t, i)
+
+
+def _on_device(obj) -> bool:
+    """Whether ``obj`` (not a MemArray) holds its data on a CUDA device."""
+    if hasattr(obj, "__dlpack_device__"):
+        return obj.__dlpack_device__()[0] in (dlpack.kDLCUDA, dlpack.kDLCUDAManaged)
+    return hasattr(obj, "__cuda_array_interface__")

@@ -13,6 +13,8 @@ unavailable_reason = _cuda.unavailable_reason
 device_count = _cuda.device_count
 synchronize = _cuda.synchronize
 from_cuda_array_interface = _cuda.from_cuda_array_interface
+staging_config = _cuda.staging_config
+set_staging_config = _cuda.set_staging_config
 
 __all__ = [
     "Event",
@@ -20,6 +22,8 @@ __all__ = [
     "device_count",
     "from_cuda_array_interface",
     "is_available",
+    "set_staging_config",
+    "staging_config",
     "synchronize",
     "unavailable_reason",
 ]

@@ -128,6 +128,14 @@ pub enum CudaError {
         /// The accepted values, in words.
         expected: &'static str,
     },
+    /// A setting outside its accepted range.
+    #[error("{what}: {detail}")]
+    BadSetting {
+        /// The setting.
+        what: &'static str,
+        /// What is wrong and what is accepted.
+        detail: String,
+    },
     /// An error from memarray-core (shapes, bounds, allocation).
     #[error(transparent)]
     Core(#[from] CoreError),

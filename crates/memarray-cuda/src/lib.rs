@@ -39,6 +39,7 @@ pub mod event;
 pub mod ipc;
 pub mod kernel;
 pub mod resource;
+pub mod staging;
 pub mod stream;
 pub mod sync;
 #[doc(hidden)]

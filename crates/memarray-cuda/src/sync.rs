@@ -7,6 +7,8 @@
 //! host, device to device, peer) and returns once the bytes have arrived, so both sides
 //! may be used at once. [`enqueue`] is the same copy without the wait, for callers that
 //! order host access with events: the MemArray mirror moves array data through it.
+//! Pageable (and file-backed) host memory goes through the staged pipeline of
+//! [`staging`] (several threads, pinned slots) above its direct-copy size.
 
 use memarray_core::{CoreError, HostBuffer};
 
@@ -14,7 +16,7 @@ use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
-use crate::transfer;
+use crate::{staging, transfer};
 
 /// A byte range to copy to or from.
 #[derive(Clone, Copy, Debug)]
@@ -79,10 +81,24 @@ pub unsafe fn enqueue(
             unsafe { std::ptr::copy(s.as_ptr().add(soff), d.as_mut_ptr().add(doff), len) };
             None
         }
+        (Span::Device(d, doff), Span::Host(s, soff)) if !staging::is_direct(s) => {
+            // SAFETY: the range was checked against the live buffer; the staged copy has
+            // read it when it returns.
+            let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(soff), len) };
+            Some(staging::upload(d, doff, src, stream)?)
+        }
         (Span::Device(d, doff), Span::Host(s, soff)) => {
             // SAFETY: the source range is checked and kept by the caller until the copy
             // has run (item 1).
             Some(unsafe { transfer::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?)
+        }
+        (Span::Host(d, doff), Span::Device(s, soff)) if !staging::is_direct(d) => {
+            // SAFETY: the range was checked against the live buffer, which the caller
+            // keeps from host access until the copy is done (item 1); the staged copy has
+            // written it when it returns.
+            let dst = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr().add(doff), len) };
+            staging::download(dst, s, soff, stream)?;
+            Some(Enqueued::new(stream, s.device().clone()))
         }
         (Span::Host(d, doff), Span::Device(s, soff)) => {
             // SAFETY: as above, for the destination range.

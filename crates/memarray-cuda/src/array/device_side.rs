@@ -20,7 +20,7 @@ use crate::event::{Enqueued, Event};
 use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use crate::sync::{self, Span};
-use crate::{kernel, transfer};
+use crate::{kernel, staging, transfer};
 
 /// Keeps an exported buffer alive; when the consumer releases the export, the work it
 /// queued on its stream by then is recorded as a use of the buffer, so a pool does not
@@ -170,7 +170,7 @@ impl DeviceSide {
     /// pending work on another stream (stream-wait-event, no host block). A default
     /// stream is per device: the same handle on another device is another stream, which
     /// must wait too, with that device bound.
-    fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
+    pub(super) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         if let Some(p) = self.pending().as_ref()
             && (p.stream != stream || p.event.device().id() != device_id)
         {
@@ -247,7 +247,7 @@ impl DeviceSide {
     ///
     /// # Safety
     /// 1. A new buffer is written in full before any read.
-    unsafe fn buffer_on(
+    pub(super) unsafe fn buffer_on(
         &self,
         device_id: u32,
         nbytes: usize,
@@ -270,7 +270,7 @@ impl DeviceSide {
     }
 
     /// Makes `b` the device copy (a no-op if it already is).
-    fn install(&mut self, b: Arc<DeviceBuffer>) {
+    pub(super) fn install(&mut self, b: Arc<DeviceBuffer>) {
         if self.buffer.as_ref().is_some_and(|old| Arc::ptr_eq(old, &b)) {
             return;
         }
@@ -398,7 +398,7 @@ impl DeviceSide {
         Ok(())
     }
 
-    fn current(&self) -> Result<Arc<DeviceBuffer>> {
+    pub(super) fn current(&self) -> Result<Arc<DeviceBuffer>> {
         self.buffer.clone().ok_or(CudaError::NoDeviceCopy)
     }
 
@@ -417,20 +417,18 @@ impl DeviceSide {
         let src = self.current()?;
         let stream = self.pick(None, src.device().id());
         self.order(stream, src.device().id())?;
-        // SAFETY: out is valid for its length and we block until the copy is done.
-        unsafe { transfer::copy_dtoh_raw(out.as_mut_ptr(), &src, offset, out.len(), stream)? }
-            .synchronize()
+        // Staged through pinned slots above the direct size; done when it returns.
+        staging::download(out, &src, offset, stream)
     }
 
-    /// Writes bytes of the device copy, after pending work; returns once written.
+    /// Writes bytes of the device copy, after pending work; returns once `value` has
+    /// been read (the copy is the array's pending work).
     pub(crate) fn write_bytes(&mut self, offset: usize, value: &[u8]) -> Result<()> {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
-        let op = transfer::copy_htod(&dst, offset, value, stream)?;
-        self.record(op, None)?;
-        // `value` is borrowed: the copy must finish before we return.
-        self.wait_host()
+        let op = staging::upload(&dst, offset, value, stream)?;
+        self.record(op, None)
     }
 
     /// Runs the add_index_tuple kernel on the device copy.

@@ -5,6 +5,7 @@
 //! Python; [`MemArray<T, N>`] is the typed Rust face over it; [`SharedArray`] shares a
 //! `RawArray` between threads (every method on `&self`, calls serialised).
 
+mod batch;
 mod born;
 mod device_side;
 mod export;

@@ -378,6 +378,15 @@ impl RawArray {
         Ok(linear as usize * size)
     }
 
+    /// Whether `[addr, addr + len)` overlaps this array's host buffer (a destination
+    /// that aliases the array must not be written through a separate slice).
+    pub fn host_overlaps(&self, addr: usize, len: usize) -> bool {
+        self.host.as_ref().is_some_and(|h| {
+            let start = h.as_ptr() as usize;
+            addr < start + h.len() && start < addr + len
+        })
+    }
+
     /// Copies the whole current data, wherever it lives, into `out` (exactly `nbytes`).
     pub fn read_all(&self, out: &mut [u8], token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
@@ -423,8 +432,10 @@ impl RawArray {
         self.dev.wait_host()
     }
 
-    /// Overwrites the whole array with `bytes` (C order, exactly `nbytes`); the host copy
-    /// becomes current. On any error the array is unchanged.
+    /// Overwrites the whole array with `bytes` (C order, exactly `nbytes`) where the data
+    /// lives: on the host a memcpy, on a device a staged copy (pageable `bytes` at the
+    /// pinned rate; [`crate::staging`]) after pending work. Returns once `bytes` has
+    /// been read. A wrong length changes nothing.
     pub fn write_all(&mut self, bytes: &[u8], token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
         if bytes.len() != self.nbytes {
@@ -434,6 +445,9 @@ impl RawArray {
                 capacity: self.nbytes,
             }
             .into());
+        }
+        if let Location::Device(_) = self.location {
+            return self.dev.write_bytes(0, bytes);
         }
         self.dev.wait_host()?;
         self.ensure_host()?;

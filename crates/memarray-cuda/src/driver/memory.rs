@@ -142,6 +142,20 @@ pub(crate) fn pointer_device_ordinal(p: u64) -> Result<u32> {
     Ok(ordinal.max(0) as u32)
 }
 
+/// Whether the driver knows the host address `p` (page-locked, registered or managed
+/// memory, which DMA reads directly); `false` for ordinary pageable memory.
+pub(crate) fn host_pointer_is_known(p: *const u8) -> bool {
+    if init().is_err() {
+        return false;
+    }
+    let mut ty: c_uint = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    // SAFETY: this attribute writes one unsigned int to the out pointer; an address the
+    // driver does not know is CUDA_ERROR_INVALID_VALUE, not undefined behaviour.
+    let r = unsafe { sys::cuPointerGetAttribute((&raw mut ty).cast::<c_void>(), attr, p as u64) };
+    r == sys::CUresult::CUDA_SUCCESS
+}
+
 /// Enqueues setting `n` bytes at `p` to `value` on `s`.
 ///
 /// # Safety
@@ -287,4 +301,87 @@ pub(crate) unsafe fn ipc_close_mem_handle(p: u64) -> Result<()> {
     check("cuIpcCloseMemHandle", unsafe {
         sys::cuIpcCloseMemHandle(p)
     })
+}
+
+/// Whether the driver exports `cuMemcpyBatchAsync` (CUDA 12.8+), looked up once without
+/// the panic a missing symbol would cause in cudarc's loader.
+fn has_memcpy_batch() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        init().is_ok()
+            // SAFETY: the library is the driver cudarc loaded (init succeeded); only the
+            // symbol's presence is checked, it is not called through this pointer.
+            && unsafe { sys::culib().get::<*const c_void>(b"cuMemcpyBatchAsync\0") }.is_ok()
+    })
+}
+
+/// Enqueues `dsts.len()` copies (`sizes[i]` bytes from `srcs[i]` to `dsts[i]`, unified
+/// addresses: device memory or page-locked host memory) on `s` in one driver call where
+/// the driver has `cuMemcpyBatchAsync` and `s` is not a default stream, else one
+/// `cuMemcpyAsync` each. `to_device` says which way the batch goes (a location hint).
+///
+/// # Safety
+/// 1. Every range is live device memory of the current context or page-locked host
+///    memory, not freed or (host) touched until the copies have run.
+/// 2. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn memcpy_batch_async(
+    dsts: &mut [u64],
+    srcs: &mut [u64],
+    sizes: &mut [usize],
+    to_device: bool,
+    device: c_int,
+    s: CUstream,
+) -> Result<()> {
+    init()?;
+    assert!(dsts.len() == srcs.len() && srcs.len() == sizes.len());
+    if dsts.is_empty() {
+        return Ok(());
+    }
+    let default_stream = (s as usize) <= 2;
+    if has_memcpy_batch() && !default_stream {
+        let host = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        };
+        let dev = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device,
+        };
+        let (src_loc, dst_loc) = if to_device { (host, dev) } else { (dev, host) };
+        let mut attrs = [sys::CUmemcpyAttributes {
+            srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            srcLocHint: src_loc,
+            dstLocHint: dst_loc,
+            flags: 0,
+        }];
+        let mut attr_idx = [0usize];
+        let mut fail_idx = usize::MAX;
+        // SAFETY: items 1 and 2; the arrays hold `len` entries each, one attribute applies
+        // from index 0, and the out index is valid.
+        let r = unsafe {
+            sys::cuMemcpyBatchAsync(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                dsts.len(),
+                attrs.as_mut_ptr(),
+                attr_idx.as_mut_ptr(),
+                1,
+                &mut fail_idx,
+                s,
+            )
+        };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        // Refused (e.g. an attribute this driver rejects): copies are idempotent, so
+        // enqueue them one by one below.
+    }
+    for i in 0..dsts.len() {
+        // SAFETY: items 1 and 2, for one range each.
+        check("cuMemcpyAsync", unsafe {
+            sys::cuMemcpyAsync(dsts[i], srcs[i], sizes[i], s)
+        })?;
+    }
+    Ok(())
 }

@@ -1,0 +1,232 @@
+"""Transfers: to_numpy(out=), read_numpy_array into device arrays, asarray(device=),
+move_many, and the staged pageable pipeline at every size and setting."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import memarray
+from conftest import DTYPES, init_array
+
+kDLCPU, kDLCUDA = memarray.dlpack.kDLCPU, memarray.dlpack.kDLCUDA
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_to_numpy_into_an_existing_array(dtype):
+    src = init_array((3, 5, 2), dtype)
+    a = memarray.MemArray(src.shape, dtype)
+    a.read_numpy_array(src)
+    out = np.zeros_like(src)
+    got = a.to_numpy(out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, src)
+
+
+def test_to_numpy_out_is_checked():
+    a = memarray.asarray(np.arange(12, dtype=np.float32).reshape(3, 4), copy=True)
+    with pytest.raises(ValueError, match="dtype"):
+        a.to_numpy(out=np.zeros((3, 4), np.float64))
+    with pytest.raises(ValueError, match="shape"):
+        a.to_numpy(out=np.zeros((4, 3), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        a.to_numpy(out=np.zeros((4, 3), np.float32).T)
+    ro = np.zeros((3, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        a.to_numpy(out=ro)
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        a.to_numpy(out=[0] * 12)
+    # A view of the array's own memory would be written through two aliases.
+    with pytest.raises(ValueError, match="shares memory"):
+        a.to_numpy(out=np.asarray(a))
+    np.testing.assert_array_equal(a.to_numpy(), np.arange(12).reshape(3, 4))
+
+
+def test_asarray_device_cpu_and_copy_rules():
+    src = np.arange(10, dtype=np.int16)
+    a = memarray.asarray(src, device="cpu")
+    assert a.device == "cpu"
+    np.testing.assert_array_equal(a.to_numpy(), src)
+    b = memarray.asarray(a, device="cpu")
+    assert b is a
+    c = memarray.asarray(a, device="cpu", copy=True)
+    assert c is not a
+    np.testing.assert_array_equal(c.to_numpy(), src)
+
+
+def test_move_many_on_the_host_and_bad_input():
+    arrays = [memarray.asarray(np.full(5, i, np.int32), copy=True) for i in range(4)]
+    memarray.move_many(arrays + arrays[:1], "cpu")  # already there; duplicates allowed
+    for i, a in enumerate(arrays):
+        assert a.device == "cpu"
+        np.testing.assert_array_equal(a.to_numpy(), np.full(5, i))
+    with pytest.raises(TypeError, match="MemArray"):
+        memarray.move_many([arrays[0], np.zeros(3)], "cpu")
+    with pytest.raises(ValueError, match="unknown device"):
+        memarray.move_many(arrays, "tpu")
+    memarray.move_many([], "cpu")
+
+
+def test_staging_settings_round_trip_and_bad_values():
+    before = memarray.cuda.staging_config()
+    assert set(before) == {"threads", "chunk_bytes", "direct_below"}
+    try:
+        memarray.cuda.set_staging_config(threads=3)
+        assert memarray.cuda.staging_config()["threads"] == 3
+        for bad in ({"threads": 0}, {"threads": 65}, {"chunk_bytes": 1024}):
+            with pytest.raises(ValueError, match="staging"):
+                memarray.cuda.set_staging_config(**bad)
+        assert memarray.cuda.staging_config()["threads"] == 3
+    finally:
+        memarray.cuda.set_staging_config(**before)
+    assert memarray.cuda.staging_config() == before
+
+
+# ---- GPU ----
+
+SIZES = [0, 1, 4095, 256 << 10, (1 << 20) + 3, (16 << 20) + 5, (100 << 20) + 7]
+
+
+def _bytes(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_pageable_round_trip_through_every_entry_point(n):
+    src = _bytes(n + 1, n)[1:]  # an unaligned NumPy view
+    # asarray(device=): straight to a device-resident array.
+    a = memarray.asarray(src, device="cuda")
+    assert a.device == "cuda:0"
+    np.testing.assert_array_equal(a.to_numpy(), src)
+    # read_numpy_array into a device-resident array keeps it there.
+    flipped = ~src
+    a.read_numpy_array(flipped)
+    assert a.device == "cuda:0"
+    out = np.empty_like(src)
+    assert a.to_numpy(out=out) is out
+    np.testing.assert_array_equal(out, flipped)
+    # move_memory of a pageable array, and back.
+    b = memarray.MemArray((n,), "u1", host_memory="pageable")
+    b.read_numpy_array(src)
+    b.move_memory(kDLCUDA, 0)
+    b.read_numpy_array(flipped)
+    b.move_memory(kDLCPU)
+    np.testing.assert_array_equal(np.asarray(b), flipped)
+    # A zero-copy import of NumPy memory moved to the device.
+    c = memarray.from_dlpack(src)
+    c.move_memory(kDLCUDA, 0)
+    np.testing.assert_array_equal(c.to_numpy(), src)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_staged_paths_keep_every_dtype(dtype):
+    src = init_array((513, 1031), dtype)  # > 256 KiB for 1-byte types too
+    a = memarray.asarray(src, device="cuda")
+    np.testing.assert_array_equal(a.to_numpy(), src)
+
+
+@pytest.mark.gpu
+def test_staged_copies_under_every_setting():
+    before = memarray.cuda.staging_config()
+    src = _bytes((24 << 20) + 13, 5)
+    try:
+        for cfg in (
+            {"threads": 1},
+            {"threads": 3, "chunk_bytes": 64 << 10, "direct_below": 0},
+            {"threads": 16, "chunk_bytes": 8 << 20},
+        ):
+            memarray.cuda.set_staging_config(**cfg)
+            a = memarray.asarray(src, device="cuda")
+            np.testing.assert_array_equal(a.to_numpy(), src, err_msg=str(cfg))
+    finally:
+        memarray.cuda.set_staging_config(**before)
+
+
+@pytest.mark.gpu
+def test_staged_copies_from_many_threads():
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(5):
+                src = _bytes((3 << 20) + t * 7 + i, t * 10 + i)
+                a = memarray.asarray(src, device="cuda")
+                np.testing.assert_array_equal(a.to_numpy(), src)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+    assert not errors, errors
+
+
+@pytest.mark.gpu
+def test_over_4_gib_round_trip():
+    n = (4 << 30) + 4099
+    src = np.empty(n, np.uint8)
+    src[: 1 << 20] = _bytes(1 << 20, 1)
+    src[(1 << 20) :] = np.resize(src[: 1 << 20], n - (1 << 20))
+    src[-5:] = [1, 2, 3, 4, 5]
+    a = memarray.asarray(src, device="cuda")
+    back = a.to_numpy()
+    assert np.array_equal(back, src)
+    del a, back, src
+
+
+@pytest.mark.gpu
+def test_move_many_both_ways_with_mixed_arrays():
+    rng = np.random.default_rng(3)
+    arrays, expect = [], []
+    for i in range(1000):
+        dt = ["f4", "i2", "u1", "f8"][i % 4]
+        x = rng.integers(0, 100, 1024 + i % 7).astype(dt)
+        hm = "pinned" if i % 3 == 0 else "pageable"
+        a = memarray.MemArray(x.shape, dt, host_memory=hm)
+        a.read_numpy_array(x)
+        arrays.append(a)
+        expect.append(x)
+    arrays[5].move_memory(kDLCUDA, 0)
+    s = memarray.cuda.Stream()
+    memarray.move_many(arrays + [arrays[0]], "cuda", stream=s)
+    for a, x in zip(arrays, expect):
+        assert a.device == "cuda:0"
+        np.testing.assert_array_equal(a.to_numpy(), x)
+    memarray.move_many(arrays, "cpu")
+    for a, x in zip(arrays, expect):
+        assert a.device == "cpu"
+        np.testing.assert_array_equal(np.asarray(a), x)
+
+
+@pytest.mark.gpu
+def test_move_many_refuses_when_one_is_locked():
+    a = memarray.asarray(np.ones(8, np.float32), copy=True)
+    b = memarray.asarray(np.ones(8, np.float32), copy=True)
+    with b.get_dlpack(kDLCPU):
+        with pytest.raises(memarray.LockError):
+            memarray.move_many([a, b], "cuda")
+    assert a.device == "cpu" and b.device == "cpu"
+
+
+@pytest.mark.gpu
+def test_asarray_device_from_torch_and_copy_false():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(300000, dtype=torch.float32)
+    a = memarray.asarray(t, device="cuda")
+    assert a.device == "cuda:0"
+    np.testing.assert_array_equal(a.to_numpy(), t.numpy())
+    with pytest.raises(ValueError, match="copy=False"):
+        memarray.asarray(t, device="cuda", copy=False)
+    g = t.cuda()
+    b = memarray.asarray(g, device="cuda")
+    np.testing.assert_array_equal(b.to_numpy(), t.numpy())
+    c = memarray.asarray(g, device="cpu")
+    assert c.device == "cpu"
+    np.testing.assert_array_equal(np.asarray(c), t.numpy())

@@ -1,0 +1,231 @@
+//! Many arrays moved in one call: one staging pass, one batch of copies, one wait.
+
+use std::sync::Arc;
+
+use memarray_core::{HostBuffer, Location};
+
+use super::raw::RawArray;
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::driver;
+use crate::error::Result;
+use crate::event::Event;
+use crate::staging;
+use crate::stream::{Stream, StreamRef};
+
+/// Staged pieces are placed at this alignment in the shared pinned buffer.
+const PIECE_ALIGN: usize = 256;
+
+impl RawArray {
+    /// Moves every array to `target` (the host or a device) in one pass: pageable host
+    /// data of small arrays is packed into one pinned buffer from the pinned pool, all
+    /// copies go to the driver as one batch (`cuMemcpyBatchAsync` where the driver has
+    /// it), and the call waits once, at the end. When it returns every array is at
+    /// `target` with its data complete. Arrays already there are left alone; arrays of
+    /// at least the staging chunk size, and moves between devices, take
+    /// [`RawArray::move_memory`]'s path (bandwidth-bound anyway). `stream` orders the
+    /// copies after work queued on it (a memarray stream when `None`).
+    ///
+    /// Every array is checked first (locks): if one is locked nothing moves.
+    pub fn move_many(
+        arrays: &mut [&mut RawArray],
+        target: Location,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        for a in arrays.iter() {
+            a.check(None)?;
+        }
+        let big = staging::config()?.chunk_bytes;
+        let mut batch: Vec<&mut RawArray> = Vec::new();
+        for a in arrays.iter_mut() {
+            if a.location == target {
+                continue;
+            }
+            let batchable = a.nbytes > 0
+                && a.nbytes < big
+                && match (a.location, target) {
+                    (Location::Host, Location::Device(_)) => true,
+                    (Location::Device(d), Location::Host) => match batch.first() {
+                        Some(first) => first.location == Location::Device(d),
+                        None => true,
+                    },
+                    _ => false,
+                };
+            if batchable {
+                batch.push(&mut **a);
+            } else {
+                a.move_memory(target, stream, true, None)?;
+            }
+        }
+        let Some(first) = batch.first() else {
+            return Ok(());
+        };
+        let device_id = match (first.location, target) {
+            (_, Location::Device(id)) | (Location::Device(id), _) => id,
+            _ => return Ok(()),
+        };
+        let device = Device::get(device_id)?;
+        let _ctx = device.bind()?;
+        let own;
+        let stream = match stream {
+            Some(s) => s,
+            None => {
+                own = Stream::new(&device)?;
+                own.as_ref()
+            }
+        };
+        match target {
+            Location::Device(_) => upload(&mut batch, &device, stream),
+            Location::Host => download(&mut batch, &device, stream),
+        }
+    }
+}
+
+/// Where each array's bytes sit on the host side: its own pinned buffer, or an offset in
+/// the shared staging buffer.
+enum HostSide {
+    Direct(u64),
+    Staged(usize),
+}
+
+/// Plans the host side of each array: pinned buffers are used in place, the rest get
+/// aligned offsets in one pinned staging buffer, returned with its size.
+fn plan(hosts: &[(&Arc<HostBuffer>, usize)]) -> (Vec<HostSide>, usize) {
+    let mut total = 0usize;
+    let sides = hosts
+        .iter()
+        .map(|(h, n)| {
+            if staging::is_direct(h) {
+                HostSide::Direct(h.as_ptr() as u64)
+            } else {
+                let off = total;
+                total = (total + n).next_multiple_of(PIECE_ALIGN);
+                HostSide::Staged(off)
+            }
+        })
+        .collect();
+    (sides, total)
+}
+
+fn staging_buffer(device: &Arc<Device>, bytes: usize) -> Result<Option<HostBuffer>> {
+    if bytes == 0 {
+        return Ok(None);
+    }
+    let pool = crate::resource::pinned_pool(device);
+    // SAFETY: every byte the copies read is written by the packing below first.
+    Ok(Some(unsafe { HostBuffer::uninit_in(bytes, pool)? }))
+}
+
+fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) -> Result<()> {
+    for a in batch.iter() {
+        // Earlier work may still write the host copies (a download in flight).
+        a.dev.wait_host()?;
+    }
+    let hosts: Vec<(&Arc<HostBuffer>, usize)> = batch
+        .iter()
+        .map(|a| Ok((a.host_buf()?, a.nbytes)))
+        .collect::<Result<_>>()?;
+    let (sides, total) = plan(&hosts);
+    let stage = staging_buffer(device, total)?;
+    let mut srcs = Vec::with_capacity(batch.len());
+    for ((h, n), side) in hosts.iter().zip(&sides) {
+        srcs.push(match (side, &stage) {
+            (HostSide::Direct(p), _) => *p,
+            (HostSide::Staged(off), Some(s)) => {
+                // SAFETY: the plan gave this array `n` bytes at `off` in the staging
+                // buffer (total covers them); the source holds `n` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), s.as_mut_ptr().add(*off), *n) };
+                s.as_ptr() as u64 + *off as u64
+            }
+            (HostSide::Staged(_), None) => unreachable!("a staged piece implies a buffer"),
+        });
+    }
+    let mut dsts = Vec::with_capacity(batch.len());
+    let mut buffers: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(batch.len());
+    for a in batch.iter() {
+        // SAFETY: written in full by the batch below before any read.
+        let b = unsafe { a.dev.buffer_on(device.id(), a.nbytes, stream)? };
+        a.dev.order(stream, device.id())?;
+        dsts.push(b.device_ptr());
+        buffers.push(b);
+    }
+    let mut sizes: Vec<usize> = batch.iter().map(|a| a.nbytes).collect();
+    // SAFETY: sources are pinned (the arrays' own or the staging buffer, both alive until
+    // the wait below); destinations are the new buffers of `nbytes` each; the stream is
+    // live and of the bound device.
+    unsafe {
+        driver::memcpy_batch_async(
+            &mut dsts,
+            &mut srcs,
+            &mut sizes,
+            true,
+            device.id() as i32,
+            stream.cu(),
+        )?
+    };
+    let done = Event::new(device)?;
+    done.record(stream)?;
+    done.synchronize()?;
+    drop(stage);
+    for (a, b) in batch.iter_mut().zip(buffers) {
+        a.dev.install(b);
+        a.location = Location::Device(device.id());
+        a.device_id = device.id();
+    }
+    Ok(())
+}
+
+fn download(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) -> Result<()> {
+    let mut srcs = Vec::with_capacity(batch.len());
+    for a in batch.iter_mut() {
+        a.ensure_host()?;
+        a.dev.order(stream, device.id())?;
+        srcs.push(a.dev.current()?.device_ptr());
+    }
+    let hosts: Vec<(&Arc<HostBuffer>, usize)> = batch
+        .iter()
+        .map(|a| Ok((a.host_buf()?, a.nbytes)))
+        .collect::<Result<_>>()?;
+    let (sides, total) = plan(&hosts);
+    let stage = staging_buffer(device, total)?;
+    let mut dsts: Vec<u64> = sides
+        .iter()
+        .map(|side| match (side, &stage) {
+            (HostSide::Direct(p), _) => *p,
+            (HostSide::Staged(off), Some(s)) => s.as_ptr() as u64 + *off as u64,
+            (HostSide::Staged(_), None) => unreachable!("a staged piece implies a buffer"),
+        })
+        .collect();
+    let mut sizes: Vec<usize> = hosts.iter().map(|(_, n)| *n).collect();
+    // SAFETY: destinations are pinned host memory (the arrays' own, untouched by the host
+    // until the wait below, or the staging buffer); sources are the arrays' device
+    // buffers, ordered after their pending work; live stream of the bound device.
+    unsafe {
+        driver::memcpy_batch_async(
+            &mut dsts,
+            &mut srcs,
+            &mut sizes,
+            false,
+            device.id() as i32,
+            stream.cu(),
+        )?
+    };
+    let done = Event::new(device)?;
+    done.record(stream)?;
+    done.synchronize()?;
+    for ((h, n), side) in hosts.iter().zip(&sides) {
+        if let (HostSide::Staged(off), Some(s)) = (side, &stage) {
+            // SAFETY: the copies into the staging buffer are complete (waited above); the
+            // array's host buffer holds `n` bytes and nothing else accesses it (the array
+            // is borrowed exclusively).
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr().add(*off), h.as_mut_ptr(), *n) };
+        }
+    }
+    drop(hosts);
+    for a in batch.iter_mut() {
+        // The data on the host is now current; the device copy is kept, as a move does.
+        a.dev.wait_host()?;
+        a.location = Location::Host;
+    }
+    Ok(())
+}

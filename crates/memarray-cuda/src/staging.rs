@@ -1,0 +1,566 @@
+//! Pageable host memory to and from the device at pinned speed: a staged pipeline.
+//!
+//! The driver copies pageable memory through a small staging buffer of its own, on the
+//! calling thread, at 7-13 GB/s. Here several host threads ("lanes") copy chunks of the
+//! user's memory into pinned slots from the device's pinned pool while the DMA engine
+//! drains the slots filled before (host to device), or fill the user's memory from slots
+//! the DMA engine has just written (device to host):
+//!
+//! - Each lane owns a stream and two pinned slots, each with an event recorded after the
+//!   DMA that last used it; a slot is refilled only after that event. Chunk `k` goes to
+//!   lane `k % lanes`. Lane 0 runs on the calling thread, the others on persistent
+//!   worker threads (no thread is spawned per call).
+//! - Ordering: every lane stream first waits on an event recorded on the caller's stream
+//!   (work queued before the copy comes first); after a host-to-device copy the caller's
+//!   stream waits on every lane's last DMA, so work queued after it sees the data.
+//! - When [`upload`] returns the user's bytes have been read; when [`download`] returns
+//!   they have been written. Nothing touches user memory after either returns.
+//! - Copies below [`StagingConfig::direct_below`], and host memory the driver already
+//!   knows (pinned, registered, managed), take the driver's direct path.
+//! - One staged copy at a time per device (the slots are shared); the bus is the limit.
+//!
+//! The settings come from measurement (docs/benchmarks.md, "Pageable transfers"): see
+//! [`StagingConfig::default`]. `MEMARRAY_STAGING_THREADS` and `MEMARRAY_STAGING_CHUNK`
+//! (bytes) override them once per process; [`set_config`] at any time.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+
+use memarray_core::HostBuffer;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::driver;
+use crate::error::{CudaError, Result};
+use crate::event::{Enqueued, Event};
+use crate::stream::{Stream, StreamRef};
+use crate::transfer;
+
+/// Smallest chunk a lane copies: below it the per-chunk driver calls dominate.
+pub const MIN_CHUNK: usize = 64 << 10;
+/// Most lanes.
+pub const MAX_THREADS: usize = 64;
+
+/// How staged copies run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagingConfig {
+    /// Lanes (host threads, the caller's included) of one copy.
+    pub threads: usize,
+    /// Largest chunk, and the size of each of a lane's two pinned slots.
+    pub chunk_bytes: usize,
+    /// Copies of fewer bytes go straight to the driver.
+    pub direct_below: usize,
+}
+
+impl Default for StagingConfig {
+    /// Measured on an H100 host (16 cores; docs/benchmarks.md): 8 lanes of 4 MiB slots
+    /// reach the pinned rate for 1 GiB; copies under 256 KiB are faster direct.
+    fn default() -> Self {
+        StagingConfig {
+            threads: 8,
+            chunk_bytes: 4 << 20,
+            direct_below: 256 << 10,
+        }
+    }
+}
+
+impl StagingConfig {
+    fn check(self) -> Result<Self> {
+        let bad = |detail: String| CudaError::BadSetting {
+            what: "staging configuration",
+            detail,
+        };
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(bad(format!(
+                "threads = {} (accepted: 1 to {MAX_THREADS})",
+                self.threads
+            )));
+        }
+        if self.chunk_bytes < MIN_CHUNK || self.chunk_bytes > 1 << 30 {
+            return Err(bad(format!(
+                "chunk_bytes = {} (accepted: {MIN_CHUNK} to {})",
+                self.chunk_bytes,
+                1 << 30
+            )));
+        }
+        Ok(self)
+    }
+
+    /// Lanes and chunk size for a copy of `len` bytes: at least two chunks per lane where
+    /// the size allows, so that copying and DMA overlap within each lane.
+    fn plan(self, len: usize) -> (usize, usize) {
+        let per_lane = len.div_ceil(self.threads * 2);
+        let chunk = per_lane.clamp(MIN_CHUNK, self.chunk_bytes);
+        let chunks = len.div_ceil(chunk);
+        (self.threads.min(chunks.div_ceil(2)).max(1), chunk)
+    }
+}
+
+fn config_slot() -> &'static Mutex<Result<StagingConfig>> {
+    static SLOT: OnceLock<Mutex<Result<StagingConfig>>> = OnceLock::new();
+    SLOT.get_or_init(|| Mutex::new(from_env()))
+}
+
+fn from_env() -> Result<StagingConfig> {
+    let mut c = StagingConfig::default();
+    for (var, field) in [
+        ("MEMARRAY_STAGING_THREADS", &mut c.threads),
+        ("MEMARRAY_STAGING_CHUNK", &mut c.chunk_bytes),
+    ] {
+        if let Ok(value) = std::env::var(var) {
+            *field = value.trim().parse().map_err(|_| CudaError::BadEnv {
+                var,
+                value: value.clone(),
+                expected: "a positive integer",
+            })?;
+        }
+    }
+    c.check()
+}
+
+/// The settings in force (an unparsable environment variable is an error here, and in
+/// every staged copy, until [`set_config`] replaces it).
+pub fn config() -> Result<StagingConfig> {
+    config_slot()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Replaces the settings; out-of-range values are refused with
+/// [`CudaError::BadSetting`] and change nothing.
+pub fn set_config(c: StagingConfig) -> Result<()> {
+    let c = c.check()?;
+    *config_slot().lock().unwrap_or_else(PoisonError::into_inner) = Ok(c);
+    Ok(())
+}
+
+/// Copies `src` to `dst[dst_offset..]`, ordered after the work queued on `stream`; work
+/// queued on `stream` afterwards sees the data. Returns once `src` has been read (the
+/// DMA of the last chunks may still run).
+pub fn upload(
+    dst: &DeviceBuffer,
+    dst_offset: usize,
+    src: &[u8],
+    stream: StreamRef,
+) -> Result<Enqueued> {
+    let d = dst.range(dst_offset, src.len())?;
+    let device = dst.device();
+    let cfg = config()?;
+    if src.len() < cfg.direct_below || is_known(device, src.as_ptr())? {
+        return transfer::copy_htod(dst, dst_offset, src, stream);
+    }
+    let src_addr = src.as_ptr() as usize;
+    run(device, cfg, src.len(), stream, Direction::Up, src_addr, d)?;
+    Ok(Enqueued::new(stream, device.clone()))
+}
+
+/// Copies `src[src_offset..src_offset + dst.len()]` into `dst`, after the work queued on
+/// `stream`. Returns once the bytes are in `dst`.
+pub fn download(
+    dst: &mut [u8],
+    src: &DeviceBuffer,
+    src_offset: usize,
+    stream: StreamRef,
+) -> Result<()> {
+    let s = src.range(src_offset, dst.len())?;
+    let device = src.device();
+    let cfg = config()?;
+    if dst.len() < cfg.direct_below || is_known(device, dst.as_ptr())? {
+        return transfer::copy_dtoh(dst, src, src_offset, stream);
+    }
+    let dst_addr = dst.as_mut_ptr() as usize;
+    run(device, cfg, dst.len(), stream, Direction::Down, dst_addr, s)
+}
+
+/// Whether host memory of this buffer kind is read by DMA directly (no staging).
+pub(crate) fn is_direct(host: &HostBuffer) -> bool {
+    !matches!(
+        host.kind(),
+        memarray_core::MemoryKind::Host | memarray_core::MemoryKind::File
+    )
+}
+
+fn is_known(device: &Device, p: *const u8) -> Result<bool> {
+    let _ctx = device.bind()?;
+    Ok(driver::host_pointer_is_known(p))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Up,
+    Down,
+}
+
+/// A pinned slot and the event after the DMA that last used it.
+struct Slot {
+    buf: HostBuffer,
+    done: Event,
+}
+
+struct Lane {
+    stream: Stream,
+    slots: [Slot; 2],
+}
+
+/// A device's lanes, made for one chunk size.
+struct Stage {
+    chunk: usize,
+    lanes: Vec<Lane>,
+    /// Recorded on the caller's stream; every lane waits on it first.
+    start: Event,
+}
+
+fn stage_of(device: &Arc<Device>) -> Arc<Mutex<Option<Stage>>> {
+    static STAGES: OnceLock<Mutex<HashMap<u32, Arc<Mutex<Option<Stage>>>>>> = OnceLock::new();
+    STAGES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(device.id())
+        .or_default()
+        .clone()
+}
+
+fn make_lane(device: &Arc<Device>, chunk: usize) -> Result<Lane> {
+    let pool = crate::resource::pinned_pool(device);
+    let slot = || -> Result<Slot> {
+        Ok(Slot {
+            // SAFETY: a slot's bytes are only read after a copy into it has written them.
+            buf: unsafe { HostBuffer::uninit_in(chunk, pool.clone())? },
+            done: Event::new(device)?,
+        })
+    };
+    Ok(Lane {
+        stream: Stream::new(device)?,
+        slots: [slot()?, slot()?],
+    })
+}
+
+/// Runs a staged copy of `len` bytes between host address `host` and device address
+/// `dev` (both checked by the caller) on `lanes` lanes.
+fn run(
+    device: &Arc<Device>,
+    cfg: StagingConfig,
+    len: usize,
+    stream: StreamRef,
+    dir: Direction,
+    host: usize,
+    dev: u64,
+) -> Result<()> {
+    let (lanes, chunk) = cfg.plan(len);
+    let stage = stage_of(device);
+    let mut guard = stage.lock().unwrap_or_else(PoisonError::into_inner);
+    if guard.as_ref().is_some_and(|s| s.chunk != cfg.chunk_bytes) {
+        // The slot size changed: wait for the old slots' last DMA, then replace them.
+        for lane in &guard.as_ref().expect("checked above").lanes {
+            lane.stream.synchronize()?;
+        }
+        *guard = None;
+    }
+    if guard.is_none() {
+        *guard = Some(Stage {
+            chunk: cfg.chunk_bytes,
+            lanes: Vec::new(),
+            start: Event::new(device)?,
+        });
+    }
+    let st = guard.as_mut().expect("set above");
+    while st.lanes.len() < lanes {
+        st.lanes.push(make_lane(device, st.chunk)?);
+    }
+    let start = &st.start;
+    start.record(stream)?;
+    let job = LaneJob {
+        lanes,
+        chunk,
+        len,
+        host,
+        dev,
+        dir,
+        start,
+        stage: st,
+    };
+    parallel(lanes, &|i| job.run(i))?;
+    if dir == Direction::Up {
+        // Later work on the caller's stream comes after every lane's last DMA (a wait
+        // captures the event as recorded now; re-recording it later changes nothing).
+        for (i, lane) in st.lanes[..lanes].iter().enumerate() {
+            let n = i_chunks(lanes, chunk, len, i).count();
+            if n > 0 {
+                stream.wait_on(device, &lane.slots[(n - 1) % 2].done)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The chunks (offset, length) lane `lane` of `lanes` copies.
+fn i_chunks(
+    lanes: usize,
+    chunk: usize,
+    len: usize,
+    lane: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    (lane * chunk..len)
+        .step_by(lanes * chunk)
+        .map(move |off| (off, chunk.min(len - off)))
+}
+
+struct LaneJob<'a> {
+    lanes: usize,
+    chunk: usize,
+    len: usize,
+    host: usize,
+    dev: u64,
+    dir: Direction,
+    start: &'a Event,
+    stage: &'a Stage,
+}
+
+// SAFETY: the job is shared by the lanes of one copy, each using only its own lane's
+// stream and slots; the host address is the caller's buffer, which the caller keeps
+// borrowed until every lane has finished (`parallel` returns only then).
+unsafe impl Sync for LaneJob<'_> {}
+
+impl LaneJob<'_> {
+    fn run(&self, i: usize) -> Result<()> {
+        let lane = &self.stage.lanes[i];
+        let device = self.start.device();
+        let _ctx = device.bind()?;
+        let s = lane.stream.as_ref();
+        s.wait(self.start)?;
+        let chunks: Vec<(usize, usize)> = i_chunks(self.lanes, self.chunk, self.len, i).collect();
+        match self.dir {
+            Direction::Up => {
+                for (j, &(off, n)) in chunks.iter().enumerate() {
+                    let slot = &lane.slots[j % 2];
+                    slot.done.synchronize()?;
+                    // SAFETY: `host + off .. + n` lies in the caller's source (chunks
+                    // cover [0, len)); the slot holds `chunk` >= n bytes and no DMA reads
+                    // it any more (its event completed above).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            (self.host + off) as *const u8,
+                            slot.buf.as_mut_ptr(),
+                            n,
+                        );
+                        // SAFETY: pinned source kept (and not written) until `done` has
+                        // completed; the device range was checked by the caller.
+                        driver::memcpy_htod_async(
+                            self.dev + off as u64,
+                            slot.buf.as_ptr(),
+                            n,
+                            s.cu(),
+                        )?;
+                    }
+                    slot.done.record(s)?;
+                }
+            }
+            Direction::Down => {
+                let issue = |j: usize| -> Result<()> {
+                    let (off, n) = chunks[j];
+                    let slot = &lane.slots[j % 2];
+                    // SAFETY: the slot is not read by the host until `done` completes
+                    // (waited below); the device range was checked by the caller. Earlier
+                    // DMA reading the slot ran on this stream, so it comes first.
+                    unsafe {
+                        driver::memcpy_dtoh_async(
+                            slot.buf.as_mut_ptr(),
+                            self.dev + off as u64,
+                            n,
+                            s.cu(),
+                        )?;
+                    }
+                    slot.done.record(s)
+                };
+                for j in 0..chunks.len().min(2) {
+                    issue(j)?;
+                }
+                for (j, &(off, n)) in chunks.iter().enumerate() {
+                    let slot = &lane.slots[j % 2];
+                    slot.done.synchronize()?;
+                    // SAFETY: the DMA into the slot completed; `host + off .. + n` lies in
+                    // the caller's destination, borrowed exclusively for the call.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            slot.buf.as_ptr(),
+                            (self.host + off) as *mut u8,
+                            n,
+                        )
+                    };
+                    if j + 2 < chunks.len() {
+                        issue(j + 2)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Persistent worker threads, one per lane beyond the caller's.
+fn workers(n: usize) -> Vec<mpsc::Sender<Job>> {
+    static POOL: OnceLock<Mutex<Vec<mpsc::Sender<Job>>>> = OnceLock::new();
+    let mut pool = POOL
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    while pool.len() < n {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("memarray-staging-{}", pool.len() + 1))
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            });
+        if spawned.is_err() {
+            break; // fewer workers: the caller's thread takes the rest
+        }
+        pool.push(tx);
+    }
+    pool[..n.min(pool.len())].to_vec()
+}
+
+/// Runs `f(0)` .. `f(n - 1)`, `f(0)` on this thread and the others on workers, and
+/// returns once all have finished: the first error, or a panic turned into one.
+fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+    let senders = workers(n.saturating_sub(1));
+    let latch = Arc::new((Mutex::new((0usize, None::<CudaError>)), Condvar::new()));
+    // SAFETY: `f` is only used by jobs that finish before this function returns (the
+    // latch below waits for every job sent), so extending its lifetime is sound.
+    let f_static: &'static (dyn Fn(usize) -> Result<()> + Sync) =
+        unsafe { std::mem::transmute(f) };
+    let mut sent = 0;
+    let mut inline = vec![0usize];
+    for i in 1..n {
+        let latch = latch.clone();
+        let job: Job = Box::new(move || {
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| f_static(i)))
+                .unwrap_or_else(|_| Err(panicked()));
+            let (m, cv) = &*latch;
+            let mut g = m.lock().unwrap_or_else(PoisonError::into_inner);
+            g.0 += 1;
+            if let Err(e) = r {
+                g.1.get_or_insert(e);
+            }
+            cv.notify_all();
+        });
+        match senders.get(i - 1).map(|tx| tx.send(job)) {
+            Some(Ok(())) => sent += 1,
+            _ => inline.push(i),
+        }
+    }
+    let mut first = None;
+    for i in inline {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(i)))
+            .unwrap_or_else(|_| Err(panicked()));
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    }
+    let (m, cv) = &*latch;
+    let mut g = m.lock().unwrap_or_else(PoisonError::into_inner);
+    while g.0 < sent {
+        g = cv.wait(g).unwrap_or_else(PoisonError::into_inner);
+    }
+    match first.or(g.1.take()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn panicked() -> CudaError {
+    CudaError::BadSetting {
+        what: "staged copy",
+        detail: "a staging lane panicked".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_gives_each_lane_two_chunks_within_bounds() {
+        let c = StagingConfig::default();
+        assert_eq!(c.plan(1 << 30), (8, 4 << 20));
+        let (lanes, chunk) = c.plan(16 << 20);
+        assert_eq!((lanes, chunk), (8, 1 << 20));
+        let (lanes, chunk) = c.plan(300 << 10);
+        assert_eq!(chunk, MIN_CHUNK);
+        assert_eq!(lanes, 3);
+        for len in [1usize, 4095, 65536, 1 << 20, (1 << 30) + 17] {
+            let (lanes, chunk) = c.plan(len);
+            let covered: usize = (0..lanes)
+                .flat_map(|l| i_chunks(lanes, chunk, len, l))
+                .map(|(_, n)| n)
+                .sum();
+            assert_eq!(covered, len, "len {len}");
+        }
+    }
+
+    #[test]
+    fn chunks_tile_the_range_without_overlap() {
+        let (lanes, chunk, len) = (3, 10, 95);
+        let mut seen = vec![0u8; len];
+        for l in 0..lanes {
+            for (off, n) in i_chunks(lanes, chunk, len, l) {
+                assert_eq!(off / chunk % lanes, l);
+                seen[off..off + n].iter_mut().for_each(|b| *b += 1);
+            }
+        }
+        assert!(seen.iter().all(|&b| b == 1));
+    }
+
+    #[test]
+    fn bad_settings_are_refused_and_change_nothing() {
+        let before = config().unwrap();
+        for bad in [
+            StagingConfig {
+                threads: 0,
+                ..before
+            },
+            StagingConfig {
+                threads: MAX_THREADS + 1,
+                ..before
+            },
+            StagingConfig {
+                chunk_bytes: 1024,
+                ..before
+            },
+        ] {
+            let e = set_config(bad).unwrap_err();
+            assert!(matches!(e, CudaError::BadSetting { .. }), "{e}");
+        }
+        assert_eq!(config().unwrap(), before);
+    }
+
+    #[test]
+    fn parallel_runs_every_index_once_and_reports_errors_and_panics() {
+        let hits: Vec<std::sync::atomic::AtomicUsize> =
+            (0..6).map(|_| Default::default()).collect();
+        parallel(6, &|i| {
+            hits[i].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        assert!(hits.iter().all(|h| h.load(std::sync::atomic::Ordering::SeqCst) == 1));
+        let e = parallel(4, &|i| {
+            if i == 2 {
+                Err(CudaError::NoDeviceCopy)
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert!(matches!(e, CudaError::NoDeviceCopy));
+        let e = parallel(3, &|i| if i == 1 { panic!("lane") } else { Ok(()) }).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+    }
+}
