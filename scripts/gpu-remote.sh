@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
-# artifacts scripts/test-gpu.sh staged in gpu-run/. Stages: tests sanitize bench demo all.
+# artifacts scripts/test-gpu.sh staged in gpu-run/. Stages: tests sanitize bench transfer demo all.
 # Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
 set -uo pipefail
 export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
@@ -63,6 +63,12 @@ bench() {
   # torch.from_dlpack target is out of memarray's reach; docs/benchmarks.md says why).
   python3 benches/python_interop.py 2>&1 | tee "$OUT/python_interop.log" \
     || echo "!! interop targets missed (see docs/benchmarks.md)"
+  transfer
+}
+
+transfer() {
+  # memarray, torch and CuPy side by side (issue 8); the JSON feeds benches/plot_transfer.py.
+  python3 benches/transfer.py --json "$OUT/transfer.json" "$@" 2>&1 | tee "$OUT/transfer.log"
 }
 
 demo() {
@@ -77,8 +83,9 @@ case "${1:-all}" in
   sanitize) sanitize ;;
   bench) bench ;;
   demo) demo ;;
+  transfer) shift; transfer "$@" ;;
   all) tests; demo; sanitize; bench ;;
-  *) echo "usage: remote.sh tests|sanitize|bench|demo|all"; exit 2 ;;
+  *) echo "usage: remote.sh tests|sanitize|bench|transfer [args]|demo|all"; exit 2 ;;
 esac
 echo "== remote.sh done, rc=$rc"
 exit $rc

@@ -761,6 +761,13 @@ impl PyMemArray {
         crate::cuda::cuda_array_interface(py, self)
     }
 
+    /// DLPack 1.3's C exchange table (a capsule named "dlpack_exchange_api"): consumers
+    /// that know it skip the Python `__dlpack__` call.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::exchange::capsule(py)
+    }
+
     /// (device_type, device_id) of the current data: (kDLCPU, 0) or (kDLCUDA, id).
     fn __dlpack_device__(&self, py: Python<'_>) -> (i64, i64) {
         self.location_tuple(py)

@@ -6,9 +6,9 @@ use pyo3::prelude::*;
 use memarray_cuda::RawArray;
 
 use crate::array::PyMemArray;
-use crate::stream::parse_move_stream;
 use crate::born::parse_device;
 use crate::errors::IntoPyResult as _;
+use crate::stream::parse_move_stream;
 
 /// move_many(arrays, device, stream=None)
 /// --
@@ -34,7 +34,10 @@ pub fn move_many(
         let a = item.cast::<PyMemArray>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "move_many takes MemArrays, got {}",
-                item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                item.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })?;
         refs.push(a.borrow());

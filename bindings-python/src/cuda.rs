@@ -217,15 +217,19 @@ pub fn cuda_array_interface<'py>(
 }
 
 /// Imports a DLPack tensor on a CUDA device.
-pub fn import_device_tensor(t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
+pub fn import_device_tensor(
+    t: ImportedTensor,
+    copy: Option<bool>,
+    producer: StreamRef,
+) -> PyResult<RawArray> {
     let id = u32::try_from(t.device().id)
         .map_err(|_| PyBufferError::new_err("negative CUDA device id"))?;
     let device = Device::get(id).py()?;
     let (dtype, shape, strides) = (t.dtype(), t.shape().to_vec(), t.strides().to_vec());
     let (addr, nbytes, read_only) = (t.data() as u64, t.nbytes(), t.read_only());
-    // The producer ordered its work before the legacy stream (we asked for stream 1 in
-    // __dlpack__); an event recorded there becomes the array's pending work, so later
-    // operations on any stream, non-blocking ones included, wait for the producer.
+    // The producer's work is ordered on `producer`: the legacy stream when we asked for
+    // stream 1 in __dlpack__, or the producer's current work stream (the C exchange
+    // API). Later operations on any stream, non-blocking ones included, wait for it.
     import_device(
         &device,
         dtype,
@@ -235,7 +239,7 @@ pub fn import_device_tensor(t: ImportedTensor, copy: Option<bool>) -> PyResult<R
         nbytes,
         read_only,
         copy,
-        Some(StreamRef::legacy()),
+        Some(producer),
         Box::new(t),
     )
 }

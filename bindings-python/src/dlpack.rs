@@ -25,6 +25,7 @@ use memarray_dlpack::{
 use crate::array::{KDLCPU, KDLCUDA, PyMemArray, Target};
 use crate::errors::IntoPyResult;
 use crate::stream::{consumer_for, parse_dlpack_stream};
+use memarray_cuda::StreamRef;
 
 const NAME: &CStr = c"dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
@@ -136,6 +137,26 @@ pub fn export<'py>(
     let versioned = wants_versioned(max_version)?;
     let h = parse_dlpack_stream(stream)?;
     let target = parse_dl_device(dl_device)?.unwrap_or(Target::Current);
+    let (spec, owner) = export_spec(py, arr, token, h, target, copy)?;
+    if versioned {
+        let p = export_versioned(spec, owner).py()?;
+        capsule(py, p.as_ptr().cast(), NAME_VERSIONED, destroy_versioned)
+    } else {
+        let p = export_unversioned(spec, owner).py()?;
+        capsule(py, p.as_ptr().cast(), NAME, destroy_unversioned)
+    }
+}
+
+/// The tensor description and owner of an export (the part of `__dlpack__` before the
+/// capsule): parsed stream `h`, `target` device, `copy`.
+pub(crate) fn export_spec(
+    py: Python<'_>,
+    arr: &PyMemArray,
+    token: Option<LockToken>,
+    h: Option<i64>,
+    target: Target,
+    copy: Option<bool>,
+) -> PyResult<(ExportSpec, Box<dyn std::any::Any + Send + Sync>)> {
     let export = |raw: &mut RawArray| -> PyResult<_> {
         raw.check(token).py()?;
         let target = target.resolve(raw)?;
@@ -173,13 +194,7 @@ pub fn export<'py>(
     };
     let mut spec = ExportSpec::contiguous(buf.ptr, device, dtype, shape);
     spec.is_copied = copy == Some(true);
-    if versioned {
-        let p = export_versioned(spec, buf.owner).py()?;
-        capsule(py, p.as_ptr().cast(), NAME_VERSIONED, destroy_versioned)
-    } else {
-        let p = export_unversioned(spec, buf.owner).py()?;
-        capsule(py, p.as_ptr().cast(), NAME, destroy_unversioned)
-    }
+    Ok((spec, buf.owner))
 }
 
 /// The seed's locked export: `with a.get_dlpack(kDLCPU) as t: np.from_dlpack(t)`.
@@ -378,17 +393,40 @@ pub fn from_dlpack(
     obj: &Bound<'_, PyAny>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
+    // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
+    // `__dlpack__` call; the producer's current work stream orders its work.
+    if let Some(api) = crate::exchange::api_of(obj)? {
+        let (t, producer) = crate::exchange::take(py, api, obj)?;
+        return import_tensor(py, t, copy, producer).map(Into::into);
+    }
     let cap = request_capsule(obj)?;
     let t = take_capsule(&cap)?;
-    // Copies (and the producer's deleter, which takes the GIL itself) run detached.
-    let raw = py.detach(|| import_tensor(t, copy))?;
-    Ok(raw.into())
+    import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
 }
 
-fn import_tensor(t: ImportedTensor, copy: Option<bool>) -> PyResult<RawArray> {
+/// Imports a taken tensor; CUDA data is ordered after `producer`. A zero-copy view of
+/// C-contiguous data is made with the GIL held (it costs less than releasing it); a copy
+/// (and the producer's deleter, which takes the GIL itself) runs detached.
+pub(crate) fn import_tensor(
+    py: Python<'_>,
+    t: ImportedTensor,
+    copy: Option<bool>,
+    producer: StreamRef,
+) -> PyResult<RawArray> {
+    if copy != Some(true) && t.is_c_contiguous() {
+        return import_detached(t, copy, producer);
+    }
+    py.detach(|| import_detached(t, copy, producer))
+}
+
+fn import_detached(
+    t: ImportedTensor,
+    copy: Option<bool>,
+    producer: StreamRef,
+) -> PyResult<RawArray> {
     let (dtype, shape) = (t.dtype(), t.shape().to_vec());
     match t.device().kind {
-        DeviceType::Cuda => crate::cuda::import_device_tensor(t, copy),
+        DeviceType::Cuda => crate::cuda::import_device_tensor(t, copy, producer),
         DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged => {
             let shareable = t.is_c_contiguous() && !t.read_only() && !t.is_empty();
             if copy == Some(false) && !shareable && !t.is_empty() {

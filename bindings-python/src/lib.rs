@@ -13,6 +13,7 @@ mod cuda;
 mod dlpack;
 mod dtype;
 mod errors;
+mod exchange;
 mod ipc;
 mod pickle;
 mod resources;

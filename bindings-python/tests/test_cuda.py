@@ -93,6 +93,7 @@ def test_default_host_memory_is_measured_choice():
     assert small.host_memory == "pageable"
     expected = "pinned" if memarray.cuda.is_available() else "pageable"
     assert big.host_memory == expected
+    assert memarray.MemArray([1 << 20], np.uint8).host_memory == expected
     assert memarray.MemArray([4], host_memory="auto").host_memory == "pageable"
 
 

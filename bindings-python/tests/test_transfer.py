@@ -196,11 +196,11 @@ def test_move_many_both_ways_with_mixed_arrays():
     arrays[5].move_memory(kDLCUDA, 0)
     s = memarray.cuda.Stream()
     memarray.move_many(arrays + [arrays[0]], "cuda", stream=s)
-    for a, x in zip(arrays, expect):
+    for a, x in zip(arrays, expect, strict=True):
         assert a.device == "cuda:0"
         np.testing.assert_array_equal(a.to_numpy(), x)
     memarray.move_many(arrays, "cpu")
-    for a, x in zip(arrays, expect):
+    for a, x in zip(arrays, expect, strict=True):
         assert a.device == "cpu"
         np.testing.assert_array_equal(np.asarray(a), x)
 

@@ -110,6 +110,8 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
 
 def _location(device) -> tuple[int, int]:
     """A ``device=`` argument as a DLPack (type, id) pair (kDLCPU or kDLCUDA)."""
+    if device in ("cuda", "cpu"):
+        return (dlpack.kDLCUDA, 0) if device == "cuda" else (dlpack.kDLCPU, 0)
     probe = empty((0,), "u1", device=device)
     t, i = probe.__dlpack_device__()
     return (dlpack.kDLCPU, 0) if t != dlpack.kDLCUDA else (t, i)

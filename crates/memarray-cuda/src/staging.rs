@@ -55,13 +55,18 @@ pub struct StagingConfig {
 }
 
 impl Default for StagingConfig {
-    /// Measured on an H100 host (16 cores; docs/benchmarks.md): 8 lanes of 4 MiB slots
-    /// reach the pinned rate for 1 GiB; copies under 256 KiB are faster direct.
+    /// Measured on an H100 host (16 cores; `benches/transfer.py --sweep`, 1 GiB,
+    /// docs/benchmarks.md): throughput rises with lanes up to the core count (1 lane
+    /// 9-12 GB/s, 8 lanes 37-41, 16 lanes 40-46 GB/s) and 1-4 MiB chunks beat 16 MiB; so
+    /// one lane per core up to 16, 1 MiB slots. Copies under 2 MiB are as fast or faster
+    /// straight through the driver (the staged 256 KiB copy ran at 0.65x torch's direct
+    /// one; at 1 MiB they are level, from 4 MiB staging wins).
     fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(8, |n| n.get());
         StagingConfig {
-            threads: 8,
-            chunk_bytes: 4 << 20,
-            direct_below: 256 << 10,
+            threads: cores.clamp(1, 16),
+            chunk_bytes: 1 << 20,
+            direct_below: 2 << 20,
         }
     }
 }
@@ -213,8 +218,11 @@ struct Stage {
     start: Event,
 }
 
-fn stage_of(device: &Arc<Device>) -> Arc<Mutex<Option<Stage>>> {
-    static STAGES: OnceLock<Mutex<HashMap<u32, Arc<Mutex<Option<Stage>>>>>> = OnceLock::new();
+/// A device's stage, made on first use.
+type StageSlot = Arc<Mutex<Option<Stage>>>;
+
+fn stage_of(device: &Arc<Device>) -> StageSlot {
+    static STAGES: OnceLock<Mutex<HashMap<u32, StageSlot>>> = OnceLock::new();
     STAGES
         .get_or_init(Default::default)
         .lock()
@@ -434,8 +442,7 @@ fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
     let latch = Arc::new((Mutex::new((0usize, None::<CudaError>)), Condvar::new()));
     // SAFETY: `f` is only used by jobs that finish before this function returns (the
     // latch below waits for every job sent), so extending its lifetime is sound.
-    let f_static: &'static (dyn Fn(usize) -> Result<()> + Sync) =
-        unsafe { std::mem::transmute(f) };
+    let f_static: &'static (dyn Fn(usize) -> Result<()> + Sync) = unsafe { std::mem::transmute(f) };
     let mut sent = 0;
     let mut inline = vec![0usize];
     for i in 1..n {
@@ -458,8 +465,8 @@ fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
     }
     let mut first = None;
     for i in inline {
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(i)))
-            .unwrap_or_else(|_| Err(panicked()));
+        let r =
+            std::panic::catch_unwind(AssertUnwindSafe(|| f(i))).unwrap_or_else(|_| Err(panicked()));
         if let Err(e) = r {
             first.get_or_insert(e);
         }
@@ -488,7 +495,11 @@ mod tests {
 
     #[test]
     fn plan_gives_each_lane_two_chunks_within_bounds() {
-        let c = StagingConfig::default();
+        let c = StagingConfig {
+            threads: 8,
+            chunk_bytes: 4 << 20,
+            direct_below: 0,
+        };
         assert_eq!(c.plan(1 << 30), (8, 4 << 20));
         let (lanes, chunk) = c.plan(16 << 20);
         assert_eq!((lanes, chunk), (8, 1 << 20));
@@ -550,7 +561,10 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert!(hits.iter().all(|h| h.load(std::sync::atomic::Ordering::SeqCst) == 1));
+        assert!(
+            hits.iter()
+                .all(|h| h.load(std::sync::atomic::Ordering::SeqCst) == 1)
+        );
         let e = parallel(4, &|i| {
             if i == 2 {
                 Err(CudaError::NoDeviceCopy)

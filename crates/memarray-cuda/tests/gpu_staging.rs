@@ -55,7 +55,10 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
                 let mut back = vec![0u8; n + off];
                 staging::download(&mut back[off..], &d, 32, s.as_ref()).unwrap();
                 assert!(back[off..] == data[off..], "{cfg:?} n={n} off={off}");
-                assert!(back[..off].iter().all(|&b| b == 0), "wrote before the range");
+                assert!(
+                    back[..off].iter().all(|&b| b == 0),
+                    "wrote before the range"
+                );
                 // The bytes around the range on the device are untouched.
                 let mut edges = vec![1u8; 32];
                 staging::download(&mut edges, &d, 0, s.as_ref()).unwrap();
@@ -109,7 +112,8 @@ fn gpu_mirror_moves_of_pageable_arrays_are_staged_and_exact() {
         let data = random_bytes(n, n as u64);
         let mut a = RawArray::zeros_in(DType::U8, &[n], 0, HostKind::Pageable).unwrap();
         a.write_all(&data, None).unwrap();
-        a.move_memory(Location::Device(0), None, false, None).unwrap();
+        a.move_memory(Location::Device(0), None, false, None)
+            .unwrap();
         // Overwrite on the device (a staged write_all), then read back.
         let flipped: Vec<u8> = data.iter().map(|b| !b).collect();
         a.write_all(&flipped, None).unwrap();
@@ -135,9 +139,12 @@ fn gpu_move_many_moves_every_array_both_ways() {
         })
         .collect();
     // One already on the device, one big one (the per-array path).
-    arrays[7].move_memory(Location::Device(0), None, true, None).unwrap();
+    arrays[7]
+        .move_memory(Location::Device(0), None, true, None)
+        .unwrap();
     let mut big = RawArray::zeros_in(DType::U8, &[(9 << 20) + 1], 0, HostKind::Pageable).unwrap();
-    big.write_all(&random_bytes((9 << 20) + 1, 99), None).unwrap();
+    big.write_all(&random_bytes((9 << 20) + 1, 99), None)
+        .unwrap();
     arrays.push(big);
     let expect: Vec<Vec<u8>> = arrays
         .iter()

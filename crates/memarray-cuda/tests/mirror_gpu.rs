@@ -410,10 +410,11 @@ fn gpu_write_all_and_host_add_index_on_device_data() {
     a.add_index_tuple_host(None).unwrap();
     assert_eq!(a.location(), Location::Host);
     assert_eq!(a.as_slice().unwrap(), &[1, 3, 5, 7, 9]);
-    // write_all on device data makes the host copy current; the next move uploads it.
+    // write_all on device data writes the device copy in place (it stays current there).
     a.move_memory(DEV0, None, true, None).unwrap();
     a.as_raw_mut().write_all(&[9u8; 10], None).unwrap();
-    assert_eq!(a.location(), Location::Host);
-    a.move_memory(DEV0, None, true, None).unwrap();
+    assert_eq!(a.location(), DEV0);
     assert_eq!(a.get([4]).unwrap(), 0x0909);
+    a.move_memory(Location::Host, None, true, None).unwrap();
+    assert_eq!(a.as_slice().unwrap(), &[0x0909; 5]);
 }

@@ -61,6 +61,11 @@ pub(crate) struct DeviceSide {
     /// Whether a buffer here is a producer's memory (a shared import): freeing it hands
     /// it back to the producer, so the host waits for queued work first.
     foreign: bool,
+    /// An import whose producer's work is on this device's legacy default stream, not yet
+    /// captured in an event: the event is recorded there on first use ([`Self::settle`]),
+    /// which orders after the producer's work just as well, and an import dropped unused
+    /// never pays for one.
+    lazy: Mutex<Option<Arc<Device>>>,
 }
 
 impl Drop for DeviceSide {
@@ -73,7 +78,18 @@ impl Drop for DeviceSide {
     /// waits for pending work before freeing it.)
     fn drop(&mut self) {
         if self.foreign {
-            let _ = self.wait_host();
+            // Unused since the import: nothing of memarray's was queued on the memory.
+            let unused = self
+                .lazy
+                .get_mut()
+                .map(|l| l.take())
+                .ok()
+                .flatten()
+                .is_some()
+                && self.pending.get_mut().map(|p| p.is_none()).unwrap_or(false);
+            if !unused {
+                let _ = self.wait_host();
+            }
             return;
         }
         let pending = self
@@ -102,6 +118,7 @@ impl DeviceSide {
             last_stream: None,
             resource: None,
             foreign: false,
+            lazy: Mutex::new(None),
         }
     }
 
@@ -125,8 +142,12 @@ impl DeviceSide {
         out.foreign = true;
         let device = buffer.device().clone();
         out.buffer = Some(Arc::new(buffer));
-        if let Some(s) = producer {
-            out.record(Enqueued::new(s, device), None)?;
+        match producer {
+            Some(s) if s == StreamRef::legacy() => {
+                *out.lazy.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(device);
+            }
+            Some(s) => out.record(Enqueued::new(s, device), None)?,
+            None => {}
         }
         Ok(out)
     }
@@ -154,7 +175,37 @@ impl DeviceSide {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {
+        self.settle();
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Turns a lazy import's ordering into pending work: an event recorded now on the
+    /// legacy stream (after the producer's work). If no event can be made, the host waits
+    /// for the legacy stream instead, which orders just as well.
+    fn settle(&self) {
+        let Some(device) = self.lazy.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let legacy = StreamRef::legacy();
+        let event = Event::new(&device).and_then(|e| {
+            e.record(legacy)?;
+            Ok(e)
+        });
+        match event {
+            Ok(event) => {
+                let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                if guard.is_none() {
+                    *guard = Some(Pending {
+                        event: Arc::new(event),
+                        stream: legacy,
+                        keep_alive: Vec::new(),
+                    });
+                }
+            }
+            Err(_) => {
+                let _ = legacy.synchronize(&device);
+            }
+        }
     }
 
     /// The stream for an operation on `device_id`: the caller's, else the last one if it
@@ -184,6 +235,7 @@ impl DeviceSide {
     fn record(&mut self, op: Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<()> {
         let stream = op.stream();
         let device = op.device().clone();
+        self.settle();
         let mut guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let event = match guard.as_ref() {
             // Re-recording reuses the event: later waits capture the new point; work

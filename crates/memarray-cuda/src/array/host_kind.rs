@@ -10,7 +10,7 @@ use crate::resource::ManagedResource;
 
 /// Arrays of at least this many bytes get pinned host memory by default when a CUDA
 /// device is present ([`HostKind::auto`]).
-pub const AUTO_PIN_BYTES: usize = 16 << 20;
+pub const AUTO_PIN_BYTES: usize = 64 << 10;
 
 /// Which host memory backs an array, chosen at construction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -29,11 +29,12 @@ impl HostKind {
     /// The default kind for an array of `nbytes`: pinned from [`AUTO_PIN_BYTES`] up when a
     /// CUDA device is present, pageable otherwise.
     ///
-    /// Measured on an H100 (benches/host_kind.py, docs/benchmarks.md): pinning 16 MiB
-    /// costs 5-11 ms against about 1 ms pageable, and each round trip then saves about
-    /// 3 ms (54 against 7-10 GB/s up, 54 against 12-16 GB/s down), so pinning pays after a
-    /// few moves and from 256 MiB at once; below 16 MiB the allocation cost dominates
-    /// (1 MiB: 0.8-1.5 ms against 0.03-0.05 ms).
+    /// Pinned host buffers come from the device's pinned caching pool, so after the first
+    /// allocation of a size class pinning costs about 1 us (benches/alloc.py), and every
+    /// move then runs at the bus rate: a 1 MiB round trip at 9.5 GB/s pageable against
+    /// 35 GB/s pinned on an H100 (docs/benchmarks.md, "Pageable transfers"). Below
+    /// 64 KiB the copy is latency-bound either way and pageable memory costs no pinned
+    /// pool space.
     pub fn auto(nbytes: usize) -> HostKind {
         if nbytes >= AUTO_PIN_BYTES && crate::is_available() {
             HostKind::Pinned

@@ -1,0 +1,350 @@
+//! DLPack's C exchange API (`__dlpack_c_exchange_api__`, DLPack 1.3), both ways.
+//!
+//! - **Consumer**: `memarray.from_dlpack(obj)` looks up the API on `type(obj)` once per
+//!   type (cached, the type kept alive), takes the tensor through
+//!   `managed_tensor_from_py_object_no_sync` and orders CUDA data after the producer's
+//!   `current_work_stream` (no Python `__dlpack__` call, no producer-side sync).
+//! - **Producer**: `MemArray.__dlpack_c_exchange_api__` is a capsule named
+//!   `"dlpack_exchange_api"` over one static table. memarray's current work stream is the
+//!   legacy default stream (reported as NULL): an export makes it wait for the array's
+//!   pending work (stream-wait-event, no host block), as `__dlpack__(stream=None)` does.
+//!   `dltensor_from_py_object_no_sync` is not offered (NULL): an owning export costs
+//!   little more.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ptr::NonNull;
+use std::sync::{Mutex, PoisonError};
+
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use pyo3::{PyErr, ffi};
+
+use memarray_core::{DType, Location};
+use memarray_cuda::StreamRef;
+use memarray_cuda::array::{Fill, RawArray};
+use memarray_dlpack::ffi::{
+    DLDeviceType, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader,
+    DLPackVersion, DLTensor,
+};
+use memarray_dlpack::{ImportedTensor, export_versioned};
+
+use crate::array::{PyMemArray, Target};
+use crate::errors::IntoPyResult;
+
+/// The capsule name the protocol fixes.
+pub const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
+
+/// The address of a producer's table, checked (major version 1, required entries set).
+#[derive(Clone, Copy)]
+pub struct Api(&'static DLPackExchangeAPI);
+
+/// Types seen by `from_dlpack`: the type (kept alive, so its address is not reused) and
+/// its table, or `None` for types without one.
+type Cache = Vec<(Py<PyType>, Option<Api>)>;
+
+static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
+
+// SAFETY: the table is static (the protocol requires it to live for the process) and
+// only read; its function pointers are thread-agnostic C functions.
+unsafe impl Send for Api {}
+// SAFETY: as above.
+unsafe impl Sync for Api {}
+
+/// The exchange table of `type(obj)`, if it offers a usable one.
+pub fn api_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
+    let ty = obj.get_type();
+    let key = ty.as_ptr();
+    {
+        let cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, api)) = cache.iter().find(|(t, _)| t.as_ptr() == key) {
+            return Ok(*api);
+        }
+    }
+    let api = lookup(&ty)?;
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if !cache.iter().any(|(t, _)| t.as_ptr() == key) {
+        cache.push((ty.unbind(), api));
+    }
+    Ok(api)
+}
+
+fn lookup(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
+    let Ok(attr) = ty.getattr("__dlpack_c_exchange_api__") else {
+        return Ok(None);
+    };
+    let raw = attr.as_ptr();
+    // SAFETY: IsValid checks type and name without raising; GetPointer then succeeds.
+    let p = unsafe {
+        if ffi::PyCapsule_IsValid(raw, CAPSULE_NAME.as_ptr()) == 1 {
+            ffi::PyCapsule_GetPointer(raw, CAPSULE_NAME.as_ptr())
+        } else if let Ok(addr) = attr.extract::<usize>() {
+            addr as *mut c_void
+        } else {
+            std::ptr::null_mut()
+        }
+    };
+    let Some(mut header) = NonNull::new(p.cast::<DLPackExchangeAPIHeader>()) else {
+        return Ok(None);
+    };
+    // A newer major version may chain to an older table we understand.
+    loop {
+        // SAFETY: the producer promises a live, static table (header first).
+        let h = unsafe { header.as_ref() };
+        if h.version.major == 1 {
+            break;
+        }
+        match NonNull::new(h.prev_api) {
+            Some(prev) => header = prev,
+            None => return Ok(None),
+        }
+    }
+    // SAFETY: a major-1 header starts a full DLPackExchangeAPI table.
+    let api: &'static DLPackExchangeAPI = unsafe { &*header.as_ptr().cast() };
+    if api.managed_tensor_from_py_object_no_sync.is_none() || api.current_work_stream.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Api(api)))
+}
+
+/// Takes `obj`'s tensor through the table, with the stream its producer's work is on.
+pub fn take(
+    _py: Python<'_>,
+    api: Api,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<(ImportedTensor, StreamRef)> {
+    let from_py = api
+        .0
+        .managed_tensor_from_py_object_no_sync
+        .ok_or_else(|| PyTypeError::new_err("exchange API without from_py_object"))?;
+    let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: the GIL is held (`_py`); `obj` is live and of the type the table came from.
+    let rc = unsafe { from_py(obj.as_ptr().cast(), &mut out) };
+    if rc != 0 {
+        return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
+            PyBufferError::new_err("the producer's exchange API failed without an exception")
+        }));
+    }
+    let p = NonNull::new(out)
+        .ok_or_else(|| PyBufferError::new_err("the producer's exchange API returned no tensor"))?;
+    // SAFETY: an owning tensor handed over by the producer; ownership passes here.
+    let t = unsafe { ImportedTensor::from_versioned(p) }.py()?;
+    let dev = t.device();
+    let mut stream = StreamRef::legacy();
+    if dev.kind == memarray_dlpack::DeviceType::Cuda {
+        let current = api
+            .0
+            .current_work_stream
+            .ok_or_else(|| PyTypeError::new_err("exchange API without current_work_stream"))?;
+        let mut s: *mut c_void = std::ptr::null_mut();
+        // SAFETY: GIL held; out pointer valid.
+        let rc = unsafe { current(DLDeviceType::kDLCUDA, dev.id, &mut s) };
+        if rc != 0 {
+            return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
+                PyBufferError::new_err("the producer's current_work_stream failed")
+            }));
+        }
+        if !s.is_null() {
+            // SAFETY: the producer's current stream is live for this call; memarray
+            // records its ordering event on it at once and keeps no handle.
+            stream = unsafe { StreamRef::from_raw(s as usize) }.py()?;
+        }
+    }
+    Ok((t, stream))
+}
+
+// ---- producer ----
+
+struct Table(DLPackExchangeAPI);
+// SAFETY: the table is immutable; `prev_api` is null.
+unsafe impl Sync for Table {}
+
+static TABLE: Table = Table(DLPackExchangeAPI {
+    header: DLPackExchangeAPIHeader {
+        version: DLPackVersion { major: 1, minor: 3 },
+        prev_api: std::ptr::null_mut(),
+    },
+    managed_tensor_allocator: Some(allocator),
+    managed_tensor_from_py_object_no_sync: Some(from_py_object),
+    managed_tensor_to_py_object_no_sync: Some(to_py_object),
+    dltensor_from_py_object_no_sync: None,
+    current_work_stream: Some(current_work_stream),
+});
+
+/// The capsule for `MemArray.__dlpack_c_exchange_api__`.
+pub fn capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let p = (&raw const TABLE.0).cast_mut().cast::<c_void>();
+    // SAFETY: the table is static; the capsule has no destructor and a 'static name.
+    let cap = unsafe { ffi::PyCapsule_New(p, CAPSULE_NAME.as_ptr(), None) };
+    if cap.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new, owned reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, cap) }.unbind())
+}
+
+/// Runs `f` with the GIL (the protocol's callers hold it; attaching is then a no-op),
+/// turning an error into a set Python exception and -1, and a panic into a
+/// RuntimeError.
+fn guarded(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
+    Python::attach(
+        |py| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py))) {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => {
+                e.restore(py);
+                -1
+            }
+            Err(_) => {
+                pyo3::exceptions::PyRuntimeError::new_err(
+                    "memarray: panic in the DLPack exchange API",
+                )
+                .restore(py);
+                -1
+            }
+        },
+    )
+}
+
+unsafe extern "C" fn from_py_object(
+    obj: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> c_int {
+    guarded(|py| {
+        if obj.is_null() || out.is_null() {
+            return Err(PyValueError::new_err("null argument"));
+        }
+        // SAFETY: the caller passes a live object (the protocol), borrowed for the call.
+        let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast()) };
+        let arr = any
+            .cast::<PyMemArray>()
+            .map_err(|_| PyTypeError::new_err("not a memarray.MemArray"))?;
+        let (spec, owner) =
+            crate::dlpack::export_spec(py, arr.get(), None, None, Target::Current, None)?;
+        let p = export_versioned(spec, owner).py()?;
+        // SAFETY: out is valid for one write (checked non-null).
+        unsafe { *out = p.as_ptr() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn to_py_object(
+    tensor: *mut DLManagedTensorVersioned,
+    out: *mut *mut c_void,
+) -> c_int {
+    guarded(|py| {
+        let p = NonNull::new(tensor).ok_or_else(|| PyValueError::new_err("null tensor"))?;
+        if out.is_null() {
+            return Err(PyValueError::new_err("null out pointer"));
+        }
+        // SAFETY: the protocol hands over ownership of a live tensor ("stolen").
+        let t = unsafe { ImportedTensor::from_versioned(p) }.py()?;
+        let raw = crate::dlpack::import_tensor(py, t, None, StreamRef::legacy())?;
+        let obj = Bound::new(py, PyMemArray::from(raw))?;
+        // SAFETY: out is valid for one write; the new reference passes to the caller.
+        unsafe { *out = obj.into_ptr().cast() };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn current_work_stream(
+    _device_type: DLDeviceType::Type,
+    _device_id: i32,
+    out: *mut *mut c_void,
+) -> c_int {
+    if out.is_null() {
+        return guarded(|_| Err(PyValueError::new_err("null out pointer")));
+    }
+    // memarray's default work stream is the legacy default stream: NULL, as CUDA spells
+    // it in a stream argument.
+    // SAFETY: out is valid for one write (checked non-null).
+    unsafe { *out = std::ptr::null_mut() };
+    0
+}
+
+type SetError = Option<unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char)>;
+
+unsafe extern "C" fn allocator(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: SetError,
+) -> c_int {
+    let fail = |kind: &str, msg: String| {
+        if let Some(f) = set_error {
+            let (k, m) = (
+                CString::new(kind).unwrap_or_default(),
+                CString::new(msg).unwrap_or_default(),
+            );
+            // SAFETY: the caller's error callback with its own context, and C strings
+            // alive for the call.
+            unsafe { f(error_ctx, k.as_ptr(), m.as_ptr()) };
+        }
+        -1
+    };
+    let made = std::panic::catch_unwind(
+        || -> Result<NonNull<DLManagedTensorVersioned>, (String, String)> {
+            if prototype.is_null() || out.is_null() {
+                return Err(("ValueError".into(), "null argument".into()));
+            }
+            // SAFETY: the caller's prototype, read for its dtype, ndim, shape and device.
+            let proto = unsafe { &*prototype };
+            let d = proto.dtype;
+            let dtype = DType::from_dlpack(d.code, d.bits, d.lanes).map_err(|_| {
+                (
+                    "ValueError".to_string(),
+                    format!(
+                        "unsupported dtype (code {}, bits {}, lanes {})",
+                        d.code, d.bits, d.lanes
+                    ),
+                )
+            })?;
+            let ndim = usize::try_from(proto.ndim)
+                .map_err(|_| ("ValueError".to_string(), format!("ndim {}", proto.ndim)))?;
+            let shape: Vec<usize> = if ndim == 0 {
+                Vec::new()
+            } else if proto.shape.is_null() {
+                return Err(("ValueError".into(), "null shape".into()));
+            } else {
+                // SAFETY: the prototype's shape holds ndim entries.
+                unsafe { std::slice::from_raw_parts(proto.shape, ndim) }
+                    .iter()
+                    .map(|&d| {
+                        usize::try_from(d)
+                            .map_err(|_| ("ValueError".to_string(), format!("dimension {d}")))
+                    })
+                    .collect::<Result<_, _>>()?
+            };
+            let location = match proto.device.device_type {
+                DLDeviceType::kDLCPU => Location::Host,
+                DLDeviceType::kDLCUDA => {
+                    Location::Device(u32::try_from(proto.device.device_id).map_err(|_| {
+                        ("ValueError".to_string(), "negative device id".to_string())
+                    })?)
+                }
+                other => return Err(("ValueError".into(), format!("device type {other}"))),
+            };
+            let raw = RawArray::born_with(dtype, &shape, location, Fill::Unset, None, None, None)
+                .map_err(|e| ("MemoryError".to_string(), e.to_string()))?;
+            let buf = raw
+                .export_buffer(None, false, memarray_cuda::array::Consumer::NoSync)
+                .map_err(|e| ("RuntimeError".to_string(), e.to_string()))?;
+            let device = match buf.location {
+                Location::Host => memarray_dlpack::Device::CPU,
+                Location::Device(id) => memarray_dlpack::Device::cuda(id as i32),
+            };
+            let spec = memarray_dlpack::ExportSpec::contiguous(buf.ptr, device, dtype, shape);
+            // The owner keeps the array (and so its memory) until the consumer deletes.
+            let owner: Box<dyn std::any::Any + Send> = Box::new((raw, buf.owner));
+            export_versioned(spec, owner).map_err(|e| ("RuntimeError".to_string(), e.to_string()))
+        },
+    );
+    match made {
+        Ok(Ok(p)) => {
+            // SAFETY: out checked non-null above.
+            unsafe { *out = p.as_ptr() };
+            0
+        }
+        Ok(Err((kind, msg))) => fail(&kind, msg),
+        Err(_) => fail("RuntimeError", "panic in the memarray allocator".into()),
+    }
+}
