@@ -161,6 +161,39 @@ def one_size(n, rng, row, sync, torch, cupy, cupyx) -> None:
     )
 
 
+def torch_table_costs(torch, tt) -> dict:
+    """torch's own part of a C-exchange import, through ctypes: its from_py_object call
+    plus the deleter, against a ctypes call of its current_work_stream (the ctypes cost)."""
+    import ctypes
+
+    cap = type(tt).__dlpack_c_exchange_api__
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api = ctypes.cast(get(cap, b"dlpack_exchange_api"), ctypes.POINTER(ctypes.c_void_p * 7))
+    from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(
+        api.contents[3]
+    )
+    stream = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
+    )(api.contents[6])
+    deleter_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    out = ctypes.c_void_p()
+
+    def take_and_delete():
+        from_py(tt, ctypes.byref(out))
+        # DLManagedTensorVersioned: version (8 bytes), manager_ctx, deleter.
+        deleter_t(ctypes.c_void_p.from_address(out.value + 16).value)(out)
+
+    s = ctypes.c_void_p()
+    return {
+        "  torch table from_py + deleter (ctypes)": per_call_us(take_and_delete, n=5000),
+        "  torch table current_work_stream (ctypes)": per_call_us(
+            lambda: stream(2, 0, ctypes.byref(s)), n=5000
+        ),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -214,7 +247,8 @@ def main() -> int:
                     f"H2D {sweep[-1][2]:6.2f}  D2H(out) {sweep[-1][3]:6.2f} GB/s",
                     flush=True,
                 )
-        memarray.cuda.set_staging_config(**before)
+        for direction, c in before.items():
+            memarray.cuda.set_staging_config(direction, **c)
         result["sweep"] = sweep
         del x, y, a, pin
 
@@ -273,6 +307,11 @@ def main() -> int:
             v.move_memory(kCUDA, 0)
         memarray.cuda.synchronize()
         loop_m.append(time.perf_counter() - t0)
+    from memarray import _memarray
+
+    profile = _memarray._last_batch_profile()
+    print(f"  last move_many batch: {profile}")
+    result["extra"]["batch_profile"] = profile
     t_loop = median_s(lambda: [v.to("cuda") for v in ts], sync, 15)
     bm, lm = statistics.median(batch_m[1:]), statistics.median(loop_m[1:])
     result["extra"]["batch_1000x4KiB_ms"] = {
@@ -299,6 +338,16 @@ def main() -> int:
         "memarray a.__dlpack__()": per_call_us(lambda: ma.__dlpack__()),
         "torch t.__dlpack__()": per_call_us(lambda: tt.__dlpack__()),
     }
+    kept = []
+    lat["  memarray.from_dlpack(torch), result kept"] = per_call_us(
+        lambda: kept.append(memarray.from_dlpack(tt)), n=5000, rounds=3
+    )
+    kept.clear()
+    lat["  memarray.from_dlpack(memarray)"] = per_call_us(lambda: memarray.from_dlpack(ma), n=5000)
+    lat.update(torch_table_costs(torch, tt))
+    lat["(torch has __dlpack_c_exchange_api__)"] = float(
+        hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    )
     result["extra"]["dlpack_us"] = lat
     for k, v in lat.items():
         print(f"{k:32s} {v:7.3f} us")

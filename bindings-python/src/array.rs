@@ -267,7 +267,19 @@ impl PyMemArray {
                     .getattr("empty")?
                     .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?,
             };
-            let addr = crate::numpy_data_ptr(&dest)?;
+            // Held across the copy: NumPy cannot resize or free the memory meanwhile.
+            let held = crate::HeldBuffer::get(&dest, true);
+            let addr = match &held {
+                Some(b) => b.addr(),
+                None => crate::numpy_data_ptr(&dest)?,
+            };
+            let want = shape.iter().product::<usize>() * dtype.size();
+            if held.as_ref().is_some_and(|b| b.len() != want) {
+                return Err(PyValueError::new_err(format!(
+                    "the NumPy buffer holds {} bytes, not the {want} its shape and dtype need",
+                    held.as_ref().map_or(0, |b| b.len())
+                )));
+            }
             let has_out = out.is_some();
             let done = self.with_detached(py, |raw| {
                 if raw.dtype() != dtype || raw.shape() != shape {
@@ -602,7 +614,18 @@ impl PyMemArray {
             let c = np
                 .getattr("ascontiguousarray")?
                 .call1((&src, numpy_dtype(py, dtype)?))?;
-            let addr = crate::numpy_data_ptr(&c)?;
+            let held = crate::HeldBuffer::get(&c, false);
+            let addr = match &held {
+                Some(b) => b.addr(),
+                None => crate::numpy_data_ptr(&c)?,
+            };
+            let want = shape.iter().product::<usize>() * dtype.size();
+            if held.as_ref().is_some_and(|b| b.len() != want) {
+                return Err(PyValueError::new_err(format!(
+                    "the NumPy buffer holds {} bytes, not the {want} its shape and dtype need",
+                    held.as_ref().map_or(0, |b| b.len())
+                )));
+            }
             let done = self.with_detached(py, |raw| {
                 if raw.dtype() != dtype || raw.shape() != shape {
                     return None; // swapped meanwhile: convert again
@@ -849,25 +872,36 @@ fn check_out_array(
     dtype: DType,
     shape: &[usize],
 ) -> PyResult<()> {
-    let np = py.import("numpy")?;
-    if !out.is_instance(&np.getattr("ndarray")?)? {
+    static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> =
+        pyo3::sync::PyOnceLock::new();
+    let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
+        Ok(py
+            .import("numpy")?
+            .getattr("ndarray")?
+            .cast_into::<pyo3::types::PyType>()?
+            .unbind())
+    })?;
+    if !out.is_instance(ndarray.bind(py))? {
         return Err(PyTypeError::new_err(format!(
             "out must be a numpy.ndarray, not {}",
             out.get_type().name()?
         )));
     }
     let want = numpy_dtype(py, dtype)?;
-    let got = out.getattr("dtype")?;
+    let got = out.getattr(pyo3::intern!(py, "dtype"))?;
     if !got.eq(&want)? {
         return Err(PyValueError::new_err(format!(
             "out has dtype {got}, the array {want}"
         )));
     }
-    let got_shape: Vec<usize> = out.getattr("shape")?.extract()?;
+    let got_shape: Vec<usize> = out.getattr(pyo3::intern!(py, "shape"))?.extract()?;
     if got_shape != shape {
         return Err(PyValueError::new_err(format!(
             "out has shape {got_shape:?}, the array {shape:?}"
         )));
+    }
+    if crate::HeldBuffer::get(out, true).is_some() {
+        return Ok(()); // writable and C-contiguous
     }
     let flags = out.getattr("flags")?;
     if !flags.getattr("c_contiguous")?.extract::<bool>()? {

@@ -54,3 +54,22 @@ pub fn move_many(
     })
     .py()
 }
+
+/// _last_batch_profile() -> dict
+/// --
+///
+/// Where the last host-to-device `move_many` batch spent its time (microseconds), and
+/// how many batches the driver took as one call: for benchmarks.
+#[pyfunction]
+pub fn _last_batch_profile(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let p = memarray_cuda::array::last_batch_profile();
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("arrays", p.arrays)?;
+    d.set_item("stage_us", p.stage_us)?;
+    d.set_item("prepare_us", p.prepare_us)?;
+    d.set_item("enqueue_us", p.enqueue_us)?;
+    d.set_item("wait_us", p.wait_us)?;
+    d.set_item("batched", p.batched)?;
+    d.set_item("refused", p.refused)?;
+    Ok(d)
+}

@@ -359,36 +359,71 @@ fn span_bytes(shape: &[usize], strides: &[i64], size: usize) -> PyResult<usize> 
 /// staging_config() -> dict
 /// --
 ///
-/// The staged-copy settings for pageable host memory: `threads` (host threads per copy),
-/// `chunk_bytes` (pinned slot size) and `direct_below` (smaller copies go straight to the
-/// driver).
+/// The staged-copy settings for pageable host memory, per direction (`"to_device"`,
+/// `"to_host"`): `threads` (host threads per copy), `chunk_bytes` (pinned slot size) and
+/// `direct_below` (smaller copies go straight to the driver).
 #[pyfunction]
-fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
-    let c = memarray_cuda::staging::config().py()?;
-    let d = pyo3::types::PyDict::new(py);
-    d.set_item("threads", c.threads)?;
-    d.set_item("chunk_bytes", c.chunk_bytes)?;
-    d.set_item("direct_below", c.direct_below)?;
-    Ok(d)
+fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    for (name, dir) in DIRECTIONS {
+        let c = memarray_cuda::staging::config(dir).py()?;
+        let d = PyDict::new(py);
+        d.set_item("threads", c.threads)?;
+        d.set_item("chunk_bytes", c.chunk_bytes)?;
+        d.set_item("direct_below", c.direct_below)?;
+        out.set_item(name, d)?;
+    }
+    Ok(out)
 }
 
-/// set_staging_config(threads=None, chunk_bytes=None, direct_below=None)
+const DIRECTIONS: [(&str, memarray_cuda::staging::Direction); 2] = [
+    ("to_device", memarray_cuda::staging::Direction::ToDevice),
+    ("to_host", memarray_cuda::staging::Direction::ToHost),
+];
+
+/// set_staging_config(direction="both", threads=None, chunk_bytes=None, direct_below=None)
 /// --
 ///
-/// Changes the staged-copy settings (those not given stay); out-of-range values raise
-/// ValueError and change nothing.
+/// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both");
+/// those not given stay. Out-of-range values raise ValueError and change nothing.
 #[pyfunction]
-#[pyo3(signature = (threads=None, chunk_bytes=None, direct_below=None))]
+#[pyo3(signature = (direction="both", threads=None, chunk_bytes=None, direct_below=None))]
 fn set_staging_config(
+    direction: &str,
     threads: Option<usize>,
     chunk_bytes: Option<usize>,
     direct_below: Option<usize>,
 ) -> PyResult<()> {
-    let mut c = memarray_cuda::staging::config().unwrap_or_default();
-    c.threads = threads.unwrap_or(c.threads);
-    c.chunk_bytes = chunk_bytes.unwrap_or(c.chunk_bytes);
-    c.direct_below = direct_below.unwrap_or(c.direct_below);
-    memarray_cuda::staging::set_config(c).py()
+    use memarray_cuda::staging::{Direction, StagingConfig, config, set_config};
+    let dirs: &[Direction] = match direction {
+        "to_device" => &[Direction::ToDevice],
+        "to_host" => &[Direction::ToHost],
+        "both" => &[Direction::ToDevice, Direction::ToHost],
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "direction must be 'to_device', 'to_host' or 'both', not {other:?}"
+            )));
+        }
+    };
+    // Check every direction's new settings before changing any.
+    let mut new = Vec::new();
+    for &d in dirs {
+        let c = config(d).unwrap_or(StagingConfig::default_for(d));
+        new.push((
+            d,
+            StagingConfig {
+                threads: threads.unwrap_or(c.threads),
+                chunk_bytes: chunk_bytes.unwrap_or(c.chunk_bytes),
+                direct_below: direct_below.unwrap_or(c.direct_below),
+            },
+        ));
+    }
+    for &(d, c) in &new {
+        // Refuses out-of-range values; the first direction is only set if valid, and
+        // both share the same checks, so a refusal changes nothing.
+        set_config(d, c).py()?;
+    }
+    Ok(())
 }
 
 #[pyfunction]

@@ -70,18 +70,31 @@ def test_move_many_on_the_host_and_bad_input():
     memarray.move_many([], "cpu")
 
 
+def _restore_staging(before):
+    for direction, c in before.items():
+        memarray.cuda.set_staging_config(direction, **c)
+
+
 def test_staging_settings_round_trip_and_bad_values():
     before = memarray.cuda.staging_config()
-    assert set(before) == {"threads", "chunk_bytes", "direct_below"}
+    assert set(before) == {"to_device", "to_host"}
+    assert set(before["to_host"]) == {"threads", "chunk_bytes", "direct_below"}
     try:
-        memarray.cuda.set_staging_config(threads=3)
-        assert memarray.cuda.staging_config()["threads"] == 3
+        memarray.cuda.set_staging_config("to_host", threads=3)
+        now = memarray.cuda.staging_config()
+        assert now["to_host"]["threads"] == 3
+        assert now["to_device"] == before["to_device"]
+        memarray.cuda.set_staging_config(chunk_bytes=1 << 20)
+        now = memarray.cuda.staging_config()
+        assert now["to_host"]["chunk_bytes"] == now["to_device"]["chunk_bytes"] == 1 << 20
         for bad in ({"threads": 0}, {"threads": 65}, {"chunk_bytes": 1024}):
             with pytest.raises(ValueError, match="staging"):
                 memarray.cuda.set_staging_config(**bad)
-        assert memarray.cuda.staging_config()["threads"] == 3
+        with pytest.raises(ValueError, match="direction"):
+            memarray.cuda.set_staging_config("sideways", threads=2)
+        assert memarray.cuda.staging_config() == now
     finally:
-        memarray.cuda.set_staging_config(**before)
+        _restore_staging(before)
     assert memarray.cuda.staging_config() == before
 
 
@@ -144,7 +157,7 @@ def test_staged_copies_under_every_setting():
             a = memarray.asarray(src, device="cuda")
             np.testing.assert_array_equal(a.to_numpy(), src, err_msg=str(cfg))
     finally:
-        memarray.cuda.set_staging_config(**before)
+        _restore_staging(before)
 
 
 @pytest.mark.gpu

@@ -17,10 +17,11 @@
 //!   they have been written. Nothing touches user memory after either returns.
 //! - Copies below [`StagingConfig::direct_below`], and host memory the driver already
 //!   knows (pinned, registered, managed), take the driver's direct path.
-//! - One staged copy at a time per device (the slots are shared); the bus is the limit.
+//! - One staged copy at a time per device and direction (the slots are shared); the bus
+//!   is the limit.
 //!
-//! The settings come from measurement (docs/benchmarks.md, "Pageable transfers"): see
-//! [`StagingConfig::default`]. `MEMARRAY_STAGING_THREADS` and `MEMARRAY_STAGING_CHUNK`
+//! The settings, per [`Direction`], come from measurement (docs/benchmarks.md,
+//! "Pageable transfers"): see [`StagingConfig::default_for`]. `MEMARRAY_STAGING_THREADS` and `MEMARRAY_STAGING_CHUNK`
 //! (bytes) override them once per process; [`set_config`] at any time.
 
 use std::collections::HashMap;
@@ -54,24 +55,42 @@ pub struct StagingConfig {
     pub direct_below: usize,
 }
 
-impl Default for StagingConfig {
-    /// Measured on an H100 host (16 cores; `benches/transfer.py --sweep`, 1 GiB,
-    /// docs/benchmarks.md): throughput rises with lanes up to the core count (1 lane
-    /// 9-12 GB/s, 8 lanes 37-41, 16 lanes 40-46 GB/s) and 1-4 MiB chunks beat 16 MiB; so
-    /// one lane per core up to 16, 1 MiB slots. Copies under 2 MiB are as fast or faster
-    /// straight through the driver (the staged 256 KiB copy ran at 0.65x torch's direct
-    /// one; at 1 MiB they are level, from 4 MiB staging wins).
-    fn default() -> Self {
-        let cores = std::thread::available_parallelism().map_or(8, |n| n.get());
-        StagingConfig {
-            threads: cores.clamp(1, 16),
-            chunk_bytes: 1 << 20,
-            direct_below: 2 << 20,
-        }
-    }
+/// Which way a staged copy goes; each way has its own settings and its own lanes (an
+/// upload and a download can run at once, one per copy engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Host to device.
+    ToDevice,
+    /// Device to host.
+    ToHost,
 }
 
 impl StagingConfig {
+    /// The measured default for `dir` (H100 host, 16 cores; `benches/transfer.py`,
+    /// docs/benchmarks.md, "Pageable transfers"). Host to device: 8 lanes of 4 MiB slots
+    /// (16 lanes of 1 MiB ran 10-45% slower from 4 MiB to 1 GiB: the lanes' memcpy
+    /// competes with the DMA engine's reads of host memory), direct below 2 MiB (a staged
+    /// 1 MiB upload ran at 0.78-0.97x the driver's). Device to host: one lane per core up
+    /// to 16, 1 MiB slots (15-25% faster than 8 lanes of 4 MiB from 64 MiB up), direct
+    /// below 1 MiB (a staged 256 KiB download ran at 0.84-0.87x; at 1 MiB staging is
+    /// 1.1-1.6x faster).
+    pub fn default_for(dir: Direction) -> Self {
+        match dir {
+            Direction::ToDevice => StagingConfig {
+                threads: 8,
+                chunk_bytes: 4 << 20,
+                direct_below: 2 << 20,
+            },
+            Direction::ToHost => StagingConfig {
+                threads: std::thread::available_parallelism()
+                    .map_or(8, |n| n.get())
+                    .clamp(1, 16),
+                chunk_bytes: 1 << 20,
+                direct_below: 1 << 20,
+            },
+        }
+    }
+
     fn check(self) -> Result<Self> {
         let bad = |detail: String| CudaError::BadSetting {
             what: "staging configuration",
@@ -103,63 +122,90 @@ impl StagingConfig {
     }
 }
 
-fn config_slot() -> &'static Mutex<Result<StagingConfig>> {
-    static SLOT: OnceLock<Mutex<Result<StagingConfig>>> = OnceLock::new();
+type Configs = Result<[StagingConfig; 2]>;
+
+fn config_slot() -> &'static Mutex<Configs> {
+    static SLOT: OnceLock<Mutex<Configs>> = OnceLock::new();
     SLOT.get_or_init(|| Mutex::new(from_env()))
 }
 
-fn from_env() -> Result<StagingConfig> {
-    let mut c = StagingConfig::default();
-    for (var, field) in [
-        ("MEMARRAY_STAGING_THREADS", &mut c.threads),
-        ("MEMARRAY_STAGING_CHUNK", &mut c.chunk_bytes),
-    ] {
-        if let Ok(value) = std::env::var(var) {
-            *field = value.trim().parse().map_err(|_| CudaError::BadEnv {
-                var,
-                value: value.clone(),
-                expected: "a positive integer",
-            })?;
-        }
+fn index(dir: Direction) -> usize {
+    match dir {
+        Direction::ToDevice => 0,
+        Direction::ToHost => 1,
     }
-    c.check()
 }
 
-/// The settings in force (an unparsable environment variable is an error here, and in
-/// every staged copy, until [`set_config`] replaces it).
-pub fn config() -> Result<StagingConfig> {
+/// The defaults, with `MEMARRAY_STAGING_THREADS` / `MEMARRAY_STAGING_CHUNK` (bytes)
+/// applied to both directions.
+fn from_env() -> Configs {
+    let mut both = [
+        StagingConfig::default_for(Direction::ToDevice),
+        StagingConfig::default_for(Direction::ToHost),
+    ];
+    for c in &mut both {
+        for (var, field) in [
+            ("MEMARRAY_STAGING_THREADS", &mut c.threads),
+            ("MEMARRAY_STAGING_CHUNK", &mut c.chunk_bytes),
+        ] {
+            if let Ok(value) = std::env::var(var) {
+                *field = value.trim().parse().map_err(|_| CudaError::BadEnv {
+                    var,
+                    value: value.clone(),
+                    expected: "a positive integer",
+                })?;
+            }
+        }
+        *c = c.check()?;
+    }
+    Ok(both)
+}
+
+/// The settings in force for `dir` (an unparsable environment variable is an error here,
+/// and in every staged copy, until [`set_config`] replaces it).
+pub fn config(dir: Direction) -> Result<StagingConfig> {
     config_slot()
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
+        .map(|c| c[index(dir)])
 }
 
-/// Replaces the settings; out-of-range values are refused with
+/// Replaces the settings for `dir`; out-of-range values are refused with
 /// [`CudaError::BadSetting`] and change nothing.
-pub fn set_config(c: StagingConfig) -> Result<()> {
+pub fn set_config(dir: Direction, c: StagingConfig) -> Result<()> {
     let c = c.check()?;
-    *config_slot().lock().unwrap_or_else(PoisonError::into_inner) = Ok(c);
+    let mut slot = config_slot().lock().unwrap_or_else(PoisonError::into_inner);
+    let mut both = slot.clone().unwrap_or([
+        StagingConfig::default_for(Direction::ToDevice),
+        StagingConfig::default_for(Direction::ToHost),
+    ]);
+    both[index(dir)] = c;
+    *slot = Ok(both);
     Ok(())
 }
 
-/// Copies `src` to `dst[dst_offset..]`, ordered after the work queued on `stream`; work
-/// queued on `stream` afterwards sees the data. Returns once `src` has been read (the
-/// DMA of the last chunks may still run).
+/// Copies `src` to `dst[dst_offset..]`, ordered after the work queued on `stream`.
+/// Returns once `src` has been read: `None` when the copy has also completed (the direct
+/// path), else the operation on `stream` to record (work queued on `stream` afterwards
+/// sees the data; the DMA of the last chunks may still run).
 pub fn upload(
     dst: &DeviceBuffer,
     dst_offset: usize,
     src: &[u8],
     stream: StreamRef,
-) -> Result<Enqueued> {
+) -> Result<Option<Enqueued>> {
     let d = dst.range(dst_offset, src.len())?;
     let device = dst.device();
-    let cfg = config()?;
+    let cfg = config(Direction::ToDevice)?;
     if src.len() < cfg.direct_below || is_known(device, src.as_ptr())? {
-        return transfer::copy_htod(dst, dst_offset, src, stream);
+        // copy_htod waits for the stream: the copy is complete.
+        let _complete = transfer::copy_htod(dst, dst_offset, src, stream)?;
+        return Ok(None);
     }
     let src_addr = src.as_ptr() as usize;
-    run(device, cfg, src.len(), stream, Direction::Up, src_addr, d)?;
-    Ok(Enqueued::new(stream, device.clone()))
+    run(device, cfg, src.len(), stream, Direction::ToDevice, src_addr, d)?;
+    Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
 /// Copies `src[src_offset..src_offset + dst.len()]` into `dst`, after the work queued on
@@ -172,12 +218,12 @@ pub fn download(
 ) -> Result<()> {
     let s = src.range(src_offset, dst.len())?;
     let device = src.device();
-    let cfg = config()?;
+    let cfg = config(Direction::ToHost)?;
     if dst.len() < cfg.direct_below || is_known(device, dst.as_ptr())? {
         return transfer::copy_dtoh(dst, src, src_offset, stream);
     }
     let dst_addr = dst.as_mut_ptr() as usize;
-    run(device, cfg, dst.len(), stream, Direction::Down, dst_addr, s)
+    run(device, cfg, dst.len(), stream, Direction::ToHost, dst_addr, s)
 }
 
 /// Whether host memory of this buffer kind is read by DMA directly (no staging).
@@ -193,12 +239,6 @@ fn is_known(device: &Device, p: *const u8) -> Result<bool> {
     Ok(driver::host_pointer_is_known(p))
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    Up,
-    Down,
-}
-
 /// A pinned slot and the event after the DMA that last used it.
 struct Slot {
     buf: HostBuffer,
@@ -210,7 +250,7 @@ struct Lane {
     slots: [Slot; 2],
 }
 
-/// A device's lanes, made for one chunk size.
+/// A device's lanes for one direction, made for one chunk size.
 struct Stage {
     chunk: usize,
     lanes: Vec<Lane>,
@@ -218,16 +258,16 @@ struct Stage {
     start: Event,
 }
 
-/// A device's stage, made on first use.
+/// A device's stage for one direction, made on first use.
 type StageSlot = Arc<Mutex<Option<Stage>>>;
 
-fn stage_of(device: &Arc<Device>) -> StageSlot {
-    static STAGES: OnceLock<Mutex<HashMap<u32, StageSlot>>> = OnceLock::new();
+fn stage_of(device: &Arc<Device>, dir: Direction) -> StageSlot {
+    static STAGES: OnceLock<Mutex<HashMap<(u32, Direction), StageSlot>>> = OnceLock::new();
     STAGES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .entry(device.id())
+        .entry((device.id(), dir))
         .or_default()
         .clone()
 }
@@ -259,7 +299,7 @@ fn run(
     dev: u64,
 ) -> Result<()> {
     let (lanes, chunk) = cfg.plan(len);
-    let stage = stage_of(device);
+    let stage = stage_of(device, dir);
     let mut guard = stage.lock().unwrap_or_else(PoisonError::into_inner);
     if guard.as_ref().is_some_and(|s| s.chunk != cfg.chunk_bytes) {
         // The slot size changed: wait for the old slots' last DMA, then replace them.
@@ -292,7 +332,7 @@ fn run(
         stage: st,
     };
     parallel(lanes, &|i| job.run(i))?;
-    if dir == Direction::Up {
+    if dir == Direction::ToDevice {
         // Later work on the caller's stream comes after every lane's last DMA (a wait
         // captures the event as recorded now; re-recording it later changes nothing).
         for (i, lane) in st.lanes[..lanes].iter().enumerate() {
@@ -342,7 +382,7 @@ impl LaneJob<'_> {
         s.wait(self.start)?;
         let chunks: Vec<(usize, usize)> = i_chunks(self.lanes, self.chunk, self.len, i).collect();
         match self.dir {
-            Direction::Up => {
+            Direction::ToDevice => {
                 for (j, &(off, n)) in chunks.iter().enumerate() {
                     let slot = &lane.slots[j % 2];
                     slot.done.synchronize()?;
@@ -367,7 +407,7 @@ impl LaneJob<'_> {
                     slot.done.record(s)?;
                 }
             }
-            Direction::Down => {
+            Direction::ToHost => {
                 let issue = |j: usize| -> Result<()> {
                     let (off, n) = chunks[j];
                     let slot = &lane.slots[j % 2];
@@ -531,7 +571,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_refused_and_change_nothing() {
-        let before = config().unwrap();
+        let before = config(Direction::ToHost).unwrap();
         for bad in [
             StagingConfig {
                 threads: 0,
@@ -546,10 +586,10 @@ mod tests {
                 ..before
             },
         ] {
-            let e = set_config(bad).unwrap_err();
+            let e = set_config(Direction::ToHost, bad).unwrap_err();
             assert!(matches!(e, CudaError::BadSetting { .. }), "{e}");
         }
-        assert_eq!(config().unwrap(), before);
+        assert_eq!(config(Direction::ToHost).unwrap(), before);
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub unsafe fn enqueue(
             // SAFETY: the range was checked against the live buffer; the staged copy has
             // read it when it returns.
             let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(soff), len) };
-            Some(staging::upload(d, doff, src, stream)?)
+            staging::upload(d, doff, src, stream)?
         }
         (Span::Device(d, doff), Span::Host(s, soff)) => {
             // SAFETY: the source range is checked and kept by the caller until the copy

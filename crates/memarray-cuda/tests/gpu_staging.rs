@@ -5,7 +5,7 @@ mod common;
 
 use common::random_bytes;
 use memarray_core::{DType, Location};
-use memarray_cuda::staging::{self, StagingConfig};
+use memarray_cuda::staging::{self, Direction, StagingConfig};
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, HostKind, RawArray, Stream, resource};
 
@@ -29,22 +29,25 @@ static SETTINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn gpu_staged_round_trip_every_size_offset_and_setting() {
     let Some(dev) = gpu_or_skip() else { return };
     let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
-    let before = staging::config().unwrap();
+    let dirs = [Direction::ToDevice, Direction::ToHost];
+    let before = dirs.map(|d| staging::config(d).unwrap());
     let s = Stream::new(&dev).unwrap();
     let pool = resource::default_resource(&dev).unwrap();
     for cfg in [
-        before,
-        StagingConfig {
+        None,
+        Some(StagingConfig {
             threads: 1,
-            ..before
-        },
-        StagingConfig {
+            ..before[0]
+        }),
+        Some(StagingConfig {
             threads: 3,
             chunk_bytes: staging::MIN_CHUNK,
             direct_below: 0,
-        },
+        }),
     ] {
-        staging::set_config(cfg).unwrap();
+        for (d, b) in dirs.iter().zip(before) {
+            staging::set_config(*d, cfg.unwrap_or(b)).unwrap();
+        }
         for (k, &n) in SIZES.iter().enumerate() {
             for off in [0usize, 3] {
                 // Unaligned host ranges: a slice starting `off` bytes into a vector.
@@ -55,10 +58,7 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
                 let mut back = vec![0u8; n + off];
                 staging::download(&mut back[off..], &d, 32, s.as_ref()).unwrap();
                 assert!(back[off..] == data[off..], "{cfg:?} n={n} off={off}");
-                assert!(
-                    back[..off].iter().all(|&b| b == 0),
-                    "wrote before the range"
-                );
+                assert!(back[..off].iter().all(|&b| b == 0), "wrote before the range");
                 // The bytes around the range on the device are untouched.
                 let mut edges = vec![1u8; 32];
                 staging::download(&mut edges, &d, 0, s.as_ref()).unwrap();
@@ -66,7 +66,9 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
             }
         }
     }
-    staging::set_config(before).unwrap();
+    for (d, b) in dirs.iter().zip(before) {
+        staging::set_config(*d, b).unwrap();
+    }
 }
 
 #[test]

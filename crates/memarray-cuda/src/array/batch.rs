@@ -16,6 +16,48 @@ use crate::stream::{Stream, StreamRef};
 /// Staged pieces are placed at this alignment in the shared pinned buffer.
 const PIECE_ALIGN: usize = 256;
 
+/// Where the last [`RawArray::move_many`] batch spent its time, for benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchProfile {
+    /// Arrays in the batch.
+    pub arrays: usize,
+    /// Microseconds packing (or, down, unpacking) pageable data through pinned memory.
+    pub stage_us: f64,
+    /// Microseconds allocating device buffers and ordering after pending work.
+    pub prepare_us: f64,
+    /// Microseconds in the driver enqueueing the copies.
+    pub enqueue_us: f64,
+    /// Microseconds waiting for the copies.
+    pub wait_us: f64,
+    /// Batches the driver took in one `cuMemcpyBatchAsync` call, and ones it refused
+    /// (then copied one by one), since the process started.
+    pub batched: u64,
+    /// See `batched`.
+    pub refused: u64,
+}
+
+static PROFILE: std::sync::Mutex<BatchProfile> = std::sync::Mutex::new(BatchProfile {
+    arrays: 0,
+    stage_us: 0.0,
+    prepare_us: 0.0,
+    enqueue_us: 0.0,
+    wait_us: 0.0,
+    batched: 0,
+    refused: 0,
+});
+
+/// The profile of the last batch moved by [`RawArray::move_many`].
+pub fn last_batch_profile() -> BatchProfile {
+    let mut p = *PROFILE.lock().unwrap_or_else(|e| e.into_inner());
+    p.batched = driver::BATCHED.load(std::sync::atomic::Ordering::Relaxed);
+    p.refused = driver::BATCH_REFUSED.load(std::sync::atomic::Ordering::Relaxed);
+    p
+}
+
+fn us(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
 impl RawArray {
     /// Moves every array to `target` (the host or a device) in one pass: pageable host
     /// data of small arrays is packed into one pinned buffer from the pinned pool, all
@@ -35,7 +77,9 @@ impl RawArray {
         for a in arrays.iter() {
             a.check(None)?;
         }
-        let big = staging::config()?.chunk_bytes;
+        let big = staging::config(staging::Direction::ToDevice)?
+            .direct_below
+            .min(staging::config(staging::Direction::ToHost)?.direct_below);
         let mut batch: Vec<&mut RawArray> = Vec::new();
         for a in arrays.iter_mut() {
             if a.location == target {
@@ -117,6 +161,11 @@ fn staging_buffer(device: &Arc<Device>, bytes: usize) -> Result<Option<HostBuffe
 }
 
 fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) -> Result<()> {
+    let mut prof = BatchProfile {
+        arrays: batch.len(),
+        ..Default::default()
+    };
+    let t = std::time::Instant::now();
     for a in batch.iter() {
         // Earlier work may still write the host copies (a download in flight).
         a.dev.wait_host()?;
@@ -140,6 +189,8 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
             (HostSide::Staged(_), None) => unreachable!("a staged piece implies a buffer"),
         });
     }
+    prof.stage_us = us(t);
+    let t = std::time::Instant::now();
     let mut dsts = Vec::with_capacity(batch.len());
     let mut buffers: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(batch.len());
     for a in batch.iter() {
@@ -150,6 +201,8 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
         buffers.push(b);
     }
     let mut sizes: Vec<usize> = batch.iter().map(|a| a.nbytes).collect();
+    prof.prepare_us = us(t);
+    let t = std::time::Instant::now();
     // SAFETY: sources are pinned (the arrays' own or the staging buffer, both alive until
     // the wait below); destinations are the new buffers of `nbytes` each; the stream is
     // live and of the bound device.
@@ -163,9 +216,13 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
             stream.cu(),
         )?
     };
+    prof.enqueue_us = us(t);
+    let t = std::time::Instant::now();
     let done = Event::new(device)?;
     done.record(stream)?;
     done.synchronize()?;
+    prof.wait_us = us(t);
+    *PROFILE.lock().unwrap_or_else(|e| e.into_inner()) = prof;
     drop(stage);
     for (a, b) in batch.iter_mut().zip(buffers) {
         a.dev.install(b);

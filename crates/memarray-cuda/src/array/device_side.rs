@@ -479,8 +479,10 @@ impl DeviceSide {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
-        let op = staging::upload(&dst, offset, value, stream)?;
-        self.record(op, None)
+        match staging::upload(&dst, offset, value, stream)? {
+            Some(op) => self.record(op, None),
+            None => Ok(()),
+        }
     }
 
     /// Runs the add_index_tuple kernel on the device copy.

@@ -17,6 +17,7 @@ mod raw;
 mod shared;
 mod typed;
 
+pub use batch::{BatchProfile, last_batch_profile};
 pub use born::Fill;
 pub use export::{Consumer, ExportBuffer};
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};

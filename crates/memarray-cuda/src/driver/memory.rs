@@ -303,6 +303,11 @@ pub(crate) unsafe fn ipc_close_mem_handle(p: u64) -> Result<()> {
     })
 }
 
+/// Batches `memcpy_batch_async` gave to `cuMemcpyBatchAsync`, and ones it refused.
+pub(crate) static BATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(crate) static BATCH_REFUSED: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// Whether the driver exports `cuMemcpyBatchAsync` (CUDA 12.8+), looked up once without
 /// the panic a missing symbol would cause in cudarc's loader.
 fn has_memcpy_batch() -> bool {
@@ -372,8 +377,10 @@ pub(crate) unsafe fn memcpy_batch_async(
             )
         };
         if r == sys::CUresult::CUDA_SUCCESS {
+            BATCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
+        BATCH_REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Refused (e.g. an attribute this driver rejects): copies are idempotent, so
         // enqueue them one by one below.
     }
