@@ -5,6 +5,7 @@
 #   ./dev.sh lint      clippy -D warnings, rustfmt --check, ruff
 #   ./dev.sh doc       cargo doc for the workspace
 #   ./dev.sh wheel     build the abi3 wheel into dist/
+#   ./dev.sh bench     cargo bench, then benches/transfer.py (torch, CuPy side by side) + plot
 #   ./dev.sh venv      create .venv with maturin, numpy, pytest and the wheel installed
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -54,6 +55,18 @@ case "$cmd" in
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches
     "$VENV/bin/ruff" format --check bindings-python examples benches
+    ;;
+  bench)
+    # Rust criterion benches, then memarray / torch / CuPy side by side and the plot.
+    # The Python bench needs torch and CuPy in .venv (it says so and skips otherwise).
+    cargo bench -p memarray-cuda "$@"
+    venv
+    mkdir -p target
+    rm -f target/transfer.json
+    "$VENV/bin/python" benches/transfer.py --json target/transfer.json
+    if [ -f target/transfer.json ]; then
+      "$VENV/bin/python" benches/plot_transfer.py target/transfer.json target/transfer.png
+    fi
     ;;
   doc) cargo doc --workspace --no-deps ;;
   wheel)

@@ -24,9 +24,10 @@ doc:
 kernels:
     ./kernels-cuda/build.sh
 
-# Transfer and kernel benchmarks (skip with a message without a GPU).
+# Transfer and kernel benchmarks, then memarray / torch / CuPy side by side with a plot
+# in target/transfer.png (each skips with a message without a GPU).
 bench:
-    cargo bench -p memarray-cuda
+    ./dev.sh bench
 
 # The abi3 wheel, into dist/.
 wheel:

@@ -203,9 +203,13 @@ def main() -> int:
     if not memarray.cuda.is_available():
         print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
         return 0
-    import cupy
-    import cupyx
-    import torch
+    try:
+        import cupy
+        import cupyx
+        import torch
+    except ImportError as e:
+        print(f"SKIPPED: the side-by-side bench needs torch and CuPy ({e})")
+        return 0
 
     dev_name = torch.cuda.get_device_name(0)
     sync = torch.cuda.synchronize

@@ -477,7 +477,7 @@ fn workers(n: usize) -> Vec<mpsc::Sender<Job>> {
 
 /// Runs `f(0)` .. `f(n - 1)`, `f(0)` on this thread and the others on workers, and
 /// returns once all have finished: the first error, or a panic turned into one.
-fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+pub(crate) fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
     let senders = workers(n.saturating_sub(1));
     let latch = Arc::new((Mutex::new((0usize, None::<CudaError>)), Condvar::new()));
     // SAFETY: `f` is only used by jobs that finish before this function returns (the

@@ -151,6 +151,22 @@ fn plan(hosts: &[(&Arc<HostBuffer>, usize)]) -> (Vec<HostSide>, usize) {
     (sides, total)
 }
 
+/// Copies every (source, destination, bytes) piece, on up to 8 staging threads when
+/// there is enough to share (more than 1 MiB).
+fn pack(pieces: &[(usize, usize, usize)]) -> Result<()> {
+    let total: usize = pieces.iter().map(|p| p.2).sum();
+    let lanes = (total >> 20).clamp(1, 8).min(pieces.len().max(1));
+    staging::parallel(lanes, &|lane| {
+        for &(src, dst, n) in pieces.iter().skip(lane).step_by(lanes) {
+            // SAFETY: each piece is a live source of `n` bytes (an array's host buffer,
+            // its array borrowed exclusively by the caller) and its own range of the
+            // staging buffer; pieces do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
+        }
+        Ok(())
+    })
+}
+
 fn staging_buffer(device: &Arc<Device>, bytes: usize) -> Result<Option<HostBuffer>> {
     if bytes == 0 {
         return Ok(None);
@@ -176,21 +192,24 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
         .collect::<Result<_>>()?;
     let (sides, total) = plan(&hosts);
     let stage = staging_buffer(device, total)?;
-    let mut srcs = Vec::with_capacity(batch.len());
-    for ((h, n), side) in hosts.iter().zip(&sides) {
-        srcs.push(match (side, &stage) {
-            (HostSide::Direct(p), _) => *p,
-            (HostSide::Staged(off), Some(s)) => {
-                // SAFETY: the plan gave this array `n` bytes at `off` in the staging
-                // buffer (total covers them); the source holds `n` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), s.as_mut_ptr().add(*off), *n) };
-                s.as_ptr() as u64 + *off as u64
+    // (source, staging destination, bytes) of every piece to pack, as addresses.
+    let stage_base = stage.as_ref().map_or(0, |s| s.as_ptr() as usize);
+    let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
+    let srcs: Vec<u64> = hosts
+        .iter()
+        .zip(&sides)
+        .map(|((h, n), side)| match side {
+            HostSide::Direct(p) => *p,
+            HostSide::Staged(off) => {
+                pieces.push((h.as_ptr() as usize, stage_base + off, *n));
+                (stage_base + off) as u64
             }
-            (HostSide::Staged(_), None) => unreachable!("a staged piece implies a buffer"),
-        });
-    }
+        })
+        .collect();
+    pack(&pieces)?;
     prof.stage_us = us(t);
     let t = std::time::Instant::now();
+    let mut srcs = srcs;
     let mut dsts = Vec::with_capacity(batch.len());
     let mut buffers: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(batch.len());
     for a in batch.iter() {
@@ -270,14 +289,18 @@ fn download(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef
     let done = Event::new(device)?;
     done.record(stream)?;
     done.synchronize()?;
-    for ((h, n), side) in hosts.iter().zip(&sides) {
-        if let (HostSide::Staged(off), Some(s)) = (side, &stage) {
-            // SAFETY: the copies into the staging buffer are complete (waited above); the
-            // array's host buffer holds `n` bytes and nothing else accesses it (the array
-            // is borrowed exclusively).
-            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr().add(*off), h.as_mut_ptr(), *n) };
-        }
-    }
+    // The copies into the staging buffer are complete (waited above); each array's host
+    // buffer holds its `n` bytes and nothing else accesses it (borrowed exclusively).
+    let stage_base = stage.as_ref().map_or(0, |s| s.as_ptr() as usize);
+    let pieces: Vec<(usize, usize, usize)> = hosts
+        .iter()
+        .zip(&sides)
+        .filter_map(|((h, n), side)| match side {
+            HostSide::Staged(off) => Some((stage_base + off, h.as_mut_ptr() as usize, *n)),
+            HostSide::Direct(_) => None,
+        })
+        .collect();
+    pack(&pieces)?;
     drop(hosts);
     for a in batch.iter_mut() {
         // The data on the host is now current; the device copy is kept, as a move does.
