@@ -62,7 +62,7 @@ impl Drop for PyMemArray {
         let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
         let slow = shared
             .try_state()
-            .is_none_or(|raw| raw.nbytes() >= DETACHED_DROP_BYTES || raw.has_pending_work());
+            .is_none_or(|raw| raw.nbytes() >= DETACHED_DROP_BYTES || raw.drop_may_wait());
         if !slow {
             return drop(shared);
         }
@@ -872,8 +872,7 @@ fn check_out_array(
     dtype: DType,
     shape: &[usize],
 ) -> PyResult<()> {
-    static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> =
-        pyo3::sync::PyOnceLock::new();
+    static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
     let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
         Ok(py
             .import("numpy")?

@@ -54,7 +54,10 @@ impl<'py> HeldBuffer<'py> {
             let _ = PyErr::take(obj.py());
             return None;
         }
-        Some(HeldBuffer { view, _py: obj.py() })
+        Some(HeldBuffer {
+            view,
+            _py: obj.py(),
+        })
     }
 
     /// The first byte.

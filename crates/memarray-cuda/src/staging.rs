@@ -204,7 +204,15 @@ pub fn upload(
         return Ok(None);
     }
     let src_addr = src.as_ptr() as usize;
-    run(device, cfg, src.len(), stream, Direction::ToDevice, src_addr, d)?;
+    run(
+        device,
+        cfg,
+        src.len(),
+        stream,
+        Direction::ToDevice,
+        src_addr,
+        d,
+    )?;
     Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
@@ -223,7 +231,15 @@ pub fn download(
         return transfer::copy_dtoh(dst, src, src_offset, stream);
     }
     let dst_addr = dst.as_mut_ptr() as usize;
-    run(device, cfg, dst.len(), stream, Direction::ToHost, dst_addr, s)
+    run(
+        device,
+        cfg,
+        dst.len(),
+        stream,
+        Direction::ToHost,
+        dst_addr,
+        s,
+    )
 }
 
 /// Whether host memory of this buffer kind is read by DMA directly (no staging).

@@ -58,7 +58,10 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
                 let mut back = vec![0u8; n + off];
                 staging::download(&mut back[off..], &d, 32, s.as_ref()).unwrap();
                 assert!(back[off..] == data[off..], "{cfg:?} n={n} off={off}");
-                assert!(back[..off].iter().all(|&b| b == 0), "wrote before the range");
+                assert!(
+                    back[..off].iter().all(|&b| b == 0),
+                    "wrote before the range"
+                );
                 // The bytes around the range on the device are untouched.
                 let mut edges = vec![1u8; 32];
                 staging::download(&mut edges, &d, 0, s.as_ref()).unwrap();

@@ -276,9 +276,27 @@ impl DeviceSide {
         Ok(())
     }
 
-    /// Whether work is pending that a host access would wait for.
+    /// Whether work is pending that a host access would wait for (a lazy import's
+    /// producer work counts; asking does not record its event).
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending().is_some()
+        self.lazy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+            || self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
+    }
+
+    /// Whether dropping this device side may block the host: recorded pending work. A
+    /// lazy import never used is dropped without a wait (nothing of memarray's ran on it).
+    pub(crate) fn drop_may_wait(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Blocks the host until pending work is done, then forgets it.

@@ -271,6 +271,12 @@ impl RawArray {
         self.dev.has_pending()
     }
 
+    /// Whether dropping the array may block the host for pending work (callers holding
+    /// Python's GIL release it around such a drop).
+    pub fn drop_may_wait(&self) -> bool {
+        self.dev.drop_may_wait()
+    }
+
     /// Blocks the host until all work enqueued on this array has finished.
     pub fn synchronize(&self, token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
