@@ -45,7 +45,7 @@ def median_s(fn, sync, reps) -> float:
 
 
 def reps_for(n: int) -> int:
-    return int(max(3, min(40, (2 * GiB) // max(n, 1))))
+    return int(max(5 if n <= GiB else 3, min(40, (2 * GiB) // max(n, 1))))
 
 
 def per_call_us(fn, n=20000, rounds=7) -> float:

@@ -66,18 +66,19 @@ pub enum Direction {
 }
 
 impl StagingConfig {
-    /// The measured default for `dir` (H100 host, 16 cores; `benches/transfer.py`,
-    /// docs/benchmarks.md, "Pageable transfers"). Host to device: 8 lanes of 4 MiB slots
-    /// (16 lanes of 1 MiB ran 10-45% slower from 4 MiB to 1 GiB: the lanes' memcpy
-    /// competes with the DMA engine's reads of host memory), direct below 2 MiB (a staged
-    /// 1 MiB upload ran at 0.78-0.97x the driver's). Device to host: one lane per core up
-    /// to 16, 1 MiB slots (15-25% faster than 8 lanes of 4 MiB from 64 MiB up), direct
+    /// The measured default for `dir` (H100 host, 16 cores; `benches/staging_sweep.py`
+    /// and `benches/transfer.py`, docs/benchmarks.md, "Pageable transfers"). Host to
+    /// device: 6 lanes of 4 MiB slots (37.8 / 44.2 / 48.4 GB/s at 64 MiB / 256 MiB /
+    /// 1 GiB, at or near the best of 6-12 lanes x 2-8 MiB; more lanes' memcpy competes
+    /// with the DMA engine's reads of host memory), direct below 2 MiB (a staged 1 MiB
+    /// upload ran at 0.78-0.97x the driver's). Device to host: one lane per core up to 16,
+    /// 2 MiB slots (40.4 / 45.4 / 48.5 GB/s, the best of 12-16 lanes x 1-8 MiB), direct
     /// below 1 MiB (a staged 256 KiB download ran at 0.84-0.87x; at 1 MiB staging is
     /// 1.1-1.6x faster).
     pub fn default_for(dir: Direction) -> Self {
         match dir {
             Direction::ToDevice => StagingConfig {
-                threads: 8,
+                threads: 6,
                 chunk_bytes: 4 << 20,
                 direct_below: 2 << 20,
             },
@@ -85,7 +86,7 @@ impl StagingConfig {
                 threads: std::thread::available_parallelism()
                     .map_or(8, |n| n.get())
                     .clamp(1, 16),
-                chunk_bytes: 1 << 20,
+                chunk_bytes: 2 << 20,
                 direct_below: 1 << 20,
             },
         }
