@@ -1,7 +1,9 @@
 """Type stubs for the ``memarray._memarray`` extension module (bindings-python/src)."""
 
+from collections.abc import Iterable
 from typing import (
     Any,
+    ClassVar,
     Literal,
     Protocol,
     Self,
@@ -129,7 +131,7 @@ class MemArray:
         async_copy: bool = False,
     ) -> None: ...
     def read_numpy_array(self, array: npt.ArrayLike) -> None: ...
-    def to_numpy(self) -> npt.NDArray[Any]: ...
+    def to_numpy(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]: ...
     def __array__(
         self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
     ) -> npt.NDArray[Any]: ...
@@ -156,6 +158,8 @@ class MemArray:
         copy: bool | None = None,
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+    __dlpack_c_exchange_api__: ClassVar[CapsuleType]
+    """DLPack 1.3's C exchange table (a capsule named "dlpack_exchange_api")."""
     @property
     def __cuda_array_interface__(self) -> _CudaArrayInterface:
         """Only while the data is on a device; AttributeError otherwise."""
@@ -187,6 +191,10 @@ class DLPackContext:
 
 def from_dlpack(obj: _DLPackProducer | CapsuleType, copy: bool | None = None) -> MemArray: ...
 def _dlpack_live_exports() -> tuple[int, int]: ...
+def move_many(
+    arrays: Iterable[MemArray], device: object, stream: _StreamLike | None = None
+) -> None: ...
+def _last_batch_profile() -> dict[str, float]: ...
 
 class HostBytes:
     """Read-only bytes shared with an array's host buffer (a pickle payload)."""

@@ -70,8 +70,9 @@ impl StagingConfig {
     /// and `benches/transfer.py`, docs/benchmarks.md, "Pageable transfers"). Host to
     /// device: 6 lanes of 4 MiB slots (37.8 / 44.2 / 48.4 GB/s at 64 MiB / 256 MiB /
     /// 1 GiB, at or near the best of 6-12 lanes x 2-8 MiB; more lanes' memcpy competes
-    /// with the DMA engine's reads of host memory), direct below 2 MiB (a staged 1 MiB
-    /// upload ran at 0.78-0.97x the driver's). Device to host: one lane per core up to 16,
+    /// with the DMA engine's reads of host memory), direct below 8 MiB (staged uploads
+    /// ran at 0.78-0.97x the driver's at 1 MiB and 0.74-1.23x at 4 MiB, 1.4-2.0x at
+    /// 16 MiB). Device to host: one lane per core up to 16,
     /// 2 MiB slots (40.4 / 45.4 / 48.5 GB/s, the best of 12-16 lanes x 1-8 MiB), direct
     /// below 1 MiB (a staged 256 KiB download ran at 0.84-0.87x; at 1 MiB staging is
     /// 1.1-1.6x faster).
@@ -80,7 +81,7 @@ impl StagingConfig {
             Direction::ToDevice => StagingConfig {
                 threads: 6,
                 chunk_bytes: 4 << 20,
-                direct_below: 2 << 20,
+                direct_below: 8 << 20,
             },
             Direction::ToHost => StagingConfig {
                 threads: std::thread::available_parallelism()
