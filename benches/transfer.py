@@ -26,6 +26,7 @@ import sys
 import time
 
 import numpy as np
+from python_interop import per_call_us  # benches/ is the script's folder
 
 import memarray
 
@@ -46,16 +47,6 @@ def median_s(fn, sync, reps) -> float:
 
 def reps_for(n: int) -> int:
     return int(max(5 if n <= GiB else 3, min(40, (2 * GiB) // max(n, 1))))
-
-
-def per_call_us(fn, n=20000, rounds=7) -> float:
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(samples)
 
 
 def one_size(n, rng, row, sync, torch, cupy, cupyx) -> None:

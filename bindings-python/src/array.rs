@@ -268,18 +268,7 @@ impl PyMemArray {
                     .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?,
             };
             // Held across the copy: NumPy cannot resize or free the memory meanwhile.
-            let held = crate::HeldBuffer::get(&dest, true);
-            let addr = match &held {
-                Some(b) => b.addr(),
-                None => crate::numpy_data_ptr(&dest)?,
-            };
-            let want = shape.iter().product::<usize>() * dtype.size();
-            if held.as_ref().is_some_and(|b| b.len() != want) {
-                return Err(PyValueError::new_err(format!(
-                    "the NumPy buffer holds {} bytes, not the {want} its shape and dtype need",
-                    held.as_ref().map_or(0, |b| b.len())
-                )));
-            }
+            let (_held, addr) = numpy_view(&dest, true, dtype, &shape)?;
             let has_out = out.is_some();
             let done = self.with_detached(py, |raw| {
                 if raw.dtype() != dtype || raw.shape() != shape {
@@ -614,18 +603,7 @@ impl PyMemArray {
             let c = np
                 .getattr("ascontiguousarray")?
                 .call1((&src, numpy_dtype(py, dtype)?))?;
-            let held = crate::HeldBuffer::get(&c, false);
-            let addr = match &held {
-                Some(b) => b.addr(),
-                None => crate::numpy_data_ptr(&c)?,
-            };
-            let want = shape.iter().product::<usize>() * dtype.size();
-            if held.as_ref().is_some_and(|b| b.len() != want) {
-                return Err(PyValueError::new_err(format!(
-                    "the NumPy buffer holds {} bytes, not the {want} its shape and dtype need",
-                    held.as_ref().map_or(0, |b| b.len())
-                )));
-            }
+            let (_held, addr) = numpy_view(&c, false, dtype, &shape)?;
             let done = self.with_detached(py, |raw| {
                 if raw.dtype() != dtype || raw.shape() != shape {
                     return None; // swapped meanwhile: convert again
@@ -862,6 +840,32 @@ pub(crate) fn host_kind_name(kind: HostKind) -> &'static str {
 /// Every dtype name, for error messages and the Python `SUPPORTED_DTYPES` constant.
 pub fn supported_dtype_names() -> Vec<&'static str> {
     DType::ALL.iter().map(|d| d.name()).collect()
+}
+
+/// A held C-contiguous view of the NumPy array `a` (of `dtype` and `shape`) and its data
+/// address; the address from `__array_interface__` (no view) where the buffer protocol
+/// cannot describe the dtype (bfloat16).
+fn numpy_view<'py>(
+    a: &Bound<'py, PyAny>,
+    writable: bool,
+    dtype: DType,
+    shape: &[usize],
+) -> PyResult<(Option<crate::HeldBuffer<'py>>, usize)> {
+    let held = crate::HeldBuffer::get(a, writable);
+    let addr = match &held {
+        Some(b) => b.addr(),
+        None => crate::numpy_data_ptr(a)?,
+    };
+    let want = shape.iter().product::<usize>() * dtype.size();
+    if let Some(b) = &held
+        && b.len() != want
+    {
+        return Err(PyValueError::new_err(format!(
+            "the NumPy buffer holds {} bytes, not the {want} its shape and dtype need",
+            b.len()
+        )));
+    }
+    Ok((held, addr))
 }
 
 /// `out` for `to_numpy(out=...)`: a writeable, C-contiguous NumPy array of exactly this

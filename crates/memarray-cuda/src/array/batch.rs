@@ -167,6 +167,26 @@ fn pack(pieces: &[(usize, usize, usize)]) -> Result<()> {
     })
 }
 
+/// Each array's host buffer and size, where its bytes sit on the pinned side, and the
+/// staging buffer for the pageable ones (none when every host buffer is pinned).
+#[allow(clippy::type_complexity)]
+fn host_sides<'a>(
+    batch: &'a [&mut RawArray],
+    device: &Arc<Device>,
+) -> Result<(
+    Vec<(&'a Arc<HostBuffer>, usize)>,
+    Vec<HostSide>,
+    Option<HostBuffer>,
+)> {
+    let hosts: Vec<(&Arc<HostBuffer>, usize)> = batch
+        .iter()
+        .map(|a| Ok((a.host_buf()?, a.nbytes)))
+        .collect::<Result<_>>()?;
+    let (sides, total) = plan(&hosts);
+    let stage = staging_buffer(device, total)?;
+    Ok((hosts, sides, stage))
+}
+
 fn staging_buffer(device: &Arc<Device>, bytes: usize) -> Result<Option<HostBuffer>> {
     if bytes == 0 {
         return Ok(None);
@@ -186,12 +206,7 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
         // Earlier work may still write the host copies (a download in flight).
         a.dev.wait_host()?;
     }
-    let hosts: Vec<(&Arc<HostBuffer>, usize)> = batch
-        .iter()
-        .map(|a| Ok((a.host_buf()?, a.nbytes)))
-        .collect::<Result<_>>()?;
-    let (sides, total) = plan(&hosts);
-    let stage = staging_buffer(device, total)?;
+    let (hosts, sides, stage) = host_sides(batch, device)?;
     // (source, staging destination, bytes) of every piece to pack, as addresses.
     let stage_base = stage.as_ref().map_or(0, |s| s.as_ptr() as usize);
     let mut pieces: Vec<(usize, usize, usize)> = Vec::new();
@@ -258,18 +273,13 @@ fn download(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef
         a.dev.order(stream, device.id())?;
         srcs.push(a.dev.current()?.device_ptr());
     }
-    let hosts: Vec<(&Arc<HostBuffer>, usize)> = batch
-        .iter()
-        .map(|a| Ok((a.host_buf()?, a.nbytes)))
-        .collect::<Result<_>>()?;
-    let (sides, total) = plan(&hosts);
-    let stage = staging_buffer(device, total)?;
+    let (hosts, sides, stage) = host_sides(batch, device)?;
+    let stage_base = stage.as_ref().map_or(0, |s| s.as_ptr() as usize);
     let mut dsts: Vec<u64> = sides
         .iter()
-        .map(|side| match (side, &stage) {
-            (HostSide::Direct(p), _) => *p,
-            (HostSide::Staged(off), Some(s)) => s.as_ptr() as u64 + *off as u64,
-            (HostSide::Staged(_), None) => unreachable!("a staged piece implies a buffer"),
+        .map(|side| match side {
+            HostSide::Direct(p) => *p,
+            HostSide::Staged(off) => (stage_base + off) as u64,
         })
         .collect();
     let mut sizes: Vec<usize> = hosts.iter().map(|(_, n)| *n).collect();
