@@ -407,7 +407,7 @@ impl RawArray {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                out.copy_from_slice(self.host_buf()?.as_slice());
+                crate::staging::copy_host(out, self.host_buf()?.as_slice())?;
                 Ok(())
             }
             Location::Device(_) => self.dev.read_bytes(0, out),
@@ -458,7 +458,7 @@ impl RawArray {
         self.dev.wait_host()?;
         self.ensure_host()?;
         self.location = Location::Host;
-        self.host_bytes_mut(token)?.copy_from_slice(bytes);
+        crate::staging::copy_host(self.host_bytes_mut(token)?, bytes)?;
         Ok(())
     }
 
