@@ -608,6 +608,12 @@ impl PyMemArray {
                 if raw.dtype() != dtype || raw.shape() != shape {
                     return None; // swapped meanwhile: convert again
                 }
+                if raw.location() == Location::Host && raw.host_overlaps(addr, raw.nbytes()) {
+                    // `c` is this array's own host memory (`np.asarray(a)`): a range of the
+                    // same length in a buffer of that length is the same bytes. Nothing to
+                    // copy, and no aliasing slices made.
+                    return Some(raw.check(None));
+                }
                 // SAFETY: `c` is a C-contiguous NumPy array of this dtype and shape, so it
                 // holds exactly nbytes bytes at addr, alive while `c` is (held above).
                 let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, raw.nbytes()) };

@@ -45,6 +45,15 @@ def test_to_numpy_out_is_checked():
     np.testing.assert_array_equal(a.to_numpy(), np.arange(12).reshape(3, 4))
 
 
+def test_read_numpy_array_of_its_own_view_keeps_the_data():
+    src = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)  # 4 MiB: above the split
+    a = memarray.asarray(src, copy=True)
+    a.read_numpy_array(np.asarray(a))
+    np.testing.assert_array_equal(a.to_numpy(), src)
+    a.read_numpy_array(np.asarray(a)[::-1])  # a reversed view: NumPy makes a copy first
+    np.testing.assert_array_equal(a.to_numpy(), src[::-1])
+
+
 def test_asarray_device_cpu_and_copy_rules():
     src = np.arange(10, dtype=np.int16)
     a = memarray.asarray(src, device="cpu")
