@@ -361,21 +361,23 @@ fn run(
     let (lanes, chunk) = cfg.plan(len);
     let stage = stage_of(device, dir);
     let mut guard = stage.lock().unwrap_or_else(PoisonError::into_inner);
-    if guard.as_ref().is_some_and(|s| s.chunk != cfg.chunk_bytes) {
+    if let Some(old) = guard.as_ref()
+        && old.chunk != cfg.chunk_bytes
+    {
         // The slot size changed: wait for the old slots' last DMA, then replace them.
-        for lane in &guard.as_ref().expect("checked above").lanes {
+        for lane in &old.lanes {
             lane.stream.synchronize()?;
         }
         *guard = None;
     }
-    if guard.is_none() {
-        *guard = Some(Stage {
+    let st = match guard.take() {
+        Some(st) => guard.insert(st),
+        None => guard.insert(Stage {
             chunk: cfg.chunk_bytes,
             lanes: Vec::new(),
             start: Event::new(device)?,
-        });
-    }
-    let st = guard.as_mut().expect("set above");
+        }),
+    };
     while st.lanes.len() < lanes {
         st.lanes.push(make_lane(device, st.chunk)?);
     }

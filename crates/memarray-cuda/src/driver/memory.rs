@@ -338,7 +338,17 @@ pub(crate) unsafe fn memcpy_batch_async(
     s: CUstream,
 ) -> Result<()> {
     init()?;
-    assert!(dsts.len() == srcs.len() && srcs.len() == sizes.len());
+    if dsts.len() != srcs.len() || srcs.len() != sizes.len() {
+        return Err(crate::error::CudaError::BadSetting {
+            what: "memcpy batch",
+            detail: format!(
+                "{} destinations, {} sources, {} sizes",
+                dsts.len(),
+                srcs.len(),
+                sizes.len()
+            ),
+        });
+    }
     if dsts.is_empty() {
         return Ok(());
     }
