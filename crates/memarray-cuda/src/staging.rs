@@ -248,9 +248,9 @@ pub fn download(
 pub const PARALLEL_HOST_COPY: usize = 8 << 20;
 
 /// Copies `src` into `dst` (equal lengths, checked), on several threads from
-/// [`PARALLEL_HOST_COPY`] bytes up (one per 4 MiB, at most the host-to-device lane
-/// count): one thread's memcpy reaches 9-12 GB/s, host memory bandwidth several times
-/// that.
+/// [`PARALLEL_HOST_COPY`] bytes up (one per 4 MiB, at most the host-to-device lane count
+/// and half the cores): one thread's memcpy reaches 9-12 GB/s, host memory bandwidth
+/// several times that.
 pub fn copy_host(dst: &mut [u8], src: &[u8]) -> Result<()> {
     if dst.len() != src.len() {
         return Err(memarray_core::CoreError::CopyOutOfRange {
@@ -264,8 +264,13 @@ pub fn copy_host(dst: &mut [u8], src: &[u8]) -> Result<()> {
     let lanes = if len < PARALLEL_HOST_COPY {
         1
     } else {
-        let max = config(Direction::ToDevice).map_or(1, |c| c.threads);
-        (len >> 22).clamp(1, max)
+        // At most half the cores: a host copy must not starve the process's other threads
+        // (on 2 cores it stays on the caller's thread).
+        let half = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
+        let max = config(Direction::ToDevice)
+            .map_or(1, |c| c.threads)
+            .min(half);
+        (len >> 22).clamp(1, max.max(1))
     };
     if lanes == 1 {
         dst.copy_from_slice(src);
