@@ -268,7 +268,14 @@ impl PyMemArray {
                     .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?,
             };
             // Held across the copy: NumPy cannot resize or free the memory meanwhile.
-            let (_held, addr) = numpy_view(&dest, true, dtype, &shape)?;
+            let (held, addr) = numpy_view(&dest, true, dtype, &shape)?;
+            if held.is_none()
+                && let Some(o) = out
+            {
+                // No writable C-contiguous view (or a dtype views cannot describe): say
+                // which, or go on with the `__array_interface__` address.
+                check_out_flags(o)?;
+            }
             let has_out = out.is_some();
             let done = self.with_detached(py, |raw| {
                 if raw.dtype() != dtype || raw.shape() != shape {
@@ -874,8 +881,9 @@ fn numpy_view<'py>(
     Ok((held, addr))
 }
 
-/// `out` for `to_numpy(out=...)`: a writeable, C-contiguous NumPy array of exactly this
-/// dtype and shape (a ValueError or TypeError naming what differs otherwise).
+/// `out` for `to_numpy(out=...)`: a NumPy array of exactly this dtype and shape (a
+/// ValueError or TypeError naming what differs otherwise); writability and contiguity
+/// come with its view ([`check_out_flags`] where there is none).
 fn check_out_array(
     py: Python<'_>,
     out: &Bound<'_, PyAny>,
@@ -909,9 +917,11 @@ fn check_out_array(
             "out has shape {got_shape:?}, the array {shape:?}"
         )));
     }
-    if crate::HeldBuffer::get(out, true).is_some() {
-        return Ok(()); // writable and C-contiguous
-    }
+    Ok(())
+}
+
+/// Why `out` cannot be written as one C-contiguous block, if it cannot.
+fn check_out_flags(out: &Bound<'_, PyAny>) -> PyResult<()> {
     let flags = out.getattr("flags")?;
     if !flags.getattr("c_contiguous")?.extract::<bool>()? {
         return Err(PyValueError::new_err("out must be C-contiguous"));

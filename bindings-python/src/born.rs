@@ -181,6 +181,16 @@ pub fn full(
     born(py, a, Fill::Value(&value))
 }
 
+/// _device_pair(device) -> (device_type, device_id)
+/// --
+///
+/// A `device=` argument ("cpu", "cuda", "cuda:N", an int, a DLPack pair, a torch.device)
+/// as the DLPack pair it names, parsed as `empty(device=...)` parses it.
+#[pyfunction]
+pub fn _device_pair(device: Option<&Bound<'_, PyAny>>) -> PyResult<(i64, i64)> {
+    Ok(crate::array::location_tuple(parse_device(device)?))
+}
+
 /// load(path, device="cpu", host_memory="auto")
 ///
 /// Reads a `.npy` file into a new array on `device` (copied from the file's mapping

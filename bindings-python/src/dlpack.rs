@@ -396,7 +396,7 @@ pub fn from_dlpack(
     // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
     // `__dlpack__` call; the producer's current work stream orders its work.
     if let Some(api) = crate::exchange::api_of(obj)? {
-        let (t, producer) = crate::exchange::take(py, api, obj)?;
+        let (t, producer) = crate::exchange::take(api, obj)?;
         return import_tensor(py, t, copy, producer).map(Into::into);
     }
     let cap = request_capsule(obj)?;
@@ -404,26 +404,24 @@ pub fn from_dlpack(
     import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
 }
 
-/// Imports a taken tensor; CUDA data is ordered after `producer`. A zero-copy view of
-/// C-contiguous data is made with the GIL held (it costs less than releasing it); a copy
-/// (and the producer's deleter, which takes the GIL itself) runs detached.
+/// Imports a taken tensor; CUDA data is ordered after `producer`. Sharing the memory
+/// (C-contiguous, writable, non-empty, no copy asked) only wraps it: cheaper with the GIL
+/// held than releasing it. A copy, an empty array's allocation and a refusal (whose
+/// producer deleter takes the GIL itself) run detached.
 pub(crate) fn import_tensor(
     py: Python<'_>,
     t: ImportedTensor,
     copy: Option<bool>,
     producer: StreamRef,
 ) -> PyResult<RawArray> {
-    if copy != Some(true) && t.is_c_contiguous() {
-        return import_detached(t, copy, producer);
+    let shares = copy != Some(true) && t.is_c_contiguous() && !t.read_only() && !t.is_empty();
+    if shares {
+        return import_with(t, copy, producer);
     }
-    py.detach(|| import_detached(t, copy, producer))
+    py.detach(|| import_with(t, copy, producer))
 }
 
-fn import_detached(
-    t: ImportedTensor,
-    copy: Option<bool>,
-    producer: StreamRef,
-) -> PyResult<RawArray> {
+fn import_with(t: ImportedTensor, copy: Option<bool>, producer: StreamRef) -> PyResult<RawArray> {
     let (dtype, shape) = (t.dtype(), t.shape().to_vec());
     match t.device().kind {
         DeviceType::Cuda => crate::cuda::import_device_tensor(t, copy, producer),

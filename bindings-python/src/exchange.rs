@@ -74,12 +74,11 @@ fn lookup(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
         return Ok(None);
     };
     let raw = attr.as_ptr();
+    // Only a capsule of the protocol's name is trusted (never a bare integer address).
     // SAFETY: IsValid checks type and name without raising; GetPointer then succeeds.
     let p = unsafe {
         if ffi::PyCapsule_IsValid(raw, CAPSULE_NAME.as_ptr()) == 1 {
             ffi::PyCapsule_GetPointer(raw, CAPSULE_NAME.as_ptr())
-        } else if let Ok(addr) = attr.extract::<usize>() {
-            addr as *mut c_void
         } else {
             std::ptr::null_mut()
         }
@@ -108,17 +107,14 @@ fn lookup(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
 }
 
 /// Takes `obj`'s tensor through the table, with the stream its producer's work is on.
-pub fn take(
-    _py: Python<'_>,
-    api: Api,
-    obj: &Bound<'_, PyAny>,
-) -> PyResult<(ImportedTensor, StreamRef)> {
+pub fn take(api: Api, obj: &Bound<'_, PyAny>) -> PyResult<(ImportedTensor, StreamRef)> {
     let from_py = api
         .0
         .managed_tensor_from_py_object_no_sync
         .ok_or_else(|| PyTypeError::new_err("exchange API without from_py_object"))?;
     let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
-    // SAFETY: the GIL is held (`_py`); `obj` is live and of the type the table came from.
+    // SAFETY: the GIL is held (`obj` is bound); `obj` is live and of the type the table
+    // came from.
     let rc = unsafe { from_py(obj.as_ptr().cast(), &mut out) };
     if rc != 0 {
         return Err(PyErr::take(obj.py()).unwrap_or_else(|| {

@@ -89,6 +89,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(born::full, m)?)?;
     m.add_function(wrap_pyfunction!(born::load, m)?)?;
+    m.add_function(wrap_pyfunction!(born::_device_pair, m)?)?;
     m.add_function(wrap_pyfunction!(batch::move_many, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_last_batch_profile, m)?)?;
     m.add_class::<ipc::PyIpcHandle>()?;

@@ -145,13 +145,46 @@ def test_memarray_from_dlpack_uses_the_table_for_memarrays():
     assert a[0] == 9  # zero-copy, as through __dlpack__
 
 
+class _Producer:
+    """A producer whose __dlpack__ fails, so a successful or typed failure shows which way
+    from_dlpack went."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __dlpack__(self, **kwargs):
+        raise RuntimeError("__dlpack__ called")
+
+    def __dlpack_device__(self):
+        return self.data.__dlpack_device__()
+
+
+def test_from_dlpack_prefers_the_table_and_trusts_only_capsules():
+    class WithTable(_Producer):
+        __dlpack_c_exchange_api__ = memarray.MemArray.__dlpack_c_exchange_api__
+
+    class WithInteger(_Producer):
+        __dlpack_c_exchange_api__ = 1  # a bare address is never dereferenced
+
+    data = np.zeros(3)
+    # The table was called (with an object of another type, which it refuses)...
+    with pytest.raises(TypeError, match="not a memarray.MemArray"):
+        memarray.from_dlpack(WithTable(data))
+    # ...and without a capsule the Python protocol is used.
+    with pytest.raises(RuntimeError, match="__dlpack__ called"):
+        memarray.from_dlpack(WithInteger(data))
+
+
 @pytest.mark.gpu
-def test_from_dlpack_of_torch_goes_through_its_table_and_orders_on_its_stream():
+def test_from_dlpack_of_torch_goes_through_its_table_and_orders_on_its_stream(monkeypatch):
     torch = pytest.importorskip("torch")
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.fail(f"torch {torch.__version__} has no __dlpack_c_exchange_api__")
-    from memarray import _memarray
 
+    def no_python_protocol(self, *args, **kwargs):
+        raise AssertionError("torch's Python __dlpack__ was called")
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", no_python_protocol)
     t = torch.zeros(1 << 22, device="cuda")
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
@@ -163,4 +196,3 @@ def test_from_dlpack_of_torch_goes_through_its_table_and_orders_on_its_stream():
     a2 = memarray.from_dlpack(t)
     a2.add_index_tuple()
     assert torch.equal(t[:3].cpu(), torch.tensor([5.0, 6.0, 7.0]))  # zero-copy
-    assert _memarray.from_dlpack is memarray.from_dlpack

@@ -17,6 +17,7 @@ from ._memarray import (
     IpcHandle,
     LockError,
     MemArray,
+    _device_pair,
     empty,
     from_dlpack,
     from_ipc_handle,
@@ -81,7 +82,7 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
         import numpy as np
 
         return from_dlpack(np.asarray(obj), copy=copy)
-    target = _location(device)
+    target = _device_pair(device)
     if not isinstance(obj, MemArray) and not _on_device(obj):
         if copy is False:
             raise ValueError(f"copy=False, but the data is on the host and device={device!r}")
@@ -106,15 +107,6 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
             a = a.copy()
         a.move_memory(*target)
     return a
-
-
-def _location(device) -> tuple[int, int]:
-    """A ``device=`` argument as a DLPack (type, id) pair (kDLCPU or kDLCUDA)."""
-    if device in ("cuda", "cpu"):
-        return (dlpack.kDLCUDA, 0) if device == "cuda" else (dlpack.kDLCPU, 0)
-    probe = empty((0,), "u1", device=device)
-    t, i = probe.__dlpack_device__()
-    return (dlpack.kDLCPU, 0) if t != dlpack.kDLCUDA else (t, i)
 
 
 def _on_device(obj) -> bool:

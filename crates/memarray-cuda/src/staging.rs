@@ -435,11 +435,6 @@ struct LaneJob<'a> {
     stage: &'a Stage,
 }
 
-// SAFETY: the job is shared by the lanes of one copy, each using only its own lane's
-// stream and slots; the host address is the caller's buffer, which the caller keeps
-// borrowed until every lane has finished (`parallel` returns only then).
-unsafe impl Sync for LaneJob<'_> {}
-
 impl LaneJob<'_> {
     fn run(&self, i: usize) -> Result<()> {
         let lane = &self.stage.lanes[i];

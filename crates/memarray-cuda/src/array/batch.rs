@@ -63,9 +63,10 @@ impl RawArray {
     /// data of small arrays is packed into one pinned buffer from the pinned pool, all
     /// copies go to the driver as one batch (`cuMemcpyBatchAsync` where the driver has
     /// it), and the call waits once, at the end. When it returns every array is at
-    /// `target` with its data complete. Arrays already there are left alone; arrays of
-    /// at least the staging chunk size, and moves between devices, take
-    /// [`RawArray::move_memory`]'s path (bandwidth-bound anyway). `stream` orders the
+    /// `target` with its data complete. Arrays already there are left alone; arrays at
+    /// or above the staged pipeline's direct-copy size (the smaller of the two
+    /// directions'), and moves between devices, take [`RawArray::move_memory`]'s path
+    /// (bandwidth-bound anyway). `stream` orders the
     /// copies after work queued on it (a memarray stream when `None`).
     ///
     /// Every array is checked first (locks): if one is locked nothing moves.
