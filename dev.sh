@@ -43,14 +43,14 @@ case "$cmd" in
     ;;
   test)
     mkdir -p target
-    cargo test --workspace --exclude memarray-python "$@" 2>&1 | tee target/cargo-test.log
+    cargo test --workspace --exclude memarray-python --features memarray-cuda/nccl "$@" 2>&1 | tee target/cargo-test.log
     echo "== cargo summary: $(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "%d passed; %d failed; %d ignored", p, f, i}');" \
       "$(grep -c '^SKIPPED: no CUDA device' target/cargo-test.log) of the passed returned early with SKIPPED: no CUDA device"
     venv
     "$VENV/bin/python" -m pytest bindings-python/tests -q -rs
     ;;
   lint)
-    cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings
     cargo fmt --all --check
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches

@@ -28,7 +28,7 @@ for line in sys.stdin:
 }
 
 echo "== building release test binaries"
-cargo test --release --workspace --exclude memarray-python --no-run --message-format=json 2>/dev/null \
+cargo test --release --workspace --exclude memarray-python --features memarray-cuda/nccl --no-run --message-format=json 2>/dev/null \
   | executables | while read -r kind name path; do
       if [ "$kind" != example ]; then cp "$path" "$STAGE/bin/$name"; fi
     done
@@ -37,7 +37,7 @@ echo "== building benches and examples"
   | executables | while read -r kind name path; do
       if [ "$kind" = bench ]; then cp "$path" "$STAGE/bench/$name"; fi
     done
-{ cargo build --release -p memarray-cuda --examples --message-format=json 2>/dev/null || true; } \
+{ cargo build --release -p memarray-cuda --features nccl --examples --message-format=json 2>/dev/null || true; } \
   | executables | while read -r kind name path; do
       if [ "$kind" = example ]; then cp "$path" "$STAGE/examples/$name"; fi
     done

@@ -1,5 +1,5 @@
 //! `memarray.IpcHandle`, `MemArray.ipc_handle()`, `memarray.from_ipc_handle(h)`: device
-//! arrays shared between processes (over `memarray_cuda::ipc`). Handles pickle (the 92
+//! arrays shared between processes (over `memarray_cuda::ipc`). Handles pickle (the 157
 //! serialised bytes plus dtype and shape), so they travel through `multiprocessing`.
 
 use pyo3::prelude::*;

@@ -26,7 +26,7 @@ def test_garbage_handles_are_refused():
     with pytest.raises(RuntimeError, match="not a memarray IPC handle"):
         ipc_handle(b"garbage", "float32", (4,))
     with pytest.raises(TypeError):
-        ipc_handle(b"MAH1" + bytes(88), "float128", (4,))
+        ipc_handle(b"MAH2" + bytes(153), "float128", (4,))
 
 
 def _consumer(q_in, q_out):

@@ -34,6 +34,8 @@ pub struct DeviceBuffer {
     free_stream: StreamRef,
     /// Events at the end of other streams' use of the buffer.
     uses: std::sync::Mutex<Vec<crate::event::Event>>,
+    /// The IPC handle and interprocess event, made on the first export to another process.
+    pub(crate) ipc: std::sync::OnceLock<Box<crate::ipc::Exported>>,
 }
 
 // SAFETY: the buffer owns its allocation; it hands out only an integer address, and the
@@ -134,6 +136,7 @@ impl DeviceBuffer {
             resource,
             free_stream,
             uses: std::sync::Mutex::new(Vec::new()),
+            ipc: std::sync::OnceLock::new(),
         }
     }
 

@@ -211,6 +211,17 @@ impl Device {
         unsafe { driver::ctx_enable_peer_access(other.ctx) }.map(|_| ())
     }
 
+    /// Enables direct access both ways between this device and `other` where the pair
+    /// supports it (NVLink / PCIe P2P); otherwise peer copies stage through the host.
+    /// Idempotent.
+    pub fn link_peer(&self, other: &Device) -> Result<()> {
+        if other.id != self.id && self.can_access_peer(other)? {
+            self.enable_peer_access(other)?;
+            other.enable_peer_access(self)?;
+        }
+        Ok(())
+    }
+
     /// Blocks until all work on this device's primary context has finished.
     pub fn synchronize(&self) -> Result<()> {
         let _ctx = self.bind()?;

@@ -100,6 +100,19 @@ pub enum CudaError {
         /// Where the data is.
         location: Location,
     },
+    /// An operation on one device given an array whose data is elsewhere.
+    #[error(
+        "{what} needs the array's data on cuda:{expected}, but it is on {location}; move it \
+         there first (move_memory)"
+    )]
+    NotOnDevice {
+        /// The operation, in words.
+        what: &'static str,
+        /// The device the operation runs on.
+        expected: u32,
+        /// Where the array's data is.
+        location: Location,
+    },
     /// Device access to an array that has no device copy yet.
     #[error(
         "the array has no device copy; move it to a device first (move_memory(Location::Device(id), ..))"
@@ -135,6 +148,24 @@ pub enum CudaError {
         what: &'static str,
         /// What is wrong and what is accepted.
         detail: String,
+    },
+    /// NCCL (feature `nccl`) cannot be loaded: no libnccl on this machine or at the path
+    /// given.
+    #[error(
+        "NCCL is unavailable: {reason}. Install it (pip install nvidia-nccl-cu13, or the \
+         libnccl2 package) or point MEMARRAY_NCCL_LIBRARY at libnccl.so.2"
+    )]
+    NcclUnavailable {
+        /// What was tried and why it failed.
+        reason: String,
+    },
+    /// An NCCL call failed, or a collective was given operands it cannot take.
+    #[error("NCCL {call}: {reason}")]
+    Nccl {
+        /// The NCCL entry point or memarray operation, e.g. `"ncclAllReduce"`.
+        call: &'static str,
+        /// The NCCL error and its last-error text, or what is wrong with the operands.
+        reason: String,
     },
     /// An error from memarray-core (shapes, bounds, allocation).
     #[error(transparent)]

@@ -15,6 +15,9 @@ pub struct Event {
     device: Arc<Device>,
     handle: CUevent,
     timed: bool,
+    /// Shared with other processes (CUDA IPC): never re-recorded by the mirror, whose
+    /// own work gets events of its own.
+    shared: bool,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; every method binds the
@@ -42,7 +45,49 @@ impl Event {
             device: device.clone(),
             handle,
             timed,
+            shared: false,
         })
+    }
+
+    /// An event other processes can open ([`Event::ipc_handle`]); no timing.
+    pub fn interprocess(device: &Arc<Device>) -> Result<Event> {
+        let _ctx = device.bind()?;
+        // SAFETY: `bind` made the device's live context current.
+        let handle = unsafe { driver::event_create_interprocess() }?;
+        Ok(Event {
+            device: device.clone(),
+            handle,
+            timed: false,
+            shared: true,
+        })
+    }
+
+    /// The 64-byte handle another process opens with [`Event::open_ipc`]; only for
+    /// [`Event::interprocess`] events (others are a driver error).
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        let _ctx = self.device.bind()?;
+        // SAFETY: the event is live; a non-interprocess event is a driver error.
+        unsafe { driver::ipc_get_event_handle(self.handle) }
+    }
+
+    /// Opens another process's interprocess event on `device`: waiting on it waits for
+    /// that process's work up to its latest recording.
+    pub fn open_ipc(device: &Arc<Device>, handle: &[u8; 64]) -> Result<Event> {
+        let _ctx = device.bind()?;
+        // SAFETY: `bind` made the device's live context current.
+        let handle = unsafe { driver::ipc_open_event_handle(handle) }?;
+        Ok(Event {
+            device: device.clone(),
+            handle,
+            timed: false,
+            shared: true,
+        })
+    }
+
+    /// Whether the event is shared with other processes (made by
+    /// [`interprocess`](Self::interprocess) or [`open_ipc`](Self::open_ipc)).
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// Records the event at the current end of `stream`'s work (a default stream is this

@@ -3,12 +3,18 @@
 //! [`DeviceBuffer::ipc_handle`] names the buffer's `cuMemAlloc` allocation (a caching-pool
 //! block is an offset into its segment) by a 64-byte driver handle plus offset, length,
 //! device and the exporting process id: an [`IpcHandle`], which serialises to bytes
-//! ([`IpcHandle::to_bytes`]) for pipes, queues and pickles. Another process opens it with
-//! [`open`]: the mapping is made once per process and handle and shared by every buffer
-//! over it, and closed when the last drops. The exporter must keep the memory alive (and
-//! its writes finished) while importers use it; CUDA forbids opening a handle in the
-//! process that made it. Memory that is not from `cuMemAlloc` (managed memory, the
-//! driver's async pool) cannot be shared: [`CudaError::Ipc`].
+//! ([`IpcHandle::to_bytes`]) for pipes, queues and pickles. An array's handle
+//! ([`crate::RawArray::ipc_handle`]) also carries an interprocess event recorded after the
+//! array's pending work: the importer's first operation waits on it (stream-wait-event),
+//! so neither side blocks. The handle and the event are made once per buffer and reused.
+//!
+//! Another process opens a handle with [`open`]: the mapping (and each event handle seen
+//! with it) is made once per process and handle, shared by every buffer over it, and closed
+//! when the last drops; keep one array over a buffer alive to keep later opens at a
+//! microsecond. The exporter must keep the memory alive while importers use it, and not
+//! overwrite it until they are done (an acknowledgement back); CUDA forbids opening a
+//! handle in the process that made it. Memory that is not from `cuMemAlloc` (managed
+//! memory, the driver's async pool) cannot be shared: [`CudaError::Ipc`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -17,11 +23,22 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::driver;
 use crate::error::{CudaError, Result};
+use crate::event::Event;
 use crate::stream::StreamRef;
 
 /// Serialised length of an [`IpcHandle`].
-pub const IPC_HANDLE_BYTES: usize = 4 + 64 + 8 + 8 + 4 + 4;
-const TAG: &[u8; 4] = b"MAH1";
+pub const IPC_HANDLE_BYTES: usize = 4 + 64 + 8 + 8 + 4 + 4 + 1 + 64;
+const TAG: &[u8; 4] = b"MAH2";
+
+/// A buffer's export, made once: its allocation's handle and offset, and the
+/// interprocess event an array records for importers.
+#[derive(Debug)]
+pub(crate) struct Exported {
+    handle: [u8; 64],
+    offset: u64,
+    pub(crate) event: Event,
+    event_handle: [u8; 64],
+}
 
 /// A device buffer's memory as another process can open it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,10 +54,15 @@ pub struct IpcHandle {
     pub device_id: u32,
     /// The exporting process.
     pub pid: u32,
+    /// An interprocess event recorded after the exporter's work on the memory; importers
+    /// order their work after it. `None`: the exporter finished its work before
+    /// exporting.
+    pub event: Option<[u8; 64]>,
 }
 
 impl IpcHandle {
-    /// `MAH1`, the handle, then offset, nbytes, device id and pid, little-endian.
+    /// `MAH2`, the handle, then offset, nbytes, device id and pid (little-endian), a flag
+    /// byte (1: an event follows) and the event handle (zeros without one).
     pub fn to_bytes(&self) -> [u8; IPC_HANDLE_BYTES] {
         let mut out = [0u8; IPC_HANDLE_BYTES];
         out[..4].copy_from_slice(TAG);
@@ -49,6 +71,10 @@ impl IpcHandle {
         out[76..84].copy_from_slice(&self.nbytes.to_le_bytes());
         out[84..88].copy_from_slice(&self.device_id.to_le_bytes());
         out[88..92].copy_from_slice(&self.pid.to_le_bytes());
+        if let Some(e) = &self.event {
+            out[92] = 1;
+            out[93..157].copy_from_slice(e);
+        }
         out
     }
 
@@ -58,7 +84,7 @@ impl IpcHandle {
             return Err(CudaError::Ipc {
                 reason: format!(
                     "not a memarray IPC handle ({} bytes; a handle is {IPC_HANDLE_BYTES} \
-                     bytes starting with MAH1)",
+                     bytes starting with MAH2)",
                     b.len()
                 ),
             });
@@ -67,19 +93,50 @@ impl IpcHandle {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
         let mut handle = [0u8; 64];
         handle.copy_from_slice(&b[4..68]);
+        let event = match b[92] {
+            0 => None,
+            1 => {
+                let mut e = [0u8; 64];
+                e.copy_from_slice(&b[93..157]);
+                Some(e)
+            }
+            other => {
+                return Err(CudaError::Ipc {
+                    reason: format!("bad event flag {other} in an IPC handle"),
+                });
+            }
+        };
         Ok(Self {
             handle,
             offset: u64_at(68),
             nbytes: u64_at(76),
             device_id: u32_at(84),
             pid: u32_at(88),
+            event,
         })
     }
 }
 
 impl DeviceBuffer {
-    /// A handle another process can open to map this buffer's memory.
+    /// A handle another process can open to map this buffer's memory. No event: the
+    /// caller finishes its writes first (an array's handle carries one instead).
     pub fn ipc_handle(&self) -> Result<IpcHandle> {
+        let e = self.exported()?;
+        Ok(IpcHandle {
+            handle: e.handle,
+            offset: e.offset,
+            nbytes: self.len() as u64,
+            device_id: self.device().id(),
+            pid: std::process::id(),
+            event: None,
+        })
+    }
+
+    /// The buffer's export: made on the first call, reused after.
+    pub(crate) fn exported(&self) -> Result<&Exported> {
+        if let Some(e) = self.ipc.get() {
+            return Ok(e);
+        }
         let device = self.device().clone();
         let _ctx = device.bind()?;
         let addr = self.device_ptr();
@@ -95,12 +152,33 @@ impl DeviceBuffer {
         // SAFETY: `base` starts the live allocation containing the buffer (just asked).
         let handle = unsafe { driver::ipc_get_mem_handle(base) }.map_err(refuse)?;
         debug_assert!(addr - base + self.len() as u64 <= size as u64);
+        let event = Event::interprocess(&device)?;
+        let event_handle = event.ipc_handle()?;
+        // Two threads may race to make it; the loser's export is dropped unused.
+        Ok(self.ipc.get_or_init(|| {
+            Box::new(Exported {
+                handle,
+                offset: addr - base,
+                event,
+                event_handle,
+            })
+        }))
+    }
+
+    /// A handle whose event is recorded by `record` (the array's ordering).
+    pub(crate) fn ipc_handle_with(
+        &self,
+        record: impl FnOnce(&Event) -> Result<()>,
+    ) -> Result<IpcHandle> {
+        let e = self.exported()?;
+        record(&e.event)?;
         Ok(IpcHandle {
-            handle,
-            offset: addr - base,
+            handle: e.handle,
+            offset: e.offset,
             nbytes: self.len() as u64,
-            device_id: device.id(),
+            device_id: self.device().id(),
             pid: std::process::id(),
+            event: Some(e.event_handle),
         })
     }
 }
@@ -111,10 +189,30 @@ struct Mapping {
     device: Arc<Device>,
     base: u64,
     size: usize,
+    /// Interprocess events opened with this memory's handles, kept while it is mapped.
+    events: Mutex<HashMap<[u8; 64], Arc<Event>>>,
+}
+
+impl Mapping {
+    /// The exporter's event `h`, opened on first sight and cached.
+    fn event(&self, h: &[u8; 64]) -> Result<Arc<Event>> {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = events.get(h) {
+            return Ok(e.clone());
+        }
+        let e = Arc::new(
+            Event::open_ipc(&self.device, h).map_err(|e| CudaError::Ipc {
+                reason: format!("cannot open the exporter's event ({e})"),
+            })?,
+        );
+        events.insert(*h, e.clone());
+        Ok(e)
+    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        self.events.get_mut().map(|e| e.clear()).ok();
         if let Ok(_ctx) = self.device.bind() {
             // SAFETY: base came from ipc_open_mem_handle, and this is its only closer
             // (the last Arc); the device's context is bound.
@@ -129,8 +227,15 @@ fn mappings() -> &'static Mutex<HashMap<[u8; 64], Weak<Mapping>>> {
 }
 
 /// Opens `h` (made by another process) as a device buffer sharing its memory. The first
-/// open of a handle maps it; later ones reuse the mapping (about a microsecond).
+/// open of a handle maps it; later ones reuse the mapping (about a microsecond). The
+/// handle's event is not waited for here: see [`open_with_event`].
 pub fn open(h: &IpcHandle) -> Result<DeviceBuffer> {
+    open_with_event(h).map(|(b, _)| b)
+}
+
+/// [`open`], also returning the exporter's event (opened once per mapping) for the
+/// importer to order its work after.
+pub fn open_with_event(h: &IpcHandle) -> Result<(DeviceBuffer, Option<Arc<Event>>)> {
     if h.pid == std::process::id() {
         return Err(CudaError::Ipc {
             reason: "this handle was made by this process; CUDA opens IPC handles only in \
@@ -162,6 +267,7 @@ pub fn open(h: &IpcHandle) -> Result<DeviceBuffer> {
                     device: device.clone(),
                     base,
                     size,
+                    events: Mutex::new(HashMap::new()),
                 });
                 map.retain(|_, w| w.strong_count() > 0);
                 map.insert(h.handle, Arc::downgrade(&m));
@@ -178,11 +284,12 @@ pub fn open(h: &IpcHandle) -> Result<DeviceBuffer> {
             ),
         });
     }
+    let event = h.event.as_ref().map(|e| mapping.event(e)).transpose()?;
     let addr = mapping.base + h.offset;
     // SAFETY: [addr, addr + nbytes) lies in the mapped allocation (checked above), which
     // stays mapped while `mapping` (the owner) lives; the exporter's writes are finished
     // before it hands out the handle (RawArray::ipc_handle synchronises).
-    unsafe {
+    let buffer = unsafe {
         DeviceBuffer::from_foreign(
             &device,
             addr,
@@ -190,7 +297,8 @@ pub fn open(h: &IpcHandle) -> Result<DeviceBuffer> {
             Box::new(mapping),
             StreamRef::legacy(),
         )
-    }
+    }?;
+    Ok((buffer, event))
 }
 
 #[cfg(test)]
@@ -205,8 +313,20 @@ mod tests {
             nbytes: 1 << 20,
             device_id: 1,
             pid: 4242,
+            event: None,
         };
         assert_eq!(IpcHandle::from_bytes(&h.to_bytes()).unwrap(), h);
+        let with_event = IpcHandle {
+            event: Some(std::array::from_fn(|i| 255 - i as u8)),
+            ..h
+        };
+        assert_eq!(
+            IpcHandle::from_bytes(&with_event.to_bytes()).unwrap(),
+            with_event
+        );
+        let mut bad_flag = with_event.to_bytes();
+        bad_flag[92] = 7;
+        assert!(IpcHandle::from_bytes(&bad_flag).is_err());
         assert!(IpcHandle::from_bytes(b"short").is_err());
         let mut bad = h.to_bytes();
         bad[0] = b'X';
@@ -221,6 +341,7 @@ mod tests {
             nbytes: 8,
             device_id: 0,
             pid: std::process::id(),
+            event: None,
         };
         assert!(matches!(open(&h), Err(CudaError::Ipc { .. })));
     }

@@ -10,6 +10,7 @@
 //! - [`transfer`]: bounds-checked copies (host to device, device to host, device to
 //!   device, peer) and memsets on a stream.
 //! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
+//! - `nccl` (feature `nccl`): NCCL collectives on device arrays, libnccl loaded at run time.
 //! - [`sync`]: one bounds-checked, waited-for copy between any two kinds of memory
 //!   ([`sync::sync_to`], umem's `sync_to` / `sync_from`).
 //! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed
@@ -38,6 +39,8 @@ pub mod error;
 pub mod event;
 pub mod ipc;
 pub mod kernel;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod resource;
 pub mod staging;
 pub mod stream;

@@ -8,8 +8,15 @@ use crate::device::{Device, device_count};
 /// The environment variable that turns skipped GPU tests into failures.
 pub const REQUIRE_GPU_ENV: &str = "MEMARRAY_REQUIRE_GPU";
 
+/// The environment variable that turns skipped multi-GPU (and NCCL) tests into failures.
+pub const REQUIRE_PEER_ENV: &str = "MEMARRAY_REQUIRE_PEER";
+
 fn required() -> bool {
     std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1")
+}
+
+fn peer_required() -> bool {
+    std::env::var(REQUIRE_PEER_ENV).is_ok_and(|v| v == "1")
 }
 
 /// Writes a skip notice straight to stderr, which `cargo test` does not capture, so
@@ -36,13 +43,22 @@ pub fn gpu_or_skip() -> Option<Arc<Device>> {
 }
 
 /// The first `n` devices, or `None` after printing why. With fewer than `n` devices this
-/// skips even under `MEMARRAY_REQUIRE_GPU=1` (a one-GPU machine cannot run peer tests);
-/// with none at all it panics there, as [`gpu_or_skip`] does.
+/// skips even under `MEMARRAY_REQUIRE_GPU=1` (a one-GPU machine cannot run peer tests)
+/// but panics under `MEMARRAY_REQUIRE_PEER=1`; with none at all it panics under either,
+/// as [`gpu_or_skip`] does.
 pub fn gpus_or_skip(n: u32) -> Option<Vec<Arc<Device>>> {
+    if peer_required() && Device::get(0).is_err() {
+        panic!("{REQUIRE_PEER_ENV}=1 but no CUDA device");
+    }
     gpu_or_skip()?;
     let count = device_count().unwrap_or(0);
     if count < n {
-        report_skip(&format!("needs {n} CUDA devices, this machine has {count}"));
+        if peer_required() {
+            panic!("{REQUIRE_PEER_ENV}=1 but this machine has {count} CUDA device(s), not {n}");
+        }
+        report_skip(&format!(
+            "needs {n} CUDA devices, this machine has {count} (run on nvidia-h200-x2)"
+        ));
         return None;
     }
     match (0..n).map(Device::get).collect() {
@@ -51,6 +67,20 @@ pub fn gpus_or_skip(n: u32) -> Option<Vec<Arc<Device>>> {
         Err(e) => {
             report_skip(&format!("could not open {n} CUDA devices ({e})"));
             None
+        }
+    }
+}
+
+/// Loads NCCL (feature `nccl`), or returns `false` after printing why; panics instead
+/// under `MEMARRAY_REQUIRE_PEER=1`.
+#[cfg(feature = "nccl")]
+pub fn nccl_or_skip() -> bool {
+    match crate::nccl::load(None) {
+        Ok(_) => true,
+        Err(e) if peer_required() => panic!("{REQUIRE_PEER_ENV}=1 but NCCL did not load: {e}"),
+        Err(e) => {
+            report_skip(&format!("NCCL not loadable ({e})"));
+            false
         }
     }
 }

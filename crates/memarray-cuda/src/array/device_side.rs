@@ -152,6 +152,30 @@ impl DeviceSide {
         Ok(out)
     }
 
+    /// A device side holding `buffer` (another process's memory, CUDA IPC), ordered after
+    /// `event` (that process's work on it, an event opened from its handle).
+    pub(crate) fn adopt_after(buffer: DeviceBuffer, event: Option<Arc<Event>>) -> Self {
+        let mut out = Self::new();
+        out.foreign = true;
+        out.buffer = Some(Arc::new(buffer));
+        if let Some(event) = event {
+            *out.pending.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(Pending {
+                event,
+                stream: StreamRef::legacy(),
+                keep_alive: Vec::new(),
+            });
+        }
+        out
+    }
+
+    /// Records `event` (an interprocess event) on the legacy stream of the data's device
+    /// after the pending work, for another process to wait on.
+    pub(crate) fn record_shared(&self, event: &Event) -> Result<()> {
+        let legacy = StreamRef::legacy();
+        self.order(legacy, event.device().id())?;
+        event.record(legacy)
+    }
+
     /// A device side holding a new copy of `src`, made after the producer's work; `src`
     /// (and its owner) is released once the copy is done.
     pub(crate) fn copy_of(
@@ -210,7 +234,7 @@ impl DeviceSide {
 
     /// The stream for an operation on `device_id`: the caller's, else the last one if it
     /// ran on that device, else the legacy default stream (which is per device).
-    fn pick(&self, stream: Option<StreamRef>, device_id: u32) -> StreamRef {
+    pub(super) fn pick(&self, stream: Option<StreamRef>, device_id: u32) -> StreamRef {
         let last = self.last_stream.filter(|&(_, d)| d == device_id);
         stream
             .or(last.map(|(s, _)| s))
@@ -232,7 +256,7 @@ impl DeviceSide {
 
     /// Records the array's event after `op` and makes it the pending work. If recording
     /// fails, the previous pending work (and the buffers it keeps alive) stays in place.
-    fn record(&mut self, op: Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<()> {
+    pub(super) fn record(&mut self, op: Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<()> {
         let stream = op.stream();
         let device = op.device().clone();
         self.settle();
@@ -240,7 +264,9 @@ impl DeviceSide {
         let event = match guard.as_ref() {
             // Re-recording reuses the event: later waits capture the new point; work
             // that waited on the old point is ordered before it anyway.
-            Some(p) if p.event.device().id() == device.id() => p.event.clone(),
+            Some(p) if p.event.device().id() == device.id() && !p.event.is_shared() => {
+                p.event.clone()
+            }
             _ => Arc::new(Event::new(&device)?),
         };
         op.record(&event)?;
@@ -260,10 +286,12 @@ impl DeviceSide {
 
     /// Records the array's event after `op`, which only reads the device copy (a copy
     /// out of it), so that later writes on other streams wait for the read.
-    fn record_read(&self, op: &Enqueued) -> Result<()> {
+    pub(super) fn record_read(&self, op: &Enqueued) -> Result<()> {
         let mut guard = self.pending();
         let event = match guard.as_ref() {
-            Some(p) if p.event.device().id() == op.device().id() => p.event.clone(),
+            Some(p) if p.event.device().id() == op.device().id() && !p.event.is_shared() => {
+                p.event.clone()
+            }
             _ => Arc::new(Event::new(op.device())?),
         };
         event.record(op.stream())?;
@@ -448,11 +476,7 @@ impl DeviceSide {
         let src = self.current()?;
         // Direct peer access (NVLink / PCIe P2P) where the pair supports it; without it
         // cuMemcpyPeerAsync stages through the host. Enabling is idempotent.
-        let to_dev = Device::get(to)?;
-        if src.device().id() != to && to_dev.can_access_peer(src.device())? {
-            to_dev.enable_peer_access(src.device())?;
-            src.device().enable_peer_access(&to_dev)?;
-        }
+        Device::get(to)?.link_peer(src.device())?;
         // SAFETY: the copy below writes all nbytes before any read.
         let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
         self.order(stream, to)?;

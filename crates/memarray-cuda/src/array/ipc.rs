@@ -1,17 +1,22 @@
 //! Arrays across processes: [`RawArray::ipc_handle`] and [`RawArray::from_ipc_handle`].
 
-use memarray_core::{CoreError, DType, Location, LockToken, shape};
+use std::sync::Arc;
 
+use memarray_core::{CoreError, DType, Location, Lock, LockToken, shape};
+
+use super::device_side::DeviceSide;
+use super::host_kind::HostKind;
 use super::raw::RawArray;
-use crate::device::Device;
 use crate::error::{CudaError, Result};
-use crate::ipc::{IpcHandle, open};
+use crate::ipc::{IpcHandle, open_with_event};
 
 impl RawArray {
     /// A handle another process opens with [`RawArray::from_ipc_handle`] to share this
-    /// array's device memory. The data must be on a device; queued work on it is waited
-    /// for first, so the importer reads finished data. Keep the array alive (and do not
-    /// move it off the device) while importers use the memory.
+    /// array's device memory. The data must be on a device. The handle carries an
+    /// interprocess event recorded after the array's pending work (the host does not
+    /// wait): the importer's work is ordered after it. Keep the array alive, on the
+    /// device and unwritten while importers use the memory. The allocation's handle and
+    /// the event are made on the first call and reused.
     pub fn ipc_handle(&self, token: Option<LockToken>) -> Result<IpcHandle> {
         self.check(token)?;
         let Location::Device(_) = self.location else {
@@ -22,12 +27,12 @@ impl RawArray {
                 ),
             });
         };
-        self.dev.wait_host()?;
-        self.dev.device_buffer()?.ipc_handle()
+        let buffer = self.dev.device_buffer()?;
+        buffer.ipc_handle_with(|event| self.dev.record_shared(event))
     }
 
     /// An array of `dtype` and `shape` over the device memory `h` names (made by another
-    /// process), shared without a copy.
+    /// process), shared without a copy, its work ordered after the exporter's event.
     pub fn from_ipc_handle(h: &IpcHandle, dtype: DType, shape: &[usize]) -> Result<Self> {
         let nbytes = shape::validate(shape, dtype.size())?;
         if nbytes as u64 != h.nbytes {
@@ -38,23 +43,19 @@ impl RawArray {
             }
             .into());
         }
-        let buffer = open(h)?;
-        let device = Device::get(h.device_id)?;
-        let addr = buffer.device_ptr();
-        // SAFETY: `buffer` maps exactly nbytes bytes of the exporter's allocation (checked
-        // by `open`) and keeps the mapping alive; owning it keeps it alive for the array.
-        // The exporter finished its writes before making the handle.
-        unsafe {
-            RawArray::from_device_memory(
-                &device,
-                dtype,
-                shape,
-                addr,
-                nbytes,
-                Box::new(buffer),
-                true,
-                None,
-            )
-        }
+        let (buffer, event) = open_with_event(h)?;
+        let device_id = buffer.device().id();
+        Ok(Self {
+            dtype,
+            shape: shape.to_vec(),
+            nbytes,
+            // The host copy is made on the first move to the host.
+            host: None,
+            host_kind: HostKind::auto(nbytes),
+            device_id,
+            location: Location::Device(device_id),
+            lock: Arc::new(Lock::new()),
+            dev: DeviceSide::adopt_after(buffer, event),
+        })
     }
 }

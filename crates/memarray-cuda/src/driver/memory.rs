@@ -303,6 +303,54 @@ pub(crate) unsafe fn ipc_close_mem_handle(p: u64) -> Result<()> {
     })
 }
 
+/// Creates an event other processes can open (`CU_EVENT_INTERPROCESS`, no timing).
+///
+/// # Safety
+/// 1. A live context is current on the calling thread.
+pub(crate) unsafe fn event_create_interprocess() -> Result<super::CUevent> {
+    init()?;
+    let flags = sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32
+        | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    let mut e: super::CUevent = std::ptr::null_mut();
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, flags)
+    })?;
+    Ok(e)
+}
+
+/// `cuIpcGetEventHandle`: the 64-byte handle of an interprocess event.
+///
+/// # Safety
+/// 1. `e` is a live event made by [`event_create_interprocess`]; its context is current.
+pub(crate) unsafe fn ipc_get_event_handle(e: super::CUevent) -> Result<[u8; 64]> {
+    init()?;
+    let mut h = sys::CUipcEventHandle_st { reserved: [0; 64] };
+    // SAFETY: item 1; the out pointer is valid.
+    check("cuIpcGetEventHandle", unsafe {
+        sys::cuIpcGetEventHandle(&mut h, e)
+    })?;
+    Ok(h.reserved.map(|b| b as u8))
+}
+
+/// `cuIpcOpenEventHandle`: another process's interprocess event, as an event of this one
+/// (destroyed with `event_destroy`).
+///
+/// # Safety
+/// 1. A context of the event's device is current on the calling thread.
+pub(crate) unsafe fn ipc_open_event_handle(handle: &[u8; 64]) -> Result<super::CUevent> {
+    init()?;
+    let h = sys::CUipcEventHandle_st {
+        reserved: handle.map(|b| b as ::core::ffi::c_char),
+    };
+    let mut e: super::CUevent = std::ptr::null_mut();
+    // SAFETY: item 1; the out pointer is valid; a bad handle is an error, not UB.
+    check("cuIpcOpenEventHandle", unsafe {
+        sys::cuIpcOpenEventHandle(&mut e, h)
+    })?;
+    Ok(e)
+}
+
 /// Batches `memcpy_batch_async` gave to `cuMemcpyBatchAsync`, and ones it refused.
 pub(crate) static BATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub(crate) static BATCH_REFUSED: std::sync::atomic::AtomicU64 =

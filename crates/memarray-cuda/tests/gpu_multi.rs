@@ -1,0 +1,128 @@
+//! One array across devices (scatter / gather) and IPC handles with events. Runs on one
+//! GPU with the parts on device 0; the 2-GPU cases skip on one GPU (fail under
+//! MEMARRAY_REQUIRE_PEER=1).
+
+use memarray_core::{DType, Location};
+use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
+use memarray_cuda::{RawArray, Stream};
+
+fn i32s(a: &RawArray) -> Vec<i32> {
+    let mut out = vec![0u8; a.nbytes()];
+    a.read_all(&mut out, None).unwrap();
+    out.chunks_exact(4)
+        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn ramp(rows: usize, cols: usize) -> RawArray {
+    let bytes: Vec<u8> = (0..(rows * cols) as i32)
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    RawArray::from_bytes(DType::I32, &[rows, cols], &bytes, 0).unwrap()
+}
+
+/// Scatters a host and a device array over `devices`, runs the kernel on each part, and
+/// checks the gathered result element by element.
+fn scatter_kernel_gather(devices: &[u32]) {
+    let (rows, cols) = (1001, 37);
+    for on_device in [false, true] {
+        let mut a = ramp(rows, cols);
+        if on_device {
+            a.move_memory(Location::Device(0), None, false, None)
+                .unwrap();
+        }
+        let mut parts = a.scatter(devices, None).unwrap();
+        let sizes: Vec<usize> = parts.iter().map(|p| p.shape()[0]).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), rows);
+        for (p, &d) in parts.iter_mut().zip(devices) {
+            assert_eq!(p.location(), Location::Device(d));
+            p.add_index_tuple_device(None, None).unwrap();
+        }
+        let refs: Vec<&RawArray> = parts.iter().collect();
+        for to in [Location::Host, Location::Device(devices[devices.len() - 1])] {
+            let g = RawArray::gather(&refs, to).unwrap();
+            assert_eq!(g.location(), to);
+            assert_eq!(g.shape(), &[rows, cols]);
+            let got = i32s(&g);
+            let mut start = 0;
+            for &n in &sizes {
+                for i in 0..n {
+                    for j in 0..cols {
+                        let global = ((start + i) * cols + j) as i32;
+                        assert_eq!(
+                            got[(start + i) * cols + j],
+                            global + (i + j) as i32,
+                            "row {} col {j} (part rows {sizes:?}, from device {on_device}, to {to})",
+                            start + i
+                        );
+                    }
+                }
+                start += n;
+            }
+        }
+        // The source is untouched and still usable.
+        assert_eq!(i32s(&a), (0..(rows * cols) as i32).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn gpu_scatter_gather_on_one_device() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    scatter_kernel_gather(&[0, 0, 0]);
+}
+
+#[test]
+fn gpu_scatter_gather_across_two_devices() {
+    if gpus_or_skip(2).is_none() {
+        return;
+    }
+    scatter_kernel_gather(&[0, 1]);
+    scatter_kernel_gather(&[1, 0, 1]);
+}
+
+#[test]
+fn gpu_scatter_orders_after_pending_work_on_another_stream() {
+    let Some(dev) = gpu_or_skip() else { return };
+    let s = Stream::new(&dev).unwrap();
+    let mut a =
+        RawArray::zeros_on(DType::I32, &[4096, 64], Location::Device(0), None, None).unwrap();
+    // The kernel is pending on `s` when scatter copies on the legacy stream.
+    for _ in 0..5 {
+        a.add_index_tuple_device(Some(s.as_ref()), None).unwrap();
+    }
+    let parts = a.scatter(&[0, 0], None).unwrap();
+    let refs: Vec<&RawArray> = parts.iter().collect();
+    let got = i32s(&RawArray::gather(&refs, Location::Host).unwrap());
+    for (k, v) in got.iter().enumerate() {
+        let (i, j) = (k / 64, k % 64);
+        assert_eq!(*v, 5 * (i + j) as i32, "element {k}");
+    }
+}
+
+#[test]
+fn gpu_array_ipc_handles_carry_an_event_and_are_reused() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let mut a = ramp(64, 64);
+    a.move_memory(Location::Device(0), None, false, None)
+        .unwrap();
+    let h1 = a.ipc_handle(None).unwrap();
+    let h2 = a.ipc_handle(None).unwrap();
+    assert!(
+        h1.event.is_some(),
+        "an array's handle orders the importer with an event"
+    );
+    assert_eq!(
+        h1, h2,
+        "the allocation's handle and the event are made once"
+    );
+    assert_eq!(h1.nbytes, 64 * 64 * 4);
+    // The buffer-level handle has no event (the caller finished its writes).
+    let b = a.device_buffer(None).unwrap();
+    assert!(b.ipc_handle().unwrap().event.is_none());
+    // This process cannot open its own handle.
+    assert!(RawArray::from_ipc_handle(&h1, DType::I32, &[64, 64]).is_err());
+}
