@@ -699,6 +699,20 @@ impl PyMemArray {
         .py()
     }
 
+    /// record_stream(stream)
+    ///
+    /// Records that the work queued on `stream` so far uses this array (a consumer that
+    /// wrote it through DLPack on its own stream, e.g. a torch.distributed collective):
+    /// later memarray work on other streams waits for it without blocking the host, host
+    /// access waits for it, and its memory is not reused before it. `stream`: a
+    /// memarray.cuda.Stream, a torch or CuPy stream, an integer handle.
+    fn record_stream(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = parse_move_stream(Some(stream))?.ok_or_else(|| {
+            PyValueError::new_err("record_stream needs a stream, not None")
+        })?;
+        self.peek(py, |raw| raw.record_stream(stream, None)).py()
+    }
+
     /// Blocks until all work enqueued on this array has finished (GIL released).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         self.with_detached(py, |raw| raw.synchronize(None)).py()

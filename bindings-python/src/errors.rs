@@ -47,7 +47,9 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
         CudaError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         CudaError::BadSetting { .. } => PyValueError::new_err(msg),
-        CudaError::NoSuchDevice { .. } | CudaError::Inaccessible { .. } => {
+        CudaError::NoSuchDevice { .. }
+        | CudaError::Inaccessible { .. }
+        | CudaError::NotOnDevice { .. } => {
             PyValueError::new_err(msg)
         }
         CudaError::NotOnHost { location } => PyBufferError::new_err(format!(

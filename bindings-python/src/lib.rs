@@ -10,6 +10,7 @@ mod batch;
 mod born;
 mod buffer;
 mod cuda;
+mod distributed;
 mod dlpack;
 mod dtype;
 mod errors;
@@ -107,5 +108,6 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_NDIM", memarray_core::MAX_NDIM)?;
     cuda::register(m)?;
     resources::register(m)?;
+    distributed::register(m)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import cuda, dlpack, resources
+from . import cuda, distributed, dlpack, resources
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -22,8 +22,10 @@ from ._memarray import (
     from_dlpack,
     from_ipc_handle,
     full,
+    gather,
     load,
     move_many,
+    scatter,
     zeros,
 )
 
@@ -38,14 +40,17 @@ __all__ = [
     "asarray",
     "cupy_allocator",
     "cuda",
+    "distributed",
     "dlpack",
     "empty",
     "from_dlpack",
     "from_ipc_handle",
     "full",
+    "gather",
     "load",
     "move_many",
     "resources",
+    "scatter",
     "zeros",
 ]
 

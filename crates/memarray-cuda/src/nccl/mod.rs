@@ -594,23 +594,27 @@ impl Comm {
 /// several communicators of one process, or paired sends and receives) are launched
 /// together when it returns. The group is ended even when `f` fails.
 pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
-    let lib = lib::load(None)?;
-    // SAFETY: no arguments; groups nest.
-    lib.check(
-        "ncclGroupStart",
-        unsafe { (lib.group_start)() },
-        std::ptr::null_mut(),
-    )?;
+    group_start()?;
     let out = f();
-    // SAFETY: pairs the start above.
-    let end = lib.check(
-        "ncclGroupEnd",
-        unsafe { (lib.group_end)() },
-        std::ptr::null_mut(),
-    );
+    let end = group_end();
     let out = out?;
     end?;
     Ok(out)
+}
+
+/// `ncclGroupStart` (groups nest; per thread). Pair it with [`group_end`] on the same
+/// thread; prefer [`group`], which cannot miss the end.
+pub fn group_start() -> Result<()> {
+    let lib = lib::load(None)?;
+    // SAFETY: no arguments.
+    lib.check("ncclGroupStart", unsafe { (lib.group_start)() }, std::ptr::null_mut())
+}
+
+/// `ncclGroupEnd`: launches what was issued since the matching [`group_start`].
+pub fn group_end() -> Result<()> {
+    let lib = lib::load(None)?;
+    // SAFETY: no arguments; NCCL reports an unmatched end as an error.
+    lib.check("ncclGroupEnd", unsafe { (lib.group_end)() }, std::ptr::null_mut())
 }
 
 /// Checks that `send` and `recv` have one dtype and `recv` holds `send`'s elements times

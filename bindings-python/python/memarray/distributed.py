@@ -1,0 +1,162 @@
+"""NCCL collectives on memarray arrays, with or without torch.
+
+memarray does not grow a transport of its own: this module drives NCCL, loaded at run time
+by the Rust layer (``memarray_cuda::nccl``), on MemArray device data. Collectives run on
+``stream`` (else the array's last stream, else the legacy default stream) after the
+arrays' pending work (stream-wait-event, no host block) and record the output's event, so
+host reads and work on other streams wait for the result.
+
+Several processes, one GPU each (``torchrun``-style environment)::
+
+    comm = memarray.distributed.init()          # RANK, WORLD_SIZE, LOCAL_RANK + an id file
+    a = memarray.full((1 << 20,), 1.0, device=f"cuda:{comm.device_id}")
+    comm.all_reduce(a)                           # in place, sum
+
+One process, several GPUs::
+
+    comms = memarray.distributed.communicators([0, 1])
+    with memarray.distributed.group():
+        for c, a in zip(comms, parts):
+            c.all_reduce(a)
+
+With torch.distributed (NCCL backend), a MemArray goes in zero-copy through DLPack::
+
+    with memarray.distributed.as_torch(a) as t:
+        torch.distributed.all_reduce(t)
+
+NCCL is found from ``path`` / ``MEMARRAY_NCCL_LIBRARY``, then the ``nvidia-nccl-cu13`` (or
+-cu12) wheel torch installs, then ``libnccl.so.2`` on the loader path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._memarray import distributed as _d
+
+Communicator = _d.Communicator
+
+__all__ = [
+    "Communicator",
+    "as_torch",
+    "communicators",
+    "group",
+    "init",
+    "load",
+    "nccl_library",
+    "unique_id",
+]
+
+
+def nccl_library() -> str | None:
+    """The libnccl memarray would load: ``MEMARRAY_NCCL_LIBRARY``, else the one in an
+    installed ``nvidia-nccl`` wheel, else None (the loader path is searched)."""
+    env = os.environ.get("MEMARRAY_NCCL_LIBRARY")
+    if env:
+        return env
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        lib = Path(root) / "nccl" / "lib" / "libnccl.so.2"
+        if lib.is_file():
+            return str(lib)
+    return None
+
+
+def load(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Loads libnccl (see ``nccl_library``) and returns ``{"path": ..., "version": (major,
+    minor, patch)}``. Raises RuntimeError naming what was tried when none loads."""
+    found, version = _d.load(path if path is not None else nccl_library())
+    return {"path": str(found), "version": tuple(version)}
+
+
+def unique_id() -> bytes:
+    """A new NCCL unique id (128 bytes) for rank 0 to hand to the other ranks."""
+    load()
+    return _d.unique_id()
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
+
+
+def init(
+    rank: int | None = None,
+    world_size: int | None = None,
+    device: int | None = None,
+    *,
+    unique_id: bytes | str | None = None,
+    id_file: str | os.PathLike[str] | None = None,
+    timeout: float = 120.0,
+) -> Communicator:
+    """Joins a communicator of ``world_size`` processes as ``rank``, on CUDA device
+    ``device``. Unset arguments come from the environment ``torchrun`` sets (RANK,
+    WORLD_SIZE, LOCAL_RANK for the device). The id comes from ``unique_id``, else
+    ``MEMARRAY_NCCL_ID`` (256 hex digits), else a file every rank can read: ``id_file``,
+    ``MEMARRAY_NCCL_ID_FILE``, or one in the temp directory named after MASTER_ADDR /
+    MASTER_PORT (rank 0 writes it, the others wait up to ``timeout`` seconds). Returns
+    once every rank has joined."""
+    rank = rank if rank is not None else _env_int("RANK")
+    world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
+    if rank is None or world_size is None:
+        raise ValueError(
+            "init needs rank and world_size (arguments, or RANK and WORLD_SIZE as torchrun sets)"
+        )
+    if device is None:
+        local = _env_int("LOCAL_RANK")
+        device = local if local is not None else rank
+    load()
+    if unique_id is None:
+        unique_id = os.environ.get("MEMARRAY_NCCL_ID") or None
+    if unique_id is None:
+        if id_file is None:
+            id_file = os.environ.get("MEMARRAY_NCCL_ID_FILE")
+        if id_file is None:
+            tag = f"{os.environ.get('MASTER_ADDR', 'local')}-{os.environ.get('MASTER_PORT', '0')}"
+            id_file = Path(tempfile.gettempdir()) / f"memarray-nccl-{tag}.id"
+        unique_id = _d.exchange_id_file(os.fspath(id_file), rank, timeout)
+    return _d.init_rank(device, world_size, rank, unique_id)
+
+
+def communicators(devices: Sequence[int]) -> list[Communicator]:
+    """One communicator per device (rank i on ``devices[i]``) for one process driving
+    several GPUs. Issue each collective on all of them inside ``group()``."""
+    load()
+    return list(_d.init_all(list(devices)))
+
+
+@contextlib.contextmanager
+def group() -> Iterator[None]:
+    """NCCL group: the collectives issued in the block (on several communicators of this
+    process, or paired send / recv) launch together when it ends."""
+    load()
+    _d.group_start()
+    try:
+        yield
+    finally:
+        _d.group_end()
+
+
+@contextlib.contextmanager
+def as_torch(array: Any) -> Iterator[Any]:
+    """A torch tensor sharing ``array``'s device memory (DLPack, no copy) for
+    torch.distributed. Entering orders torch's current stream after the array's pending
+    work; leaving records torch's current stream as the array's pending work, so memarray
+    operations afterwards wait for what torch queued (the collective) without blocking the
+    host."""
+    import torch
+
+    t = torch.from_dlpack(array)
+    try:
+        yield t
+    finally:
+        array.record_stream(torch.cuda.current_stream(t.device))

@@ -1,0 +1,411 @@
+//! `memarray._memarray.distributed`: NCCL communicators over `memarray_cuda::nccl`
+//! (the Python module `memarray.distributed` wraps these), and `memarray.scatter` /
+//! `memarray.gather`. Every call that may block (communicator setup, the first collective
+//! connecting peers, waits for arrays) runs with the GIL released.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use memarray_cuda::RawArray;
+use memarray_cuda::nccl::{self, Comm, ReduceOp, UniqueId};
+use memarray_cuda::stream::StreamRef;
+
+use crate::array::PyMemArray;
+use crate::born::parse_device;
+use crate::errors::IntoPyResult;
+use crate::stream::parse_move_stream;
+
+/// One rank of an NCCL communicator on one device (from `memarray.distributed.init` or
+/// `communicators`). Collectives take MemArrays whose data is on this rank's device and
+/// run on `stream` (else the array's last stream, else the legacy default stream) after
+/// the arrays' pending work, without blocking the host.
+#[pyclass(name = "Communicator", module = "memarray.distributed", frozen)]
+pub struct PyComm {
+    comm: Arc<Comm>,
+}
+
+fn cast<'a, 'py>(obj: &'a Bound<'py, PyAny>, what: &str) -> PyResult<&'a Bound<'py, PyMemArray>> {
+    obj.cast::<PyMemArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} takes MemArrays, got {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
+/// Runs `f` on `a` (and `b` when given and distinct) with the GIL released, holding both
+/// arrays' mutexes (taken in address order).
+fn with_two<R: Send>(
+    py: Python<'_>,
+    a: &PyMemArray,
+    b: Option<&PyMemArray>,
+    f: impl FnOnce(&mut RawArray, Option<&mut RawArray>) -> R + Send,
+) -> R {
+    let b = b.filter(|b| !std::ptr::eq(*b, a));
+    py.detach(|| match b {
+        None => f(&mut a.shared.state(), None),
+        Some(b) => {
+            let a_first = (a as *const PyMemArray) < (b as *const PyMemArray);
+            let (mut ga, mut gb);
+            if a_first {
+                ga = a.shared.state();
+                gb = b.shared.state();
+            } else {
+                gb = b.shared.state();
+                ga = a.shared.state();
+            }
+            f(&mut ga, Some(&mut gb))
+        }
+    })
+}
+
+fn parse_stream(stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<StreamRef>> {
+    parse_move_stream(stream)
+}
+
+#[pymethods]
+impl PyComm {
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Ranks in the communicator.
+    #[getter]
+    fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// The device ordinal this rank runs on.
+    #[getter]
+    fn device_id(&self) -> u32 {
+        self.comm.device_id()
+    }
+
+    /// all_reduce(array, out=None, op="sum", stream=None)
+    ///
+    /// Reduces `array` over all ranks into `out` (same dtype and size), or in place when
+    /// `out` is None or `array` itself. `op`: sum, prod, max, min, avg.
+    #[pyo3(signature = (array, out=None, op="sum", stream=None))]
+    fn all_reduce(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        out: Option<&Bound<'_, PyAny>>,
+        op: &str,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let op = ReduceOp::from_name(op).py()?;
+        let stream = parse_stream(stream)?;
+        let a = cast(array, "all_reduce")?.get();
+        let o = out.map(|o| cast(o, "all_reduce")).transpose()?.map(|o| o.get());
+        let comm = &self.comm;
+        with_two(py, a, o, |a, o| match o {
+            None => comm.all_reduce_in_place(a, op, stream),
+            Some(o) => comm.all_reduce(a, o, op, stream),
+        })
+        .py()
+    }
+
+    /// all_gather(array, out, stream=None)
+    ///
+    /// Every rank's `array` concatenated in rank order into `out` (size times as many
+    /// elements, same dtype).
+    #[pyo3(signature = (array, out, stream=None))]
+    fn all_gather(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let stream = parse_stream(stream)?;
+        let (a, o) = (cast(array, "all_gather")?.get(), cast(out, "all_gather")?.get());
+        let comm = &self.comm;
+        with_two(py, a, Some(o), |a, o| match o {
+            Some(o) => comm.all_gather(a, o, stream),
+            None => Err(memarray_cuda::CudaError::Nccl {
+                call: "ncclAllGather",
+                reason: "out must be another array than the input".into(),
+            }),
+        })
+        .py()
+    }
+
+    /// reduce_scatter(array, out, op="sum", stream=None)
+    ///
+    /// This rank's block of the reduction over ranks of `array` into `out` (`array` holds
+    /// size blocks the size of `out`).
+    #[pyo3(signature = (array, out, op="sum", stream=None))]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        op: &str,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let op = ReduceOp::from_name(op).py()?;
+        let stream = parse_stream(stream)?;
+        let (a, o) = (
+            cast(array, "reduce_scatter")?.get(),
+            cast(out, "reduce_scatter")?.get(),
+        );
+        let comm = &self.comm;
+        with_two(py, a, Some(o), |a, o| match o {
+            Some(o) => comm.reduce_scatter(a, o, op, stream),
+            None => Err(memarray_cuda::CudaError::Nccl {
+                call: "ncclReduceScatter",
+                reason: "out must be another array than the input".into(),
+            }),
+        })
+        .py()
+    }
+
+    /// broadcast(array, root=0, stream=None)
+    ///
+    /// Copies rank `root`'s `array` into `array` on every rank.
+    #[pyo3(signature = (array, root=0, stream=None))]
+    fn broadcast(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        root: usize,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let stream = parse_stream(stream)?;
+        let a = cast(array, "broadcast")?.get();
+        let comm = &self.comm;
+        with_two(py, a, None, |a, _| comm.broadcast(a, root, stream)).py()
+    }
+
+    /// send(array, peer, stream=None)
+    ///
+    /// Sends `array` to rank `peer`, which receives it with `recv` into an array of the
+    /// same size. Pair sends and receives that run at once inside `group()`.
+    #[pyo3(signature = (array, peer, stream=None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        peer: usize,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let stream = parse_stream(stream)?;
+        let a = cast(array, "send")?.get();
+        let comm = &self.comm;
+        with_two(py, a, None, |a, _| comm.send(a, peer, stream)).py()
+    }
+
+    /// recv(array, peer, stream=None)
+    ///
+    /// Receives into `array` what rank `peer` sends.
+    #[pyo3(signature = (array, peer, stream=None))]
+    fn recv(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        peer: usize,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let stream = parse_stream(stream)?;
+        let a = cast(array, "recv")?.get();
+        let comm = &self.comm;
+        with_two(py, a, None, |a, _| comm.recv(a, peer, stream)).py()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "memarray.distributed.Communicator(rank={}, size={}, device=cuda:{})",
+            self.comm.rank(),
+            self.comm.size(),
+            self.comm.device_id()
+        )
+    }
+}
+
+/// Loads libnccl (from `path`, else MEMARRAY_NCCL_LIBRARY, else the loader path); returns
+/// (path, (major, minor, patch)).
+#[pyfunction]
+#[pyo3(signature = (path=None))]
+fn load(py: Python<'_>, path: Option<PathBuf>) -> PyResult<(PathBuf, (u32, u32, u32))> {
+    let info = py.detach(|| nccl::load(path.as_deref())).py()?;
+    Ok((info.path, info.version))
+}
+
+/// Whether libnccl is loaded.
+#[pyfunction]
+fn is_loaded() -> bool {
+    nccl::is_loaded()
+}
+
+/// A new NCCL unique id (128 bytes).
+#[pyfunction]
+fn unique_id(py: Python<'_>) -> PyResult<Bound<'_, PyBytes>> {
+    let id = py.detach(UniqueId::new).py()?;
+    Ok(PyBytes::new(py, &id.to_bytes()))
+}
+
+/// Shares a unique id through the file `path` (rank 0 writes, the others wait up to
+/// `timeout` seconds); returns its 128 bytes.
+#[pyfunction]
+fn exchange_id_file(
+    py: Python<'_>,
+    path: PathBuf,
+    rank: usize,
+    timeout: f64,
+) -> PyResult<Bound<'_, PyBytes>> {
+    let timeout = Duration::from_secs_f64(timeout.max(0.0));
+    let id = py
+        .detach(|| UniqueId::exchange_file(&path, rank, timeout))
+        .py()?;
+    Ok(PyBytes::new(py, &id.to_bytes()))
+}
+
+/// Rank `rank` of `size` on `device`, joining the communicator named by `unique_id`
+/// (bytes or 256 hex digits). Returns once every rank has joined.
+#[pyfunction]
+fn init_rank(
+    py: Python<'_>,
+    device: u32,
+    size: usize,
+    rank: usize,
+    unique_id: &Bound<'_, PyAny>,
+) -> PyResult<PyComm> {
+    let id = match unique_id.extract::<Vec<u8>>() {
+        Ok(b) if !unique_id.is_instance_of::<pyo3::types::PyString>() => UniqueId::from_bytes(&b),
+        _ => UniqueId::from_hex(&unique_id.extract::<String>()?),
+    }
+    .py()?;
+    let comm = py
+        .detach(|| Comm::init_rank(device, size, rank, &id))
+        .py()?;
+    Ok(PyComm {
+        comm: Arc::new(comm),
+    })
+}
+
+/// One communicator per device in `devices` (rank i on devices[i]), for one process.
+#[pyfunction]
+fn init_all<'py>(py: Python<'py>, devices: Vec<u32>) -> PyResult<Bound<'py, PyList>> {
+    let comms = py.detach(|| Comm::init_all(&devices)).py()?;
+    let out = PyList::empty(py);
+    for c in comms {
+        out.append(Py::new(py, PyComm { comm: Arc::new(c) })?)?;
+    }
+    Ok(out)
+}
+
+/// ncclGroupStart (this thread).
+#[pyfunction]
+fn group_start() -> PyResult<()> {
+    nccl::group_start().py()
+}
+
+/// ncclGroupEnd (this thread): launches the group's collectives (GIL released).
+#[pyfunction]
+fn group_end(py: Python<'_>) -> PyResult<()> {
+    py.detach(nccl::group_end).py()
+}
+
+/// scatter(array, devices)
+/// --
+///
+/// Splits `array` along its first axis into len(devices) new arrays, part i on
+/// devices[i] (an int or "cuda:N"; sizes as numpy.array_split), by peer copies from device
+/// data or host-to-device copies from host data. The array is left as it was.
+#[pyfunction]
+pub fn scatter<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyAny>,
+    devices: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let a = cast(array, "scatter")?.get();
+    let mut ids = Vec::new();
+    for d in devices.try_iter()? {
+        match parse_device(Some(&d?))? {
+            memarray_core::Location::Device(id) => ids.push(id),
+            memarray_core::Location::Host => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "scatter splits across CUDA devices; \"cpu\" is not one",
+                ));
+            }
+        }
+    }
+    let parts = py.detach(|| a.shared.state().scatter(&ids, None)).py()?;
+    let out = PyList::empty(py);
+    for p in parts {
+        out.append(Py::new(py, PyMemArray::from(p))?)?;
+    }
+    Ok(out)
+}
+
+/// gather(parts, device="cuda:0")
+/// --
+///
+/// One new array at `device` ("cpu", "cuda:N", an int) holding `parts` (MemArrays of one
+/// dtype and trailing shape, anywhere) concatenated along the first axis.
+#[pyfunction]
+#[pyo3(signature = (parts, device=None))]
+pub fn gather(
+    py: Python<'_>,
+    parts: &Bound<'_, PyAny>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyMemArray> {
+    let to = match device {
+        Some(d) => parse_device(Some(d))?,
+        None => memarray_core::Location::Device(0),
+    };
+    let mut refs: Vec<Bound<'_, PyMemArray>> = Vec::new();
+    for p in parts.try_iter()? {
+        refs.push(cast(&p?, "gather")?.clone());
+    }
+    let mut arrays: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
+    let order: Vec<&PyMemArray> = arrays.clone();
+    // One mutex per array, taken in address order, each once.
+    arrays.sort_by_key(|a| *a as *const PyMemArray as usize);
+    arrays.dedup_by_key(|a| *a as *const PyMemArray as usize);
+    let out = py
+        .detach(|| {
+            let guards: Vec<_> = arrays.iter().map(|a| a.shared.state()).collect();
+            let find = |p: &PyMemArray| {
+                let i = arrays
+                    .iter()
+                    .position(|a| std::ptr::eq(*a, p))
+                    .unwrap_or_default();
+                &*guards[i]
+            };
+            let raws: Vec<&RawArray> = order.iter().map(|p| find(p)).collect();
+            RawArray::gather(&raws, to)
+        })
+        .py()?;
+    Ok(out.into())
+}
+
+/// Registers `distributed` (NCCL) as a submodule.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let d = PyModule::new(py, "distributed")?;
+    d.add_class::<PyComm>()?;
+    d.add_function(wrap_pyfunction!(load, &d)?)?;
+    d.add_function(wrap_pyfunction!(is_loaded, &d)?)?;
+    d.add_function(wrap_pyfunction!(unique_id, &d)?)?;
+    d.add_function(wrap_pyfunction!(exchange_id_file, &d)?)?;
+    d.add_function(wrap_pyfunction!(init_rank, &d)?)?;
+    d.add_function(wrap_pyfunction!(init_all, &d)?)?;
+    d.add_function(wrap_pyfunction!(group_start, &d)?)?;
+    d.add_function(wrap_pyfunction!(group_end, &d)?)?;
+    m.add_submodule(&d)?;
+    m.add_function(wrap_pyfunction!(scatter, m)?)?;
+    m.add_function(wrap_pyfunction!(gather, m)?)?;
+    Ok(())
+}
