@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
-# artifacts scripts/test-gpu.sh staged in gpu-run/. Stages: tests sanitize bench transfer demo all.
+# artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
+# tests sanitize bench transfer demo multi all. `multi` is the 2-GPU check (issue 9): it
+# sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
+# examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
 set -uo pipefail
-export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
+export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REQUIRE_NCCL=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/memarray-out}
 LOGS=/tmp/memarray-logs   # one log per binary; combined copies go to $OUT (8 files max)
 mkdir -p "$OUT" "$LOGS"
@@ -18,6 +21,10 @@ setup() {
     || fail "wheel install"
   export PYTHONPATH=/tmp/site
   python3 -c 'import memarray, sys; print("memarray", memarray.__file__, "cuda:", memarray.cuda.is_available(), memarray.cuda.device_count())'
+  # The Rust test binaries load the NCCL of torch's nvidia-nccl wheel, as Python does.
+  MEMARRAY_NCCL_LIBRARY=$(python3 -c 'import memarray.distributed as d; print(d.nccl_library() or "")')
+  export MEMARRAY_NCCL_LIBRARY
+  echo "NCCL: ${MEMARRAY_NCCL_LIBRARY:-not found}"
 }
 
 tests() {
@@ -38,7 +45,9 @@ sanitize() {
   # API errors are not reported: the resource tests provoke CUDA_ERROR_OUT_OF_MEMORY and
   # the event tests an invalid handle on purpose. Every memory access is checked.
   echo "== compute-sanitizer memcheck over the Rust GPU tests"
+  # gpu_nccl is left out: its kernels are NCCL's, not memarray's.
   for t in gpu-run/bin/memarray-cuda__gpu_* gpu-run/bin/memarray-cuda__mirror_gpu; do
+    [ "$t" = gpu-run/bin/memarray-cuda__gpu_nccl ] && continue
     log="$LOGS/sanitize-$(basename "$t").log"
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 --print-limit 20 "$t" --test-threads=1 \
       >"$log" 2>&1 || fail "memcheck $t"
@@ -71,6 +80,32 @@ transfer() {
   python3 benches/transfer.py --json "$OUT/transfer.json" "$@" 2>&1 | tee "$OUT/transfer.log"
 }
 
+multi() {
+  export MEMARRAY_REQUIRE_PEER=1
+  nvidia-smi topo -m 2>/dev/null | head -n 4
+  echo "== 2-GPU Rust tests"
+  for t in gpu-run/bin/memarray-cuda__gpu_nccl gpu-run/bin/memarray-cuda__gpu_multi gpu-run/bin/memarray-cuda__gpu_transfer; do
+    log="$LOGS/multi-$(basename "$t").log"
+    "$t" --test-threads=1 >"$log" 2>&1 || fail "$t"
+    printf '%-48s %s\n' "$(basename "$t")" "$(grep -E '^test result:' "$log" | tail -n 1)"
+    grep -E '^(SKIPPED|NCCL|---- |thread .* panicked)' "$log" | head -n 20
+  done
+  tail -n +1 "$LOGS"/multi-*.log >"$OUT/multi-cargo.log"
+  echo "== 2-GPU pytest"
+  python3 -m pytest bindings-python/tests/test_distributed.py bindings-python/tests/test_ipc.py \
+    bindings-python/tests/test_cuda.py -q -rs -p no:cacheprovider >"$OUT/multi-pytest.log" 2>&1 || fail "multi pytest"
+  tail -n 8 "$OUT/multi-pytest.log"
+  echo "== examples"
+  python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29531 examples/distributed_torch.py 2>&1 \
+    | grep -vE '^(W|I)[0-9]{4}' | tail -n 5 || fail distributed_torch
+  python3 examples/scatter_gather.py || fail scatter_gather
+  python3 examples/ipc_pipeline.py --mib 256 --frames 40 || fail ipc_pipeline
+  echo "== benches"
+  python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29533 benches/allreduce.py --json "$OUT/allreduce.json" 2>&1 \
+    | grep -vE '^(W|I)[0-9]{4}' | tee "$OUT/allreduce.log"
+  python3 benches/ipc_handoff.py --mib 256 --json "$OUT/ipc_handoff.json" 2>&1 | tee "$OUT/ipc_handoff.log"
+}
+
 demo() {
   echo "== demo and examples"
   python3 examples/demo.py || fail demo
@@ -78,14 +113,19 @@ demo() {
 }
 
 setup
-case "${1:-all}" in
-  tests) tests ;;
-  sanitize) sanitize ;;
-  bench) bench ;;
-  demo) demo ;;
-  transfer) shift; transfer "$@" ;;
-  all) tests; demo; sanitize; bench ;;
-  *) echo "usage: remote.sh tests|sanitize|bench|transfer [args]|demo|all"; exit 2 ;;
-esac
+[ $# -eq 0 ] && set -- all
+while [ $# -gt 0 ]; do
+  case "$1" in
+    tests) tests ;;
+    sanitize) sanitize ;;
+    bench) bench ;;
+    demo) demo ;;
+    multi) multi ;;
+    transfer) shift; transfer "$@"; break ;;
+    all) tests; demo; sanitize; bench ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|demo|multi|all]... | transfer [args]"; exit 2 ;;
+  esac
+  shift
+done
 echo "== remote.sh done, rc=$rc"
 exit $rc

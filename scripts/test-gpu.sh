@@ -5,7 +5,7 @@
 #
 #   device run, carry ["gpu-run"], command "bash gpu-run/remote.sh all"
 #
-# remote.sh stages: tests | sanitize | bench | demo | all (see scripts/gpu-remote.sh).
+# remote.sh stages: tests | sanitize | bench | demo | multi | all, several at once (see scripts/gpu-remote.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=gpu-run

@@ -707,9 +707,8 @@ impl PyMemArray {
     /// access waits for it, and its memory is not reused before it. `stream`: a
     /// memarray.cuda.Stream, a torch or CuPy stream, an integer handle.
     fn record_stream(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
-        let stream = parse_move_stream(Some(stream))?.ok_or_else(|| {
-            PyValueError::new_err("record_stream needs a stream, not None")
-        })?;
+        let stream = parse_move_stream(Some(stream))?
+            .ok_or_else(|| PyValueError::new_err("record_stream needs a stream, not None"))?;
         self.peek(py, |raw| raw.record_stream(stream, None)).py()
     }
 

@@ -107,7 +107,10 @@ impl PyComm {
         let op = ReduceOp::from_name(op).py()?;
         let stream = parse_stream(stream)?;
         let a = cast(array, "all_reduce")?.get();
-        let o = out.map(|o| cast(o, "all_reduce")).transpose()?.map(|o| o.get());
+        let o = out
+            .map(|o| cast(o, "all_reduce"))
+            .transpose()?
+            .map(|o| o.get());
         let comm = &self.comm;
         with_two(py, a, o, |a, o| match o {
             None => comm.all_reduce_in_place(a, op, stream),
@@ -129,7 +132,10 @@ impl PyComm {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let stream = parse_stream(stream)?;
-        let (a, o) = (cast(array, "all_gather")?.get(), cast(out, "all_gather")?.get());
+        let (a, o) = (
+            cast(array, "all_gather")?.get(),
+            cast(out, "all_gather")?.get(),
+        );
         let comm = &self.comm;
         with_two(py, a, Some(o), |a, o| match o {
             Some(o) => comm.all_gather(a, o, stream),

@@ -49,9 +49,7 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::BadSetting { .. } => PyValueError::new_err(msg),
         CudaError::NoSuchDevice { .. }
         | CudaError::Inaccessible { .. }
-        | CudaError::NotOnDevice { .. } => {
-            PyValueError::new_err(msg)
-        }
+        | CudaError::NotOnDevice { .. } => PyValueError::new_err(msg),
         CudaError::NotOnHost { location } => PyBufferError::new_err(format!(
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"

@@ -100,11 +100,14 @@ def init(
 ) -> Communicator:
     """Joins a communicator of ``world_size`` processes as ``rank``, on CUDA device
     ``device``. Unset arguments come from the environment ``torchrun`` sets (RANK,
-    WORLD_SIZE, LOCAL_RANK for the device). The id comes from ``unique_id``, else
-    ``MEMARRAY_NCCL_ID`` (256 hex digits), else a file every rank can read: ``id_file``,
-    ``MEMARRAY_NCCL_ID_FILE``, or one in the temp directory named after MASTER_ADDR /
-    MASTER_PORT (rank 0 writes it, the others wait up to ``timeout`` seconds). Returns
-    once every rank has joined."""
+    WORLD_SIZE, LOCAL_RANK for the device).
+
+    The id comes from ``unique_id``, else ``MEMARRAY_NCCL_ID`` (256 hex digits), else a
+    file every rank can read: ``id_file``, ``MEMARRAY_NCCL_ID_FILE``, or (one machine) a
+    file in the temp directory named after MASTER_ADDR, MASTER_PORT and the parent process
+    (torchrun's agent, shared by its ranks). Rank 0 writes it, the others wait up to
+    ``timeout`` seconds; rank 0 deletes it once every rank has joined. Returns once every
+    rank has joined."""
     rank = rank if rank is not None else _env_int("RANK")
     world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
     if rank is None or world_size is None:
@@ -117,14 +120,24 @@ def init(
     load()
     if unique_id is None:
         unique_id = os.environ.get("MEMARRAY_NCCL_ID") or None
+    path = None
     if unique_id is None:
-        if id_file is None:
-            id_file = os.environ.get("MEMARRAY_NCCL_ID_FILE")
-        if id_file is None:
-            tag = f"{os.environ.get('MASTER_ADDR', 'local')}-{os.environ.get('MASTER_PORT', '0')}"
-            id_file = Path(tempfile.gettempdir()) / f"memarray-nccl-{tag}.id"
-        unique_id = _d.exchange_id_file(os.fspath(id_file), rank, timeout)
-    return _d.init_rank(device, world_size, rank, unique_id)
+        path = id_file if id_file is not None else os.environ.get("MEMARRAY_NCCL_ID_FILE")
+        if path is None:
+            tag = "-".join(
+                [
+                    os.environ.get("MASTER_ADDR", "local"),
+                    os.environ.get("MASTER_PORT", "0"),
+                    str(os.getppid()),
+                ]
+            )
+            path = Path(tempfile.gettempdir()) / f"memarray-nccl-{tag}.id"
+        unique_id = _d.exchange_id_file(os.fspath(path), rank, timeout)
+    comm = _d.init_rank(device, world_size, rank, unique_id)
+    if path is not None and rank == 0:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    return comm
 
 
 def communicators(devices: Sequence[int]) -> list[Communicator]:

@@ -72,12 +72,14 @@ pub fn gpus_or_skip(n: u32) -> Option<Vec<Arc<Device>>> {
 }
 
 /// Loads NCCL (feature `nccl`), or returns `false` after printing why; panics instead
-/// under `MEMARRAY_REQUIRE_PEER=1`.
+/// under `MEMARRAY_REQUIRE_PEER=1` or `MEMARRAY_REQUIRE_NCCL=1`.
 #[cfg(feature = "nccl")]
 pub fn nccl_or_skip() -> bool {
+    let required =
+        peer_required() || std::env::var("MEMARRAY_REQUIRE_NCCL").is_ok_and(|v| v == "1");
     match crate::nccl::load(None) {
         Ok(_) => true,
-        Err(e) if peer_required() => panic!("{REQUIRE_PEER_ENV}=1 but NCCL did not load: {e}"),
+        Err(e) if required => panic!("NCCL is required here but did not load: {e}"),
         Err(e) => {
             report_skip(&format!("NCCL not loadable ({e})"));
             false

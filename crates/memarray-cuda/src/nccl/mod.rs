@@ -607,14 +607,22 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
 pub fn group_start() -> Result<()> {
     let lib = lib::load(None)?;
     // SAFETY: no arguments.
-    lib.check("ncclGroupStart", unsafe { (lib.group_start)() }, std::ptr::null_mut())
+    lib.check(
+        "ncclGroupStart",
+        unsafe { (lib.group_start)() },
+        std::ptr::null_mut(),
+    )
 }
 
 /// `ncclGroupEnd`: launches what was issued since the matching [`group_start`].
 pub fn group_end() -> Result<()> {
     let lib = lib::load(None)?;
     // SAFETY: no arguments; NCCL reports an unmatched end as an error.
-    lib.check("ncclGroupEnd", unsafe { (lib.group_end)() }, std::ptr::null_mut())
+    lib.check(
+        "ncclGroupEnd",
+        unsafe { (lib.group_end)() },
+        std::ptr::null_mut(),
+    )
 }
 
 /// Checks that `send` and `recv` have one dtype and `recv` holds `send`'s elements times
