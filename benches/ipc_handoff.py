@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import pickle
 import statistics
 import time
 
@@ -25,13 +26,31 @@ def _producer(lib: str, conn, frames: int, n: int) -> None:
         import memarray
 
         ring = [memarray.zeros((n,), "float32", device="cuda:0") for _ in range(2)]
+        # Export cost alone, in a loop: with queued work (an event recorded each call) and
+        # without (after a synchronize).
+        ring[0].add_index_tuple()
+        t = time.perf_counter()
+        for _ in range(200):
+            ring[0].ipc_handle()
+        busy_us = (time.perf_counter() - t) / 200 * 1e6
+        ring[0].synchronize()
+        t = time.perf_counter()
+        for _ in range(200):
+            h = ring[0].ipc_handle()
+        idle_us = (time.perf_counter() - t) / 200 * 1e6
+        t = time.perf_counter()
+        for _ in range(200):
+            pickle.loads(pickle.dumps(h))
+        pickle_us = (time.perf_counter() - t) / 200 * 1e6
+        conn.send(("export", busy_us, idle_us, pickle_us))
         for f in range(frames):
             s = f % 2
             if f >= 2:
                 conn.recv()
             ring[s].add_index_tuple()
             t0 = time.perf_counter()
-            conn.send((s, ring[s].ipc_handle(), t0))
+            h = ring[s].ipc_handle()
+            conn.send((s, h, t0, time.perf_counter()))
     else:
         import torch
         import torch.multiprocessing  # noqa: F401 - registers the CUDA tensor reducers
@@ -43,7 +62,7 @@ def _producer(lib: str, conn, frames: int, n: int) -> None:
                 conn.recv()
             ring[s].add_(1.0)
             t0 = time.perf_counter()
-            conn.send((s, ring[s], t0))
+            conn.send((s, ring[s], t0, t0))
     conn.recv()
     conn.recv()
     conn.send(None)
@@ -62,18 +81,37 @@ def _consumer(lib: str, conn, results) -> None:
             return t
 
     keep: dict[int, object] = {}
-    cached, first = [], []
+    cached, first, parts = [], [], []
+    micro: dict[str, float] = {}
     while (msg := conn.recv()) is not None:
-        s, h, t0 = msg
+        if msg[0] == "export":
+            micro = dict(
+                zip(("export_busy_us", "export_idle_us", "pickle_us"), msg[1:], strict=True)
+            )
+            continue
+        s, h, t0, t_exp = msg
+        t_recv = time.perf_counter()
         x = open_(h)
         t1 = time.perf_counter()
-        (cached if s in keep else first).append((t1 - t0) * 1e6)
+        if s in keep:
+            cached.append((t1 - t0) * 1e6)
+            parts.append(((t_exp - t0) * 1e6, (t_recv - t_exp) * 1e6, (t1 - t_recv) * 1e6))
+        else:
+            first.append((t1 - t0) * 1e6)
         keep[s] = x
         conn.send(s)
-    results.put((cached, first))
+    if lib == "memarray" and keep:
+        # Import cost alone: reopening a cached handle in a loop.
+        t = time.perf_counter()
+        for _ in range(200):
+            y = open_(h)
+        micro["import_cached_us"] = (time.perf_counter() - t) / 200 * 1e6
+        del y
+    med = [statistics.median(p[i] for p in parts) for i in range(3)] if parts else []
+    results.put((cached, first, med, micro))
 
 
-def handoff(lib: str, frames: int, n: int) -> tuple[float, list[float]]:
+def handoff(lib: str, frames: int, n: int):
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe()
     results = ctx.Queue()
@@ -81,10 +119,10 @@ def handoff(lib: str, frames: int, n: int) -> tuple[float, list[float]]:
     p = ctx.Process(target=_producer, args=(lib, a, frames, n))
     c.start()
     p.start()
-    cached, first = results.get(timeout=600)
+    cached, first, parts, micro = results.get(timeout=600)
     p.join(60)
     c.join(60)
-    return statistics.median(cached), first
+    return statistics.median(cached), first, parts, micro
 
 
 def main() -> None:
@@ -97,15 +135,20 @@ def main() -> None:
     out = {}
     for lib in ("memarray", "torch"):
         try:
-            med, first = handoff(lib, args.frames, n)
+            med, first, parts, micro = handoff(lib, args.frames, n)
         except Exception as e:  # noqa: BLE001 - a missing peer is reported, not fatal
             print(f"{lib}: not measured ({e!r})")
             continue
-        out[lib] = {"median_us": med, "first_us": first}
+        out[lib] = {"median_us": med, "first_us": first, "parts_us": parts, **micro}
         print(
             f"{lib:9s} hand-off of {args.mib} MiB after the first open: median {med:7.1f} us "
             f"(first opens: {', '.join(f'{x:.0f}' for x in first)} us)"
         )
+        if parts:
+            print(
+                f"          export {parts[0]:.1f} us, pipe (send, pickle, recv) {parts[1]:.1f} us,"
+                f" open {parts[2]:.1f} us; " + ", ".join(f"{k} {v:.1f}" for k, v in micro.items())
+            )
     if "memarray" in out:
         m = out["memarray"]["median_us"]
         print(f"{'met ' if m < 100 else 'MISS'} memarray hand-off < 100 us: {m:.1f} us")

@@ -37,7 +37,7 @@ tests() {
   done
   tail -n +1 "$LOGS"/*.log >"$OUT/cargo-tests.log"
   echo "== pytest"
-  python3 -m pytest bindings-python/tests -q -rs -p no:cacheprovider >"$OUT/pytest.log" 2>&1 || fail pytest
+  python3 -m pytest bindings-python/tests -q -rs --durations=8 -p no:cacheprovider >"$OUT/pytest.log" 2>&1 || fail pytest
   tail -n 25 "$OUT/pytest.log"
 }
 

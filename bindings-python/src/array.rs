@@ -804,8 +804,9 @@ impl PyMemArray {
     /// array's device memory (picklable). The data must be on a device; queued work is
     /// waited for first. Keep this array alive, on the device, while others use it.
     fn ipc_handle(&self, py: Python<'_>) -> PyResult<crate::ipc::PyIpcHandle> {
+        // Records an event; never blocks the host.
         let (handle, dtype, shape) = self
-            .with_detached(py, |raw| {
+            .peek(py, |raw| {
                 raw.ipc_handle(None)
                     .map(|h| (h, raw.dtype(), raw.shape().to_vec()))
             })

@@ -78,15 +78,26 @@ impl Drop for DeviceSide {
     /// waits for pending work before freeing it.)
     fn drop(&mut self) {
         if self.foreign {
-            // Unused since the import: nothing of memarray's was queued on the memory.
-            let unused = self
+            // Unused since the import: nothing of memarray's was queued on the memory. (An
+            // IPC import's pending event is the exporter's: its later work is not ours to
+            // wait for.)
+            let lazy_unused = self
                 .lazy
                 .get_mut()
                 .map(|l| l.take())
                 .ok()
                 .flatten()
-                .is_some()
-                && self.pending.get_mut().map(|p| p.is_none()).unwrap_or(false);
+                .is_some();
+            let pending = self.pending.get_mut().map(|p| p.take()).unwrap_or(None);
+            let unused = match &pending {
+                None => lazy_unused,
+                Some(p) => p.event.is_shared(),
+            };
+            if let Some(p) = pending
+                && !unused
+            {
+                *self.pending.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(p);
+            }
             if !unused {
                 let _ = self.wait_host();
             }
@@ -247,7 +258,8 @@ impl DeviceSide {
     /// must wait too, with that device bound.
     pub(super) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         if let Some(p) = self.pending().as_ref()
-            && (p.stream != stream || p.event.device().id() != device_id)
+            // An event another process recorded (an IPC import) is on none of our streams.
+            && (p.stream != stream || p.event.device().id() != device_id || p.event.is_shared())
         {
             stream.wait_on(&*Device::get(device_id)?, &p.event)?;
         }
@@ -581,16 +593,20 @@ impl DeviceSide {
     }
 
     /// The stream work is pending on, if any (for the CUDA Array Interface `stream`). A
-    /// foreign stream cannot be named after the call that gave it (it may be gone): the
-    /// host waits for that work instead and `None` is returned.
+    /// foreign stream cannot be named after the call that gave it (it may be gone), nor can
+    /// another process's (an IPC import's event): the host waits for that work instead and
+    /// `None` is returned.
     pub(crate) fn pending_stream(&self) -> Result<Option<StreamRef>> {
-        let stream = self.pending().as_ref().map(|p| p.stream);
-        match stream {
-            Some(s) if !s.is_persistent() => {
+        let stream = self
+            .pending()
+            .as_ref()
+            .map(|p| (p.stream, p.event.is_shared()));
+        match stream.map(|(s, shared)| (s, shared || !s.is_persistent())) {
+            Some((_, true)) => {
                 self.wait_host()?;
                 Ok(None)
             }
-            other => Ok(other),
+            other => Ok(other.map(|(s, _)| s)),
         }
     }
 
