@@ -96,14 +96,14 @@ multi() {
     bindings-python/tests/test_cuda.py -q -rs -p no:cacheprovider >"$OUT/multi-pytest.log" 2>&1 || fail "multi pytest"
   tail -n 8 "$OUT/multi-pytest.log"
   echo "== examples"
-  python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29531 examples/distributed_torch.py 2>&1 \
+  timeout 240 python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29531 examples/distributed_torch.py 2>&1 \
     | grep -vE '^(W|I)[0-9]{4}' | tail -n 5 || fail distributed_torch
   python3 examples/scatter_gather.py || fail scatter_gather
-  python3 examples/ipc_pipeline.py --mib 256 --frames 40 || fail ipc_pipeline
+  timeout 240 python3 examples/ipc_pipeline.py --mib 256 --frames 40 || fail ipc_pipeline
   echo "== benches"
-  python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29533 benches/allreduce.py --json "$OUT/allreduce.json" 2>&1 \
+  timeout 240 python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29533 benches/allreduce.py --json "$OUT/allreduce.json" 2>&1 \
     | grep -vE '^(W|I)[0-9]{4}' | tee "$OUT/allreduce.log"
-  python3 benches/ipc_handoff.py --mib 256 --json "$OUT/ipc_handoff.json" 2>&1 | tee "$OUT/ipc_handoff.log"
+  timeout 240 python3 benches/ipc_handoff.py --mib 256 --json "$OUT/ipc_handoff.json" 2>&1 | tee "$OUT/ipc_handoff.log"
 }
 
 demo() {

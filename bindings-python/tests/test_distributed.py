@@ -42,7 +42,7 @@ def nccl() -> dict:
         pytest.skip(f"SKIPPED: NCCL not loadable ({e})")
 
 
-def run(args, env=None, timeout=300) -> subprocess.CompletedProcess:
+def run(args, env=None, timeout=180) -> subprocess.CompletedProcess:
     full = dict(os.environ, **(env or {}))
     return subprocess.run(
         args, cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout, check=False
@@ -298,7 +298,7 @@ def test_two_processes_without_torch_share_an_id_file(tmp_path):
         )
         for r in range(2)
     ]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
     for r, (p, out) in enumerate(zip(procs, outs, strict=True)):
         assert p.returncode == 0 and f"rank {r} ok" in out, out
 
