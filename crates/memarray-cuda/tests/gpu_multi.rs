@@ -2,17 +2,12 @@
 //! GPU with the parts on device 0; the 2-GPU cases skip on one GPU (fail under
 //! MEMARRAY_REQUIRE_PEER=1).
 
+mod common;
+
+use common::i32s;
 use memarray_core::{DType, Location};
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{RawArray, Stream};
-
-fn i32s(a: &RawArray) -> Vec<i32> {
-    let mut out = vec![0u8; a.nbytes()];
-    a.read_all(&mut out, None).unwrap();
-    out.chunks_exact(4)
-        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-        .collect()
-}
 
 fn ramp(rows: usize, cols: usize) -> RawArray {
     let bytes: Vec<u8> = (0..(rows * cols) as i32)

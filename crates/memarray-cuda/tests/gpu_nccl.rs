@@ -2,18 +2,13 @@
 //! GPU; the 2-GPU cases skip on one GPU (fail under MEMARRAY_REQUIRE_PEER=1). Without
 //! libnccl every test skips with the reason (fails under MEMARRAY_REQUIRE_PEER=1).
 
+mod common;
+
+use common::i32s;
 use memarray_core::{DType, Location};
 use memarray_cuda::nccl::{Comm, ReduceOp, group};
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip, nccl_or_skip};
 use memarray_cuda::{CudaError, RawArray, Stream, device_count};
-
-fn i32s(a: &RawArray) -> Vec<i32> {
-    let mut out = vec![0u8; a.nbytes()];
-    a.read_all(&mut out, None).unwrap();
-    out.chunks_exact(4)
-        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
-        .collect()
-}
 
 fn on(device: u32, values: &[i32]) -> RawArray {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();

@@ -34,3 +34,12 @@ pub fn index_of<const N: usize>(shape: [usize; N], linear: u64) -> [usize; N] {
     let v = memarray_core::shape::unravel(&shape, linear).expect("linear < len");
     std::array::from_fn(|d| v[d] as usize)
 }
+
+/// An i32 array's elements, read after its pending work.
+pub fn i32s(a: &memarray_cuda::RawArray) -> Vec<i32> {
+    let mut out = vec![0u8; a.nbytes()];
+    a.read_all(&mut out, None).unwrap();
+    out.chunks_exact(4)
+        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
