@@ -66,27 +66,34 @@ impl Drop for PyMemArray {
         if !slow {
             return drop(shared);
         }
-        Python::attach(|py| {
-            // Deallocation may run while an exception is propagating: keep it intact.
-            let in_flight = PyErr::take(py);
-            // Releasing the GIL while the interpreter finalizes could hand it to a daemon
-            // thread that is being torn down: free in place then.
-            let finalizing = IS_FINALIZING
-                .get_or_try_init(py, || -> PyResult<_> {
-                    Ok(py.import("sys")?.getattr("is_finalizing")?.unbind())
-                })
-                .and_then(|f| f.bind(py).call0()?.extract::<bool>())
-                .unwrap_or(true);
-            if finalizing {
-                drop(shared);
-            } else {
-                py.detach(move || drop(shared));
-            }
-            if let Some(e) = in_flight {
-                e.restore(py);
-            }
-        });
+        drop_detached(shared);
     }
+}
+
+/// Drops `value` (whose drop may block: freeing pinned memory, waiting for device work,
+/// destroying an NCCL communicator) with the GIL released, except while the interpreter
+/// finalizes.
+pub(crate) fn drop_detached<T: Send>(value: T) {
+    Python::attach(|py| {
+        // Deallocation may run while an exception is propagating: keep it intact.
+        let in_flight = PyErr::take(py);
+        // Releasing the GIL while the interpreter finalizes could hand it to a daemon
+        // thread that is being torn down: free in place then.
+        let finalizing = IS_FINALIZING
+            .get_or_try_init(py, || -> PyResult<_> {
+                Ok(py.import("sys")?.getattr("is_finalizing")?.unbind())
+            })
+            .and_then(|f| f.bind(py).call0()?.extract::<bool>())
+            .unwrap_or(true);
+        if finalizing {
+            drop(value);
+        } else {
+            py.detach(move || drop(value));
+        }
+        if let Some(e) = in_flight {
+            e.restore(py);
+        }
+    });
 }
 
 impl PyMemArray {

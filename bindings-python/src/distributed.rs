@@ -3,6 +3,7 @@
 //! `memarray.gather`. Every call that may block (communicator setup, the first collective
 //! connecting peers, waits for arrays) runs with the GIL released.
 
+use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use memarray_cuda::RawArray;
 use memarray_cuda::nccl::{self, Comm, ReduceOp, UniqueId};
 use memarray_cuda::stream::StreamRef;
 
-use crate::array::PyMemArray;
+use crate::array::{PyMemArray, drop_detached};
 use crate::born::parse_device;
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
@@ -26,7 +27,17 @@ use crate::stream::parse_move_stream;
 /// the arrays' pending work, without blocking the host.
 #[pyclass(name = "Communicator", module = "memarray.distributed", frozen)]
 pub struct PyComm {
-    comm: Arc<Comm>,
+    /// Dropped in [`Drop`] with the GIL released: destroying a communicator flushes its
+    /// queued collectives.
+    comm: ManuallyDrop<Arc<Comm>>,
+}
+
+impl Drop for PyComm {
+    fn drop(&mut self) {
+        // SAFETY: `comm` is taken exactly once, here, and never used afterwards.
+        let comm = unsafe { ManuallyDrop::take(&mut self.comm) };
+        drop_detached(comm);
+    }
 }
 
 fn cast<'a, 'py>(obj: &'a Bound<'py, PyAny>, what: &str) -> PyResult<&'a Bound<'py, PyMemArray>> {
@@ -111,7 +122,7 @@ impl PyComm {
             .map(|o| cast(o, "all_reduce"))
             .transpose()?
             .map(|o| o.get());
-        let comm = &self.comm;
+        let comm: &Comm = &self.comm;
         with_two(py, a, o, |a, o| match o {
             None => comm.all_reduce_in_place(a, op, stream),
             Some(o) => comm.all_reduce(a, o, op, stream),
@@ -136,7 +147,7 @@ impl PyComm {
             cast(array, "all_gather")?.get(),
             cast(out, "all_gather")?.get(),
         );
-        let comm = &self.comm;
+        let comm: &Comm = &self.comm;
         with_two(py, a, Some(o), |a, o| match o {
             Some(o) => comm.all_gather(a, o, stream),
             None => Err(memarray_cuda::CudaError::Nccl {
@@ -166,7 +177,7 @@ impl PyComm {
             cast(array, "reduce_scatter")?.get(),
             cast(out, "reduce_scatter")?.get(),
         );
-        let comm = &self.comm;
+        let comm: &Comm = &self.comm;
         with_two(py, a, Some(o), |a, o| match o {
             Some(o) => comm.reduce_scatter(a, o, op, stream),
             None => Err(memarray_cuda::CudaError::Nccl {
@@ -190,7 +201,7 @@ impl PyComm {
     ) -> PyResult<()> {
         let stream = parse_stream(stream)?;
         let a = cast(array, "broadcast")?.get();
-        let comm = &self.comm;
+        let comm: &Comm = &self.comm;
         with_two(py, a, None, |a, _| comm.broadcast(a, root, stream)).py()
     }
 
@@ -208,7 +219,7 @@ impl PyComm {
     ) -> PyResult<()> {
         let stream = parse_stream(stream)?;
         let a = cast(array, "send")?.get();
-        let comm = &self.comm;
+        let comm: &Comm = &self.comm;
         with_two(py, a, None, |a, _| comm.send(a, peer, stream)).py()
     }
 
@@ -225,7 +236,7 @@ impl PyComm {
     ) -> PyResult<()> {
         let stream = parse_stream(stream)?;
         let a = cast(array, "recv")?.get();
-        let comm = &self.comm;
+        let comm: &Comm = &self.comm;
         with_two(py, a, None, |a, _| comm.recv(a, peer, stream)).py()
     }
 
@@ -296,7 +307,7 @@ fn init_rank(
         .detach(|| Comm::init_rank(device, size, rank, &id))
         .py()?;
     Ok(PyComm {
-        comm: Arc::new(comm),
+        comm: ManuallyDrop::new(Arc::new(comm)),
     })
 }
 
@@ -306,7 +317,8 @@ fn init_all<'py>(py: Python<'py>, devices: Vec<u32>) -> PyResult<Bound<'py, PyLi
     let comms = py.detach(|| Comm::init_all(&devices)).py()?;
     let out = PyList::empty(py);
     for c in comms {
-        out.append(Py::new(py, PyComm { comm: Arc::new(c) })?)?;
+        let comm = ManuallyDrop::new(Arc::new(c));
+        out.append(Py::new(py, PyComm { comm })?)?;
     }
     Ok(out)
 }
