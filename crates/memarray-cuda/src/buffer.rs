@@ -111,6 +111,33 @@ impl DeviceBuffer {
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }
 
+    /// `len` bytes at `offset` of `block`, sharing its memory: the block is freed when it
+    /// and its last slice are dropped. A slice is freed on the block's free stream (so the
+    /// waits ordering each slice's release precede the block's), and buffers its resource
+    /// makes later (a clone) come from the block's resource.
+    pub(crate) fn slice_of(block: &Arc<DeviceBuffer>, offset: usize, len: usize) -> Result<Self> {
+        let addr = block.range(offset, len)?;
+        let ptr = NonNull::new(addr as usize as *mut u8).ok_or_else(|| CoreError::Alloc {
+            bytes: len,
+            align: 1,
+            resource: block.resource.name().to_string(),
+            reason: "a slice at address 0".into(),
+        })?;
+        let resource = Arc::new(ForeignMemory::new(
+            ptr,
+            MemoryKind::Device,
+            Box::new(block.clone()),
+            block.resource.clone(),
+        ));
+        Ok(Self::from_parts(
+            &block.device,
+            ptr,
+            len,
+            resource,
+            block.free_stream,
+        ))
+    }
+
     fn check_resource(device: &Device, resource: &dyn MemoryResource) -> Result<()> {
         if resource.is_accessible_from(device.location()) {
             Ok(())

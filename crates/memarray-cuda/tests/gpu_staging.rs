@@ -196,3 +196,74 @@ fn gpu_move_many_with_a_locked_array_moves_nothing() {
     assert_eq!(a.location(), Location::Host);
     b.unlock(t).unwrap();
 }
+
+#[test]
+fn gpu_move_many_packs_new_arrays_into_one_block_that_outlives_any_of_them() {
+    let Some(_dev) = gpu_or_skip() else { return };
+    let sizes: Vec<usize> = (0..200).map(|i| 4000 + 37 * i).collect();
+    let data: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| random_bytes(n, 1000 + i as u64))
+        .collect();
+    let mut arrays: Vec<RawArray> = data
+        .iter()
+        .map(|d| {
+            let mut a = RawArray::zeros_in(DType::U8, &[d.len()], 0, HostKind::Pageable).unwrap();
+            a.write_all(d, None).unwrap();
+            a
+        })
+        .collect();
+    let mut refs: Vec<&mut RawArray> = arrays.iter_mut().collect();
+    RawArray::move_many(&mut refs, Location::Device(0), None).unwrap();
+    // One block laid out as the staging buffer: consecutive, 256-byte aligned slices.
+    let ptrs: Vec<u64> = arrays.iter().map(|a| a.device_ptr(None).unwrap()).collect();
+    for i in 1..ptrs.len() {
+        assert_eq!(
+            ptrs[i] - ptrs[i - 1],
+            sizes[i - 1].next_multiple_of(256) as u64,
+            "slice {i}"
+        );
+    }
+    // A kernel on one slice leaves its neighbours alone.
+    arrays[5].add_index_tuple_device(None, None).unwrap();
+    let want5: Vec<u8> = data[5]
+        .iter()
+        .enumerate()
+        .map(|(k, &b)| b.wrapping_add(k as u8))
+        .collect();
+    for (i, w) in [(4, &data[4]), (5, &want5), (6, &data[6])] {
+        let mut v = vec![0u8; sizes[i]];
+        arrays[i].read_all(&mut v, None).unwrap();
+        assert!(&v == w, "array {i}");
+    }
+    // Dropping most arrays keeps the block alive for the rest; new allocations do not
+    // reuse its memory while they live.
+    let clone = arrays[7].try_clone(None).unwrap();
+    assert_ne!(clone.device_ptr(None).unwrap(), ptrs[7]);
+    let kept: Vec<(usize, RawArray)> = arrays
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % 3 == 1)
+        .collect();
+    let fresh: Vec<RawArray> = (0..50)
+        .map(|_| {
+            RawArray::full_on(DType::U8, &[8192], Location::Device(0), &[0xAB], None, None).unwrap()
+        })
+        .collect();
+    for (i, mut a) in kept {
+        let want = if i == 5 { &want5 } else { &data[i] };
+        let mut v = vec![0u8; sizes[i]];
+        a.read_all(&mut v, None).unwrap();
+        assert!(&v == want, "array {i} after the others dropped");
+        a.move_memory(Location::Host, None, true, None).unwrap();
+        assert!(
+            a.host_bytes(None).unwrap() == &want[..],
+            "array {i} back on the host"
+        );
+    }
+    let mut v = vec![0u8; sizes[7]];
+    clone.read_all(&mut v, None).unwrap();
+    assert!(v == data[7]);
+    drop(fresh);
+}

@@ -10,8 +10,9 @@ use crate::device::Device;
 use crate::driver;
 use crate::error::Result;
 use crate::event::Event;
-use crate::staging;
+use crate::resource::default_resource;
 use crate::stream::{Stream, StreamRef};
+use crate::{staging, transfer};
 
 /// Staged pieces are placed at this alignment in the shared pinned buffer.
 const PIECE_ALIGN: usize = 256;
@@ -60,9 +61,12 @@ fn us(t: std::time::Instant) -> f64 {
 
 impl RawArray {
     /// Moves every array to `target` (the host or a device) in one pass: pageable host
-    /// data of small arrays is packed into one pinned buffer from the pinned pool, all
-    /// copies go to the driver as one batch (`cuMemcpyBatchAsync` where the driver has
-    /// it), and the call waits once, at the end. When it returns every array is at
+    /// data of small arrays is packed into one pinned buffer from the pinned pool; arrays
+    /// that need a new device buffer from the default resource get slices of one device
+    /// block laid out like that buffer, filled by one copy (the block is freed when the
+    /// last of them drops or moves elsewhere); the remaining copies go to the driver as
+    /// one batch (`cuMemcpyBatchAsync` where the driver has it), and the call waits once,
+    /// at the end. When it returns every array is at
     /// `target` with its data complete. Arrays already there are left alone; arrays at
     /// or above the staged pipeline's direct-copy size (the smaller of the two
     /// directions'), and moves between devices, take [`RawArray::move_memory`]'s path
@@ -225,32 +229,71 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
     pack(&pieces)?;
     prof.stage_us = us(t);
     let t = std::time::Instant::now();
-    let mut srcs = srcs;
+    // Staged arrays whose device copy is new and from the default resource get slices of
+    // one device block laid out as the staging buffer: one copy moves all of them.
+    let block = match &stage {
+        Some(st)
+            if batch.iter().zip(&sides).any(|(a, side)| {
+                matches!(side, HostSide::Staged(_)) && a.dev.takes_default_buffer_on(device.id())
+            }) =>
+        {
+            // SAFETY: written in full by the copy of the staging buffer below before any read.
+            let mut b = unsafe {
+                DeviceBuffer::uninit(device, st.len(), default_resource(device)?, stream)?
+            };
+            b.set_free_stream(StreamRef::legacy());
+            Some(Arc::new(b))
+        }
+        _ => None,
+    };
+    let mut srcs_rest = Vec::with_capacity(batch.len());
     let mut dsts = Vec::with_capacity(batch.len());
+    let mut sizes = Vec::with_capacity(batch.len());
     let mut buffers: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(batch.len());
-    for a in batch.iter() {
-        // SAFETY: written in full by the batch below before any read.
-        let b = unsafe { a.dev.buffer_on(device.id(), a.nbytes, stream)? };
+    for ((a, side), src) in batch.iter().zip(&sides).zip(&srcs) {
         a.dev.order(stream, device.id())?;
-        dsts.push(b.device_ptr());
+        let slice = match (side, &block) {
+            (HostSide::Staged(off), Some(block)) if a.dev.takes_default_buffer_on(device.id()) => {
+                Some(DeviceBuffer::slice_of(block, *off, a.nbytes)?)
+            }
+            _ => None,
+        };
+        let b = match slice {
+            Some(s) => Arc::new(s),
+            None => {
+                // SAFETY: written in full by the batch below before any read.
+                let b = unsafe { a.dev.buffer_on(device.id(), a.nbytes, stream)? };
+                dsts.push(b.device_ptr());
+                srcs_rest.push(*src);
+                sizes.push(a.nbytes);
+                b
+            }
+        };
         buffers.push(b);
     }
-    let mut sizes: Vec<usize> = batch.iter().map(|a| a.nbytes).collect();
     prof.prepare_us = us(t);
     let t = std::time::Instant::now();
-    // SAFETY: sources are pinned (the arrays' own or the staging buffer, both alive until
-    // the wait below); destinations are the new buffers of `nbytes` each; the stream is
-    // live and of the bound device.
-    unsafe {
-        driver::memcpy_batch_async(
-            &mut dsts,
-            &mut srcs,
-            &mut sizes,
-            true,
-            device.id() as i32,
-            stream.cu(),
-        )?
-    };
+    if let (Some(block), Some(st)) = (&block, &stage) {
+        // SAFETY: the staging buffer is pinned, packed above and alive until the wait
+        // below; the block is new and as long; the stream is live and of the bound device.
+        let op = unsafe { transfer::copy_htod_raw(block, 0, st.as_ptr(), st.len(), stream) }?;
+        drop(op); // waited for below, with the batch
+    }
+    if !dsts.is_empty() {
+        // SAFETY: sources are pinned (the arrays' own or the staging buffer, both alive
+        // until the wait below); destinations are the arrays' buffers of `nbytes` each;
+        // the stream is live and of the bound device.
+        unsafe {
+            driver::memcpy_batch_async(
+                &mut dsts,
+                &mut srcs_rest,
+                &mut sizes,
+                true,
+                device.id() as i32,
+                stream.cu(),
+            )?
+        };
+    }
     prof.enqueue_us = us(t);
     let t = std::time::Instant::now();
     let done = Event::new(device)?;

@@ -379,6 +379,16 @@ impl DeviceSide {
         Ok(Arc::new(b))
     }
 
+    /// Whether a copy to `device_id` would allocate a new buffer from the device's default
+    /// resource (no buffer there yet, no resource of the array's own).
+    pub(super) fn takes_default_buffer_on(&self, device_id: u32) -> bool {
+        self.resource.is_none()
+            && self
+                .buffer
+                .as_ref()
+                .is_none_or(|b| b.device().id() != device_id)
+    }
+
     /// Makes `b` the device copy (a no-op if it already is).
     pub(super) fn install(&mut self, b: Arc<DeviceBuffer>) {
         if self.buffer.as_ref().is_some_and(|old| Arc::ptr_eq(old, &b)) {
