@@ -1,6 +1,7 @@
 """IPC hand-off latency of a device array between two processes: memarray (IpcHandle with
 its event, pickled through a multiprocessing pipe) vs torch (a CUDA tensor sent through the
-same pipe with torch.multiprocessing's reducers, which also share an event).
+same transport with torch.multiprocessing's reducers, which also share an event), through
+a multiprocessing pipe and through a pair of multiprocessing queues.
 
     python3 benches/ipc_handoff.py [--mib 256] [--frames 60] [--json PATH]
 
@@ -111,9 +112,26 @@ def _consumer(lib: str, conn, results) -> None:
     results.put((cached, first, med, micro))
 
 
-def handoff(lib: str, frames: int, n: int):
+class QueueEnd:
+    """One end of a pair of multiprocessing queues, with a pipe end's send / recv."""
+
+    def __init__(self, out_q, in_q):
+        self.out_q, self.in_q = out_q, in_q
+
+    def send(self, obj) -> None:
+        self.out_q.put(obj)
+
+    def recv(self):
+        return self.in_q.get()
+
+
+def handoff(lib: str, frames: int, n: int, transport: str):
     ctx = mp.get_context("spawn")
-    a, b = ctx.Pipe()
+    if transport == "pipe":
+        a, b = ctx.Pipe()
+    else:
+        q1, q2 = ctx.Queue(), ctx.Queue()
+        a, b = QueueEnd(q1, q2), QueueEnd(q2, q1)
     results = ctx.Queue()
     c = ctx.Process(target=_consumer, args=(lib, b, results))
     p = ctx.Process(target=_producer, args=(lib, a, frames, n))
@@ -133,27 +151,39 @@ def main() -> None:
     args = ap.parse_args()
     n = args.mib * (1 << 20) // 4
     out = {}
-    for lib in ("memarray", "torch"):
-        try:
-            med, first, parts, micro = handoff(lib, args.frames, n)
-        except Exception as e:  # noqa: BLE001 - a missing peer is reported, not fatal
-            print(f"{lib}: not measured ({e!r})")
-            continue
-        out[lib] = {"median_us": med, "first_us": first, "parts_us": parts, **micro}
-        print(
-            f"{lib:9s} hand-off of {args.mib} MiB after the first open: median {med:7.1f} us "
-            f"(first opens: {', '.join(f'{x:.0f}' for x in first)} us)"
-        )
-        if parts:
+    for transport in ("pipe", "queue"):
+        for lib in ("memarray", "torch"):
+            try:
+                med, first, parts, micro = handoff(lib, args.frames, n, transport)
+            except Exception as e:  # noqa: BLE001 - a missing peer is reported, not fatal
+                print(f"{lib}: not measured ({e!r})")
+                continue
+            out[f"{lib} {transport}"] = {
+                "median_us": med,
+                "first_us": first,
+                "parts_us": parts,
+                **micro,
+            }
             print(
-                f"          export {parts[0]:.1f} us, pipe (send, pickle, recv) {parts[1]:.1f} us,"
-                f" open {parts[2]:.1f} us; " + ", ".join(f"{k} {v:.1f}" for k, v in micro.items())
+                f"{lib:9s} {transport:5s} hand-off of {args.mib} MiB after the first open: "
+                f"median {med:7.1f} us (first opens: {', '.join(f'{x:.0f}' for x in first)} us)"
             )
-    if "memarray" in out:
-        m = out["memarray"]["median_us"]
-        print(f"{'met ' if m < 100 else 'MISS'} memarray hand-off < 100 us: {m:.1f} us")
-        if "torch" in out:
-            print(f"torch / memarray: {out['torch']['median_us'] / m:.2f}")
+            if parts:
+                print(
+                    f"                export {parts[0]:.1f} us, {transport} (with pickling) "
+                    f"{parts[1]:.1f} us, open {parts[2]:.1f} us; "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in micro.items())
+                )
+    for transport in ("pipe", "queue"):
+        m = out.get(f"memarray {transport}", {}).get("median_us")
+        t = out.get(f"torch {transport}", {}).get("median_us")
+        if m is not None:
+            print(
+                f"{'met ' if m < 100 else 'MISS'} memarray hand-off < 100 us "
+                f"({transport}): {m:.1f} us"
+            )
+        if m and t:
+            print(f"torch / memarray ({transport}): {t / m:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

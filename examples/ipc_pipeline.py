@@ -1,7 +1,7 @@
 """A two-process pipeline over CUDA IPC: a producer fills device arrays on its own stream
 and hands them to a consumer process without copying and without waiting for its GPU work.
 
-Each hand-off is an IpcHandle pickled through a multiprocessing pipe. The handle carries
+Each hand-off is an IpcHandle pickled through a multiprocessing queue. The handle carries
 an interprocess event recorded after the producer's queued kernels, so the consumer's reads
 wait for them on the GPU; the producer never blocks. Buffers come from a ring the producer
 reuses only after the consumer acknowledges a frame; the consumer keeps the last array of
@@ -24,7 +24,7 @@ import sys
 import time
 
 
-def producer(conn, frames: int, shape: tuple[int, int], slots: int, kernels: int, device: int):
+def producer(frames_q, acks_q, frames: int, shape, slots: int, kernels: int, device: int):
     import memarray
 
     stream = memarray.cuda.Stream(device)
@@ -33,7 +33,7 @@ def producer(conn, frames: int, shape: tuple[int, int], slots: int, kernels: int
     free = list(range(slots))
     for frame in range(frames):
         if not free:
-            free.append(conn.recv())  # the consumer is done with this slot
+            free.append(acks_q.get())  # the consumer is done with this slot
         s = free.pop(0)
         a = ring[s]
         for _ in range(kernels):  # queued on `stream`; nothing waits for them here
@@ -42,14 +42,14 @@ def producer(conn, frames: int, shape: tuple[int, int], slots: int, kernels: int
         t0 = time.perf_counter()
         h = a.ipc_handle()  # records the handle's event after the kernels
         t1 = time.perf_counter()
-        conn.send((s, frame, counts[s], h, t0, t1))
+        frames_q.put((s, frame, counts[s], h, t0, t1))
     for _ in range(len(free), slots):
-        conn.recv()
-    conn.send(None)
+        acks_q.get()
+    frames_q.put(None)
     memarray.cuda.synchronize(device)
 
 
-def consumer(conn, shape: tuple[int, int], slots: int, results) -> None:
+def consumer(frames_q, acks_q, shape: tuple[int, int], slots: int, results) -> None:
     import memarray
 
     keep: dict[int, object] = {}
@@ -57,7 +57,7 @@ def consumer(conn, shape: tuple[int, int], slots: int, results) -> None:
     probes = [(0, 1), (rows // 2, cols // 3), (rows - 1, cols - 1)]
     export_us, transit_us, import_us, first = [], [], [], []
     ptrs: dict[int, int] = {}
-    while (msg := conn.recv()) is not None:
+    while (msg := frames_q.get()) is not None:
         s, frame, count, h, t0, t1 = msg
         t2 = time.perf_counter()
         b = memarray.from_ipc_handle(h)
@@ -78,7 +78,7 @@ def consumer(conn, shape: tuple[int, int], slots: int, results) -> None:
             export_us.append((t1 - t0) * 1e6)
             transit_us.append((t2 - t1) * 1e6)
         keep[s] = b  # keeps the mapping open for the slot's next frame
-        conn.send(s)
+        acks_q.put(s)
     results.put(("ok", export_us, transit_us, import_us, first))
 
 
@@ -99,11 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = max(1, args.mib * (1 << 20) // (4 * cols))
     shape = (rows, cols)
     ctx = mp.get_context("spawn")
-    a, b = ctx.Pipe()
-    results = ctx.Queue()
-    cons = ctx.Process(target=consumer, args=(b, shape, args.slots, results))
+    frames_q, acks_q, results = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    cons = ctx.Process(target=consumer, args=(frames_q, acks_q, shape, args.slots, results))
     prod = ctx.Process(
-        target=producer, args=(a, args.frames, shape, args.slots, args.kernels, args.device)
+        target=producer,
+        args=(frames_q, acks_q, args.frames, shape, args.slots, args.kernels, args.device),
     )
     cons.start()
     prod.start()
