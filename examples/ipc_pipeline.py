@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"after the first open (median of {len(import_us)} frames): export (ipc_handle) "
             f"{med(export_us):.1f} us, import (from_ipc_handle) {med(import_us):.1f} us; the "
-            f"pipe wait, {med(transit_us):.0f} us, is the consumer finishing the frame before"
+            f"queue wait, {med(transit_us):.0f} us, is the consumer finishing the frame before"
         )
     print("ok")
     return 0
