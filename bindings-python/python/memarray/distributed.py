@@ -36,11 +36,14 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._memarray import distributed as _d
 
-Communicator = _d.Communicator
+if TYPE_CHECKING:
+    from ._memarray import _Communicator as Communicator
+else:
+    Communicator = _d.Communicator
 
 __all__ = [
     "Communicator",
