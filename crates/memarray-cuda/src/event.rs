@@ -15,9 +15,6 @@ pub struct Event {
     device: Arc<Device>,
     handle: CUevent,
     timed: bool,
-    /// Shared with other processes (CUDA IPC): never re-recorded by the mirror, whose
-    /// own work gets events of its own.
-    shared: bool,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; every method binds the
@@ -45,7 +42,6 @@ impl Event {
             device: device.clone(),
             handle,
             timed,
-            shared: false,
         })
     }
 
@@ -58,7 +54,6 @@ impl Event {
             device: device.clone(),
             handle,
             timed: false,
-            shared: true,
         })
     }
 
@@ -80,14 +75,7 @@ impl Event {
             device: device.clone(),
             handle,
             timed: false,
-            shared: true,
         })
-    }
-
-    /// Whether the event is shared with other processes (made by
-    /// [`interprocess`](Self::interprocess) or [`open_ipc`](Self::open_ipc)).
-    pub fn is_shared(&self) -> bool {
-        self.shared
     }
 
     /// Records the event at the current end of `stream`'s work (a default stream is this

@@ -42,7 +42,9 @@ impl Drop for ExportOwner {
 #[derive(Debug)]
 struct Pending {
     event: Arc<Event>,
-    stream: StreamRef,
+    /// The stream the work ran on; `None` when it is on none of this process's streams
+    /// (another process's work, an IPC import's event): every stream then waits.
+    stream: Option<StreamRef>,
     keep_alive: Vec<Arc<DeviceBuffer>>,
 }
 
@@ -88,16 +90,10 @@ impl Drop for DeviceSide {
                 .ok()
                 .flatten()
                 .is_some();
-            let pending = self.pending.get_mut().map(|p| p.take()).unwrap_or(None);
-            let unused = match &pending {
+            let unused = match self.pending.get_mut().unwrap_or_else(|e| e.into_inner()) {
                 None => lazy_unused,
-                Some(p) => p.event.is_shared(),
+                Some(p) => p.stream.is_none(),
             };
-            if let Some(p) = pending
-                && !unused
-            {
-                *self.pending.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(p);
-            }
             if !unused {
                 let _ = self.wait_host();
             }
@@ -172,7 +168,7 @@ impl DeviceSide {
         if let Some(event) = event {
             *out.pending.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(Pending {
                 event,
-                stream: StreamRef::legacy(),
+                stream: None,
                 keep_alive: Vec::new(),
             });
         }
@@ -232,7 +228,7 @@ impl DeviceSide {
                 if guard.is_none() {
                     *guard = Some(Pending {
                         event: Arc::new(event),
-                        stream: legacy,
+                        stream: Some(legacy),
                         keep_alive: Vec::new(),
                     });
                 }
@@ -258,8 +254,7 @@ impl DeviceSide {
     /// must wait too, with that device bound.
     pub(super) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         if let Some(p) = self.pending().as_ref()
-            // An event another process recorded (an IPC import) is on none of our streams.
-            && (p.stream != stream || p.event.device().id() != device_id || p.event.is_shared())
+            && (p.stream != Some(stream) || p.event.device().id() != device_id)
         {
             stream.wait_on(&*Device::get(device_id)?, &p.event)?;
         }
@@ -276,7 +271,8 @@ impl DeviceSide {
         let event = match guard.as_ref() {
             // Re-recording reuses the event: later waits capture the new point; work
             // that waited on the old point is ordered before it anyway.
-            Some(p) if p.event.device().id() == device.id() && !p.event.is_shared() => {
+            // (Not another process's event: the mirror never records one of those.)
+            Some(p) if p.event.device().id() == device.id() && p.stream.is_some() => {
                 p.event.clone()
             }
             _ => Arc::new(Event::new(&device)?),
@@ -286,7 +282,7 @@ impl DeviceSide {
         keep_alive.extend(keep);
         *guard = Some(Pending {
             event,
-            stream,
+            stream: Some(stream),
             keep_alive,
         });
         drop(guard);
@@ -301,7 +297,7 @@ impl DeviceSide {
     pub(super) fn record_read(&self, op: &Enqueued) -> Result<()> {
         let mut guard = self.pending();
         let event = match guard.as_ref() {
-            Some(p) if p.event.device().id() == op.device().id() && !p.event.is_shared() => {
+            Some(p) if p.event.device().id() == op.device().id() && p.stream.is_some() => {
                 p.event.clone()
             }
             _ => Arc::new(Event::new(op.device())?),
@@ -310,7 +306,7 @@ impl DeviceSide {
         let keep_alive = guard.take().map(|p| p.keep_alive).unwrap_or_default();
         *guard = Some(Pending {
             event,
-            stream: op.stream(),
+            stream: Some(op.stream()),
             keep_alive,
         });
         Ok(())
@@ -607,16 +603,14 @@ impl DeviceSide {
     /// another process's (an IPC import's event): the host waits for that work instead and
     /// `None` is returned.
     pub(crate) fn pending_stream(&self) -> Result<Option<StreamRef>> {
-        let stream = self
-            .pending()
-            .as_ref()
-            .map(|p| (p.stream, p.event.is_shared()));
-        match stream.map(|(s, shared)| (s, shared || !s.is_persistent())) {
-            Some((_, true)) => {
+        let pending = self.pending().as_ref().map(|p| p.stream);
+        match pending {
+            // Another process's work, or a foreign stream: wait here instead of naming it.
+            Some(s) if s.is_none_or(|s| !s.is_persistent()) => {
                 self.wait_host()?;
                 Ok(None)
             }
-            other => Ok(other.map(|(s, _)| s)),
+            other => Ok(other.flatten()),
         }
     }
 
