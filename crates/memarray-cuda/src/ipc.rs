@@ -30,14 +30,13 @@ use crate::stream::StreamRef;
 pub const IPC_HANDLE_BYTES: usize = 4 + 64 + 8 + 8 + 4 + 4 + 1 + 64;
 const TAG: &[u8; 4] = b"MAH2";
 
-/// A buffer's export, made once: its allocation's handle and offset, and the
-/// interprocess event an array records for importers.
+/// A buffer's export, made once: its allocation's handle and offset, and (made on an
+/// array's first export) the interprocess event it records for importers.
 #[derive(Debug)]
 pub(crate) struct Exported {
     handle: [u8; 64],
     offset: u64,
-    pub(crate) event: Event,
-    event_handle: [u8; 64],
+    event: OnceLock<(Event, [u8; 64])>,
 }
 
 /// A device buffer's memory as another process can open it.
@@ -121,24 +120,46 @@ impl DeviceBuffer {
     /// A handle another process can open to map this buffer's memory. No event: the
     /// caller finishes its writes first (an array's handle carries one instead).
     pub fn ipc_handle(&self) -> Result<IpcHandle> {
+        Ok(self.handle_of(self.exported()?, None))
+    }
+
+    /// A handle carrying the buffer's interprocess event, recorded by `record` (the
+    /// array's ordering) first.
+    pub(crate) fn ipc_handle_with(
+        &self,
+        record: impl FnOnce(&Event) -> Result<()>,
+    ) -> Result<IpcHandle> {
         let e = self.exported()?;
-        Ok(IpcHandle {
+        let (event, event_handle) = match e.event.get() {
+            Some(ev) => ev,
+            None => {
+                let event = Event::interprocess(self.device())?;
+                let h = event.ipc_handle()?;
+                // Two threads may race to make it; the loser's event is dropped unused.
+                e.event.get_or_init(|| (event, h))
+            }
+        };
+        record(event)?;
+        Ok(self.handle_of(e, Some(*event_handle)))
+    }
+
+    fn handle_of(&self, e: &Exported, event: Option<[u8; 64]>) -> IpcHandle {
+        IpcHandle {
             handle: e.handle,
             offset: e.offset,
             nbytes: self.len() as u64,
             device_id: self.device().id(),
             pid: std::process::id(),
-            event: None,
-        })
+            event,
+        }
     }
 
     /// The buffer's export: made on the first call, reused after.
-    pub(crate) fn exported(&self) -> Result<&Exported> {
+    fn exported(&self) -> Result<&Exported> {
         if let Some(e) = self.ipc.get() {
             return Ok(e);
         }
-        let device = self.device().clone();
-        let _ctx = device.bind()?;
+        let _ctx = self.device().bind()?;
         let addr = self.device_ptr();
         let refuse = |e: CudaError| CudaError::Ipc {
             reason: format!(
@@ -152,34 +173,13 @@ impl DeviceBuffer {
         // SAFETY: `base` starts the live allocation containing the buffer (just asked).
         let handle = unsafe { driver::ipc_get_mem_handle(base) }.map_err(refuse)?;
         debug_assert!(addr - base + self.len() as u64 <= size as u64);
-        let event = Event::interprocess(&device)?;
-        let event_handle = event.ipc_handle()?;
-        // Two threads may race to make it; the loser's export is dropped unused.
         Ok(self.ipc.get_or_init(|| {
             Box::new(Exported {
                 handle,
                 offset: addr - base,
-                event,
-                event_handle,
+                event: OnceLock::new(),
             })
         }))
-    }
-
-    /// A handle whose event is recorded by `record` (the array's ordering).
-    pub(crate) fn ipc_handle_with(
-        &self,
-        record: impl FnOnce(&Event) -> Result<()>,
-    ) -> Result<IpcHandle> {
-        let e = self.exported()?;
-        record(&e.event)?;
-        Ok(IpcHandle {
-            handle: e.handle,
-            offset: e.offset,
-            nbytes: self.len() as u64,
-            device_id: self.device().id(),
-            pid: std::process::id(),
-            event: Some(e.event_handle),
-        })
     }
 }
 

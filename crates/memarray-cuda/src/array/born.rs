@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use memarray_core::{CoreError, DType, HostBuffer, Location, Lock, shape};
+use memarray_core::{CoreError, DType, HostBuffer, Location, shape};
 
 use super::device_side::DeviceSide;
 use super::host_kind::{HostKind, host_buffer};
@@ -131,17 +131,9 @@ impl RawArray {
                     Fill::Value(v) => Some(v),
                 };
                 dev.born(id, nbytes, fill, stream)?;
-                Ok(RawArray {
-                    dtype,
-                    shape: shape.to_vec(),
-                    nbytes,
-                    host: None,
-                    host_kind: kind,
-                    device_id: id,
-                    location,
-                    lock: Arc::new(Lock::new()),
-                    dev,
-                })
+                let mut a = RawArray::on_device_only(dtype, shape, nbytes, id, dev);
+                a.host_kind = kind;
+                Ok(a)
             }
         }
     }

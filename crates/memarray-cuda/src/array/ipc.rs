@@ -1,11 +1,8 @@
 //! Arrays across processes: [`RawArray::ipc_handle`] and [`RawArray::from_ipc_handle`].
 
-use std::sync::Arc;
-
-use memarray_core::{CoreError, DType, Location, Lock, LockToken, shape};
+use memarray_core::{CoreError, DType, Location, LockToken, shape};
 
 use super::device_side::DeviceSide;
-use super::host_kind::HostKind;
 use super::raw::RawArray;
 use crate::error::{CudaError, Result};
 use crate::ipc::{IpcHandle, open_with_event};
@@ -45,17 +42,7 @@ impl RawArray {
         }
         let (buffer, event) = open_with_event(h)?;
         let device_id = buffer.device().id();
-        Ok(Self {
-            dtype,
-            shape: shape.to_vec(),
-            nbytes,
-            // The host copy is made on the first move to the host.
-            host: None,
-            host_kind: HostKind::auto(nbytes),
-            device_id,
-            location: Location::Device(device_id),
-            lock: Arc::new(Lock::new()),
-            dev: DeviceSide::adopt_after(buffer, event),
-        })
+        let dev = DeviceSide::adopt_after(buffer, event);
+        Ok(Self::on_device_only(dtype, shape, nbytes, device_id, dev))
     }
 }

@@ -186,18 +186,29 @@ impl RawArray {
         } else {
             DeviceSide::copy_of(&foreign, nbytes, producer)?
         };
-        Ok(Self {
+        Ok(Self::on_device_only(dtype, shape, nbytes, device.id(), dev))
+    }
+
+    /// An array whose data is `dev`'s device copy on `device_id` (no host copy yet: it is
+    /// made on the first move to the host). `nbytes` is `shape`'s, already validated.
+    pub(super) fn on_device_only(
+        dtype: DType,
+        shape: &[usize],
+        nbytes: usize,
+        device_id: u32,
+        dev: DeviceSide,
+    ) -> Self {
+        Self {
             dtype,
             shape: shape.to_vec(),
             nbytes,
-            // The host copy is made on the first move to the host.
             host: None,
             host_kind: HostKind::auto(nbytes),
-            device_id: device.id(),
-            location: Location::Device(device.id()),
+            device_id,
+            location: Location::Device(device_id),
             lock: Arc::new(Lock::new()),
             dev,
-        })
+        }
     }
 
     /// Element type.
