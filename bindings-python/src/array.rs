@@ -97,6 +97,72 @@ pub(crate) fn drop_detached<T: Send>(value: T) {
 }
 
 impl PyMemArray {
+    /// `obj` as a MemArray, or a TypeError saying `what` takes MemArrays.
+    pub(crate) fn arg<'a, 'py>(
+        obj: &'a Bound<'py, PyAny>,
+        what: &str,
+    ) -> PyResult<&'a Bound<'py, PyMemArray>> {
+        obj.cast::<PyMemArray>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what} takes MemArrays, got {}",
+                crate::errors::type_name(obj)
+            ))
+        })
+    }
+}
+
+/// The states of several arrays, each locked once, in address order: two calls locking
+/// overlapping sets cannot deadlock. Take it with the GIL released.
+pub(crate) struct Locked<'a> {
+    keys: Vec<usize>,
+    guards: Vec<std::sync::MutexGuard<'a, RawArray>>,
+}
+
+impl<'a> Locked<'a> {
+    pub(crate) fn new(arrays: &[&'a PyMemArray]) -> Self {
+        let mut sorted: Vec<&'a PyMemArray> = arrays.to_vec();
+        sorted.sort_by_key(|a| key(a));
+        sorted.dedup_by_key(|a| key(a));
+        Self {
+            keys: sorted.iter().map(|a| key(a)).collect(),
+            guards: sorted.iter().map(|a| a.shared.state()).collect(),
+        }
+    }
+
+    /// Each distinct array's state, in address order.
+    pub(crate) fn all_mut(&mut self) -> Vec<&mut RawArray> {
+        self.guards.iter_mut().map(|g| &mut **g).collect()
+    }
+
+    /// The state of `a` (one of the arrays locked).
+    pub(crate) fn get(&self, a: &PyMemArray) -> Option<&RawArray> {
+        let i = self.keys.binary_search(&key(a)).ok()?;
+        Some(&*self.guards[i])
+    }
+
+    /// The states of two distinct arrays locked here.
+    pub(crate) fn pair_mut(
+        &mut self,
+        a: &PyMemArray,
+        b: &PyMemArray,
+    ) -> Option<(&mut RawArray, &mut RawArray)> {
+        let i = self.keys.binary_search(&key(a)).ok()?;
+        let j = self.keys.binary_search(&key(b)).ok()?;
+        let (lo, hi) = (i.min(j), i.max(j));
+        if lo == hi {
+            return None;
+        }
+        let (left, right) = self.guards.split_at_mut(hi);
+        let (x, y) = (&mut *left[lo], &mut *right[0]);
+        Some(if i < j { (x, y) } else { (y, x) })
+    }
+}
+
+fn key(a: &PyMemArray) -> usize {
+    a as *const PyMemArray as usize
+}
+
+impl PyMemArray {
     /// Runs `f` on the array with the GIL held when no other thread is in a call on it and
     /// `fast` says `f` will not block; otherwise with the GIL released, both while waiting
     /// for the array and while `f` runs.

@@ -1,11 +1,10 @@
 //! `memarray.move_many`: many arrays moved in one call.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use memarray_cuda::RawArray;
 
-use crate::array::PyMemArray;
+use crate::array::{Locked, PyMemArray};
 use crate::born::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
@@ -28,31 +27,13 @@ pub fn move_many(
 ) -> PyResult<()> {
     let target = parse_device(Some(device))?;
     let stream = parse_move_stream(stream)?;
-    let mut refs: Vec<PyRef<'_, PyMemArray>> = Vec::new();
+    let mut refs: Vec<Bound<'_, PyMemArray>> = Vec::new();
     for item in arrays.try_iter()? {
-        let item = item?;
-        let a = item.cast::<PyMemArray>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "move_many takes MemArrays, got {}",
-                item.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
-        refs.push(a.borrow());
+        refs.push(PyMemArray::arg(&item?, "move_many")?.clone());
     }
-    let mut arrays: Vec<&PyMemArray> = refs.iter().map(|r| &**r).collect();
-    // One mutex per array, taken in address order (no deadlock with another move_many),
-    // each once.
-    arrays.sort_by_key(|a| *a as *const PyMemArray as usize);
-    arrays.dedup_by_key(|a| *a as *const PyMemArray as usize);
-    py.detach(|| {
-        let mut guards: Vec<_> = arrays.iter().map(|a| a.shared.state()).collect();
-        let mut raws: Vec<&mut RawArray> = guards.iter_mut().map(|g| &mut **g).collect();
-        RawArray::move_many(&mut raws, target, stream)
-    })
-    .py()
+    let arrays: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
+    py.detach(|| RawArray::move_many(&mut Locked::new(&arrays).all_mut(), target, stream))
+        .py()
 }
 
 /// _last_batch_profile() -> dict

@@ -8,15 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use memarray_cuda::RawArray;
 use memarray_cuda::nccl::{self, Comm, ReduceOp, UniqueId};
-use memarray_cuda::stream::StreamRef;
 
-use crate::array::{PyMemArray, drop_detached};
+use crate::array::{Locked, PyMemArray, drop_detached};
 use crate::born::parse_device;
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
@@ -40,46 +38,47 @@ impl Drop for PyComm {
     }
 }
 
-fn cast<'a, 'py>(obj: &'a Bound<'py, PyAny>, what: &str) -> PyResult<&'a Bound<'py, PyMemArray>> {
-    obj.cast::<PyMemArray>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{what} takes MemArrays, got {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })
-}
+impl PyComm {
+    /// Runs `f` on `array` (locked, GIL released).
+    fn one(
+        &self,
+        py: Python<'_>,
+        call: &str,
+        array: &Bound<'_, PyAny>,
+        f: impl FnOnce(&Comm, &mut RawArray) -> memarray_cuda::Result<()> + Send,
+    ) -> PyResult<()> {
+        let a = PyMemArray::arg(array, call)?.get();
+        let comm: &Comm = &self.comm;
+        py.detach(|| f(comm, &mut a.shared.state())).py()
+    }
 
-/// Runs `f` on `a` (and `b` when given and distinct) with the GIL released, holding both
-/// arrays' mutexes (taken in address order).
-fn with_two<R: Send>(
-    py: Python<'_>,
-    a: &PyMemArray,
-    b: Option<&PyMemArray>,
-    f: impl FnOnce(&mut RawArray, Option<&mut RawArray>) -> R + Send,
-) -> R {
-    let b = b.filter(|b| !std::ptr::eq(*b, a));
-    py.detach(|| match b {
-        None => f(&mut a.shared.state(), None),
-        Some(b) => {
-            let a_first = (a as *const PyMemArray) < (b as *const PyMemArray);
-            let (mut ga, mut gb);
-            if a_first {
-                ga = a.shared.state();
-                gb = b.shared.state();
-            } else {
-                gb = b.shared.state();
-                ga = a.shared.state();
+    /// Runs `f` on `array` and `out`, two distinct arrays (both locked in address order,
+    /// GIL released).
+    fn pair(
+        &self,
+        py: Python<'_>,
+        call: &'static str,
+        array: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        f: impl FnOnce(&Comm, &mut RawArray, &mut RawArray) -> memarray_cuda::Result<()> + Send,
+    ) -> PyResult<()> {
+        let (a, o) = (
+            PyMemArray::arg(array, call)?.get(),
+            PyMemArray::arg(out, call)?.get(),
+        );
+        let comm: &Comm = &self.comm;
+        py.detach(|| {
+            let mut locked = Locked::new(&[a, o]);
+            match locked.pair_mut(a, o) {
+                Some((a, o)) => f(comm, a, o),
+                None => Err(memarray_cuda::CudaError::Nccl {
+                    call,
+                    reason: "out must be another array than the input".into(),
+                }),
             }
-            f(&mut ga, Some(&mut gb))
-        }
-    })
-}
-
-fn parse_stream(stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<StreamRef>> {
-    parse_move_stream(stream)
+        })
+        .py()
+    }
 }
 
 #[pymethods]
@@ -116,18 +115,15 @@ impl PyComm {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let op = ReduceOp::from_name(op).py()?;
-        let stream = parse_stream(stream)?;
-        let a = cast(array, "all_reduce")?.get();
-        let o = out
-            .map(|o| cast(o, "all_reduce"))
-            .transpose()?
-            .map(|o| o.get());
-        let comm: &Comm = &self.comm;
-        with_two(py, a, o, |a, o| match o {
-            None => comm.all_reduce_in_place(a, op, stream),
-            Some(o) => comm.all_reduce(a, o, op, stream),
-        })
-        .py()
+        let stream = parse_move_stream(stream)?;
+        match out.filter(|o| !o.is(array)) {
+            None => self.one(py, "all_reduce", array, |c, a| {
+                c.all_reduce_in_place(a, op, stream)
+            }),
+            Some(out) => self.pair(py, "ncclAllReduce", array, out, |c, a, o| {
+                c.all_reduce(a, o, op, stream)
+            }),
+        }
     }
 
     /// all_gather(array, out, stream=None)
@@ -142,20 +138,10 @@ impl PyComm {
         out: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let stream = parse_stream(stream)?;
-        let (a, o) = (
-            cast(array, "all_gather")?.get(),
-            cast(out, "all_gather")?.get(),
-        );
-        let comm: &Comm = &self.comm;
-        with_two(py, a, Some(o), |a, o| match o {
-            Some(o) => comm.all_gather(a, o, stream),
-            None => Err(memarray_cuda::CudaError::Nccl {
-                call: "ncclAllGather",
-                reason: "out must be another array than the input".into(),
-            }),
+        let stream = parse_move_stream(stream)?;
+        self.pair(py, "ncclAllGather", array, out, |c, a, o| {
+            c.all_gather(a, o, stream)
         })
-        .py()
     }
 
     /// reduce_scatter(array, out, op="sum", stream=None)
@@ -172,20 +158,10 @@ impl PyComm {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let op = ReduceOp::from_name(op).py()?;
-        let stream = parse_stream(stream)?;
-        let (a, o) = (
-            cast(array, "reduce_scatter")?.get(),
-            cast(out, "reduce_scatter")?.get(),
-        );
-        let comm: &Comm = &self.comm;
-        with_two(py, a, Some(o), |a, o| match o {
-            Some(o) => comm.reduce_scatter(a, o, op, stream),
-            None => Err(memarray_cuda::CudaError::Nccl {
-                call: "ncclReduceScatter",
-                reason: "out must be another array than the input".into(),
-            }),
+        let stream = parse_move_stream(stream)?;
+        self.pair(py, "ncclReduceScatter", array, out, |c, a, o| {
+            c.reduce_scatter(a, o, op, stream)
         })
-        .py()
     }
 
     /// broadcast(array, root=0, stream=None)
@@ -199,10 +175,8 @@ impl PyComm {
         root: usize,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let stream = parse_stream(stream)?;
-        let a = cast(array, "broadcast")?.get();
-        let comm: &Comm = &self.comm;
-        with_two(py, a, None, |a, _| comm.broadcast(a, root, stream)).py()
+        let stream = parse_move_stream(stream)?;
+        self.one(py, "broadcast", array, |c, a| c.broadcast(a, root, stream))
     }
 
     /// send(array, peer, stream=None)
@@ -217,10 +191,8 @@ impl PyComm {
         peer: usize,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let stream = parse_stream(stream)?;
-        let a = cast(array, "send")?.get();
-        let comm: &Comm = &self.comm;
-        with_two(py, a, None, |a, _| comm.send(a, peer, stream)).py()
+        let stream = parse_move_stream(stream)?;
+        self.one(py, "send", array, |c, a| c.send(a, peer, stream))
     }
 
     /// recv(array, peer, stream=None)
@@ -234,10 +206,8 @@ impl PyComm {
         peer: usize,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let stream = parse_stream(stream)?;
-        let a = cast(array, "recv")?.get();
-        let comm: &Comm = &self.comm;
-        with_two(py, a, None, |a, _| comm.recv(a, peer, stream)).py()
+        let stream = parse_move_stream(stream)?;
+        self.one(py, "recv", array, |c, a| c.recv(a, peer, stream))
     }
 
     fn __repr__(&self) -> String {
@@ -347,7 +317,7 @@ pub fn scatter<'py>(
     array: &Bound<'py, PyAny>,
     devices: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let a = cast(array, "scatter")?.get();
+    let a = PyMemArray::arg(array, "scatter")?.get();
     let mut ids = Vec::new();
     for d in devices.try_iter()? {
         match parse_device(Some(&d?))? {
@@ -385,24 +355,14 @@ pub fn gather(
     };
     let mut refs: Vec<Bound<'_, PyMemArray>> = Vec::new();
     for p in parts.try_iter()? {
-        refs.push(cast(&p?, "gather")?.clone());
+        refs.push(PyMemArray::arg(&p?, "gather")?.clone());
     }
-    let mut arrays: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
-    let order: Vec<&PyMemArray> = arrays.clone();
-    // One mutex per array, taken in address order, each once.
-    arrays.sort_by_key(|a| *a as *const PyMemArray as usize);
-    arrays.dedup_by_key(|a| *a as *const PyMemArray as usize);
+    let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
     let out = py
         .detach(|| {
-            let guards: Vec<_> = arrays.iter().map(|a| a.shared.state()).collect();
-            let find = |p: &PyMemArray| {
-                let i = arrays
-                    .iter()
-                    .position(|a| std::ptr::eq(*a, p))
-                    .unwrap_or_default();
-                &*guards[i]
-            };
-            let raws: Vec<&RawArray> = order.iter().map(|p| find(p)).collect();
+            let locked = Locked::new(&parts);
+            // Every part was locked above; `get` finds each.
+            let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
             RawArray::gather(&raws, to)
         })
         .py()?;

@@ -39,6 +39,14 @@ pub fn core_err(e: CoreError) -> PyErr {
     }
 }
 
+/// The name of `obj`'s type, for error messages.
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
 /// Converts a CUDA-layer error to its Python exception.
 pub fn cuda_err(e: CudaError) -> PyErr {
     let msg = e.to_string();

@@ -232,10 +232,7 @@ pub(crate) fn resource_arg(
     let r = handle.cast::<PyResource>().map_err(|_| {
         PyTypeError::new_err(format!(
             "expected a memarray.resources.Resource, not {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            crate::errors::type_name(obj)
         ))
     })?;
     Ok(Some(r.get().resource()))

@@ -101,10 +101,7 @@ pub fn parse_dlpack_stream(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i6
     let h = o.extract::<i64>().map_err(|_| {
         PyTypeError::new_err(format!(
             "__dlpack__ stream must be None or an int, not {}",
-            o.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            crate::errors::type_name(o)
         ))
     })?;
     match h {

@@ -81,9 +81,15 @@ def load(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     return {"path": str(found), "version": tuple(version)}
 
 
+def _ensure_loaded() -> None:
+    """Loads NCCL on first use only (the library lookup reads the file system)."""
+    if not _d.is_loaded():
+        load()
+
+
 def unique_id() -> bytes:
     """A new NCCL unique id (128 bytes) for rank 0 to hand to the other ranks."""
-    load()
+    _ensure_loaded()
     return _d.unique_id()
 
 
@@ -120,7 +126,7 @@ def init(
     if device is None:
         local = _env_int("LOCAL_RANK")
         device = local if local is not None else rank
-    load()
+    _ensure_loaded()
     if unique_id is None:
         unique_id = os.environ.get("MEMARRAY_NCCL_ID") or None
     path = None
@@ -146,7 +152,7 @@ def init(
 def communicators(devices: Sequence[int]) -> list[Communicator]:
     """One communicator per device (rank i on ``devices[i]``) for one process driving
     several GPUs. Issue each collective on all of them inside ``group()``."""
-    load()
+    _ensure_loaded()
     return list(_d.init_all(list(devices)))
 
 
@@ -154,7 +160,7 @@ def communicators(devices: Sequence[int]) -> list[Communicator]:
 def group() -> Iterator[None]:
     """NCCL group: the collectives issued in the block (on several communicators of this
     process, or paired send / recv) launch together when it ends."""
-    load()
+    _ensure_loaded()
     _d.group_start()
     try:
         yield

@@ -231,12 +231,16 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
     let t = std::time::Instant::now();
     // Staged arrays whose device copy is new and from the default resource get slices of
     // one device block laid out as the staging buffer: one copy moves all of them.
+    let slots: Vec<Option<usize>> = batch
+        .iter()
+        .zip(&sides)
+        .map(|(a, side)| match side {
+            HostSide::Staged(off) if a.dev.takes_default_buffer_on(device.id()) => Some(*off),
+            _ => None,
+        })
+        .collect();
     let block = match &stage {
-        Some(st)
-            if batch.iter().zip(&sides).any(|(a, side)| {
-                matches!(side, HostSide::Staged(_)) && a.dev.takes_default_buffer_on(device.id())
-            }) =>
-        {
+        Some(st) if slots.iter().any(Option::is_some) => {
             // SAFETY: written in full by the copy of the staging buffer below before any read.
             let mut b = unsafe {
                 DeviceBuffer::uninit(device, st.len(), default_resource(device)?, stream)?
@@ -250,17 +254,11 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
     let mut dsts = Vec::with_capacity(batch.len());
     let mut sizes = Vec::with_capacity(batch.len());
     let mut buffers: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(batch.len());
-    for ((a, side), src) in batch.iter().zip(&sides).zip(&srcs) {
+    for ((a, slot), src) in batch.iter().zip(&slots).zip(&srcs) {
         a.dev.order(stream, device.id())?;
-        let slice = match (side, &block) {
-            (HostSide::Staged(off), Some(block)) if a.dev.takes_default_buffer_on(device.id()) => {
-                Some(DeviceBuffer::slice_of(block, *off, a.nbytes)?)
-            }
-            _ => None,
-        };
-        let b = match slice {
-            Some(s) => Arc::new(s),
-            None => {
+        let b = match (slot, &block) {
+            (Some(off), Some(block)) => Arc::new(DeviceBuffer::slice_of(block, *off, a.nbytes)?),
+            _ => {
                 // SAFETY: written in full by the batch below before any read.
                 let b = unsafe { a.dev.buffer_on(device.id(), a.nbytes, stream)? };
                 dsts.push(b.device_ptr());

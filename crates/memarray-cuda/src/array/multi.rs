@@ -41,10 +41,8 @@ impl Join {
         Self { events: Vec::new() }
     }
 
-    fn add(&mut self, op: Option<Enqueued>) -> Result<()> {
-        if let Some(op) = op {
-            self.events.push(op.into_event()?);
-        }
+    fn add(&mut self, op: Enqueued) -> Result<()> {
+        self.events.push(op.into_event()?);
         Ok(())
     }
 
@@ -74,7 +72,7 @@ impl RawArray {
         Ok(match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                Data::Host(self.host.clone().ok_or(CudaError::NoHostCopy)?)
+                Data::Host(self.host_buf()?.clone())
             }
             Location::Device(_) => Data::Device(self.dev.current()?),
         })
@@ -133,7 +131,7 @@ impl RawArray {
             };
             if let Some(op) = op {
                 part.wrote(Enqueued::new(op.stream(), op.device().clone()))?;
-                join.add(Some(op))?;
+                join.add(op)?;
             }
             offset += len;
             parts.push(part);
@@ -186,7 +184,7 @@ impl RawArray {
             out.device_id = home;
         }
         let dst = match to {
-            Location::Host => Data::Host(out.host.clone().ok_or(CudaError::NoHostCopy)?),
+            Location::Host => Data::Host(out.host_buf()?.clone()),
             Location::Device(_) => Data::Device(out.dev.current()?),
         };
         let row_bytes = first.row_bytes();
@@ -219,12 +217,12 @@ impl RawArray {
             // recorded after the join below); host sources were waited for and are kept
             // alive by `src` until the join orders their next writes after this copy.
             let op = unsafe { sync::enqueue(dspan, sspan, len, stream)? };
-            if let Some(op) = &op
-                && let Data::Device(_) = src
-            {
-                p.was_read(op)?;
+            if let Some(op) = op {
+                if let Data::Device(_) = src {
+                    p.was_read(&op)?;
+                }
+                join.add(op)?;
             }
-            join.add(op)?;
             offset += len;
         }
         if !join.events.is_empty() {
