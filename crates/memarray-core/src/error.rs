@@ -137,6 +137,15 @@ pub enum CoreError {
         /// What is wrong, and the fix where there is one.
         reason: String,
     },
+    /// A file another memarray user holds (its advisory lock is taken).
+    #[error(
+        "{path} is in use by another memarray File resource or file operation (its lock is \
+         held): refused rather than truncating or sharing pages another mapping uses"
+    )]
+    FileInUse {
+        /// The file.
+        path: String,
+    },
     /// An I/O error from a file-backed resource.
     #[error("I/O error on {path}: {reason}")]
     Io {

@@ -19,6 +19,7 @@ pub mod host;
 pub mod indexer;
 pub mod lock;
 pub mod npy;
+mod npy_literal;
 pub mod resource;
 pub mod shape;
 
@@ -28,8 +29,9 @@ pub use host::HostBuffer;
 pub use indexer::Indexer;
 pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
-    FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,
+    FileMode, FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,
     MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor, Statistics, StatisticsAdaptor,
+    open_regular,
 };
 pub use shape::MAX_NDIM;
 

@@ -7,6 +7,7 @@
 
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
+use crate::npy_literal::{self, Lit};
 use crate::shape;
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -31,64 +32,112 @@ fn bad(reason: impl Into<String>) -> CoreError {
     }
 }
 
+/// NumPy's limit on header text (`np.load`'s `max_header_size` default).
+pub const MAX_HEADER_TEXT: usize = 10_000;
+
 /// Parses the header at the start of `bytes` (at least the first 12 bytes and the whole
-/// header; the data need not follow).
+/// header; the data need not follow), as `numpy.lib.format` reads it: versions 1.0, 2.0
+/// and 3.0; the dict evaluated as a Python literal (the last of duplicate keys wins);
+/// exactly the keys `descr`, `fortran_order` and `shape`; a tuple of ints for the shape
+/// and a bool for the order. Headers NumPy refuses are refused; of those it accepts,
+/// memarray refuses what it cannot hold (Fortran order, big-endian or non-numeric dtypes,
+/// bfloat16's `V2`), saying so.
 pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err(bad("not a .npy file (no \\x93NUMPY magic)"));
     }
     let (major, minor) = (bytes[6], bytes[7]);
-    let (len, start): (usize, usize) = match major {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
+    let (len, start): (usize, usize) = match (major, minor) {
+        (1, 0) => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        (2 | 3, 0) if bytes.len() >= 12 => (
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
-        _ => return Err(bad(format!("unsupported .npy version {major}.{minor}"))),
+        (2 | 3, 0) => return Err(bad("truncated .npy header")),
+        _ => {
+            return Err(bad(format!(
+                "unsupported .npy version {major}.{minor} (NumPy reads 1.0, 2.0 and 3.0)"
+            )));
+        }
     };
     let end = start
         .checked_add(len)
         .filter(|&e| e <= bytes.len())
         .ok_or_else(|| bad(format!("truncated .npy header ({len} bytes announced)")))?;
-    let text =
-        std::str::from_utf8(&bytes[start..end]).map_err(|_| bad("the .npy header is not text"))?;
-    let descr = field(text, "descr").ok_or_else(|| bad(format!("no 'descr' in {text:?}")))?;
-    let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
-    let dtype = DType::ALL
-        .into_iter()
-        .find(|d| {
-            let t = d.typestr();
-            t == descr || (descr.starts_with('=') && t[1..] == descr[1..])
+    let raw = &bytes[start..end];
+    // Versions 1 and 2 are latin-1 (every byte a character), 3 is UTF-8.
+    let text: String = if major == 3 {
+        std::str::from_utf8(raw)
+            .map_err(|_| bad("the version 3.0 header is not UTF-8"))?
+            .to_string()
+    } else {
+        raw.iter().map(|&b| b as char).collect()
+    };
+    let chars = text.chars().count();
+    if chars > MAX_HEADER_TEXT {
+        return Err(bad(format!(
+            "header text of {chars} characters is longer than NumPy loads ({MAX_HEADER_TEXT})"
+        )));
+    }
+    let dict = npy_literal::parse(&text, false)
+        .or_else(|e| {
+            if major <= 2 {
+                npy_literal::parse(&text, true)
+            } else {
+                Err(e)
+            }
         })
-        .ok_or_else(|| {
-            bad(format!(
-                "dtype {descr:?} is not one memarray holds (little-endian numeric dtypes: {})",
-                DType::supported_names()
-            ))
-        })?;
-    let fortran = field(text, "fortran_order").map(str::trim);
-    match fortran {
-        Some("False") => {}
-        Some("True") => {
+        .map_err(|e| bad(format!("cannot parse header {text:?}: {e}")))?;
+    let mut keys = dict
+        .str_keys()
+        .ok_or_else(|| bad(format!("header is not a dict of string keys: {text:?}")))?;
+    keys.sort_unstable();
+    if keys != ["descr", "fortran_order", "shape"] {
+        return Err(bad(format!(
+            "header does not contain exactly the keys 'descr', 'fortran_order', 'shape': \
+             {keys:?}"
+        )));
+    }
+    let shape_lit = dict.get("shape");
+    let shape: Vec<i128> = match shape_lit {
+        Some(Lit::Tuple(items)) => items
+            .iter()
+            .map(|x| match x {
+                Lit::Int(n) => Some(*n),
+                Lit::Bool(b) => Some(i128::from(*b)),
+                _ => None,
+            })
+            .collect::<Option<_>>(),
+        _ => None,
+    }
+    .ok_or_else(|| bad(format!("shape is not a tuple of ints: {shape_lit:?}")))?;
+    match dict.get("fortran_order") {
+        Some(Lit::Bool(false)) => {}
+        Some(Lit::Bool(true)) => {
             return Err(bad(
                 "Fortran-order .npy files are not supported; save np.ascontiguousarray(x)",
             ));
         }
-        _ => return Err(bad(format!("no valid 'fortran_order' in {text:?}"))),
+        other => return Err(bad(format!("fortran_order is not a bool: {other:?}"))),
     }
-    let shape_text = field(text, "shape").ok_or_else(|| bad(format!("no 'shape' in {text:?}")))?;
-    let inner = shape_text
-        .trim()
-        .strip_prefix('(')
-        .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| bad(format!("bad shape {shape_text:?}")))?;
-    let shape: Vec<usize> = inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<usize>())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|_| bad(format!("bad shape {shape_text:?}")))?;
+    let dtype = match dict.get("descr") {
+        Some(Lit::Str(s)) => descr_dtype(s)?,
+        other => {
+            return Err(bad(format!(
+                "descr {other:?} is not a dtype memarray holds (structured and object \
+                 dtypes are not)"
+            )));
+        }
+    };
+    let shape: Vec<usize> = shape
+        .iter()
+        .map(|&d| {
+            usize::try_from(d)
+                .ok()
+                .filter(|&d| d <= isize::MAX as usize)
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad(format!("shape {shape:?} has an extent outside 0..2**63")))?;
     let nbytes = shape::validate(&shape, dtype.size())?;
     Ok(NpyHeader {
         dtype,
@@ -98,23 +147,37 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
     })
 }
 
-/// The value text of `'key': value` in a header dict (up to the next top-level comma).
-fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    let quoted = [format!("'{key}'"), format!("\"{key}\"")];
-    let at = quoted
-        .iter()
-        .find_map(|k| text.find(k.as_str()).map(|i| i + k.len()))?;
-    let rest = text[at..].trim_start().strip_prefix(':')?;
-    let mut depth = 0i32;
-    for (i, c) in rest.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' | '}' if depth == 0 => return Some(&rest[..i]),
-            _ => {}
-        }
+/// The dtype of a `descr` string: a NumPy typestr (`'<f4'`, `'|u1'`, `'=i8'`, `'f8'`) or
+/// name (`'float32'`) of a dtype memarray holds, little-endian or byte-order free.
+/// bfloat16 is refused: its typestr `'<V2'` is NumPy's raw void, not bfloat16.
+fn descr_dtype(descr: &str) -> Result<DType> {
+    let refuse = |why: &str| {
+        bad(format!(
+            "dtype {descr:?} is not one memarray holds ({why}; little-endian numeric \
+             dtypes: {})",
+            DType::supported_names()
+        ))
+    };
+    if let Ok(d) = DType::from_name(descr) {
+        return if d == DType::BF16 {
+            Err(refuse("bfloat16 has no .npy dtype"))
+        } else {
+            Ok(d)
+        };
     }
-    None
+    let (order, body) = match descr.as_bytes().first() {
+        Some(b'<' | b'>' | b'=' | b'|') => (descr.as_bytes()[0], &descr[1..]),
+        _ => (b'=', descr),
+    };
+    let d = DType::ALL
+        .into_iter()
+        .filter(|d| *d != DType::BF16)
+        .find(|d| &d.typestr()[1..] == body)
+        .ok_or_else(|| refuse("unknown or unsupported type"))?;
+    if order == b'>' && d.size() > 1 {
+        return Err(refuse("big-endian"));
+    }
+    Ok(d)
 }
 
 /// The header for `dtype` and `shape` (version 1.0, or 2.0 when it needs more than 64 KiB),

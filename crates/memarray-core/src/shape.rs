@@ -17,11 +17,16 @@ pub fn checked_len(shape: &[usize]) -> Result<u64> {
 }
 
 /// Byte size of an array of `shape` with elements of `elem_size` bytes, checked against
-/// `usize` and `isize::MAX` (the largest allocation Rust allows).
+/// `usize` and `isize::MAX` (the largest allocation Rust allows). Every extent must fit
+/// `isize` too, even beside a zero extent (where the product is 0): NumPy, DLPack and the
+/// buffer protocol hold extents as signed 64-bit integers (issue 13, item 10).
 pub fn checked_nbytes(shape: &[usize], elem_size: usize) -> Result<usize> {
     let overflow = || CoreError::ShapeOverflow {
         shape: shape.to_vec(),
     };
+    if shape.iter().any(|&d| d > isize::MAX as usize) {
+        return Err(overflow());
+    }
     let len = checked_len(shape)?;
     let bytes = len.checked_mul(elem_size as u64).ok_or_else(overflow)?;
     if bytes > isize::MAX as u64 {

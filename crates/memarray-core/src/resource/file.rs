@@ -43,12 +43,13 @@ const PAGE: usize = 4096;
 pub struct FileResource {
     path: PathBuf,
     name: String,
+    /// The open file; positional reads and `set_len` need no lock of ours.
+    file: File,
     state: Mutex<State>,
 }
 
 #[derive(Debug)]
 struct State {
-    file: File,
     /// End of the regions handed out so far (page-aligned).
     end: u64,
     /// Freed regions, `(offset, len)`, reused first-fit.
@@ -57,29 +58,83 @@ struct State {
     live: HashMap<usize, (MmapMut, u64, u64)>,
 }
 
+/// How a file is opened by [`open_regular`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileMode {
+    /// Read only, under a shared lock.
+    Read,
+    /// Read-write, created if missing, under an exclusive lock; the contents are kept.
+    Write,
+    /// As `Write`, then truncated to 0 bytes once the lock is held.
+    Truncate,
+}
+
+/// Opens `path` as a regular file under an advisory lock (`flock`): shared for
+/// [`FileMode::Read`], exclusive otherwise; the lock lasts as long as the `File`.
+///
+/// This is how memarray keeps its own mappings safe (issue 13): a [`FileResource`] holds
+/// its file's exclusive lock while it lives, so another `FileResource`, `.npy` save or
+/// load in any memarray process is refused with [`CoreError::FileInUse`] instead of
+/// truncating pages that are mapped (which would make the next access die with SIGBUS).
+/// The file is opened non-blocking, so a FIFO or device never blocks the caller; anything
+/// but a regular file is refused with [`CoreError::Io`]. Truncation happens only after the
+/// lock is taken.
+pub fn open_regular(path: &Path, mode: FileMode) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = OpenOptions::new();
+    o.read(true).custom_flags(libc::O_NONBLOCK);
+    if mode != FileMode::Read {
+        o.write(true).create(true);
+    }
+    let file = o.open(path).map_err(|e| io_err(path, e))?;
+    let meta = file.metadata().map_err(|e| io_err(path, e))?;
+    if !meta.is_file() {
+        return Err(CoreError::Io {
+            path: path.display().to_string(),
+            reason: "not a regular file (FIFOs, sockets and devices are refused)".into(),
+        });
+    }
+    let locked = match mode {
+        FileMode::Read => file.try_lock_shared(),
+        FileMode::Write | FileMode::Truncate => file.try_lock(),
+    };
+    match locked {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(CoreError::FileInUse {
+                path: path.display().to_string(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, e)),
+    }
+    if mode == FileMode::Truncate {
+        file.set_len(0).map_err(|e| io_err(path, e))?;
+    }
+    Ok(file)
+}
+
 impl FileResource {
-    /// Creates (or truncates) the file at `path` and uses it as storage.
+    /// Creates (or truncates) the file at `path` and uses it as storage. A file that
+    /// another live `FileResource` (of this or any process) uses is refused with
+    /// [`CoreError::FileInUse`], never truncated under its mappings.
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| io_err(path, e))?;
+        let file = open_regular(path, FileMode::Truncate)?;
         Ok(Self::with_file(path, file, 0))
     }
 
     /// Opens an existing file read-write and appends new regions after its current end,
-    /// leaving its contents untouched.
+    /// leaving its contents untouched. [`CoreError::FileInUse`] as for
+    /// [`create`](Self::create).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| io_err(path, e))?;
+        if !path.exists() {
+            return Err(io_err(
+                path,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        let file = open_regular(path, FileMode::Write)?;
         let len = file.metadata().map_err(|e| io_err(path, e))?.len();
         Ok(Self::with_file(
             path,
@@ -88,11 +143,11 @@ impl FileResource {
         ))
     }
 
-    /// Opens an existing file read-only: it serves [`read_region`](Self::read_region);
-    /// allocations fail (the file cannot grow).
+    /// Opens an existing file read-only (under a shared lock): it serves
+    /// [`read_into`](Self::read_into); allocations fail (the file cannot grow).
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| io_err(path, e))?;
+        let file = open_regular(path, FileMode::Read)?;
         let len = file.metadata().map_err(|e| io_err(path, e))?.len();
         Ok(Self::with_file(
             path,
@@ -101,45 +156,46 @@ impl FileResource {
         ))
     }
 
-    /// Maps `len` bytes of the file from `offset` (any offset) read-only and runs `f` on
-    /// them; the mapping ends when `f` returns. Past the end of the file is
-    /// [`CoreError::CopyOutOfRange`].
-    pub fn read_region<R>(&self, offset: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let st = self.lock();
-        let file_len = st.file.metadata().map_err(|e| io_err(&self.path, e))?.len();
-        let end = offset.checked_add(len as u64).filter(|&e| e <= file_len);
+    /// Reads `dst.len()` bytes of the file from `offset` into `dst` with positional reads
+    /// (`pread`), never through a mapping: a file shrunk meanwhile (by anyone, memarray's
+    /// lock is advisory) gives [`CoreError::Io`], not SIGBUS (issue 13). Past the end of
+    /// the file is [`CoreError::CopyOutOfRange`]. Safe to call from several threads.
+    pub fn read_into(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let file_len = self.file_len()?;
+        let end = offset
+            .checked_add(dst.len() as u64)
+            .filter(|&e| e <= file_len);
         if end.is_none() {
             return Err(CoreError::CopyOutOfRange {
                 offset: usize::try_from(offset).unwrap_or(usize::MAX),
-                len,
+                len: dst.len(),
                 capacity: usize::try_from(file_len).unwrap_or(usize::MAX),
             });
         }
-        if len == 0 {
-            return Ok(f(&[]));
-        }
-        let start = offset - offset % PAGE as u64;
-        let skip = (offset - start) as usize;
-        // SAFETY: a read-only private view of [start, start + skip + len), inside the file
-        // (checked above); it is dropped before this returns. A concurrent truncation by
-        // another process could fault the read, as with any mmap reader.
-        let map = unsafe {
-            MmapOptions::new()
-                .offset(start)
-                .len(skip + len)
-                .map(&st.file)
-        }
-        .map_err(|e| io_err(&self.path, e))?;
-        drop(st);
-        Ok(f(&map[skip..skip + len]))
+        self.file.read_exact_at(dst, offset).map_err(|e| {
+            let reason = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                format!(
+                    "the file ended before {} bytes at offset {offset} were read: it shrank \
+                     while being read",
+                    dst.len()
+                )
+            } else {
+                e.to_string()
+            };
+            CoreError::Io {
+                path: self.path.display().to_string(),
+                reason,
+            }
+        })
     }
 
     fn with_file(path: &Path, file: File, end: u64) -> Self {
         Self {
             name: format!("file {}", path.display()),
             path: path.to_path_buf(),
+            file,
             state: Mutex::new(State {
-                file,
                 end,
                 free: Vec::new(),
                 live: HashMap::new(),
@@ -154,8 +210,7 @@ impl FileResource {
 
     /// The file's current length in bytes.
     pub fn file_len(&self) -> Result<u64> {
-        let st = self.lock();
-        st.file
+        self.file
             .metadata()
             .map(|m| m.len())
             .map_err(|e| io_err(&self.path, e))
@@ -204,21 +259,23 @@ impl FileResource {
                     .checked_add(len)
                     .ok_or_else(|| oom("the file would pass 2^64 bytes".into()))?;
                 // Growing the file is a sparse extension: no bytes are written.
-                st.file
-                    .set_len(end.max(st.file.metadata().map(|m| m.len()).unwrap_or(0)))
+                self.file
+                    .set_len(end.max(self.file.metadata().map(|m| m.len()).unwrap_or(0)))
                     .map_err(|e| oom(format!("cannot grow {}: {e}", self.path.display())))?;
                 st.end = end;
                 (off, true)
             }
         };
         // SAFETY: the region [offset, offset + len) belongs to this resource alone (handed
-        // out once, from `end` or the free list); the file is not truncated while mapped.
-        // Other processes changing the file under the mapping is outside this contract.
+        // out once, from `end` or the free list); the file is not truncated while mapped:
+        // this resource holds the file's exclusive lock (`open_regular`), so no other
+        // memarray resource or `.npy` save truncates it. Code that ignores the advisory
+        // lock (another program truncating the file) is outside this contract.
         let map = unsafe {
             MmapOptions::new()
                 .offset(offset)
                 .len(len as usize)
-                .map_mut(&st.file)
+                .map_mut(&self.file)
         };
         let mut map = match map {
             Ok(m) => m,
@@ -295,9 +352,13 @@ impl MemoryResource for FileResource {
 mod tests {
     use super::*;
 
+    fn tmp(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("memarray-{tag}-{}", std::process::id()))
+    }
+
     #[test]
-    fn read_region_reads_any_offset_and_refuses_past_the_end() {
-        let path = std::env::temp_dir().join(format!("memarray-region-{}", std::process::id()));
+    fn read_into_reads_any_offset_and_refuses_past_the_end() {
+        let path = tmp("region");
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
         let f = FileResource::open_read_only(&path).unwrap();
@@ -308,15 +369,76 @@ mod tests {
             (9_999, 1),
             (123, 0),
         ] {
-            let got = f.read_region(off, len, |b| b.to_vec()).unwrap();
+            let mut got = vec![0u8; len];
+            f.read_into(off, &mut got).unwrap();
             assert_eq!(got, &data[off as usize..off as usize + len], "{off} {len}");
         }
-        assert!(f.read_region(9_999, 2, |_| ()).is_err());
-        assert!(f.read_region(u64::MAX, 2, |_| ()).is_err());
+        assert!(f.read_into(9_999, &mut [0; 2]).is_err());
+        assert!(f.read_into(u64::MAX, &mut [0; 2]).is_err());
         assert!(
             f.allocate(10, 8, None).is_err(),
             "a read-only file cannot grow"
         );
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn issue13_item1_a_file_in_use_is_never_truncated() {
+        let path = tmp("inuse");
+        let first = FileResource::create(&path).unwrap();
+        let p = first.allocate_zeroed(1 << 20, 64, None).unwrap();
+        // SAFETY: p is a live 1 MiB allocation of `first`.
+        unsafe { p.as_ptr().add(100).write(7) };
+        for again in [
+            FileResource::create(&path).map(|_| ()),
+            FileResource::open(&path).map(|_| ()),
+            FileResource::open_read_only(&path).map(|_| ()),
+        ] {
+            assert!(
+                matches!(again, Err(CoreError::FileInUse { .. })),
+                "{again:?}"
+            );
+        }
+        assert!(first.file_len().unwrap() >= 1 << 20, "not truncated");
+        // SAFETY: the mapping is still live: the refused calls touched nothing.
+        assert_eq!(unsafe { p.as_ptr().add(100).read() }, 7);
+        // SAFETY: p came from `first` with these arguments.
+        unsafe { first.deallocate(p, 1 << 20, 64, None) };
+        drop(first);
+        assert!(
+            FileResource::create(&path).is_ok(),
+            "free again once dropped"
+        );
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn issue13_item2_a_file_shrunk_while_read_is_an_error_not_a_fault() {
+        let path = tmp("shrink");
+        std::fs::write(&path, vec![1u8; 1 << 16]).unwrap();
+        let f = FileResource::open_read_only(&path).unwrap();
+        // Another writer (not memarray: the lock is advisory) truncates the file.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let mut dst = vec![0u8; 1 << 16];
+        assert!(f.read_into(0, &mut dst).is_err());
+        std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn issue13_item14_fifos_are_refused_without_blocking() {
+        let path = tmp("fifo");
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: c is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for mode in [FileMode::Read, FileMode::Write, FileMode::Truncate] {
+            let e = open_regular(&path, mode).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
         std::fs::remove_file(&path).ok();
     }
 }

@@ -43,7 +43,7 @@ mod statistics;
 use std::fmt;
 use std::ptr::NonNull;
 
-pub use file::FileResource;
+pub use file::{FileMode, FileResource, open_regular};
 pub use foreign::ForeignMemory;
 pub use host::{HOST_ALIGN, HostResource};
 pub use limiting::LimitingAdaptor;

@@ -1,15 +1,25 @@
 //! `.npy` files in and out of arrays (issue 7): [`RawArray::load_npy`] and
-//! [`RawArray::save_npy`]. Loading opens the file as a [`FileResource`], maps the data
-//! region and copies it straight to where the array is born (a device-born array gets no
-//! host buffer); saving writes the current data, read back from the device when it is
-//! there.
+//! [`RawArray::save_npy`]. Loading opens the file as a [`FileResource`] and reads the data
+//! region with positional reads (`pread`, several threads) straight into the array's host
+//! buffer, or in pieces on their way to a device-born array (which gets no host buffer).
+//! No mapping is read: a file truncated meanwhile is an error, never SIGBUS (issue 13).
+//! Saving writes the current data, read back from the device when it is there. Both
+//! refuse anything but a regular file (a FIFO would block them beyond Ctrl-C's reach) and a
+//! file a memarray `File` resource maps.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
 use memarray_core::npy::{parse_header, write_header};
-use memarray_core::{CoreError, FileResource, Location, LockToken};
+use memarray_core::{CoreError, FileMode, FileResource, Location, LockToken, open_regular};
+
+use crate::staging;
+
+/// Bytes one thread reads per `pread` when loading: large enough that the call is cheap,
+/// small enough that a piece spreads over the staging threads.
+const READ_PIECE: usize = 8 << 20;
+/// Pieces in flight to a device-born array (a bounded pageable buffer).
+const DEVICE_PIECES: usize = 8;
 
 /// The largest header read: version 2/3 headers may be longer than version 1's 64 KiB,
 /// but no writer makes them so.
@@ -49,10 +59,9 @@ impl RawArray {
         let file = FileResource::open_read_only(path)?;
         let file_len = file.file_len()?;
         // The header is at most a few KiB (64 KiB for version 1); read what the file has.
-        let head = file_len.min(HEADER_MAX) as usize;
-        let h = file
-            .read_region(0, head, parse_header)?
-            .map_err(|e| named(path, e))?;
+        let mut head = vec![0u8; file_len.min(HEADER_MAX) as usize];
+        file.read_into(0, &mut head)?;
+        let h = parse_header(&head).map_err(|e| named(path, e))?;
         let available = file_len.saturating_sub(h.data_offset as u64);
         if (h.nbytes as u64) > available {
             return Err(CoreError::BadNpy {
@@ -65,14 +74,20 @@ impl RawArray {
             .into());
         }
         let mut a = RawArray::empty_on(h.dtype, &h.shape, location, host_kind, None)?;
-        // The data is copied straight from the file's pages to where the array lives.
-        file.read_region(h.data_offset as u64, h.nbytes, |data| -> Result<()> {
-            match location {
-                Location::Host => a.host_bytes_mut(None)?.copy_from_slice(data),
-                Location::Device(_) => a.dev.write_bytes(0, data)?,
+        let start = h.data_offset as u64;
+        match location {
+            Location::Host => read_parallel(&file, start, a.host_bytes_mut(None)?)?,
+            Location::Device(_) => {
+                let mut piece = vec![0u8; (READ_PIECE * DEVICE_PIECES).min(h.nbytes)];
+                let mut off = 0;
+                while off < h.nbytes {
+                    let n = piece.len().min(h.nbytes - off);
+                    read_parallel(&file, start + off as u64, &mut piece[..n])?;
+                    a.dev.write_bytes(off, &piece[..n])?;
+                    off += n;
+                }
             }
-            Ok(())
-        })??;
+        }
         Ok(a)
     }
 
@@ -82,7 +97,7 @@ impl RawArray {
         let path = path.as_ref();
         self.check(token)?;
         let header = write_header(self.dtype, &self.shape)?;
-        let mut f = std::io::BufWriter::new(File::create(path).map_err(|e| io(path, e))?);
+        let mut f = std::io::BufWriter::new(open_regular(path, FileMode::Truncate)?);
         f.write_all(&header).map_err(|e| io(path, e))?;
         match self.location {
             Location::Host => {
@@ -106,4 +121,27 @@ impl RawArray {
         f.flush().map_err(|e| io(path, e))?;
         Ok(())
     }
+}
+
+/// Fills `dst` from `file` at `offset`, `READ_PIECE` bytes per read, on the staging
+/// threads.
+fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8]) -> Result<()> {
+    let pieces = dst.len().div_ceil(READ_PIECE);
+    if pieces <= 1 {
+        return Ok(file.read_into(offset, dst)?);
+    }
+    let base = dst.as_mut_ptr() as usize;
+    let len = dst.len();
+    let threads = pieces.min(staging::MAX_THREADS).min(DEVICE_PIECES);
+    staging::parallel(threads, &|t| {
+        for k in (t..pieces).step_by(threads) {
+            let at = k * READ_PIECE;
+            let n = READ_PIECE.min(len - at);
+            // SAFETY: pieces [at, at + n) are disjoint across (t, k) and inside `dst`,
+            // which is exclusively borrowed until `parallel` returns (it waits for all).
+            let piece = unsafe { std::slice::from_raw_parts_mut((base + at) as *mut u8, n) };
+            file.read_into(offset + at as u64, piece)?;
+        }
+        Ok(())
+    })
 }
