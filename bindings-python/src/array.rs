@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use memarray_core::{DType, Location, LockToken, MAX_NDIM};
 use memarray_cuda::array::{HostKind, RawArray, SharedArray};
 
+use crate::convert;
 use crate::dtype::{bytes_to_py, numpy_dtype, parse_dtype, py_to_bytes};
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
@@ -230,24 +231,34 @@ impl PyMemArray {
 }
 
 pub(crate) fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    let dims: Vec<i64> = if let Ok(n) = shape.extract::<i64>() {
-        vec![n]
-    } else {
-        shape
-            .try_iter()
-            .map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))?
-            .map(|d| {
-                d?.extract::<i64>()
-                    .map_err(|_| PyTypeError::new_err("shape entries must be ints"))
-            })
-            .collect::<PyResult<_>>()?
-    };
-    if dims.len() > MAX_NDIM {
+    let items: Vec<Bound<'_, PyAny>> =
+        if shape.is_instance_of::<PyInt>() || shape.hasattr("__index__")? {
+            vec![shape.clone()]
+        } else {
+            let it = shape.try_iter().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "shape must be an int or a sequence of ints, not {}",
+                    crate::errors::type_name(shape)
+                ))
+            })?;
+            let mut items = Vec::new();
+            for d in it {
+                items.push(d?);
+                if items.len() > MAX_NDIM {
+                    break;
+                }
+            }
+            items
+        };
+    if items.len() > MAX_NDIM {
         return Err(PyValueError::new_err(format!(
-            "ndim {} exceeds the maximum of {MAX_NDIM}",
-            dims.len()
+            "ndim exceeds the maximum of {MAX_NDIM}"
         )));
     }
+    let dims: Vec<i64> = items
+        .iter()
+        .map(|d| convert::int(d, "shape entry"))
+        .collect::<PyResult<_>>()?;
     dims.iter()
         .map(|&d| {
             usize::try_from(d).map_err(|_| {
@@ -255,6 +266,14 @@ pub(crate) fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
             })
         })
         .collect()
+}
+
+/// The `host_memory` argument (`None` is "auto").
+pub(crate) fn host_kind_arg(arg: Option<&Bound<'_, PyAny>>) -> PyResult<Option<HostKind>> {
+    match arg.filter(|a| !a.is_none()) {
+        Some(a) => parse_host_kind(&convert::text(a, "host_memory")?),
+        None => Ok(None),
+    }
 }
 
 pub(crate) fn parse_host_kind(s: &str) -> PyResult<Option<HostKind>> {
@@ -301,17 +320,20 @@ fn parse_index(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
                     item.get_type().name()?
                 )));
             }
-            let i: i64 = item.extract().map_err(|_| {
+            // A raising `__index__` propagates its own error; an integer too wide even for
+            // i128 is out of bounds like any other.
+            let oob = |i: &dyn std::fmt::Display| {
                 PyIndexError::new_err(format!(
-                    "index {} is out of bounds for axis {axis} with size {d}",
-                    item.repr().map(|r| r.to_string()).unwrap_or_default()
-                ))
-            })?;
-            let j = if i < 0 { i + d as i64 } else { i };
-            if j < 0 || j >= d as i64 {
-                return Err(PyIndexError::new_err(format!(
                     "index {i} is out of bounds for axis {axis} with size {d}"
-                )));
+                ))
+            };
+            let as_int = convert::to_int(item, "index")?;
+            let Ok(i) = as_int.extract::<i128>() else {
+                return Err(oob(&as_int.repr()?));
+            };
+            let j = if i < 0 { i + d as i128 } else { i };
+            if j < 0 || j >= d as i128 {
+                return Err(oob(&i));
             }
             Ok(j as u64)
         })
@@ -331,23 +353,20 @@ impl PyMemArray {
         let np = py.import("numpy")?;
         loop {
             let (dtype, shape) = self.layout(py);
+            // For `out`, everything is read from a plain ndarray view of it: a subclass's
+            // own `shape`, `dtype` or `flags` may lie (issue 13, item 3).
             let dest = match out {
-                Some(o) => {
-                    check_out_array(py, o, dtype, &shape)?;
-                    o.clone()
-                }
+                Some(o) => check_out_array(py, o, dtype, &shape)?,
                 None => np
                     .getattr("empty")?
                     .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?,
             };
             // Held across the copy: NumPy cannot resize or free the memory meanwhile.
             let (held, addr) = numpy_view(&dest, true, dtype, &shape)?;
-            if held.is_none()
-                && let Some(o) = out
-            {
+            if held.is_none() && out.is_some() {
                 // No writable C-contiguous view (or a dtype views cannot describe): say
                 // which, or go on with the `__array_interface__` address.
-                check_out_flags(o)?;
+                check_out_flags(&dest)?;
             }
             let has_out = out.is_some();
             let done = self.with_detached(py, |raw| {
@@ -370,7 +389,7 @@ impl PyMemArray {
             });
             if let Some(r) = done {
                 r.py()?;
-                return Ok(dest);
+                return Ok(out.cloned().unwrap_or(dest));
             }
         }
     }
@@ -450,6 +469,17 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// Parses Python's `device_type` and optional `device_id` arguments.
+    pub(crate) fn parse_args(
+        device_type: &Bound<'_, PyAny>,
+        device_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        Self::parse(
+            convert::int(device_type, "device_type")?,
+            convert::opt_int(device_id, "device_id")?,
+        )
+    }
+
     /// Parses a DLPack device type and optional id.
     pub(crate) fn parse(device_type: i64, device_id: Option<i64>) -> PyResult<Self> {
         match device_type {
@@ -501,21 +531,20 @@ impl PyMemArray {
     /// `host_resource` / `device_resource` (`memarray.resources`) give this array its own
     /// sources for its host buffer and its device buffers.
     #[new]
-    #[pyo3(signature = (shape, dtype=None, device_id=0, host_memory="auto", host_resource=None, device_resource=None))]
+    #[pyo3(signature = (shape, dtype=None, device_id=None, host_memory=None, host_resource=None, device_resource=None))]
     fn new(
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
-        device_id: i64,
-        host_memory: &str,
+        device_id: Option<&Bound<'_, PyAny>>,
+        host_memory: Option<&Bound<'_, PyAny>>,
         host_resource: Option<&Bound<'_, PyAny>>,
         device_resource: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let shape = parse_shape(shape)?;
         let dtype = parse_dtype(dtype)?;
-        let device_id = u32::try_from(device_id)
-            .map_err(|_| PyValueError::new_err(format!("invalid device_id {device_id}")))?;
-        let kind = parse_host_kind(host_memory)?;
+        let device_id: u32 = convert::opt_int(device_id, "device_id")?.unwrap_or(0);
+        let kind = host_kind_arg(host_memory)?;
         let host = crate::resources::resource_arg(host_resource)?;
         let device = crate::resources::resource_arg(device_resource)?;
         let raw = py
@@ -634,6 +663,11 @@ impl PyMemArray {
         self.get_item(py, key, None)
     }
 
+    /// Elements cannot be deleted (an array's size is fixed): ValueError, as NumPy.
+    fn __delitem__(&self, _key: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(PyValueError::new_err("cannot delete array elements"))
+    }
+
     fn __setitem__(
         &self,
         py: Python<'_>,
@@ -655,12 +689,12 @@ impl PyMemArray {
     fn move_memory(
         &self,
         py: Python<'_>,
-        device_type: i64,
-        device_id: Option<i64>,
+        device_type: &Bound<'_, PyAny>,
+        device_id: Option<&Bound<'_, PyAny>>,
         stream: Option<&Bound<'_, PyAny>>,
         async_copy: bool,
     ) -> PyResult<()> {
-        let target = Target::parse(device_type, device_id)?;
+        let target = Target::parse_args(device_type, device_id)?;
         self.move_to(py, target, stream, !async_copy, None)
     }
 
@@ -680,27 +714,35 @@ impl PyMemArray {
                      {src_shape:?}"
                 )));
             }
-            let c = np
+            let mut c = np
                 .getattr("ascontiguousarray")?
                 .call1((&src, numpy_dtype(py, dtype)?))?;
-            let (_held, addr) = numpy_view(&c, false, dtype, &shape)?;
-            let done = self.with_detached(py, |raw| {
-                if raw.dtype() != dtype || raw.shape() != shape {
-                    return None; // swapped meanwhile: convert again
+            loop {
+                let (_held, addr) = numpy_view(&c, false, dtype, &shape)?;
+                let done = self.with_detached(py, |raw| {
+                    if raw.dtype() != dtype || raw.shape() != shape {
+                        return Overlap::Changed; // swapped meanwhile: convert again
+                    }
+                    if raw.location() == Location::Host && raw.host_overlaps(addr, raw.nbytes()) {
+                        // The same bytes (`np.asarray(a)`): nothing to copy, no aliasing
+                        // slices. Other overlapping ranges (a view shifted within this
+                        // array's memory) are copied apart first (issue 13, item 6).
+                        return match raw.host_addr() == Some(addr) {
+                            true => Overlap::Done(raw.check(None)),
+                            false => Overlap::Partial,
+                        };
+                    }
+                    // SAFETY: `c` is a C-contiguous NumPy array of this dtype and shape, so
+                    // it holds exactly nbytes bytes at addr, alive while `c` is (held above).
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(addr as *const u8, raw.nbytes()) };
+                    Overlap::Done(raw.write_all(bytes, None))
+                });
+                match done {
+                    Overlap::Done(r) => return r.py(),
+                    Overlap::Changed => break,
+                    Overlap::Partial => c = c.call_method0("copy")?,
                 }
-                if raw.location() == Location::Host && raw.host_overlaps(addr, raw.nbytes()) {
-                    // `c` is this array's own host memory (`np.asarray(a)`): a range of the
-                    // same length in a buffer of that length is the same bytes. Nothing to
-                    // copy, and no aliasing slices made.
-                    return Some(raw.check(None));
-                }
-                // SAFETY: `c` is a C-contiguous NumPy array of this dtype and shape, so it
-                // holds exactly nbytes bytes at addr, alive while `c` is (held above).
-                let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, raw.nbytes()) };
-                Some(raw.write_all(bytes, None))
-            });
-            if let Some(r) = done {
-                return r.py();
             }
         }
     }
@@ -733,9 +775,33 @@ impl PyMemArray {
             })
             .py()?;
         if let Location::Device(id) = loc {
+            if copy == Some(false) {
+                return Err(PyValueError::new_err(format!(
+                    "the data is on cuda:{id}: a NumPy view would need a copy (copy=False)"
+                )));
+            }
             return Err(PyTypeError::new_err(format!(
                 "the data is on cuda:{id}; call move_memory(memarray.dlpack.kDLCPU) or \
                  to_numpy() to copy it to the host explicitly"
+            )));
+        }
+        // NumPy 2's protocol: copy=False must return a view or raise ValueError; a dtype
+        // other than the array's is a conversion, which is a copy (issue 13, item 13).
+        let np = py.import("numpy")?;
+        let want = match dtype.filter(|d| !d.is_none()) {
+            Some(d) => Some(np.getattr("dtype")?.call1((d,))?),
+            None => None,
+        };
+        let own = numpy_dtype(py, dt)?;
+        let converts = match &want {
+            Some(w) => !w.eq(&own)?,
+            None => false,
+        };
+        if copy == Some(false) && converts {
+            return Err(PyValueError::new_err(format!(
+                "a {} view of this {} array would need a copy (copy=False); pass copy=None",
+                want.map(|w| w.to_string()).unwrap_or_default(),
+                dt.name()
             )));
         }
         let out = if dt == DType::BF16 {
@@ -747,10 +813,15 @@ impl PyMemArray {
             this.to_numpy(py, None)?
         } else {
             let mv = pyo3::types::PyMemoryView::from(slf.as_any())?;
-            py.import("numpy")?.getattr("asarray")?.call1((mv,))?
+            let view = np.getattr("asarray")?.call1((mv,))?;
+            if copy == Some(true) && !converts {
+                view.call_method0("copy")?
+            } else {
+                view
+            }
         };
-        match dtype.filter(|d| !d.is_none()) {
-            Some(d) => out.call_method1("astype", (d,)),
+        match want.filter(|_| converts) {
+            Some(w) => out.call_method1("astype", (w,)),
             None => Ok(out),
         }
     }
@@ -819,14 +890,14 @@ impl PyMemArray {
     #[pyo3(signature = (device_type=None, device_id=None, stream=None))]
     fn get_dlpack(
         slf: Bound<'_, Self>,
-        device_type: Option<i64>,
-        device_id: Option<i64>,
+        device_type: Option<&Bound<'_, PyAny>>,
+        device_id: Option<&Bound<'_, PyAny>>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<crate::dlpack::DLPackContext> {
         let py = slf.py();
-        let target = match device_type {
+        let target = match device_type.filter(|d| !d.is_none()) {
             None => Target::Current,
-            Some(dt) => Target::parse(dt, device_id)?,
+            Some(dt) => Target::parse_args(dt, device_id)?,
         };
         let this = slf.get();
         // Pin the target down now (the default device is read once, here).
@@ -897,13 +968,18 @@ impl PyMemArray {
     ///
     /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read
     /// back from the device in pieces when it is there). GIL released.
-    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+        let path = convert::path(path, "path")?;
         self.with_detached(py, |raw| raw.save_npy(&path, None)).py()
     }
 
     /// Pickle support (protocol 5 hands the host data out of band, uncopied).
-    fn __reduce_ex__<'py>(&self, py: Python<'py>, protocol: i64) -> PyResult<Bound<'py, PyAny>> {
-        crate::pickle::reduce(py, self, protocol)
+    fn __reduce_ex__<'py>(
+        &self,
+        py: Python<'py>,
+        protocol: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::pickle::reduce(py, self, convert::int(protocol, "protocol")?)
     }
 
     // SAFETY (buffer protocol): see crate::buffer for the invariants.
@@ -939,6 +1015,16 @@ pub(crate) fn host_kind_name(kind: HostKind) -> &'static str {
     }
 }
 
+/// What `read_numpy_array` found when it went to copy.
+enum Overlap {
+    /// Copied (or the source is the array itself).
+    Done(memarray_cuda::Result<()>),
+    /// The array's dtype or shape changed meanwhile.
+    Changed,
+    /// The source overlaps the array's memory without being it: copy it apart first.
+    Partial,
+}
+
 /// Every dtype name, for error messages and the Python `SUPPORTED_DTYPES` constant.
 pub fn supported_dtype_names() -> Vec<&'static str> {
     DType::ALL.iter().map(|d| d.name()).collect()
@@ -970,15 +1056,16 @@ fn numpy_view<'py>(
     Ok((held, addr))
 }
 
-/// `out` for `to_numpy(out=...)`: a NumPy array of exactly this dtype and shape (a
+/// `out` for `to_numpy(out=...)` as a plain `numpy.ndarray` view of its memory (so no
+/// subclass property is consulted), checked to be of exactly this dtype and shape (a
 /// ValueError or TypeError naming what differs otherwise); writability and contiguity
-/// come with its view ([`check_out_flags`] where there is none).
-fn check_out_array(
-    py: Python<'_>,
-    out: &Bound<'_, PyAny>,
+/// come with its buffer view ([`check_out_flags`] where there is none).
+fn check_out_array<'py>(
+    py: Python<'py>,
+    out: &Bound<'py, PyAny>,
     dtype: DType,
     shape: &[usize],
-) -> PyResult<()> {
+) -> PyResult<Bound<'py, PyAny>> {
     static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
     let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
         Ok(py
@@ -987,12 +1074,16 @@ fn check_out_array(
             .cast_into::<pyo3::types::PyType>()?
             .unbind())
     })?;
-    if !out.is_instance(ndarray.bind(py))? {
+    let ndarray = ndarray.bind(py);
+    if !out.is_instance(ndarray)? {
         return Err(PyTypeError::new_err(format!(
             "out must be a numpy.ndarray, not {}",
             out.get_type().name()?
         )));
     }
+    // ndarray.view itself (not an override) with the base type: the real memory, shape,
+    // dtype and flags.
+    let out = &ndarray.getattr("view")?.call1((out, ndarray))?;
     let want = numpy_dtype(py, dtype)?;
     let got = out.getattr(pyo3::intern!(py, "dtype"))?;
     if !got.eq(&want)? {
@@ -1006,7 +1097,7 @@ fn check_out_array(
             "out has shape {got_shape:?}, the array {shape:?}"
         )));
     }
-    Ok(())
+    Ok(out.clone())
 }
 
 /// Why `out` cannot be written as one C-contiguous block, if it cannot.

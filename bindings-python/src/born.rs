@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use memarray_core::Location;
 use memarray_cuda::array::{Fill, RawArray};
 
-use crate::array::{KDLCPU, KDLCUDA, PyMemArray, parse_host_kind, parse_shape};
+use crate::array::{KDLCPU, KDLCUDA, PyMemArray, host_kind_arg, parse_shape};
 use crate::dtype::{parse_dtype, py_to_bytes};
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
@@ -24,8 +24,8 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
             .map(Location::Device)
             .map_err(|_| PyValueError::new_err(format!("invalid CUDA device index {id}")))
     };
-    if let Ok(s) = obj.extract::<String>() {
-        let s = s.trim().to_ascii_lowercase();
+    if obj.is_instance_of::<pyo3::types::PyString>() {
+        let s = crate::convert::text(obj, "device")?.trim().to_ascii_lowercase();
         return match s.as_str() {
             "cpu" | "host" => Ok(Location::Host),
             "cuda" | "gpu" => Ok(Location::Device(0)),
@@ -41,10 +41,14 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
     if obj.is_instance_of::<pyo3::types::PyBool>() {
         return Err(PyTypeError::new_err("device must not be a bool"));
     }
-    if let Ok(id) = obj.extract::<i64>() {
-        return cuda(id);
+    if obj.is_instance_of::<pyo3::types::PyInt>() || obj.hasattr("__index__")? {
+        return Ok(Location::Device(crate::convert::int(obj, "device")?));
     }
-    if let Ok((ty, id)) = obj.extract::<(i64, i64)>() {
+    if let Ok(pair) = obj.cast::<pyo3::types::PyTuple>()
+        && pair.len() == 2
+    {
+        let ty: i64 = crate::convert::int(&pair.get_item(0)?, "device type")?;
+        let id: i64 = crate::convert::int(&pair.get_item(1)?, "device id")?;
         return match ty {
             KDLCPU => Ok(Location::Host),
             KDLCUDA => cuda(id),
@@ -55,8 +59,9 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
         };
     }
     if let (Ok(ty), Ok(index)) = (obj.getattr("type"), obj.getattr("index")) {
-        let ty: String = ty.extract()?;
-        return match (ty.as_str(), index.extract::<Option<i64>>()?) {
+        let ty: String = crate::convert::text(&ty, "device.type")?;
+        let index = crate::convert::opt_int::<i64>(Some(&index), "device.index")?;
+        return match (ty.as_str(), index) {
             ("cpu", _) => Ok(Location::Host),
             ("cuda", id) => cuda(id.unwrap_or(0)),
             (other, _) => Err(PyValueError::new_err(format!(
@@ -83,7 +88,7 @@ fn args(
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
-    host_memory: &str,
+    host_memory: Option<&Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyAny>>,
     resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Args> {
@@ -92,7 +97,7 @@ fn args(
         shape: parse_shape(shape)?,
         dtype: parse_dtype(dtype)?,
         location: parse_device(device)?,
-        host_kind: parse_host_kind(host_memory)?,
+        host_kind: host_kind_arg(host_memory)?,
         stream: parse_move_stream(stream)?,
     })
 }
@@ -115,18 +120,18 @@ fn born(py: Python<'_>, a: Args, fill: Fill<'_>) -> PyResult<PyMemArray> {
     Ok(raw.into())
 }
 
-/// empty(shape, dtype=None, device="cpu", host_memory="auto", stream=None, resource=None)
+/// empty(shape, dtype=None, device="cpu", host_memory=None, stream=None, resource=None)
 ///
 /// A new array on `device` only, contents unspecified on a device (zeros on the host).
 /// `resource` (`memarray.resources`) gives the array its own memory source.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None, resource=None))]
+#[pyo3(signature = (shape, dtype=None, device=None, host_memory=None, stream=None, resource=None))]
 pub fn empty(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
-    host_memory: &str,
+    host_memory: Option<&Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyAny>>,
     resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
@@ -137,17 +142,17 @@ pub fn empty(
     )
 }
 
-/// zeros(shape, dtype=None, device="cpu", host_memory="auto", stream=None, resource=None)
+/// zeros(shape, dtype=None, device="cpu", host_memory=None, stream=None, resource=None)
 ///
 /// A zero-filled array on `device` only (a memset on a device, on `stream`).
 #[pyfunction]
-#[pyo3(signature = (shape, dtype=None, device=None, host_memory="auto", stream=None, resource=None))]
+#[pyo3(signature = (shape, dtype=None, device=None, host_memory=None, stream=None, resource=None))]
 pub fn zeros(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
-    host_memory: &str,
+    host_memory: Option<&Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyAny>>,
     resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
@@ -158,21 +163,21 @@ pub fn zeros(
     )
 }
 
-/// full(shape, fill_value, dtype=None, device="cpu", host_memory="auto", stream=None,
+/// full(shape, fill_value, dtype=None, device="cpu", host_memory=None, stream=None,
 ///      resource=None)
 ///
 /// An array of `fill_value` (converted to `dtype` as element assignment converts) on
 /// `device` only, filled there.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments, as NumPy's full has
-#[pyo3(signature = (shape, fill_value, dtype=None, device=None, host_memory="auto", stream=None, resource=None))]
+#[pyo3(signature = (shape, fill_value, dtype=None, device=None, host_memory=None, stream=None, resource=None))]
 pub fn full(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
     fill_value: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
-    host_memory: &str,
+    host_memory: Option<&Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyAny>>,
     resource: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
@@ -191,20 +196,22 @@ pub fn _device_pair(device: Option<&Bound<'_, PyAny>>) -> PyResult<(i64, i64)> {
     Ok(crate::array::location_tuple(parse_device(device)?))
 }
 
-/// load(path, device="cpu", host_memory="auto")
+/// load(path, device="cpu", host_memory=None)
 ///
-/// Reads a `.npy` file into a new array on `device` (copied from the file's mapping
-/// straight there). OSError for a missing file, ValueError for a bad or short one.
+/// Reads a `.npy` file into a new array on `device` (read from the file straight there).
+/// OSError for a missing, unreadable, in-use or non-regular file (or one that shrinks
+/// while read), ValueError for a bad or short one.
 #[pyfunction]
-#[pyo3(signature = (path, device=None, host_memory="auto"))]
+#[pyo3(signature = (path, device=None, host_memory=None))]
 pub fn load(
     py: Python<'_>,
-    path: std::path::PathBuf,
+    path: &Bound<'_, PyAny>,
     device: Option<&Bound<'_, PyAny>>,
-    host_memory: &str,
+    host_memory: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
     let location = parse_device(device)?;
-    let kind = parse_host_kind(host_memory)?;
+    let kind = host_kind_arg(host_memory)?;
+    let path = crate::convert::path(path, "path")?;
     let raw = py
         .detach(|| RawArray::load_npy(&path, location, kind))
         .py()?;

@@ -67,6 +67,17 @@ pub unsafe fn get_buffer(
             "bfloat16 has no buffer-protocol format; export it with DLPack (torch.from_dlpack)",
         )
     })?;
+    // The data is C-ordered: a Fortran-contiguous request is served only where the two
+    // coincide (at most one extent above 1), as PEP 3118 and NumPy require (issue 13,
+    // item 12).
+    if flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS
+        && shape.iter().filter(|&&d| d > 1).count() > 1
+        && !shape.contains(&0)
+    {
+        return Err(PyBufferError::new_err(format!(
+            "the MemArray of shape {shape:?} is C-contiguous, not Fortran-contiguous"
+        )));
+    }
     let ndim = shape.len();
     let itemsize = dtype.size() as ffi::Py_ssize_t;
     let mut dims: Vec<ffi::Py_ssize_t> = shape.iter().map(|&d| d as _).collect();

@@ -15,13 +15,13 @@ use memarray_cuda::{Device, DeviceBuffer, Event, Stream, StreamRef};
 use memarray_dlpack::ImportedTensor;
 
 use crate::array::PyMemArray;
+use crate::convert;
 use crate::errors::IntoPyResult;
 
 /// The device with ordinal `id`: ValueError for a negative id, CudaUnavailableError
 /// without a driver, ValueError for an id beyond the device count.
-fn device_of(id: i64) -> PyResult<Arc<Device>> {
-    let id =
-        u32::try_from(id).map_err(|_| PyValueError::new_err(format!("invalid device_id {id}")))?;
+fn device_of(id: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Device>> {
+    let id: u32 = convert::opt_int(id, "device_id")?.unwrap_or(0);
     Device::get(id).py()
 }
 
@@ -34,8 +34,8 @@ pub struct PyStream {
 #[pymethods]
 impl PyStream {
     #[new]
-    #[pyo3(signature = (device_id=0))]
-    fn new(device_id: i64) -> PyResult<Self> {
+    #[pyo3(signature = (device_id=None))]
+    fn new(device_id: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let device = device_of(device_id)?;
         Ok(Self {
             stream: Stream::new(&device).py()?,
@@ -101,8 +101,8 @@ pub struct PyEvent {
 #[pymethods]
 impl PyEvent {
     #[new]
-    #[pyo3(signature = (device_id=0, timing=false))]
-    fn new(device_id: i64, timing: bool) -> PyResult<Self> {
+    #[pyo3(signature = (device_id=None, timing=false))]
+    fn new(device_id: Option<&Bound<'_, PyAny>>, timing: bool) -> PyResult<Self> {
         let device = device_of(device_id)?;
         let event = if timing {
             Event::timed(&device)
@@ -162,8 +162,8 @@ fn device_count() -> PyResult<u32> {
 
 /// Blocks until all work on `device_id` (default 0) is done.
 #[pyfunction]
-#[pyo3(signature = (device_id=0))]
-fn synchronize(py: Python<'_>, device_id: i64) -> PyResult<()> {
+#[pyo3(signature = (device_id=None))]
+fn synchronize(py: Python<'_>, device_id: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let d = device_of(device_id)?;
     py.detach(|| d.synchronize()).py()
 }
@@ -265,6 +265,10 @@ fn import_device(
             .py()?;
         return Ok(raw);
     }
+    // The producer's claim must fit one allocation the driver knows (issue 13, item 5).
+    let span = span_bytes(&shape, &strides, dtype.size())?;
+    memarray_cuda::check_device_span(device, addr, span)
+        .map_err(|e| PyBufferError::new_err(format!("refused foreign device tensor: {e}")))?;
     let contiguous = memarray_core::shape::is_c_contiguous(&shape, &strides);
     let shareable = contiguous && !read_only && nbytes > 0;
     if copy == Some(false) && !shareable && nbytes > 0 {
@@ -387,15 +391,22 @@ const DIRECTIONS: [(&str, memarray_cuda::staging::Direction); 2] = [
 /// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both");
 /// those not given stay. Out-of-range values raise ValueError and change nothing.
 #[pyfunction]
-#[pyo3(signature = (direction="both", threads=None, chunk_bytes=None, direct_below=None))]
+#[pyo3(signature = (direction=None, threads=None, chunk_bytes=None, direct_below=None))]
 fn set_staging_config(
-    direction: &str,
-    threads: Option<usize>,
-    chunk_bytes: Option<usize>,
-    direct_below: Option<usize>,
+    direction: Option<&Bound<'_, PyAny>>,
+    threads: Option<&Bound<'_, PyAny>>,
+    chunk_bytes: Option<&Bound<'_, PyAny>>,
+    direct_below: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     use memarray_cuda::staging::{Direction, StagingConfig, config, set_config};
-    let dirs: &[Direction] = match direction {
+    let direction = match direction.filter(|d| !d.is_none()) {
+        Some(d) => convert::text(d, "direction")?,
+        None => "both".into(),
+    };
+    let threads: Option<usize> = convert::opt_int(threads, "threads")?;
+    let chunk_bytes: Option<usize> = convert::opt_int(chunk_bytes, "chunk_bytes")?;
+    let direct_below: Option<usize> = convert::opt_int(direct_below, "direct_below")?;
+    let dirs: &[Direction] = match direction.as_str() {
         "to_device" => &[Direction::ToDevice],
         "to_host" => &[Direction::ToHost],
         "both" => &[Direction::ToDevice, Direction::ToHost],
@@ -441,15 +452,21 @@ pub fn from_cuda_array_interface(
             .get_item(k)?
             .ok_or_else(|| PyValueError::new_err(format!("__cuda_array_interface__ lacks {k:?}")))
     };
-    let version: i64 = get("version")?.extract()?;
+    let version: i64 = convert::int(&get("version")?, "__cuda_array_interface__ version")?;
     if !(0..=3).contains(&version) {
         return Err(PyBufferError::new_err(format!(
             "unsupported CUDA Array Interface version {version}"
         )));
     }
-    let shape: Vec<usize> = get("shape")?.extract().map_err(|_| {
-        PyBufferError::new_err("__cuda_array_interface__ shape must be a tuple of ints >= 0")
-    })?;
+    let shape: Vec<usize> = get("shape")?
+        .extract::<Vec<i64>>()
+        .ok()
+        .and_then(|v| v.into_iter().map(|d| usize::try_from(d).ok()).collect())
+        .ok_or_else(|| {
+            PyBufferError::new_err(
+                "__cuda_array_interface__ shape must be a tuple of ints in 0..2**63",
+            )
+        })?;
     if shape.len() > memarray_core::MAX_NDIM {
         return Err(PyBufferError::new_err(format!(
             "ndim {} exceeds the maximum of {}",
@@ -457,7 +474,7 @@ pub fn from_cuda_array_interface(
             memarray_core::MAX_NDIM
         )));
     }
-    let typestr: String = get("typestr")?.extract()?;
+    let typestr: String = convert::text(&get("typestr")?, "__cuda_array_interface__ typestr")?;
     let dtype = DType::ALL
         .into_iter()
         .find(|d| {
@@ -469,7 +486,12 @@ pub fn from_cuda_array_interface(
                 DType::supported_names()
             ))
         })?;
-    let (addr, read_only): (usize, bool) = get("data")?.extract()?;
+    let (addr, read_only): (usize, bool) = get("data")?.extract().map_err(|_| {
+        PyBufferError::new_err(
+            "__cuda_array_interface__ data must be (address, read_only) with an address in \
+             0..2**64",
+        )
+    })?;
     if !addr.is_multiple_of(dtype.align()) {
         // A misaligned kernel access would fault and poison the context.
         return Err(PyBufferError::new_err(format!(
@@ -481,7 +503,12 @@ pub fn from_cuda_array_interface(
     let size = dtype.size() as i64;
     let strides: Vec<i64> = match iface.get_item("strides")? {
         Some(s) if !s.is_none() => s
-            .extract::<Vec<i64>>()?
+            .extract::<Vec<i64>>()
+            .map_err(|_| {
+                PyBufferError::new_err(
+                    "__cuda_array_interface__ strides must be a tuple of ints in -2**63..2**63",
+                )
+            })?
             .into_iter()
             .map(|b| {
                 if b % size != 0 {
@@ -514,7 +541,7 @@ pub fn from_cuda_array_interface(
     let mut producer = None;
     let sync = std::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC").as_deref() != Ok("0");
     if sync && let Some(s) = iface.get_item("stream")?.filter(|s| !s.is_none()) {
-        let h: usize = s.extract()?;
+        let h: usize = convert::int(&s, "__cuda_array_interface__ stream")?;
         if h == 0 {
             return Err(PyBufferError::new_err(
                 "CUDA Array Interface stream 0 is disallowed by the interface (v3)",

@@ -6,7 +6,6 @@
 use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -16,6 +15,7 @@ use memarray_cuda::nccl::{self, Comm, ReduceOp, UniqueId};
 
 use crate::array::{Locked, PyMemArray, drop_detached};
 use crate::born::parse_device;
+use crate::convert;
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
 
@@ -167,15 +167,16 @@ impl PyComm {
     /// broadcast(array, root=0, stream=None)
     ///
     /// Copies rank `root`'s `array` into `array` on every rank.
-    #[pyo3(signature = (array, root=0, stream=None))]
+    #[pyo3(signature = (array, root=None, stream=None))]
     fn broadcast(
         &self,
         py: Python<'_>,
         array: &Bound<'_, PyAny>,
-        root: usize,
+        root: Option<&Bound<'_, PyAny>>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
+        let root: usize = convert::opt_int(root, "root")?.unwrap_or(0);
         self.one(py, "broadcast", array, |c, a| c.broadcast(a, root, stream))
     }
 
@@ -188,10 +189,11 @@ impl PyComm {
         &self,
         py: Python<'_>,
         array: &Bound<'_, PyAny>,
-        peer: usize,
+        peer: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
+        let peer: usize = convert::int(peer, "peer")?;
         self.one(py, "send", array, |c, a| c.send(a, peer, stream))
     }
 
@@ -203,10 +205,11 @@ impl PyComm {
         &self,
         py: Python<'_>,
         array: &Bound<'_, PyAny>,
-        peer: usize,
+        peer: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
+        let peer: usize = convert::int(peer, "peer")?;
         self.one(py, "recv", array, |c, a| c.recv(a, peer, stream))
     }
 
@@ -224,7 +227,14 @@ impl PyComm {
 /// (path, (major, minor, patch)).
 #[pyfunction]
 #[pyo3(signature = (path=None))]
-fn load(py: Python<'_>, path: Option<PathBuf>) -> PyResult<(PathBuf, (u32, u32, u32))> {
+fn load(
+    py: Python<'_>,
+    path: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(PathBuf, (u32, u32, u32))> {
+    let path = match path.filter(|p| !p.is_none()) {
+        Some(p) => Some(convert::path(p, "path")?),
+        None => None,
+    };
     let info = py.detach(|| nccl::load(path.as_deref())).py()?;
     Ok((info.path, info.version))
 }
@@ -245,13 +255,16 @@ fn unique_id(py: Python<'_>) -> PyResult<Bound<'_, PyBytes>> {
 /// Shares a unique id through the file `path` (rank 0 writes, the others wait up to
 /// `timeout` seconds); returns its 128 bytes.
 #[pyfunction]
-fn exchange_id_file(
-    py: Python<'_>,
-    path: PathBuf,
-    rank: usize,
+fn exchange_id_file<'py>(
+    py: Python<'py>,
+    path: &Bound<'_, PyAny>,
+    rank: &Bound<'_, PyAny>,
     timeout: f64,
-) -> PyResult<Bound<'_, PyBytes>> {
-    let timeout = Duration::from_secs_f64(timeout.max(0.0));
+) -> PyResult<Bound<'py, PyBytes>> {
+    let path = convert::path(path, "path")?;
+    let rank: usize = convert::int(rank, "rank")?;
+    // Infinity waits forever; NaN and negatives are a ValueError, never a panic.
+    let timeout = convert::seconds(timeout, "timeout")?;
     let id = py
         .detach(|| UniqueId::exchange_file(&path, rank, timeout))
         .py()?;
@@ -263,14 +276,17 @@ fn exchange_id_file(
 #[pyfunction]
 fn init_rank(
     py: Python<'_>,
-    device: u32,
-    size: usize,
-    rank: usize,
+    device: &Bound<'_, PyAny>,
+    size: &Bound<'_, PyAny>,
+    rank: &Bound<'_, PyAny>,
     unique_id: &Bound<'_, PyAny>,
 ) -> PyResult<PyComm> {
+    let device: u32 = convert::int(device, "device")?;
+    let size: usize = convert::int(size, "size")?;
+    let rank: usize = convert::int(rank, "rank")?;
     let id = match unique_id.extract::<Vec<u8>>() {
         Ok(b) if !unique_id.is_instance_of::<pyo3::types::PyString>() => UniqueId::from_bytes(&b),
-        _ => UniqueId::from_hex(&unique_id.extract::<String>()?),
+        _ => UniqueId::from_hex(&convert::text(unique_id, "unique_id")?),
     }
     .py()?;
     let comm = py

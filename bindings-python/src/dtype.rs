@@ -20,8 +20,8 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(DType::F64);
     };
-    if let Ok(s) = obj.cast::<PyString>()
-        && let Ok(d) = DType::from_name(&s.to_cow()?)
+    if obj.is_instance_of::<PyString>()
+        && let Ok(d) = DType::from_name(&crate::convert::text(obj, "dtype")?)
     {
         return Ok(d);
     }

@@ -39,9 +39,14 @@ pub const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
 #[derive(Clone, Copy)]
 pub struct Api(&'static DLPackExchangeAPI);
 
-/// Types seen by `from_dlpack`: the type (kept alive, so its address is not reused) and
-/// its table, or `None` for types without one.
+/// Types seen by `from_dlpack` most recently, first first: the type (kept alive while
+/// cached, so its address is not reused) and its table, or `None` for types without one.
+/// Bounded (issue 13, item 11): a program making producer classes on the fly must not keep
+/// every one alive, nor slow each lookup down.
 type Cache = Vec<(Py<PyType>, Option<Api>)>;
+
+/// Most types cached; a miss costs one attribute lookup.
+const CACHE_TYPES: usize = 16;
 
 static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
 
@@ -56,16 +61,24 @@ pub fn api_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
     let ty = obj.get_type();
     let key = ty.as_ptr();
     {
-        let cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, api)) = cache.iter().find(|(t, _)| t.as_ptr() == key) {
-            return Ok(*api);
+        let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = cache.iter().position(|(t, _)| t.as_ptr() == key) {
+            cache[..=i].rotate_right(1);
+            return Ok(cache[0].1);
         }
     }
     let api = lookup(&ty)?;
-    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    if !cache.iter().any(|(t, _)| t.as_ptr() == key) {
-        cache.push((ty.unbind(), api));
-    }
+    let evicted = {
+        let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.iter().any(|(t, _)| t.as_ptr() == key) {
+            None
+        } else {
+            cache.insert(0, (ty.unbind(), api));
+            (cache.len() > CACHE_TYPES).then(|| cache.pop())
+        }
+    };
+    // Dropped after the lock (a type's last reference may run Python code).
+    drop(evicted);
     Ok(api)
 }
 

@@ -9,6 +9,7 @@ mod array;
 mod batch;
 mod born;
 mod buffer;
+mod convert;
 mod cuda;
 mod distributed;
 mod dlpack;

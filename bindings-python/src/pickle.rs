@@ -1,11 +1,13 @@
 //! Pickling: `pickle`, `copy.deepcopy` and `multiprocessing` for every dtype and ndim.
 //!
-//! `__reduce_ex__` hands the data as one contiguous byte buffer. With protocol 5 it is a
-//! `pickle.PickleBuffer` over a [`HostBytes`] that shares the host buffer (no copy; a
-//! `buffer_callback` takes it out of band); older protocols get `bytes`. Device-resident
-//! data is read into a fresh host buffer first (the array stays where it is) and comes
-//! back on the same device id when CUDA and that device exist there, else on the host.
-//! A locked array refuses to pickle with `LockError`.
+//! `__reduce_ex__` hands the data as one contiguous byte buffer: a snapshot, copied while
+//! the array's calls are serialised, so a writer on another thread can neither tear it nor
+//! change it later (issue 13, item 7). With protocol 5 it is a `pickle.PickleBuffer` over
+//! a [`HostBytes`] holding the snapshot (a `buffer_callback` takes it out of band with no
+//! further copy); older protocols get `bytes`. Device-resident data is read back into the
+//! snapshot (the array stays where it is) and comes back on the same device id when CUDA
+//! and that device exist there, else on the host. A locked array refuses to pickle with
+//! `LockError`. Unpickling validates dtype, shape and payload size before it allocates.
 
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::Arc;
@@ -18,7 +20,8 @@ use pyo3::types::{PyBytes, PyTuple};
 use memarray_core::{DType, HostBuffer, HostResource, Location};
 use memarray_cuda::array::RawArray;
 
-use crate::array::{PyMemArray, host_kind_name, parse_host_kind};
+use crate::array::{PyMemArray, host_kind_arg, host_kind_name, parse_shape};
+use crate::convert;
 use crate::errors::IntoPyResult;
 
 /// Read-only bytes of a host buffer, shared (the pickled payload of protocol 5).
@@ -90,14 +93,10 @@ pub fn reduce<'py>(
     let (bytes, dtype, shape, loc, device_id, host_kind) = arr
         .with_detached(py, |raw| -> memarray_cuda::Result<_> {
             raw.check(None)?;
-            let bytes = match raw.location() {
-                Location::Host => raw.host_export(None)?,
-                Location::Device(_) => {
-                    let mut copy = HostBuffer::zeroed_in(raw.nbytes(), Arc::new(HostResource))?;
-                    raw.read_all(copy.as_mut_slice(), None)?;
-                    Arc::new(copy)
-                }
-            };
+            // SAFETY: read_all writes every byte before anything reads the buffer.
+            let mut copy = unsafe { HostBuffer::uninit_in(raw.nbytes(), Arc::new(HostResource)) }?;
+            raw.read_all(copy.as_mut_slice(), None)?;
+            let bytes = Arc::new(copy);
             Ok((
                 bytes,
                 raw.dtype(),
@@ -139,14 +138,19 @@ pub fn reduce<'py>(
 pub fn _from_pickle(
     py: Python<'_>,
     data: pyo3::buffer::PyBuffer<u8>,
-    dtype: &str,
-    shape: Vec<usize>,
-    device: Option<u32>,
-    device_id: u32,
-    host_memory: &str,
+    dtype: &Bound<'_, PyAny>,
+    shape: &Bound<'_, PyAny>,
+    device: Option<&Bound<'_, PyAny>>,
+    device_id: &Bound<'_, PyAny>,
+    host_memory: &Bound<'_, PyAny>,
 ) -> PyResult<PyMemArray> {
-    let dtype = DType::from_name(dtype).py()?;
-    let kind = parse_host_kind(host_memory)?;
+    // Everything is checked before anything is allocated (issue 13, item 9).
+    let dtype = DType::from_name(&convert::text(dtype, "dtype")?).py()?;
+    let shape = parse_shape(shape)?;
+    let device: Option<u32> = convert::opt_int(device, "device")?;
+    let device_id: u32 = convert::int(device_id, "device_id")?;
+    let kind = host_kind_arg(Some(host_memory))?;
+    let nbytes = memarray_core::shape::validate(&shape, dtype.size()).py()?;
     if !data.is_c_contiguous() {
         return Err(PyValueError::new_err(
             "pickled array data must be contiguous",
@@ -154,6 +158,12 @@ pub fn _from_pickle(
     }
     let addr = data.buf_ptr() as usize;
     let len = data.len_bytes();
+    if len != nbytes {
+        return Err(PyValueError::new_err(format!(
+            "pickled payload holds {len} bytes; a {dtype} array of shape {shape:?} needs \
+             {nbytes}"
+        )));
+    }
     let raw = py
         .detach(|| -> memarray_cuda::Result<RawArray> {
             let mut raw = match kind {

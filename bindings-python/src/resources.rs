@@ -16,6 +16,7 @@ use memarray_core::{
 use memarray_cuda::resource::{CachingPool, default_resource, set_default_resource};
 use memarray_cuda::{AsyncPoolResource, Device, DeviceResource, ManagedResource, PinnedResource};
 
+use crate::convert;
 use crate::errors::IntoPyResult;
 
 /// A resource and, where it has one, the typed handle its extra methods need.
@@ -69,16 +70,8 @@ fn kind_name(k: MemoryKind) -> &'static str {
     }
 }
 
-fn device(id: i64) -> PyResult<Arc<Device>> {
-    let id =
-        u32::try_from(id).map_err(|_| PyValueError::new_err(format!("invalid device_id {id}")))?;
-    Device::get(id).py()
-}
-
-fn non_negative(what: &str, v: i128) -> PyResult<u64> {
-    u64::try_from(v).map_err(|_| {
-        PyValueError::new_err(format!("{what} must be between 0 and 2**64 - 1, not {v}"))
-    })
+fn device(id: &Bound<'_, PyAny>) -> PyResult<Arc<Device>> {
+    Device::get(convert::int(id, "device_id")?).py()
 }
 
 #[pymethods]
@@ -166,10 +159,7 @@ impl PyResource {
     /// Writes a Logging resource's buffered rows to its file.
     fn flush(&self) -> PyResult<()> {
         match &self.handle {
-            Handle::Logging(l) => {
-                l.flush();
-                Ok(())
-            }
+            Handle::Logging(l) => l.flush().py(),
             _ => Err(PyTypeError::new_err(
                 "only Logging resources have a log to flush",
             )),
@@ -192,11 +182,10 @@ impl PyResource {
     fn allocate(
         &self,
         py: Python<'_>,
-        nbytes: i128,
+        nbytes: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Allocation> {
-        let bytes = usize::try_from(non_negative("nbytes", nbytes)?)
-            .map_err(|_| PyValueError::new_err(format!("nbytes {nbytes} does not fit")))?;
+        let bytes: usize = convert::int(nbytes, "nbytes")?;
         let stream = crate::stream::parse_move_stream(stream)?.map(RawStream::from);
         let r = self.resource();
         let ptr = py
@@ -313,35 +302,36 @@ fn host() -> PyResource {
 }
 
 #[pyfunction]
-fn device_memory(device_id: i64) -> PyResult<PyResource> {
+fn device_memory(device_id: &Bound<'_, PyAny>) -> PyResult<PyResource> {
     Ok(PyResource::new(Handle::Plain(Arc::new(
         DeviceResource::new(&device(device_id)?),
     ))))
 }
 
 #[pyfunction]
-fn pinned(device_id: i64) -> PyResult<PyResource> {
+fn pinned(device_id: &Bound<'_, PyAny>) -> PyResult<PyResource> {
     Ok(PyResource::new(Handle::Plain(Arc::new(
         PinnedResource::new(&device(device_id)?),
     ))))
 }
 
 #[pyfunction]
-fn managed(device_id: i64) -> PyResult<PyResource> {
+fn managed(device_id: &Bound<'_, PyAny>) -> PyResult<PyResource> {
     Ok(PyResource::new(Handle::Plain(Arc::new(
         ManagedResource::new(&device(device_id)?),
     ))))
 }
 
 #[pyfunction]
-fn async_pool(device_id: i64) -> PyResult<PyResource> {
+fn async_pool(device_id: &Bound<'_, PyAny>) -> PyResult<PyResource> {
     Ok(PyResource::new(Handle::Plain(Arc::new(
         AsyncPoolResource::new(&device(device_id)?).py()?,
     ))))
 }
 
 #[pyfunction]
-fn file(path: std::path::PathBuf) -> PyResult<PyResource> {
+fn file(path: &Bound<'_, PyAny>) -> PyResult<PyResource> {
+    let path = convert::path(path, "path")?;
     Ok(PyResource::new(Handle::Plain(Arc::new(
         FileResource::create(&path).py()?,
     ))))
@@ -353,18 +343,16 @@ fn file(path: std::path::PathBuf) -> PyResult<PyResource> {
 #[pyo3(signature = (upstream, release_threshold=None, device_id=None))]
 fn pool(
     upstream: &PyResource,
-    release_threshold: Option<i128>,
-    device_id: Option<i64>,
+    release_threshold: Option<&Bound<'_, PyAny>>,
+    device_id: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyResource> {
     let up = upstream.resource();
-    let threshold = match release_threshold {
-        None => usize::MAX,
-        Some(t) => usize::try_from(non_negative("release_threshold", t)?).unwrap_or(usize::MAX),
-    };
-    let dev = match (device_id, up.device_id(), up.kind()) {
-        (Some(id), _, _) => Some(device(id)?),
-        (None, Some(id), _) => Some(device(i64::from(id))?),
-        (None, None, MemoryKind::Pinned) => Some(device(0)?),
+    let threshold = convert::opt_int::<u64>(release_threshold, "release_threshold")?
+        .map_or(usize::MAX, |t| usize::try_from(t).unwrap_or(usize::MAX));
+    let device_id: Option<u32> = convert::opt_int(device_id, "device_id")?;
+    let dev = match (device_id.or(up.device_id()), up.kind()) {
+        (Some(id), _) => Some(Device::get(id).py()?),
+        (None, MemoryKind::Pinned) => Some(Device::get(0).py()?),
         _ => None,
     };
     let p = match dev {
@@ -382,15 +370,16 @@ fn statistics(upstream: &PyResource) -> PyResource {
 }
 
 #[pyfunction]
-fn limiting(upstream: &PyResource, max_bytes: i128) -> PyResult<PyResource> {
-    let limit = non_negative("max_bytes", max_bytes)?;
+fn limiting(upstream: &PyResource, max_bytes: &Bound<'_, PyAny>) -> PyResult<PyResource> {
+    let limit: u64 = convert::int(max_bytes, "max_bytes")?;
     Ok(PyResource::new(Handle::Limiting(Arc::new(
         LimitingAdaptor::new(upstream.resource(), limit),
     ))))
 }
 
 #[pyfunction]
-fn logging(upstream: &PyResource, path: std::path::PathBuf) -> PyResult<PyResource> {
+fn logging(upstream: &PyResource, path: &Bound<'_, PyAny>) -> PyResult<PyResource> {
+    let path = convert::path(path, "path")?;
     Ok(PyResource::new(Handle::Logging(Arc::new(
         LoggingAdaptor::to_path(upstream.resource(), &path).py()?,
     ))))
@@ -405,7 +394,7 @@ fn retry(upstream: &PyResource) -> PyResource {
 
 /// Makes `r` the resource new device buffers on `device_id` come from.
 #[pyfunction]
-fn set_default(r: &PyResource, device_id: i64) -> PyResult<()> {
+fn set_default(r: &PyResource, device_id: &Bound<'_, PyAny>) -> PyResult<()> {
     let d = device(device_id)?;
     let res = r.resource();
     if !res.is_accessible_from(Location::Device(d.id())) {
@@ -422,7 +411,7 @@ fn set_default(r: &PyResource, device_id: i64) -> PyResult<()> {
 
 /// The resource new device buffers on `device_id` come from now.
 #[pyfunction]
-fn get_default(device_id: i64) -> PyResult<PyResource> {
+fn get_default(device_id: &Bound<'_, PyAny>) -> PyResult<PyResource> {
     Ok(PyResource::new(Handle::Plain(
         default_resource(&device(device_id)?).py()?,
     )))

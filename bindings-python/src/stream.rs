@@ -19,8 +19,8 @@ fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     if let Ok(s) = obj.cast::<PyStream>() {
         return Ok(s.get().stream.raw() as i64);
     }
-    if let Ok(h) = obj.extract::<i64>() {
-        return Ok(h);
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
+        return crate::convert::int(obj, "stream");
     }
     if obj.hasattr("__cuda_stream__")? {
         return stream_protocol(obj);
@@ -98,12 +98,7 @@ pub fn parse_dlpack_stream(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i6
     let Some(o) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
     };
-    let h = o.extract::<i64>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "__dlpack__ stream must be None or an int, not {}",
-            crate::errors::type_name(o)
-        ))
-    })?;
+    let h: i64 = crate::convert::int(o, "stream")?;
     match h {
         0 => Err(PyValueError::new_err(
             "stream=0 is ambiguous and refused by the DLPack protocol; pass 1 (legacy \

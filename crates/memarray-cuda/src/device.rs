@@ -56,6 +56,36 @@ pub fn device_of_pointer(addr: u64) -> Result<Arc<Device>> {
     Device::get(driver::pointer_device_ordinal(addr)?)
 }
 
+/// Checks that `[addr, addr + span)` lies inside one allocation the driver knows on
+/// `device`: a foreign tensor's claim (DLPack, CUDA Array Interface), checked before any
+/// copy or kernel reads it, since a forged pointer, offset or stride would fault on the
+/// device and poison the context (issue 13). A [`CudaError::Driver`] error for an address
+/// the driver does not know, [`CudaError::BufferTooSmall`] for a span past the end.
+pub fn check_device_span(device: &Device, addr: u64, span: usize) -> Result<()> {
+    if span == 0 {
+        return Ok(());
+    }
+    let _ctx = device.bind()?;
+    // SAFETY: the device's context is bound above.
+    let (base, size) = match unsafe { driver::mem_get_address_range(addr) } {
+        Ok(r) => r,
+        // Memory the driver knows but reports no range for (virtual-memory mappings):
+        // only the pointer itself can be checked.
+        Err(e) => {
+            return driver::pointer_device_ordinal(addr).map(|_| ()).map_err(|_| e);
+        }
+    };
+    let room = (base + size as u64).saturating_sub(addr);
+    if span as u64 > room {
+        return Err(CudaError::BufferTooSmall {
+            what: format!("a foreign device tensor at {addr:#x}"),
+            needed: span,
+            len: room as usize,
+        });
+    }
+    Ok(())
+}
+
 /// One CUDA device, holding a reference to its primary context (the context the CUDA
 /// runtime, PyTorch and CuPy use, so memory and streams are shared with them).
 ///

@@ -163,6 +163,32 @@ pub enum DlpackError {
         address: u64,
     },
 
+    /// The tensor reaches past the end of any process's address space.
+    #[error(
+        "the tensor spans {span} bytes from address {address:#x}, past {limit:#x}, where no \
+         process maps memory: the data pointer, byte_offset or strides are not real"
+    )]
+    OutsideAddressSpace {
+        /// `data + byte_offset`.
+        address: u64,
+        /// Bytes from the first element to the end of the last.
+        span: u64,
+        /// The end of user space ([`crate::ADDRESS_LIMIT`]).
+        limit: u64,
+    },
+
+    /// Host memory the tensor claims that is not mapped in this process.
+    #[error(
+        "the host tensor's {span} bytes from address {address:#x} are not all mapped in this \
+         process: the data pointer, byte_offset or strides are not real"
+    )]
+    Unmapped {
+        /// `data + byte_offset`.
+        address: u64,
+        /// Bytes from the first element to the end of the last.
+        span: u64,
+    },
+
     /// A null data pointer for a tensor that has elements.
     #[error(
         "data pointer is null but shape {shape:?} has elements; only empty tensors may be null"

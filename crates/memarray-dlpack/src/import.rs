@@ -11,7 +11,7 @@ use dlpack_rs::ffi::{
 };
 use memarray_core::{DType, MAX_NDIM, shape};
 
-use crate::device::Device;
+use crate::device::{Device, DeviceType};
 use crate::error::DlpackError;
 use crate::export::{call_deleter_unversioned, call_deleter_versioned};
 use crate::layout;
@@ -204,6 +204,20 @@ impl ImportedTensor {
         };
         let data = dl.data;
         layout::check_layout(&shape, &strides, dtype, data as u64, dl.byte_offset)?;
+        // Host-accessible memory must be mapped here: a forged pointer or stride would
+        // otherwise fault on the first read (issue 13, item 5). Device memory is checked
+        // by the CUDA layer, which can ask the driver.
+        if matches!(
+            device.kind,
+            DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged
+        ) && !shape.contains(&0)
+        {
+            let address = (data as u64).wrapping_add(dl.byte_offset);
+            let span = layout::span_bytes(&shape, &strides, dtype.size()) as u64;
+            if !layout::host_range_mapped(address, span) {
+                return Err(DlpackError::Unmapped { address, span });
+            }
+        }
         if usize::try_from(dl.byte_offset).is_err() {
             return Err(DlpackError::SpanOverflow {
                 strides,

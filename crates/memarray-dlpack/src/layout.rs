@@ -8,6 +8,30 @@ use memarray_core::{CoreError, DType, MAX_NDIM, shape};
 
 use crate::error::DlpackError;
 
+/// The first address no process maps (the end of user space on every 64-bit platform
+/// memarray runs on, with room for 5-level paging).
+pub const ADDRESS_LIMIT: u64 = 1 << 57;
+
+/// Whether every page of `[address, address + len)` is mapped in this process (`msync`
+/// with `MS_ASYNC` validates the range and does nothing else on Linux since 2.6.19).
+/// `len` 0 is trivially mapped.
+pub(crate) fn host_range_mapped(address: u64, len: u64) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let page = 4096u64;
+    let start = address - address % page;
+    let Some(end) = address.checked_add(len) else {
+        return false;
+    };
+    let (Ok(start_p), Ok(n)) = (usize::try_from(start), usize::try_from(end - start)) else {
+        return false;
+    };
+    // SAFETY: msync only inspects the mappings of [start, start + n); MS_ASYNC schedules
+    // no I/O. An unmapped range is ENOMEM, never a fault.
+    unsafe { libc::msync(start_p as *mut libc::c_void, n, libc::MS_ASYNC) == 0 }
+}
+
 /// Checks ndim and the element count / byte size of `shape`; extents must fit in `i64`.
 pub(crate) fn check_shape(shape: &[usize], dtype: DType) -> Result<(), DlpackError> {
     if shape.len() > MAX_NDIM {
@@ -108,6 +132,16 @@ pub(crate) fn check_layout(
     let address = data.checked_add(byte_offset).ok_or_else(span_overflow)?;
     if (address as u128) + span_bytes > u64::MAX as u128 + 1 {
         return Err(span_overflow());
+    }
+    // No process maps memory at or above 2^57 (x86-64 with 5-level paging ends user space
+    // at 2^56, AArch64 at 2^52): a tensor reaching there is a forged or corrupt pointer,
+    // byte_offset or stride (issue 13, item 5).
+    if (address as u128) + span_bytes > ADDRESS_LIMIT as u128 {
+        return Err(DlpackError::OutsideAddressSpace {
+            address,
+            span: span_bytes as u64,
+            limit: ADDRESS_LIMIT,
+        });
     }
     if address % dtype.align() as u64 != 0 {
         return Err(DlpackError::Misaligned {

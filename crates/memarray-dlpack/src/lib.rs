@@ -45,6 +45,7 @@ pub use export::{
     export_versioned,
 };
 pub use import::ImportedTensor;
+pub use layout::ADDRESS_LIMIT;
 pub use pool::{PoolStats, SlotStats, pool_stats};
 
 /// The FFI structs, re-exported so callers need no direct `dlpack-rs` dependency.

@@ -383,3 +383,42 @@ fn unversioned_imports_carry_no_flags() {
     drop(t);
     assert_eq!(u.calls(), 1);
 }
+
+#[test]
+fn issue13_item5_offsets_and_strides_past_user_space_are_refused() {
+    let huge_offset = Fields {
+        byte_offset: 1 << 63,
+        ..Fields::default()
+    };
+    assert!(
+        matches!(
+            refused(&huge_offset),
+            DlpackError::OutsideAddressSpace { .. }
+        ),
+        "byte_offset 2**63"
+    );
+    // Inside user space but far past the producer's 256-byte buffer: host memory that is
+    // not mapped (CPU), or that no process could map (a CUDA stride past 2**57).
+    for (device_type, stride) in [(1, 1i64 << 40), (2, 1i64 << 58)] {
+        let f = Fields {
+            device_type,
+            shape: Some(vec![2, 3]),
+            strides: Some(vec![stride, 1]),
+            ..Fields::default()
+        };
+        let e = refused(&f);
+        assert!(
+            matches!(
+                e,
+                DlpackError::Unmapped { .. } | DlpackError::OutsideAddressSpace { .. }
+            ),
+            "device {device_type} stride {stride}: {e}"
+        );
+    }
+    // The same strides over memory the producer really has pass.
+    let (_v, t) = accepted(&Fields {
+        strides: Some(vec![4, 1]),
+        ..Fields::default()
+    });
+    assert_eq!(t.strides(), &[4, 1]);
+}

@@ -19,8 +19,9 @@ pub const LOG_HEADER: &str = "time,event,device,address,size,stream,source";
 /// `stream` (the handle, empty for none), `source` (the wrapped resource's name).
 ///
 /// Rows are buffered; [`flush`](Self::flush) or dropping the adaptor writes them out. A
-/// failing writer never fails an allocation: failed writes are counted instead
-/// ([`write_errors`](Self::write_errors)).
+/// failing writer never fails an allocation: failed writes are counted
+/// ([`write_errors`](Self::write_errors)), and the next [`flush`](Self::flush) reports
+/// them as [`CoreError::Io`] (issue 13: a full disk never drops rows silently).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -31,7 +32,7 @@ pub const LOG_HEADER: &str = "time,event,device,address,size,stream,source";
 /// let p = log.allocate(256, 64, None)?;
 /// // SAFETY: p came from this resource with these arguments and is freed once.
 /// unsafe { log.deallocate(p, 256, 64, None) };
-/// log.flush();
+/// log.flush()?;
 /// let text = std::fs::read_to_string(&path).unwrap();
 /// let rows: Vec<&str> = text.lines().collect();
 /// assert_eq!(rows[0], "time,event,device,address,size,stream,source");
@@ -44,6 +45,9 @@ pub struct LoggingAdaptor {
     upstream: Arc<dyn MemoryResource>,
     out: Mutex<Writer>,
     write_errors: AtomicU64,
+    /// Failed writes already reported by `flush`.
+    reported: AtomicU64,
+    target: String,
     name: String,
     source: String,
 }
@@ -59,8 +63,18 @@ impl std::fmt::Debug for Writer {
 impl LoggingAdaptor {
     /// Logs `upstream`'s calls to `out`, starting with [`LOG_HEADER`].
     pub fn new(upstream: Arc<dyn MemoryResource>, out: Box<dyn Write + Send>) -> Self {
+        Self::with_target(upstream, out, "the log writer".into())
+    }
+
+    fn with_target(
+        upstream: Arc<dyn MemoryResource>,
+        out: Box<dyn Write + Send>,
+        target: String,
+    ) -> Self {
         let name = upstream.name().to_string();
         let this = Self {
+            reported: AtomicU64::new(0),
+            target,
             source: csv_field(&name),
             name: format!("logging({name})"),
             upstream,
@@ -78,14 +92,32 @@ impl LoggingAdaptor {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        Ok(Self::new(upstream, Box::new(f)))
+        Ok(Self::with_target(
+            upstream,
+            Box::new(f),
+            path.display().to_string(),
+        ))
     }
 
-    /// Writes buffered rows out.
-    pub fn flush(&self) {
-        if self.lock().0.flush().is_err() {
+    /// Writes buffered rows out. [`CoreError::Io`] when this flush, or any write since the
+    /// last flush that reported one, failed: rows were lost (a full disk, a closed pipe).
+    pub fn flush(&self) -> Result<()> {
+        let flushed = self.lock().0.flush();
+        if flushed.is_err() {
             self.write_errors.fetch_add(1, Ordering::Relaxed);
         }
+        let errors = self.write_errors.load(Ordering::Relaxed);
+        let new = errors - self.reported.swap(errors, Ordering::Relaxed).min(errors);
+        if new == 0 {
+            return Ok(());
+        }
+        Err(CoreError::Io {
+            path: self.target.clone(),
+            reason: format!(
+                "{new} log writes failed since the last flush ({errors} in all){}",
+                flushed.err().map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+        })
     }
 
     /// Rows that could not be written.
@@ -184,5 +216,26 @@ impl MemoryResource for LoggingAdaptor {
 
     fn memory_info(&self) -> Option<MemoryInfo> {
         self.upstream.memory_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HostResource;
+
+    #[test]
+    fn issue13_item14_a_full_disk_is_reported_by_flush() {
+        if !Path::new("/dev/full").exists() {
+            eprintln!("SKIPPED: no /dev/full on this system");
+            return;
+        }
+        let log = LoggingAdaptor::to_path(Arc::new(HostResource), "/dev/full").unwrap();
+        let p = log.allocate(64, 64, None).unwrap();
+        // SAFETY: p came from this resource with these arguments and is freed once.
+        unsafe { log.deallocate(p, 64, 64, None) };
+        let e = log.flush().unwrap_err();
+        assert!(e.to_string().contains("/dev/full"), "{e}");
+        assert!(log.write_errors() >= 1);
     }
 }

@@ -395,6 +395,11 @@ impl RawArray {
         Ok(linear as usize * size)
     }
 
+    /// The host buffer's first byte, if there is a host buffer.
+    pub fn host_addr(&self) -> Option<usize> {
+        self.host.as_ref().map(|h| h.as_ptr() as usize)
+    }
+
     /// Whether `[addr, addr + len)` overlaps this array's host buffer (a destination
     /// that aliases the array must not be written through a separate slice).
     pub fn host_overlaps(&self, addr: usize, len: usize) -> bool {

@@ -41,6 +41,9 @@ pub(crate) fn init() -> Result<()> {
                     .to_string(),
             );
         }
+        // cudarc resolves each entry point on first use and panics when one is missing:
+        // check them all here, once (issue 13).
+        probe_entry_points()?;
         // SAFETY: the library is present (checked above); cuInit takes a plain integer.
         let r = unsafe { sys::cuInit(0) };
         if r == sys::CUresult::CUDA_SUCCESS {
@@ -52,6 +55,118 @@ pub(crate) fn init() -> Result<()> {
     })
     .clone()
     .map_err(|reason| CudaError::Unavailable { reason })
+}
+
+/// Every driver entry point memarray calls. cudarc resolves each on its first call and
+/// panics when the library lacks it; [`init`] checks them all first. A unit test keeps
+/// this list equal to the `sys::cu*` calls in the crate.
+const ENTRY_POINTS: &[&str] = &[
+    "cuCtxEnablePeerAccess",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuDeviceCanAccessPeer",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetCount",
+    "cuDeviceGetDefaultMemPool",
+    "cuDeviceGetName",
+    "cuDevicePrimaryCtxRetain",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventElapsedTime",
+    "cuEventQuery",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuInit",
+    "cuIpcCloseMemHandle",
+    "cuIpcGetEventHandle",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenEventHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuLaunchKernel",
+    "cuMemAllocAsync",
+    "cuMemAllocManaged",
+    "cuMemAlloc_v2",
+    "cuMemFreeAsync",
+    "cuMemFreeHost",
+    "cuMemFree_v2",
+    "cuMemGetAddressRange_v2",
+    "cuMemGetInfo_v2",
+    "cuMemHostAlloc",
+    "cuMemPoolSetAttribute",
+    "cuMemcpyAsync",
+    "cuMemcpyBatchAsync",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyPeerAsync",
+    "cuMemsetD8Async",
+    "cuModuleGetFunction",
+    "cuModuleLoadData",
+    "cuModuleUnload",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuOccupancyMaxPotentialBlockSize",
+    "cuPointerGetAttribute",
+    "cuStreamCreate",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+];
+
+/// Opens the library cudarc will use (the first of its candidate names that loads) and
+/// checks it exports every entry point in [`ENTRY_POINTS`]; otherwise the error names the
+/// library's path and the first missing symbol.
+fn probe_entry_points() -> std::result::Result<(), String> {
+    for name in cudarc::get_lib_name_candidates("cuda") {
+        // SAFETY: loading libcuda runs its initialisers, as every CUDA program does; this
+        // is the library cudarc itself opens next (same names, same order).
+        let Ok(lib) = (unsafe { libloading::os::unix::Library::new(&name) }) else {
+            continue;
+        };
+        let handle = lib.into_raw();
+        let path = loaded_path(handle).unwrap_or(name);
+        // SAFETY: `handle` came from `into_raw` just above and is wrapped once again.
+        let lib = unsafe { libloading::os::unix::Library::from_raw(handle) };
+        for sym in ENTRY_POINTS {
+            // SAFETY: the symbol is only looked up, never called or dereferenced.
+            if unsafe { lib.get::<*const std::ffi::c_void>(sym.as_bytes()) }.is_err() {
+                return Err(format!(
+                    "{path} is not a usable NVIDIA driver library: it has no {sym} \
+                     (memarray needs driver 525 or newer; check LD_LIBRARY_PATH for a stray \
+                     libcuda)"
+                ));
+            }
+        }
+        return Ok(());
+    }
+    Err("libcuda.so not found on the loader path".into())
+}
+
+/// The file a loaded library came from (`dlinfo`), when the loader says.
+fn loaded_path(handle: *mut std::ffi::c_void) -> Option<String> {
+    /// The leading fields of glibc's `struct link_map`.
+    #[repr(C)]
+    struct LinkMap {
+        l_addr: usize,
+        l_name: *const c_char,
+    }
+    let mut map: *const LinkMap = std::ptr::null();
+    // SAFETY: `handle` is a live dlopen handle; RTLD_DI_LINKMAP writes one pointer.
+    let rc = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&raw mut map).cast()) };
+    if rc != 0 || map.is_null() {
+        return None;
+    }
+    // SAFETY: the loader's link_map lives while the library is loaded (the caller holds
+    // the handle), and
+    // `l_name` is a NUL-terminated path.
+    let name = unsafe { (*map).l_name };
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: as above.
+    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
 }
 
 /// `cuGetErrorName` and `cuGetErrorString` of `r`. Only called once libcuda is loaded.
@@ -345,4 +460,34 @@ pub(crate) unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f3
         sys::cuEventElapsedTime(&mut ms, start, end)
     })?;
     Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn issue13_item4_entry_points_list_every_driver_call() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let mut called = std::collections::BTreeSet::new();
+        let mut stack = vec![std::path::PathBuf::from(dir)];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            for (i, _) in text.match_indices("sys::cu") {
+                let name: String = text[i + 5..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                // "culib" is the loader; a bare "cu" is this test's own pattern.
+                if name != "culib" && name != "cu" {
+                    called.insert(name);
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> =
+            super::ENTRY_POINTS.iter().map(|s| s.to_string()).collect();
+        assert_eq!(called, listed, "driver calls and ENTRY_POINTS differ");
+    }
 }
