@@ -47,7 +47,9 @@ case "$cmd" in
     echo "== cargo summary: $(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "%d passed; %d failed; %d ignored", p, f, i}');" \
       "$(grep -c '^SKIPPED: no CUDA device' target/cargo-test.log) of the passed returned early with SKIPPED: no CUDA device"
     venv
+    rm -f target/crashproof.txt
     "$VENV/bin/python" -m pytest bindings-python/tests -q -rs
+    echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
     ;;
   lint)
     cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings

@@ -244,15 +244,22 @@ pub(crate) fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
             let mut items = Vec::new();
             for d in it {
                 items.push(d?);
-                if items.len() > MAX_NDIM {
+                // Bounded: an endless iterator is refused, not followed forever.
+                if items.len() > 1024 {
                     break;
                 }
             }
             items
         };
     if items.len() > MAX_NDIM {
+        let n = items.len();
+        let n = if n > 1024 {
+            "> 1024".to_string()
+        } else {
+            n.to_string()
+        };
         return Err(PyValueError::new_err(format!(
-            "ndim exceeds the maximum of {MAX_NDIM}"
+            "ndim {n} exceeds the maximum of {MAX_NDIM}"
         )));
     }
     let dims: Vec<i64> = items
@@ -789,7 +796,12 @@ impl PyMemArray {
         // other than the array's is a conversion, which is a copy (issue 13, item 13).
         let np = py.import("numpy")?;
         let want = match dtype.filter(|d| !d.is_none()) {
-            Some(d) => Some(np.getattr("dtype")?.call1((d,))?),
+            Some(d) => {
+                if d.is_instance_of::<pyo3::types::PyString>() {
+                    convert::text(d, "dtype")?;
+                }
+                Some(np.getattr("dtype")?.call1((d,))?)
+            }
             None => None,
         };
         let own = numpy_dtype(py, dt)?;

@@ -25,7 +25,9 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
             .map_err(|_| PyValueError::new_err(format!("invalid CUDA device index {id}")))
     };
     if obj.is_instance_of::<pyo3::types::PyString>() {
-        let s = crate::convert::text(obj, "device")?.trim().to_ascii_lowercase();
+        let s = crate::convert::text(obj, "device")?
+            .trim()
+            .to_ascii_lowercase();
         return match s.as_str() {
             "cpu" | "host" => Ok(Location::Host),
             "cuda" | "gpu" => Ok(Location::Device(0)),

@@ -50,7 +50,10 @@ pub(crate) fn int<T: IntArg>(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<T> 
 }
 
 /// `obj` as an integer of type `T`, or `None` for `None`.
-pub(crate) fn opt_int<T: IntArg>(obj: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<T>> {
+pub(crate) fn opt_int<T: IntArg>(
+    obj: Option<&Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Option<T>> {
     match obj {
         Some(o) if !o.is_none() => int(o, name).map(Some),
         _ => Ok(None),
@@ -75,9 +78,7 @@ pub(crate) fn to_int<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound
     } else if obj.hasattr(pyo3::intern!(py, "__index__"))? && !obj.is_instance_of::<PyBool>() {
         // SAFETY: obj is live and the GIL is held; PyNumber_Index returns a new reference
         // or null with an exception set (the caller's own `__index__` error, propagated).
-        unsafe {
-            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Index(obj.as_ptr()))?
-        }
+        unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Index(obj.as_ptr()))? }
     } else {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an integer, not {}",
@@ -132,9 +133,7 @@ pub(crate) fn path(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<PathBuf> {
         p.extract()?
     };
     if bytes.contains(&0) {
-        return Err(PyValueError::new_err(format!(
-            "{name} contains a NUL byte"
-        )));
+        return Err(PyValueError::new_err(format!("{name} contains a NUL byte")));
     }
     Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
 }

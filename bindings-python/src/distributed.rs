@@ -227,10 +227,7 @@ impl PyComm {
 /// (path, (major, minor, patch)).
 #[pyfunction]
 #[pyo3(signature = (path=None))]
-fn load(
-    py: Python<'_>,
-    path: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(PathBuf, (u32, u32, u32))> {
+fn load(py: Python<'_>, path: Option<&Bound<'_, PyAny>>) -> PyResult<(PathBuf, (u32, u32, u32))> {
     let path = match path.filter(|p| !p.is_none()) {
         Some(p) => Some(convert::path(p, "path")?),
         None => None,

@@ -33,7 +33,7 @@ pub fn core_err(e: CoreError) -> PyErr {
             PyTypeError::new_err(msg)
         }
         CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
-        CoreError::Io { .. } => PyOSError::new_err(msg),
+        CoreError::Io { .. } | CoreError::FileInUse { .. } => PyOSError::new_err(msg),
         CoreError::BadNpy { .. } => PyValueError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }

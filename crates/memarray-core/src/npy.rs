@@ -103,23 +103,19 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
         Some(Lit::Tuple(items)) => items
             .iter()
             .map(|x| match x {
+                // NumPy's header check lets bools through (they are ints), but making
+                // the array refuses them: refused here at once.
                 Lit::Int(n) => Some(*n),
-                Lit::Bool(b) => Some(i128::from(*b)),
                 _ => None,
             })
             .collect::<Option<_>>(),
         _ => None,
     }
     .ok_or_else(|| bad(format!("shape is not a tuple of ints: {shape_lit:?}")))?;
-    match dict.get("fortran_order") {
-        Some(Lit::Bool(false)) => {}
-        Some(Lit::Bool(true)) => {
-            return Err(bad(
-                "Fortran-order .npy files are not supported; save np.ascontiguousarray(x)",
-            ));
-        }
+    let fortran = match dict.get("fortran_order") {
+        Some(Lit::Bool(f)) => *f,
         other => return Err(bad(format!("fortran_order is not a bool: {other:?}"))),
-    }
+    };
     let dtype = match dict.get("descr") {
         Some(Lit::Str(s)) => descr_dtype(s)?,
         other => {
@@ -139,6 +135,13 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
         .collect::<Option<_>>()
         .ok_or_else(|| bad(format!("shape {shape:?} has an extent outside 0..2**63")))?;
     let nbytes = shape::validate(&shape, dtype.size())?;
+    // Fortran order is C order where at most one extent exceeds 1 (NumPy writes 1-d
+    // arrays either way).
+    if fortran && !shape.contains(&0) && shape.iter().filter(|&&d| d > 1).count() > 1 {
+        return Err(bad(
+            "Fortran-order .npy files are not supported; save np.ascontiguousarray(x)",
+        ));
+    }
     Ok(NpyHeader {
         dtype,
         shape,

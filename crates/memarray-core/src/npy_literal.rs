@@ -163,6 +163,7 @@ impl Parser<'_> {
                 }
             }
             b'0'..=b'9' => self.int(),
+            b'.' if self.s.get(self.i + 1).is_some_and(u8::is_ascii_digit) => self.int(),
             _ => {
                 let start = self.i;
                 while self
@@ -316,7 +317,18 @@ impl Parser<'_> {
         if self.long_suffix {
             tok = tok.strip_suffix('L').unwrap_or(tok);
         }
-        let bad = || format!("not an integer literal: {tok:?}");
+        let bad = || format!("not a number literal: {tok:?}");
+        let lower = tok.to_ascii_lowercase();
+        if !lower.starts_with("0x")
+            && (tok.contains('.') || lower.contains('e') || lower.ends_with('j'))
+        {
+            // A float or imaginary literal: valid in a header dict, never a valid extent.
+            let body = lower.trim_end_matches('j').replace('_', "");
+            return match body.parse::<f64>() {
+                Ok(_) if !tok.contains("__") => Ok(Lit::Other("float")),
+                _ => Err(bad()),
+            };
+        }
         if tok.starts_with('_') || tok.ends_with('_') || tok.contains("__") {
             return Err(bad());
         }
@@ -371,12 +383,16 @@ mod tests {
         assert_eq!(d.str_keys().unwrap(), ["a", "b", "c", "e"]);
         assert_eq!(parse_("()").unwrap(), Lit::Tuple(vec![]));
         assert_eq!(parse_("{1}").unwrap(), Lit::Other("set"));
+        assert_eq!(
+            parse_("(1.5, .5, 1e3, 2j)").unwrap(),
+            Lit::Tuple(vec![Lit::Other("float"); 4])
+        );
         for bad in [
             "{'a': 1",
             "{'a' 1}",
             "(1,,)",
             "007",
-            "1.5",
+            "1.5.5",
             "1__0",
             "b'x'",
             "{'a': 1}}",

@@ -72,7 +72,9 @@ pub fn check_device_span(device: &Device, addr: u64, span: usize) -> Result<()> 
         // Memory the driver knows but reports no range for (virtual-memory mappings):
         // only the pointer itself can be checked.
         Err(e) => {
-            return driver::pointer_device_ordinal(addr).map(|_| ()).map_err(|_| e);
+            return driver::pointer_device_ordinal(addr)
+                .map(|_| ())
+                .map_err(|_| e);
         }
     };
     let room = (base + size as u64).saturating_sub(addr);

@@ -98,6 +98,7 @@ impl ImportedTensor {
     /// 2. Ownership passes to the returned value (or is ended on error): the caller never
     ///    calls the deleter nor reads `p` again.
     pub unsafe fn from_unversioned(p: NonNull<DLManagedTensor>) -> Result<Self, DlpackError> {
+        check_struct_mapped(p.as_ptr() as u64, size_of::<DLManagedTensor>())?;
         let owned = Owned::Unversioned(p);
         // SAFETY: `p` is valid for reads (item 1); `DLTensor` is `Copy`.
         let dl = unsafe { (*p.as_ptr()).dl_tensor };
@@ -127,6 +128,7 @@ impl ImportedTensor {
     pub unsafe fn from_versioned(
         p: NonNull<DLManagedTensorVersioned>,
     ) -> Result<Self, DlpackError> {
+        check_struct_mapped(p.as_ptr() as u64, size_of::<DLManagedTensorVersioned>())?;
         let owned = Owned::Versioned(p);
         // SAFETY: `version` is the first field in every major version (item 1).
         let version = unsafe { (*p.as_ptr()).version };
@@ -145,7 +147,8 @@ impl ImportedTensor {
         unsafe { Self::from_parts(owned, &dl, flags, version) }
     }
 
-    /// Validates `dl` and copies its fields. On error `owned` drops, calling the deleter.
+    /// Validates `dl` and copies its fields. The shape and strides arrays must be mapped
+    /// (a forged pointer is refused rather than read). On error `owned` drops, calling the deleter.
     ///
     /// # Safety
     /// 1. `dl.shape` (and `dl.strides`, if not null) hold `dl.ndim` readable entries when
@@ -177,6 +180,11 @@ impl ImportedTensor {
             &[]
         } else if dl.shape.is_null() {
             return Err(DlpackError::NullShape { ndim });
+        } else if !layout::host_range_mapped(dl.shape as u64, (ndim * 8) as u64) {
+            return Err(DlpackError::Unmapped {
+                address: dl.shape as u64,
+                span: (ndim * 8) as u64,
+            });
         } else {
             // SAFETY: non-null with `ndim` readable entries (item 1).
             unsafe { slice::from_raw_parts(dl.shape, ndim) }
@@ -198,6 +206,11 @@ impl ImportedTensor {
             Vec::new()
         } else if dl.strides.is_null() {
             shape::c_strides(&shape)
+        } else if !layout::host_range_mapped(dl.strides as u64, (ndim * 8) as u64) {
+            return Err(DlpackError::Unmapped {
+                address: dl.strides as u64,
+                span: (ndim * 8) as u64,
+            });
         } else {
             // SAFETY: non-null with `ndim` readable entries (item 1).
             unsafe { slice::from_raw_parts(dl.strides, ndim) }.to_vec()
@@ -323,5 +336,19 @@ impl ImportedTensor {
     /// Whether this came from a `DLManagedTensorVersioned`.
     pub fn is_versioned(&self) -> bool {
         matches!(self.owned, Owned::Versioned(_))
+    }
+}
+
+/// Refuses a managed-tensor pointer whose struct is not mapped here (a forged capsule):
+/// the struct cannot be read, so its deleter cannot be called either, and the tensor is
+/// left alone.
+fn check_struct_mapped(address: u64, size: usize) -> Result<(), DlpackError> {
+    if layout::host_range_mapped(address, size as u64) {
+        Ok(())
+    } else {
+        Err(DlpackError::Unmapped {
+            address,
+            span: size as u64,
+        })
     }
 }

@@ -166,7 +166,11 @@ fn loaded_path(handle: *mut std::ffi::c_void) -> Option<String> {
         return None;
     }
     // SAFETY: as above.
-    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// `cuGetErrorName` and `cuGetErrorString` of `r`. Only called once libcuda is loaded.

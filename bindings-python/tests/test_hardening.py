@@ -1,0 +1,490 @@
+"""Regression tests for issue 13, one per item (named ``test_issue13_itemN_...``).
+Cases that crashed the process run in a subprocess, so a regression fails the test
+instead of ending the run."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import pathlib
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import memarray
+from memarray import resources as mr
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run_child(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (with the tests directory importable); the
+    caller asserts on the result. A signal shows as a negative return code."""
+    e = dict(os.environ if env is None else env)
+    e["PYTHONPATH"] = str(HERE) + os.pathsep + e.get("PYTHONPATH", "")
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+    )
+    return r
+
+
+def assert_clean(r: subprocess.CompletedProcess):
+    assert r.returncode == 0, f"rc {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr[-3000:]}"
+    assert "PanicException" not in r.stderr + r.stdout
+
+
+# ---- crashes ----
+
+
+def test_issue13_item1_file_resource_never_truncates_a_file_in_use(tmp_path):
+    r = run_child(
+        f"""
+        import memarray
+        from memarray import resources as mr
+        p = {str(tmp_path / "f.bin")!r}
+        a = memarray.MemArray((1 << 20,), "u1", host_resource=mr.File(p))
+        a[100] = 7
+        try:
+            mr.File(p)
+        except OSError as e:
+            assert "in use" in str(e), e
+        else:
+            raise SystemExit("a second File over a mapped file was allowed")
+        try:
+            memarray.MemArray((4,)).save(p)
+        except OSError as e:
+            assert "in use" in str(e), e
+        else:
+            raise SystemExit("save over a mapped file was allowed")
+        assert a[100] == 7
+        del a
+        import gc; gc.collect()
+        """
+    )
+    assert_clean(r)
+
+
+def test_issue13_item2_load_of_a_file_shrinking_meanwhile_raises(tmp_path):
+    r = run_child(
+        f"""
+        import threading, time, numpy as np, memarray
+        p = {str(tmp_path / "a.npy")!r}
+        np.save(p, np.arange(8 << 20, dtype=np.uint8))
+        blob = open(p, "rb").read()
+        stop = threading.Event()
+        def mutate():
+            while not stop.is_set():
+                with open(p, "r+b") as f:
+                    f.truncate(1000)
+                with open(p, "r+b") as f:
+                    f.write(blob)
+        t = threading.Thread(target=mutate); t.start()
+        errors = loads = 0
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            try:
+                memarray.load(p)
+                loads += 1
+            except (OSError, ValueError):
+                errors += 1
+        stop.set(); t.join()
+        print("loads", loads, "errors", errors)
+        assert errors > 0, "the truncation never hit a load: the test proves nothing"
+        """
+    )
+    assert_clean(r)
+
+
+def test_issue13_item3_to_numpy_out_ignores_a_lying_subclass():
+    r = run_child(
+        """
+        import numpy as np, memarray, hostile
+        base = np.arange(4.0)[::2]  # 2 elements, not contiguous: no buffer view
+        lie = hostile.liar(base, shape=(1 << 20,), flags=hostile.FakeFlags())
+        a = memarray.MemArray((1 << 20,), "f8")
+        try:
+            a.to_numpy(out=lie)
+        except (ValueError, TypeError) as e:
+            print("refused:", e)
+        else:
+            raise SystemExit("to_numpy(out=) wrote into a 16-byte array")
+        """
+    )
+    assert_clean(r)
+    assert "refused" in r.stdout
+
+
+def _shared_library() -> str:
+    """Some shared library of this process that is not the CUDA driver."""
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        name = os.path.basename(path)
+        if path.startswith("/") and ".so" in name and not name.startswith("libcuda"):
+            return path
+    pytest.fail("no shared library mapped in this process")
+
+
+def test_issue13_item4a_a_fake_libcuda_is_unavailable_not_a_panic(tmp_path):
+    fake = tmp_path / "libcuda.so.1"
+    shutil.copy(_shared_library(), fake)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
+    r = run_child(
+        f"""
+        import memarray
+        assert memarray.cuda.is_available() is False
+        reason = memarray.cuda.unavailable_reason()
+        assert {str(fake)!r} in reason, reason
+        assert "cuInit" in reason or "no " in reason, reason
+        for call in (lambda: memarray.zeros((2,), device="cuda"),
+                     lambda: memarray.cuda.device_count(),
+                     lambda: memarray.MemArray((2,)).move_memory(memarray.dlpack.kDLCUDA)):
+            try:
+                call()
+            except memarray.CudaUnavailableError as e:
+                assert {str(fake)!r} in str(e), e
+            else:
+                raise SystemExit("a GPU call succeeded with a fake driver")
+        print("ok")
+        """,
+        env=env,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout
+
+
+def test_issue13_item4a_a_missing_libcuda_is_unavailable():
+    r = run_child(
+        """
+        import memarray
+        if memarray.cuda.is_available():
+            print("driver present")
+        else:
+            try:
+                memarray.zeros((2,), device="cuda")
+            except memarray.CudaUnavailableError as e:
+                assert "libcuda" in str(e), e
+                print("ok")
+        """
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout or "driver present" in r.stdout
+
+
+def test_issue13_item4b_exchange_timeout_inf_nan_negative(tmp_path):
+    from memarray._memarray import distributed as d
+
+    p = tmp_path / "id"
+    p.write_text("ab" * 128)
+    # Infinity waits as long as it takes: here the file is already there.
+    assert d.exchange_id_file(str(p), 1, float("inf")) == bytes([0xAB]) * 128
+    for bad in (float("nan"), -1.0, float("-inf")):
+        with pytest.raises(ValueError, match="timeout"):
+            d.exchange_id_file(str(tmp_path / "none"), 1, bad)
+
+
+def test_issue13_item5_forged_dlpack_offsets_and_strides_are_refused():
+    r = run_child(
+        """
+        import memarray, hostile
+        for versioned in (True, False):
+            for kw in (dict(byte_offset=2**63), dict(ndim=2, shape=(2, 2), strides=(2**40, 1))):
+                try:
+                    memarray.from_dlpack(hostile.capsule(versioned=versioned, **kw))
+                except BufferError as e:
+                    print("refused:", e)
+                else:
+                    raise SystemExit(f"accepted {kw}")
+        m = memarray.from_dlpack(hostile.capsule(shape=(4,), strides=(1,)))
+        assert list(m.to_numpy()) == [0.0, 1.0, 2.0, 3.0]
+        """
+    )
+    assert_clean(r)
+    assert r.stdout.count("refused") == 4
+
+
+# ---- wrong data ----
+
+
+def test_issue13_item6_overlapping_source_is_copied_not_skipped():
+    x = np.arange(20.0)
+    m = memarray.from_dlpack(x[:10])
+    m.read_numpy_array(x[5:15])
+    np.testing.assert_array_equal(m.to_numpy(), np.arange(5.0, 15.0))
+    # The identical memory is still a no-op, and still right.
+    y = np.arange(6.0)
+    n = memarray.from_dlpack(y)
+    n.read_numpy_array(y)
+    np.testing.assert_array_equal(n.to_numpy(), np.arange(6.0))
+
+
+def test_issue13_item7_pickles_are_consistent_under_a_writer():
+    a = memarray.MemArray((256, 256), np.float64)
+    idx = np.indices((256, 256)).sum(axis=0).astype(np.float64)
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            a.add_index_tuple()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    torn = 0
+    try:
+        for protocol in (4, 5):
+            for _ in range(25):
+                b = pickle.loads(pickle.dumps(a, protocol=protocol)).to_numpy()
+                k = b[0, 1]  # = passes * 1
+                torn += not np.array_equal(b, k * idx)
+    finally:
+        stop.set()
+        t.join()
+    assert torn == 0, f"{torn} of 50 snapshots were torn"
+
+
+def test_issue13_item7_out_of_band_buffers_do_not_alias():
+    a = memarray.MemArray((1000,), np.float64)
+    buffers = []
+    s = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)
+    a[3] = 42.0
+    b = pickle.loads(s, buffers=buffers)
+    assert b[3] == 0.0
+
+
+def _npy(header: str, version=(1, 0), data=b"") -> bytes:
+    h = header.encode("latin1" if version[0] < 3 else "utf8")
+    pre = b"\x93NUMPY" + bytes(version)
+    n = len(pre) + (2 if version[0] == 1 else 4)
+    total = -(-(n + len(h) + 1) // 64) * 64
+    h = h + b" " * (total - n - len(h) - 1) + b"\n"
+    size = len(h).to_bytes(2 if version[0] == 1 else 4, "little")
+    return pre + size + h + data
+
+
+def test_issue13_item8_duplicate_keys_take_the_last_as_numpy(tmp_path):
+    data = np.arange(6, dtype="<i8").tobytes()
+    cases = [
+        "{'descr': '<i8', 'fortran_order': True, 'fortran_order': False, 'shape': (6,), }",
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), 'shape': (3, 2), }",
+        "{'descr': '<f8', 'descr': '<i8', 'fortran_order': False, 'shape': (6,), }",
+    ]
+    for i, h in enumerate(cases):
+        p = tmp_path / f"d{i}.npy"
+        p.write_bytes(_npy(h, data=data))
+        want = np.load(p)
+        got = memarray.load(p)
+        assert got.shape == want.shape and got.dtype == want.dtype, h
+        np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+def test_issue13_item8_headers_numpy_refuses_are_refused(tmp_path):
+    data = np.zeros(6, "<f8").tobytes()
+    refused = [
+        ("{'descr': '<f8', 'fortran_order': False, 'shape': (6,), 'extra': 1, }", (1, 0)),
+        ("{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", (1, 9)),
+        ("{'descr': '<f8', 'fortran_order': False, 'shape': (6), }", (1, 0)),
+        ("{'descr': '<V2', 'fortran_order': False, 'shape': (3,), }", (1, 0)),
+    ]
+    for i, (h, v) in enumerate(refused):
+        p = tmp_path / f"r{i}.npy"
+        p.write_bytes(_npy(h, v, data))
+        if "V2" not in h:
+            with pytest.raises(ValueError):
+                np.load(p)
+        with pytest.raises(ValueError):
+            memarray.load(p)
+
+
+# ---- broken promises ----
+
+
+def test_issue13_item9_rebuild_validates_before_allocating():
+    from memarray import _pickle
+
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match="payload"):
+        _pickle.rebuild(b"\0" * 8, "uint8", (8 << 30,), None, 0, "auto")
+    assert time.perf_counter() - t < 1.0, "8 GiB were allocated before the size check"
+    # The same through pickle.loads of an 83-byte stream naming the shape.
+    small = pickle.dumps(memarray.MemArray((8,), "u1"), protocol=4)
+    evil = small.replace(b"K\x08\x85", b"\x8a\x05" + (8 << 30).to_bytes(5, "little") + b"\x85")
+    assert evil != small
+    assert len(evil) < 120
+    t = time.perf_counter()
+    with pytest.raises(ValueError):
+        pickle.loads(evil)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_issue13_item10_huge_extent_beside_zero_is_refused_everywhere(tmp_path):
+    from memarray import _pickle
+
+    shape = (0, 2**64 - 1)
+    with pytest.raises(ValueError):
+        memarray.MemArray(shape)
+    with pytest.raises(ValueError):
+        _pickle.rebuild(b"", "uint8", shape, None, 0, "auto")
+    with pytest.raises(ValueError):
+        _pickle.rebuild(b"", "uint8", (0, 2**63), None, 0, "auto")
+    p = tmp_path / "z.npy"
+    p.write_bytes(
+        _npy("{'descr': '|u1', 'fortran_order': False, 'shape': (0, 18446744073709551615), }")
+    )
+    with pytest.raises(ValueError):
+        memarray.load(p)
+
+
+def test_issue13_item11_producer_types_are_not_kept_alive():
+    refs = []
+    for _ in range(300):
+        cls = type("P", (), {})
+        x = np.arange(3.0)
+        cls.__dlpack__ = lambda self, x=x, **kw: x.__dlpack__(**kw)
+        cls.__dlpack_device__ = lambda self: (1, 0)
+        memarray.from_dlpack(cls())
+        refs.append(weakref.ref(cls))
+        del cls
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    assert alive <= 16, f"{alive} producer classes are still alive"
+
+
+class Py_buffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.py_object),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+def _get_buffer(obj, flags) -> bool:
+    get = ctypes.pythonapi.PyObject_GetBuffer
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(Py_buffer), ctypes.c_int]
+    release = ctypes.pythonapi.PyBuffer_Release
+    release.argtypes = [ctypes.POINTER(Py_buffer)]
+    view = Py_buffer()
+    try:
+        get(obj, ctypes.byref(view), flags)
+    except (BufferError, ValueError):  # NumPy raises ValueError, PEP 3118 BufferError
+        return False
+    release(ctypes.byref(view))
+    return True
+
+
+def test_issue13_item12_fortran_contiguous_requests_follow_pep3118():
+    PyBUF_F_CONTIGUOUS = 0x0040 | 0x0010 | 0x0008
+    PyBUF_C_CONTIGUOUS = 0x0020 | 0x0010 | 0x0008
+    a = memarray.MemArray((2, 3), np.float64)
+    assert _get_buffer(np.zeros((2, 3)), PyBUF_F_CONTIGUOUS) is False, "NumPy's behaviour"
+    assert _get_buffer(a, PyBUF_F_CONTIGUOUS) is False
+    assert _get_buffer(a, PyBUF_C_CONTIGUOUS) is True
+    # One extent above 1: both orders at once.
+    assert _get_buffer(memarray.MemArray((1, 5)), PyBUF_F_CONTIGUOUS) is True
+
+
+def test_issue13_item13_array_protocol_copy_false():
+    a = memarray.MemArray((4,), np.float64)
+    v = a.__array__("f8", copy=False)
+    v[1] = 5.0
+    assert a[1] == 5.0, "copy=False must be a view"
+    with pytest.raises(ValueError):
+        a.__array__("i4", copy=False)
+    c = a.__array__("f8", copy=True)
+    c[2] = 9.0
+    assert a[2] == 0.0, "copy=True must copy"
+    assert a.__array__("i4").dtype == np.int32
+
+
+def test_issue13_item14_reported_inputs_raise_documented_types(tmp_path):
+    a = memarray.MemArray((3,), np.float64)
+    checks = [
+        (lambda: memarray.MemArray(3, device_id=2**64), ValueError, "device_id"),
+        (lambda: a.move_memory(1, 2**70), ValueError, "device_id"),
+        (lambda: memarray.cuda.set_staging_config(threads=-1), ValueError, "threads"),
+        (lambda: memarray.MemArray(3, dtype="\udcff"), ValueError, "dtype"),
+        (lambda: a.__dlpack__(stream=2**63), ValueError, "stream"),
+        (lambda: memarray.MemArray((2**63,)), ValueError, ""),
+        (lambda: memarray.MemArray((2**64,)), ValueError, ""),
+        (lambda: a.__delitem__(0), ValueError, "delete"),
+        (lambda: mr.Host().allocate(2**70), ValueError, "nbytes"),
+        (lambda: mr.Limiting(mr.Host(), -1), ValueError, "max_bytes"),
+    ]
+    for call, exc, word in checks:
+        with pytest.raises(exc) as info:
+            call()
+        assert type(info.value) is exc, f"{type(info.value).__name__}: {info.value}"
+        assert word in str(info.value)
+
+    class Boom(Exception):
+        pass
+
+    class BadIndex:
+        def __index__(self):
+            raise Boom("mine")
+
+    with pytest.raises(Boom):
+        a[BadIndex()]
+    with pytest.raises(Boom):
+        memarray.MemArray(3, device_id=BadIndex())
+    # bytes paths work like str paths.
+    p = os.fsencode(tmp_path / "b.npy")
+    a.save(p)
+    assert memarray.load(p).shape == (3,)
+
+
+def test_issue13_item14_logging_to_a_full_device_raises_on_flush():
+    if not os.path.exists("/dev/full"):
+        pytest.skip("SKIPPED: no /dev/full")
+    log = mr.Logging(mr.Host(), "/dev/full")
+    log.allocate(64).free()
+    with pytest.raises(OSError, match="failed"):
+        log.flush()
+
+
+def test_issue13_item14_fifos_are_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run_child(
+        f"""
+        import memarray
+        for call in (lambda: memarray.load({str(fifo)!r}),
+                     lambda: memarray.MemArray((2,)).save({str(fifo)!r})):
+            try:
+                call()
+            except OSError as e:
+                assert "regular file" in str(e) or "No such device" in str(e), e
+            else:
+                raise SystemExit("a FIFO was accepted")
+        print("ok")
+        """,
+        timeout=30,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout
+
+
+def test_issue13_dlpack_import_kinds_still_work():
+    x = np.arange(12.0).reshape(3, 4)
+    for t in (x, x[:, ::2], x.T):
+        np.testing.assert_array_equal(memarray.from_dlpack(t).to_numpy(), t)
+    assert memarray.from_dlpack(np.zeros((0, 5))).shape == (0, 5)
