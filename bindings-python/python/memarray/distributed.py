@@ -115,8 +115,9 @@ def init(
     file every rank can read: ``id_file``, ``MEMARRAY_NCCL_ID_FILE``, or (one machine) a
     file in the temp directory named after MASTER_ADDR, MASTER_PORT and the parent process
     (torchrun's agent, shared by its ranks). Rank 0 writes it, the others wait up to
-    ``timeout`` seconds; rank 0 deletes it once every rank has joined. Returns once every
-    rank has joined."""
+    ``timeout`` seconds (``float("inf")``: as long as it takes; NaN or negative:
+    ValueError); rank 0 deletes it once every rank has joined. Returns once every rank has
+    joined."""
     rank = rank if rank is not None else _env_int("RANK")
     world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
     if rank is None or world_size is None:
