@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer demo multi all. `multi` is the 2-GPU check (issue 9): it
+# tests sanitize bench transfer npy demo multi all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
@@ -122,8 +122,9 @@ while [ $# -gt 0 ]; do
     demo) demo ;;
     multi) multi ;;
     transfer) shift; transfer "$@"; break ;;
+    npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
     all) tests; demo; sanitize; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|demo|multi|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|npy|demo|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done
