@@ -141,6 +141,8 @@ def walk() -> list[str]:
     def call(label, module, fn, *args, **kwargs):
         nonlocal calls
         calls += 1
+        # Before the call: a crash leaves the call that caused it last on stderr.
+        sys.stderr.write(f"{label}{args!r:.160} {kwargs!r:.80}\n")
         try:
             r = fn(*args, **kwargs)
             if inspect.isgenerator(r) or hasattr(r, "__exit__"):
@@ -214,7 +216,8 @@ def test_every_public_callable_raises_only_documented_types_issue13():
             env=env,
             cwd=d,
         )
-    assert r.returncode == 0, f"rc {r.returncode}: {r.stderr[-3000:]}"
+    last = r.stderr.strip().splitlines()[-3:]
+    assert r.returncode == 0, f"rc {r.returncode}; last calls: {last}"
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["calls"] > 10_000, out["calls"]
     assert not out["bad"], f"{len(out['bad'])} undocumented exceptions:\n" + "\n".join(

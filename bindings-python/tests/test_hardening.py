@@ -138,8 +138,12 @@ def _shared_library() -> str:
 
 
 def test_issue13_item4a_a_fake_libcuda_is_unavailable_not_a_panic(tmp_path):
-    fake = tmp_path / "libcuda.so.1"
-    shutil.copy(_shared_library(), fake)
+    # Both names the loader is asked for (libcuda.so first), so a real driver elsewhere on
+    # the machine is not found first.
+    lib = _shared_library()
+    fake = tmp_path / "libcuda.so"
+    shutil.copy(lib, fake)
+    shutil.copy(lib, tmp_path / "libcuda.so.1")
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))
     r = run_child(
         f"""
