@@ -296,7 +296,11 @@ fn init_rank(
 
 /// One communicator per device in `devices` (rank i on devices[i]), for one process.
 #[pyfunction]
-fn init_all<'py>(py: Python<'py>, devices: Vec<u32>) -> PyResult<Bound<'py, PyList>> {
+fn init_all<'py>(py: Python<'py>, devices: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let devices: Vec<u32> = devices
+        .try_iter()?
+        .map(|d| convert::int(&d?, "devices entry"))
+        .collect::<PyResult<_>>()?;
     let comms = py.detach(|| Comm::init_all(&devices)).py()?;
     let out = PyList::empty(py);
     for c in comms {

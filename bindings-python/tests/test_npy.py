@@ -79,3 +79,18 @@ def test_load_onto_the_device_and_save_from_it(tmp_path, dtype):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x)
     a.move_memory(dlpack.kDLCPU)
     np.testing.assert_array_equal(a.to_numpy(), x)
+
+
+@pytest.mark.gpu
+def test_large_load_onto_the_device_reads_through_the_staged_pipeline(tmp_path):
+    # Past the direct threshold and not a multiple of any chunk: every lane, a short tail.
+    x = (np.arange((40 << 20) // 8 + 12345) * 3).astype(np.float64)
+    np.save(tmp_path / "x.npy", x)
+    a = memarray.load(tmp_path / "x.npy", device="cuda")
+    assert a.device == "cuda:0" and not a.has_host_copy
+    np.testing.assert_array_equal(a.to_numpy(), x)
+    # A file shorter than its header says is refused before anything is read.
+    with open(tmp_path / "x.npy", "r+b") as f:
+        f.truncate(1 << 20)
+    with pytest.raises(ValueError, match="holds"):
+        memarray.load(tmp_path / "x.npy", device="cuda")

@@ -212,7 +212,40 @@ pub fn upload(
         src.len(),
         stream,
         Direction::ToDevice,
-        src_addr,
+        HostSide::Memory(src_addr),
+        d,
+    )?;
+    Ok(Some(Enqueued::new(stream, device.clone())))
+}
+
+/// Copies `len` bytes that `fill(offset, buf)` produces (a file read, say) to
+/// `dst[dst_offset..]`, ordered after the work queued on `stream`: each lane fills its
+/// pinned slot directly, so the bytes cross host memory once. Returns once every `fill`
+/// has returned; the operation on `stream` to record, as [`upload`]'s. The first error of
+/// `fill` ends the copy (the device range is then partly written).
+pub fn upload_with(
+    dst: &DeviceBuffer,
+    dst_offset: usize,
+    len: usize,
+    fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
+    let d = dst.range(dst_offset, len)?;
+    let device = dst.device();
+    let cfg = config(Direction::ToDevice)?;
+    if len < cfg.direct_below {
+        let mut buf = vec![0u8; len];
+        fill(0, &mut buf)?;
+        let _complete = transfer::copy_htod(dst, dst_offset, &buf, stream)?;
+        return Ok(None);
+    }
+    run(
+        device,
+        cfg,
+        len,
+        stream,
+        Direction::ToDevice,
+        HostSide::Fill(fill),
         d,
     )?;
     Ok(Some(Enqueued::new(stream, device.clone())))
@@ -239,7 +272,7 @@ pub fn download(
         dst.len(),
         stream,
         Direction::ToHost,
-        dst_addr,
+        HostSide::Memory(dst_addr),
         s,
     )
 }
@@ -352,15 +385,25 @@ fn make_lane(device: &Arc<Device>, chunk: usize) -> Result<Lane> {
     })
 }
 
-/// Runs a staged copy of `len` bytes between host address `host` and device address
-/// `dev` (both checked by the caller) on `lanes` lanes.
+/// The host side of a staged copy.
+#[derive(Clone, Copy)]
+enum HostSide<'a> {
+    /// Host memory at this address (the caller checked the range).
+    Memory(usize),
+    /// A function that fills `buf` with the source's bytes from `offset` (an upload from
+    /// a file: each lane reads straight into its pinned slot).
+    Fill(&'a (dyn Fn(usize, &mut [u8]) -> Result<()> + Sync)),
+}
+
+/// Runs a staged copy of `len` bytes between `host` and device address `dev` (both
+/// checked by the caller) on `lanes` lanes.
 fn run(
     device: &Arc<Device>,
     cfg: StagingConfig,
     len: usize,
     stream: StreamRef,
     dir: Direction,
-    host: usize,
+    host: HostSide<'_>,
     dev: u64,
 ) -> Result<()> {
     let (lanes, chunk) = cfg.plan(len);
@@ -428,7 +471,7 @@ struct LaneJob<'a> {
     lanes: usize,
     chunk: usize,
     len: usize,
-    host: usize,
+    host: HostSide<'a>,
     dev: u64,
     dir: Direction,
     start: &'a Event,
@@ -448,17 +491,24 @@ impl LaneJob<'_> {
                 for (j, &(off, n)) in chunks.iter().enumerate() {
                     let slot = &lane.slots[j % 2];
                     slot.done.synchronize()?;
-                    // SAFETY: `host + off .. + n` lies in the caller's source (chunks
-                    // cover [0, len)); the slot holds `chunk` >= n bytes and no DMA reads
-                    // it any more (its event completed above).
+                    // SAFETY: the slot holds `chunk` >= n bytes and no DMA reads it any
+                    // more (its event completed above); no other lane uses this slot.
+                    let into = unsafe { std::slice::from_raw_parts_mut(slot.buf.as_mut_ptr(), n) };
+                    match self.host {
+                        // SAFETY: `host + off .. + n` lies in the caller's source (chunks
+                        // cover [0, len)).
+                        HostSide::Memory(host) => unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                (host + off) as *const u8,
+                                into.as_mut_ptr(),
+                                n,
+                            )
+                        },
+                        HostSide::Fill(fill) => fill(off, into)?,
+                    }
+                    // SAFETY: pinned source kept (and not written) until `done` has
+                    // completed; the device range was checked by the caller.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            (self.host + off) as *const u8,
-                            slot.buf.as_mut_ptr(),
-                            n,
-                        );
-                        // SAFETY: pinned source kept (and not written) until `done` has
-                        // completed; the device range was checked by the caller.
                         driver::memcpy_htod_async(
                             self.dev + off as u64,
                             slot.buf.as_ptr(),
@@ -470,6 +520,12 @@ impl LaneJob<'_> {
                 }
             }
             Direction::ToHost => {
+                let HostSide::Memory(host) = self.host else {
+                    return Err(CudaError::BadSetting {
+                        what: "staged copy",
+                        detail: "a download needs a host destination".into(),
+                    });
+                };
                 let issue = |j: usize| -> Result<()> {
                     let (off, n) = chunks[j];
                     let slot = &lane.slots[j % 2];
@@ -495,11 +551,7 @@ impl LaneJob<'_> {
                     // SAFETY: the DMA into the slot completed; `host + off .. + n` lies in
                     // the caller's destination, borrowed exclusively for the call.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            slot.buf.as_ptr(),
-                            (self.host + off) as *mut u8,
-                            n,
-                        )
+                        std::ptr::copy_nonoverlapping(slot.buf.as_ptr(), (host + off) as *mut u8, n)
                     };
                     if j + 2 < chunks.len() {
                         issue(j + 2)?;

@@ -38,12 +38,24 @@ impl StreamRef {
     }
 
     /// Wraps a raw `CUstream` handle, e.g. one from PyTorch or CuPy. Refuses 0 with
-    /// [`CudaError::NullStream`].
+    /// [`CudaError::NullStream`], and with [`CudaError::BadSetting`] a handle that cannot
+    /// be a stream: a `CUstream` is the address of the driver's host-side stream object,
+    /// so anything but 1, 2 or an aligned address of mapped memory is a forged or stale
+    /// integer, which the driver would dereference and crash on (issue 13).
     ///
     /// # Safety
     /// 1. `handle` is 1, 2, or a stream that stays alive (not destroyed) for as long as
     ///    this `StreamRef` or any copy of it is used.
     pub unsafe fn from_raw(handle: usize) -> Result<Self> {
+        if handle > 2 && !plausible_stream_address(handle) {
+            return Err(CudaError::BadSetting {
+                what: "stream handle",
+                detail: format!(
+                    "{handle:#x} is not a CUDA stream (not 1, 2 or the address of a live \
+                     stream object)"
+                ),
+            });
+        }
         NonZeroUsize::new(handle)
             .map(StreamRef)
             .ok_or(CudaError::NullStream)
@@ -233,8 +245,10 @@ mod tests {
         assert_eq!(StreamRef::per_thread().raw(), 2);
         assert!(StreamRef::legacy().is_default());
         assert!(StreamRef::legacy().is_persistent());
+        // A live, aligned address stands in for a foreign stream object.
+        let object = Box::leak(Box::new([0u64; 4])).as_ptr() as usize;
         // SAFETY: never used as a stream; only its persistence is asked.
-        let foreign = unsafe { StreamRef::from_raw(0xdead_0000) }.unwrap();
+        let foreign = unsafe { StreamRef::from_raw(object) }.unwrap();
         assert!(!foreign.is_persistent());
         assert_eq!(RawStream::from(StreamRef::legacy()), RawStream::LEGACY);
         assert_eq!(
@@ -246,7 +260,28 @@ mod tests {
             Ok(StreamRef::per_thread())
         );
         // SAFETY: the handle is only compared, never used.
-        let foreign = unsafe { StreamRef::from_raw(0x7f00_dead_0000) }.unwrap();
+        let foreign = unsafe { StreamRef::from_raw(object + 8) }.unwrap();
         assert!(!foreign.is_default());
+        for forged in [0xdead_0000, 0x7f00_dead_0003, 1 << 60, usize::MAX] {
+            // SAFETY: refused before any use.
+            let e = unsafe { StreamRef::from_raw(forged) }.unwrap_err();
+            assert!(
+                matches!(e, CudaError::BadSetting { .. }),
+                "{forged:#x}: {e}"
+            );
+        }
     }
+}
+
+/// Whether `addr` could be a `CUstream`: pointer-aligned, below the end of user space, and
+/// in mapped memory (`msync(MS_ASYNC)` checks the page without touching it).
+fn plausible_stream_address(addr: usize) -> bool {
+    const PAGE: usize = 4096;
+    if !addr.is_multiple_of(std::mem::align_of::<usize>()) || (addr as u64) >= 1 << 57 {
+        return false;
+    }
+    let page = addr - addr % PAGE;
+    // SAFETY: msync only inspects the mapping of one page; MS_ASYNC schedules no I/O. An
+    // unmapped page is ENOMEM, never a fault.
+    unsafe { libc::msync(page as *mut libc::c_void, PAGE, libc::MS_ASYNC) == 0 }
 }

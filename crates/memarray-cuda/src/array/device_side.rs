@@ -545,6 +545,23 @@ impl DeviceSide {
         }
     }
 
+    /// Writes `len` bytes that `fill(offset, buf)` produces at `offset` of the device copy,
+    /// through the staged pipeline (each lane fills its pinned slot directly).
+    pub(crate) fn write_with(
+        &mut self,
+        offset: usize,
+        len: usize,
+        fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    ) -> Result<()> {
+        let dst = self.current()?;
+        let stream = self.pick(None, dst.device().id());
+        self.order(stream, dst.device().id())?;
+        match staging::upload_with(&dst, offset, len, fill, stream)? {
+            Some(op) => self.record(op, None),
+            None => Ok(()),
+        }
+    }
+
     /// Runs the add_index_tuple kernel on the device copy.
     pub(crate) fn add_index_tuple(
         &mut self,

@@ -1,7 +1,8 @@
 //! `.npy` files in and out of arrays (issue 7): [`RawArray::load_npy`] and
 //! [`RawArray::save_npy`]. Loading opens the file as a [`FileResource`] and reads the data
 //! region with positional reads (`pread`, several threads) straight into the array's host
-//! buffer, or in pieces on their way to a device-born array (which gets no host buffer).
+//! buffer, or straight into the staging pipeline's pinned slots on their way to a
+//! device-born array (which gets no host buffer).
 //! No mapping is read: a file truncated meanwhile is an error, never SIGBUS (issue 13).
 //! Saving writes the current data, read back from the device when it is there. Both
 //! refuse anything but a regular file (a FIFO would block them beyond Ctrl-C's reach) and a
@@ -18,8 +19,8 @@ use crate::staging;
 /// Bytes one thread reads per `pread` when loading: large enough that the call is cheap,
 /// small enough that a piece spreads over the staging threads.
 const READ_PIECE: usize = 8 << 20;
-/// Pieces in flight to a device-born array (a bounded pageable buffer).
-const DEVICE_PIECES: usize = 8;
+/// Most threads reading into a host buffer.
+const READ_THREADS: usize = 8;
 
 /// The largest header read: version 2/3 headers may be longer than version 1's 64 KiB,
 /// but no writer makes them so.
@@ -77,16 +78,9 @@ impl RawArray {
         let start = h.data_offset as u64;
         match location {
             Location::Host => read_parallel(&file, start, a.host_bytes_mut(None)?)?,
-            Location::Device(_) => {
-                let mut piece = vec![0u8; (READ_PIECE * DEVICE_PIECES).min(h.nbytes)];
-                let mut off = 0;
-                while off < h.nbytes {
-                    let n = piece.len().min(h.nbytes - off);
-                    read_parallel(&file, start + off as u64, &mut piece[..n])?;
-                    a.dev.write_bytes(off, &piece[..n])?;
-                    off += n;
-                }
-            }
+            Location::Device(_) => a.dev.write_with(0, h.nbytes, &|off, buf| {
+                Ok(file.read_into(start + off as u64, buf)?)
+            })?,
         }
         Ok(a)
     }
@@ -132,7 +126,7 @@ fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8]) -> Result<()>
     }
     let base = dst.as_mut_ptr() as usize;
     let len = dst.len();
-    let threads = pieces.min(staging::MAX_THREADS).min(DEVICE_PIECES);
+    let threads = pieces.min(staging::MAX_THREADS).min(READ_THREADS);
     staging::parallel(threads, &|t| {
         for k in (t..pieces).step_by(threads) {
             let at = k * READ_PIECE;
