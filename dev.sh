@@ -53,6 +53,8 @@ case "$cmd" in
     ;;
   lint)
     cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings
+    # Without the nccl feature too (the Python crate turns it on for the whole workspace).
+    cargo clippy -p memarray-core -p memarray-cuda -p memarray-dlpack --all-targets -- -D warnings
     cargo fmt --all --check
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches

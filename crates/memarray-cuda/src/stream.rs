@@ -224,6 +224,19 @@ impl Drop for Stream {
     }
 }
 
+/// Whether `addr` could be a `CUstream`: pointer-aligned, below the end of user space, and
+/// in mapped memory (`msync(MS_ASYNC)` checks the page without touching it).
+fn plausible_stream_address(addr: usize) -> bool {
+    const PAGE: usize = 4096;
+    if !addr.is_multiple_of(std::mem::align_of::<usize>()) || (addr as u64) >= 1 << 57 {
+        return false;
+    }
+    let page = addr - addr % PAGE;
+    // SAFETY: msync only inspects the mapping of one page; MS_ASYNC schedules no I/O. An
+    // unmapped page is ENOMEM, never a fault.
+    unsafe { libc::msync(page as *mut libc::c_void, PAGE, libc::MS_ASYNC) == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,17 +284,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Whether `addr` could be a `CUstream`: pointer-aligned, below the end of user space, and
-/// in mapped memory (`msync(MS_ASYNC)` checks the page without touching it).
-fn plausible_stream_address(addr: usize) -> bool {
-    const PAGE: usize = 4096;
-    if !addr.is_multiple_of(std::mem::align_of::<usize>()) || (addr as u64) >= 1 << 57 {
-        return false;
-    }
-    let page = addr - addr % PAGE;
-    // SAFETY: msync only inspects the mapping of one page; MS_ASYNC schedules no I/O. An
-    // unmapped page is ENOMEM, never a fault.
-    unsafe { libc::msync(page as *mut libc::c_void, PAGE, libc::MS_ASYNC) == 0 }
 }

@@ -4,14 +4,11 @@
 //! (ARCHITECTURE.md, "The mirror"): the stream first waits on the array's pending event,
 //! and the array's event is recorded after the work.
 
-use std::sync::Arc;
-
 use memarray_core::{Location, LockToken};
 
 use super::raw::RawArray;
-use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::error::{CudaError, Result};
+use crate::error::Result;
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
 
@@ -31,34 +28,6 @@ impl RawArray {
             .record(Enqueued::new(stream, Device::get(device)?), None)
     }
 
-    /// The stream an operation on `device` uses: `stream`, else the array's last stream
-    /// on that device, else the legacy default stream.
-    pub(crate) fn stream_for(&self, stream: Option<StreamRef>, device: u32) -> StreamRef {
-        self.dev.pick(stream, device)
-    }
-
-    /// The device buffer of data that must be on `device` for `what`, with `stream`
-    /// ordered after the array's pending work. Checks the lock first.
-    pub(crate) fn operand_on(
-        &self,
-        what: &'static str,
-        device: u32,
-        stream: StreamRef,
-        token: Option<LockToken>,
-    ) -> Result<Arc<DeviceBuffer>> {
-        self.check(token)?;
-        if self.location != Location::Device(device) {
-            return Err(CudaError::NotOnDevice {
-                what,
-                expected: device,
-                location: self.location,
-            });
-        }
-        let buf = self.dev.current()?;
-        self.dev.order(stream, device)?;
-        Ok(buf)
-    }
-
     /// Makes `op`, which wrote the array's device data, its pending work.
     pub(crate) fn wrote(&mut self, op: Enqueued) -> Result<()> {
         self.dev.record(op, None)
@@ -67,5 +36,49 @@ impl RawArray {
     /// Records `op`, which only read the array's device data, so later writes wait for it.
     pub(crate) fn was_read(&self, op: &Enqueued) -> Result<()> {
         self.dev.record_read(op)
+    }
+}
+
+/// The operands of NCCL collectives (built with the `nccl` feature only, so a build
+/// without it has no unused code).
+#[cfg(feature = "nccl")]
+mod collective {
+    use std::sync::Arc;
+
+    use memarray_core::{Location, LockToken};
+
+    use super::RawArray;
+    use crate::buffer::DeviceBuffer;
+    use crate::error::{CudaError, Result};
+    use crate::stream::StreamRef;
+
+    impl RawArray {
+        /// The stream an operation on `device` uses: `stream`, else the array's last stream
+        /// on that device, else the legacy default stream.
+        pub(crate) fn stream_for(&self, stream: Option<StreamRef>, device: u32) -> StreamRef {
+            self.dev.pick(stream, device)
+        }
+
+        /// The device buffer of data that must be on `device` for `what`, with `stream`
+        /// ordered after the array's pending work. Checks the lock first.
+        pub(crate) fn operand_on(
+            &self,
+            what: &'static str,
+            device: u32,
+            stream: StreamRef,
+            token: Option<LockToken>,
+        ) -> Result<Arc<DeviceBuffer>> {
+            self.check(token)?;
+            if self.location != Location::Device(device) {
+                return Err(CudaError::NotOnDevice {
+                    what,
+                    expected: device,
+                    location: self.location,
+                });
+            }
+            let buf = self.dev.current()?;
+            self.dev.order(stream, device)?;
+            Ok(buf)
+        }
     }
 }
