@@ -24,6 +24,12 @@ except ImportError:
 SHAPES = [(), (0,), (1,), (7,), (2, 4, 7), (3, 0, 2), (2, 3, 4, 5), (1,) * 9]
 
 
+def pytest_report_header(config):
+    if memarray.cuda.is_available():
+        return f"memarray: {memarray.cuda.device_count()} CUDA device(s)"
+    return f"memarray: no CUDA device: {memarray.cuda.unavailable_reason()}"
+
+
 def pytest_collection_modifyitems(config, items):
     if memarray.cuda.is_available():
         return
@@ -31,7 +37,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             if REQUIRE_GPU:
-                raise pytest.UsageError(f"MEMARRAY_REQUIRE_GPU=1 but {reason}")
+                detail = memarray.cuda.unavailable_reason()
+                raise pytest.UsageError(f"MEMARRAY_REQUIRE_GPU=1 but no CUDA device: {detail}")
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
@@ -67,3 +74,17 @@ def ref_add_index(arr):
     if dt.itemsize == 2:  # float16 / bfloat16: computed in float32, rounded once
         return (arr.astype(np.float32) + sums.astype(np.float32)).astype(dt)
     return (arr + sums.astype(dt)).astype(dt)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips grouped by reason, each reason once (``-rs`` would list every location)."""
+    import collections
+
+    reasons = collections.Counter()
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("skips by reason")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:5d}  {reason}")

@@ -36,7 +36,13 @@ pub fn gpu_or_skip() -> Option<Arc<Device>> {
         Ok(d) => Some(d),
         Err(e) if required() => panic!("{REQUIRE_GPU_ENV}=1 but no CUDA device: {e}"),
         Err(e) => {
-            report_skip(&format!("no CUDA device ({e})"));
+            // The reason in full once per test binary, in short after that.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                report_skip("no CUDA device (reason above)");
+            } else {
+                report_skip(&format!("no CUDA device ({e})"));
+            }
             None
         }
     }
