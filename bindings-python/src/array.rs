@@ -24,12 +24,32 @@ pub const KDLCUDAHOST: i64 = 3;
 /// Managed memory.
 pub const KDLCUDAMANAGED: i64 = 13;
 
-/// A typed N-d array mirrored between host and CUDA device memory.
+// Frozen: methods take `&self`; the array's state is a `SharedArray` (a mutex of its
+// own), so calls from any number of threads are serialised and never meet pyo3's borrow
+// flag. The GIL is never held while waiting for that mutex, and never held during a
+// copy, a wait for device work, or an allocation (see `Self::with`).
+/// MemArray(shape, dtype=None, device_id=0, host_memory="auto", host_resource=None,
+///          device_resource=None)
 ///
-/// Frozen: methods take `&self`; the array's state is a [`SharedArray`] (a mutex of its
-/// own), so calls from any number of threads are serialised and never meet pyo3's
-/// borrow flag. The GIL is never held while waiting for that mutex, and never held
-/// during a copy, a wait for device work, or an allocation (see [`Self::with`]).
+/// A typed N-d array whose data lives on the host, on a CUDA device, or both: `shape` is
+/// an int or a tuple of ints, `dtype` anything NumPy accepts (default float64). A new
+/// array is zero-filled on the host; `move_memory("cuda")` copies it to device
+/// `device_id` asynchronously, and every later operation waits for that copy.
+///
+/// Elements read and write with `a[i, j]`; `np.asarray(a)` views host data without a
+/// copy; `a.to_numpy()` copies from wherever the data is; DLPack (`torch.from_dlpack(a)`)
+/// and the CUDA Array Interface hand device data to other libraries zero-copy.
+///
+/// `a == b` compares identity, not elements: an elementwise result would have to copy
+/// device data implicitly. Compare `a.to_numpy() == b` (or `np.asarray(a) == b` on the
+/// host) instead.
+///
+/// >>> import memarray
+/// >>> a = memarray.MemArray((2, 3), "float32")
+/// >>> a[1, 2] = 5.0
+/// >>> a
+/// MemArray([[0., 0., 0.],
+///           [0., 0., 5.]], dtype=float32, device=cpu)
 #[pyclass(name = "MemArray", module = "memarray", frozen)]
 pub struct PyMemArray {
     /// Dropped in [`Drop`], with the GIL released for large arrays.
@@ -303,6 +323,11 @@ fn parse_index(shape: &[usize], key: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     } else {
         vec![key.clone()]
     };
+    if items.iter().any(|i| i.is_instance_of::<PySlice>()) {
+        return Err(PyTypeError::new_err(
+            "MemArray indexing takes integers only; use np.asarray(a)[...] to slice",
+        ));
+    }
     if items.len() != shape.len() {
         return Err(PyIndexError::new_err(format!(
             "MemArray has {} dimensions but {} indices were given; index single elements \
@@ -476,6 +501,20 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// A device as `zeros(device=...)` spells it; plain "cuda" is the array's own device.
+    pub(crate) fn from_device(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if obj.is_instance_of::<pyo3::types::PyString>() {
+            let s = convert::text(obj, "device")?;
+            if matches!(s.trim().to_ascii_lowercase().as_str(), "cuda" | "gpu") {
+                return Ok(Target::Cuda(None));
+            }
+        }
+        Ok(match crate::born::parse_device(Some(obj))? {
+            Location::Host => Target::Host,
+            Location::Device(id) => Target::Cuda(Some(id)),
+        })
+    }
+
     /// Parses Python's `device_type` and optional `device_id` arguments.
     pub(crate) fn parse_args(
         device_type: &Bound<'_, PyAny>,
@@ -641,31 +680,6 @@ impl PyMemArray {
         host_kind_name(self.peek(py, |raw| raw.host_kind()))
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
-        let (shape, dtype, loc, id) = self.peek(py, |raw| {
-            (
-                raw.shape().to_vec(),
-                raw.dtype(),
-                raw.location(),
-                raw.device_id(),
-            )
-        });
-        format!(
-            "MemArray(shape={shape:?}, dtype={dtype}, device={}, device_id={id}{})",
-            device_name(loc),
-            if self.shared.is_locked() {
-                ", locked"
-            } else {
-                ""
-            }
-        )
-    }
-
-    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        self.peek(py, |raw| raw.shape().first().copied())
-            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d MemArray"))
-    }
-
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         self.get_item(py, key, None)
     }
@@ -686,8 +700,10 @@ impl PyMemArray {
 
     /// move_memory(device_type, device_id=None, stream=None, async_copy=False)
     ///
-    /// Copies the current data to `device_type` (memarray.dlpack.kDLCPU or kDLCUDA) on
-    /// `stream`: None (the array's last stream on that device, else the legacy default), an
+    /// Copies the current data to `device_type`: a DLPack device code
+    /// (memarray.dlpack.kDLCPU or kDLCUDA, with `device_id`), or a device as `zeros` and
+    /// `asarray` spell it ("cpu", "cuda" (the array's `device_id`), "cuda:N", a
+    /// `(device_type, id)` pair, a torch.device). The copy runs on `stream`: None (the array's last stream on that device, else the legacy default), an
     /// int handle (0 = the legacy default stream, as in the seed), or a stream object
     /// (memarray.cuda.Stream, torch.cuda.Stream, cupy.cuda.Stream, anything with
     /// `__cuda_stream__`). Returns at once if the data is already there. With
@@ -701,7 +717,11 @@ impl PyMemArray {
         stream: Option<&Bound<'_, PyAny>>,
         async_copy: bool,
     ) -> PyResult<()> {
-        let target = Target::parse_args(device_type, device_id)?;
+        let target = if device_type.is_instance_of::<PyInt>() || device_type.hasattr("__index__")? {
+            Target::parse_args(device_type, device_id)?
+        } else {
+            Target::from_device(device_type)?
+        };
         self.move_to(py, target, stream, !async_copy, None)
     }
 

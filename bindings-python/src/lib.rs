@@ -9,6 +9,7 @@ mod array;
 mod batch;
 mod born;
 mod buffer;
+mod conventions;
 mod convert;
 mod cuda;
 mod distributed;
@@ -107,6 +108,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("SUPPORTED_DTYPES", array::supported_dtype_names())?;
     m.add("MAX_NDIM", memarray_core::MAX_NDIM)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     cuda::register(m)?;
     resources::register(m)?;
     distributed::register(m)?;

@@ -82,7 +82,9 @@ def test_getters_repr_len():
     a = memarray.MemArray((3, 5), np.float32, device_id=1)
     assert len(a) == 3
     assert a.device_id == 1
-    assert "shape=[3, 5]" in repr(a) and "float32" in repr(a) and "device=cpu" in repr(a)
+    assert repr(a) == repr(np.zeros((3, 5), np.float32)).replace("array(", "MemArray(").replace(
+        "dtype=float32)", "dtype=float32, device=cpu)"
+    ).replace("\n      ", "\n         ")
     assert a.host_memory == "pageable"
     with pytest.raises(TypeError):
         len(memarray.MemArray((), np.float32))

@@ -13,6 +13,7 @@ from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
     CudaUnavailableError,
+    __version__,
     DLPackContext,
     IpcHandle,
     LockError,
@@ -30,6 +31,7 @@ from ._memarray import (
 )
 
 __all__ = [
+    "__version__",
     "MAX_NDIM",
     "SUPPORTED_DTYPES",
     "CudaUnavailableError",

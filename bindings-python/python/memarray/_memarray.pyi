@@ -1,7 +1,7 @@
 """Type stubs for the ``memarray._memarray`` extension module (bindings-python/src)."""
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import (
     Any,
     ClassVar,
@@ -21,6 +21,7 @@ from typing_extensions import CapsuleType
 from . import cuda as cuda
 
 __all__ = [
+    "__version__",
     "MAX_NDIM",
     "SUPPORTED_DTYPES",
     "CudaUnavailableError",
@@ -31,6 +32,8 @@ __all__ = [
     "from_dlpack",
 ]
 
+#: The package version.
+__version__: str
 #: Names of the fifteen element types, in DType::ALL order.
 SUPPORTED_DTYPES: list[str]
 #: Largest ndim an array may have (32).
@@ -93,8 +96,10 @@ class MemArray:
         cls,
         shape: SupportsIndex | tuple[SupportsIndex, ...] | list[SupportsIndex],
         dtype: npt.DTypeLike | None = None,
-        device_id: int = 0,
-        host_memory: _HostMemory | Literal["auto"] = "auto",
+        device_id: int | None = 0,
+        host_memory: _HostMemory | Literal["auto"] | None = "auto",
+        host_resource: Any = None,
+        device_resource: Any = None,
     ) -> Self: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
@@ -122,11 +127,18 @@ class MemArray:
     @property
     def host_memory(self) -> _HostMemory: ...
     def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[_Scalar]: ...
+    def __bool__(self) -> bool: ...
+    def __float__(self) -> float: ...
+    def __int__(self) -> int: ...
+    def __complex__(self) -> complex: ...
+    def __index__(self) -> int: ...
     def __getitem__(self, key: _Index, /) -> _Scalar: ...
     def __setitem__(self, key: _Index, value: _ScalarIn, /) -> None: ...
+    def __delitem__(self, key: _Index, /) -> None: ...
     def move_memory(
         self,
-        device_type: int,
+        device_type: int | str | tuple[int, int] | Any,
         device_id: int | None = None,
         stream: _StreamLike | None = None,
         async_copy: bool = False,

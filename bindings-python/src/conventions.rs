@@ -1,0 +1,147 @@
+//! What a NumPy user expects of any array object (issue 14, point 5): `repr` with the
+//! data, `len`, iteration, truth value, conversion to Python scalars, and equality. Its
+//! own `#[pymethods]` block (pyo3's `multiple-pymethods`), so the class file stays small.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use memarray_core::{DType, Location};
+
+use crate::array::{PyMemArray, device_name};
+
+/// Elements a `repr` shows in full; larger host arrays are summarised as NumPy does.
+const REPR_FULL: usize = 1000;
+
+#[pymethods]
+impl PyMemArray {
+    /// `MemArray([[0., 1.], [2., 3.]], dtype=float64, device=cpu)` for host data (NumPy's
+    /// formatting, summarised past 1,000 elements); device data is not copied for a repr:
+    /// `MemArray(shape=(2, 2), dtype=float64, device=cuda:0)`.
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let py = slf.py();
+        let this = slf.get();
+        let (shape, dtype, loc) = this.peek(py, |raw| {
+            (raw.shape().to_vec(), raw.dtype(), raw.location())
+        });
+        let locked = if this.shared.is_locked() {
+            ", locked"
+        } else {
+            ""
+        };
+        let shape_text = PyTuple::new(py, &shape)?.repr()?.to_string();
+        let summary = || {
+            format!(
+                "MemArray(shape={shape_text}, dtype={dtype}, device={}{locked})",
+                device_name(loc)
+            )
+        };
+        if loc != Location::Host || this.shared.is_locked() || dtype == DType::BF16 {
+            return Ok(summary());
+        }
+        // A zero-copy view through the buffer protocol; anything in the way (a lock taken
+        // meanwhile) falls back to the summary, never an exception from repr.
+        let text = (|| -> PyResult<String> {
+            let np = py.import("numpy")?;
+            let view = np.getattr("asarray")?.call1((slf,))?;
+            let kwargs = pyo3::types::PyDict::new(py);
+            kwargs.set_item("separator", ", ")?;
+            kwargs.set_item("prefix", "MemArray(")?;
+            kwargs.set_item("threshold", REPR_FULL)?;
+            np.getattr("array2string")?
+                .call((view,), Some(&kwargs))?
+                .extract()
+        })();
+        Ok(match text {
+            Ok(t) => format!("MemArray({t}, dtype={dtype}, device=cpu{locked})"),
+            Err(_) => summary(),
+        })
+    }
+
+    /// `len(a)` is the first extent; a 0-d array has no length (TypeError, as NumPy).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.peek(py, |raw| raw.shape().first().copied())
+            .ok_or_else(|| PyTypeError::new_err("len() of unsized object (a 0-d MemArray)"))
+    }
+
+    /// Iterating a 1-d array yields its elements as Python scalars (one consistent
+    /// snapshot); a 0-d array is not iterable, and for 2 or more dimensions, where NumPy
+    /// yields row views that a MemArray cannot give, iteration is a TypeError saying how.
+    fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let (_, shape) = slf.get().layout(py);
+        match shape.len() {
+            0 => Err(PyTypeError::new_err("iteration over a 0-d MemArray")),
+            1 => {
+                let list = slf
+                    .get()
+                    .to_numpy_with(py, None, None)?
+                    .call_method0("tolist")?;
+                list.try_iter().map(Bound::into_any)
+            }
+            n => Err(PyTypeError::new_err(format!(
+                "a {n}-d MemArray cannot be iterated row by row (it has no views); iterate \
+                 np.asarray(a) (host data, zero-copy) or a.to_numpy() (a copy)"
+            ))),
+        }
+    }
+
+    /// The truth value of a one-element array; ValueError for any other size, as NumPy.
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        self.scalar(py, "truth value")?.is_truthy()
+    }
+
+    /// `float(a)` of a one-element array.
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        self.scalar(py, "float")?.extract::<f64>().or_else(|_| {
+            Err(PyTypeError::new_err(
+                "a complex MemArray cannot be converted to float; use complex(a)",
+            ))
+        })
+    }
+
+    /// `int(a)` of a one-element array (floats truncate, as NumPy).
+    fn __int__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self.scalar(py, "int")?;
+        let int = py.get_type::<pyo3::types::PyInt>();
+        Ok(int.call1((v,))?.unbind())
+    }
+
+    /// `complex(a)` of a one-element array.
+    fn __complex__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self.scalar(py, "complex")?;
+        let complex = py.get_type::<pyo3::types::PyComplex>();
+        Ok(complex.call1((v,))?.unbind())
+    }
+
+    /// `operator.index(a)` of a 0-d integer (or bool) array, as NumPy: other arrays raise
+    /// TypeError.
+    fn __index__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let (dtype, shape) = self.layout(py);
+        // DLPack code 0 is signed and 1 unsigned integers; bool is 6.
+        let integer = matches!(dtype.dlpack().0, 0 | 1) || dtype == DType::Bool;
+        if !shape.is_empty() || !integer {
+            return Err(PyTypeError::new_err(
+                "only integer scalar arrays (0-d, integer dtype) can be converted to an index",
+            ));
+        }
+        let v = self.get_item(py, &PyTuple::empty(py).into_any(), None)?;
+        Ok(py.get_type::<pyo3::types::PyInt>().call1((v,))?.unbind())
+    }
+}
+
+impl PyMemArray {
+    /// The only element of a one-element array, for a conversion named `what`.
+    fn scalar<'py>(&self, py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyAny>> {
+        let (_, shape) = self.layout(py);
+        let size: usize = shape.iter().product();
+        if size != 1 {
+            return Err(PyValueError::new_err(format!(
+                "the {what} of a MemArray with {size} elements is ambiguous: only \
+                 one-element arrays convert (use a.to_numpy().any() / .all() for truth)"
+            )));
+        }
+        let zeros = PyTuple::new(py, vec![0usize; shape.len()])?;
+        Ok(self.get_item(py, zeros.as_any(), None)?.into_bound(py))
+    }
+}
