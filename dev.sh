@@ -57,6 +57,7 @@ case "$cmd" in
     # Without the nccl feature too (the Python crate turns it on for the whole workspace).
     cargo clippy -p memarray-core -p memarray-cuda -p memarray-dlpack --all-targets -- -D warnings
     cargo fmt --all --check
+    python3 scripts/layering.py
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches
     "$VENV/bin/ruff" format --check bindings-python examples benches

@@ -35,7 +35,18 @@ pub struct DeviceBuffer {
     /// Events at the end of other streams' use of the buffer.
     uses: std::sync::Mutex<Vec<crate::event::Event>>,
     /// The IPC handle and interprocess event, made on the first export to another process.
-    pub(crate) ipc: std::sync::OnceLock<Box<crate::ipc::Exported>>,
+    pub(crate) ipc: std::sync::OnceLock<Box<IpcExport>>,
+}
+
+/// A buffer's export to other processes, made once by `ipc` and cached with the buffer:
+/// its allocation's handle and offset, and (made on an array's first export) the
+/// interprocess event it records for importers. Plain data here, so `buffer` does not
+/// import `ipc` (which is built on it).
+#[derive(Debug)]
+pub(crate) struct IpcExport {
+    pub(crate) handle: [u8; 64],
+    pub(crate) offset: u64,
+    pub(crate) event: std::sync::OnceLock<(crate::event::Event, [u8; 64])>,
 }
 
 // SAFETY: the buffer owns its allocation; it hands out only an integer address, and the

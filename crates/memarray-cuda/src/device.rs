@@ -1,12 +1,12 @@
 //! [`Device`]: one CUDA device and its primary context, cached per ordinal.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use memarray_core::{Location, MemoryInfo, MemoryResource};
+use memarray_core::{Location, MemoryInfo};
 
-use crate::driver::{self, CUcontext, CUdevice, CUstream};
+use crate::driver::{self, CUcontext, CUdevice};
 use crate::error::{CudaError, Result};
 
 /// Keeps a device's context current until dropped, then restores the context the thread
@@ -117,19 +117,10 @@ pub struct Device {
     name: String,
     compute_capability: (u32, u32),
     sm_count: u32,
-    /// Streams of dropped [`crate::Stream`]s, reused instead of destroyed (see there).
-    pub(crate) idle_streams: Mutex<Vec<usize>>,
-    /// This device's `add_index` modules, one per dtype (`DType::ALL` order), each loaded
-    /// on the first launch of that dtype.
-    pub(crate) kernels: [OnceLock<crate::kernel::Module>; 15],
-    /// [`crate::resource::default_resource`]: chosen on first use from the environment,
-    /// replaced by [`crate::resource::set_default_resource`].
-    pub(crate) default_resource: std::sync::RwLock<Option<Arc<dyn MemoryResource>>>,
 }
 
 // SAFETY: a primary context handle may be used from any thread (CUDA contexts are
-// thread-safe; binding is per thread, done by `bind`); the other fields are plain data
-// or synchronised.
+// thread-safe; binding is per thread, done by `bind`); the other fields are plain data.
 unsafe impl Send for Device {}
 // SAFETY: as above; no method mutates unsynchronised state.
 unsafe impl Sync for Device {}
@@ -167,9 +158,6 @@ impl Device {
                 attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
             ),
             sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-            idle_streams: Mutex::new(Vec::new()),
-            kernels: Default::default(),
-            default_resource: std::sync::RwLock::new(None),
         })
     }
 
@@ -269,12 +257,6 @@ impl Device {
     /// The driver's device handle.
     pub(crate) fn cu(&self) -> CUdevice {
         self.cu
-    }
-
-    /// A stream of this device's context to reuse, if a dropped one is idle.
-    pub(crate) fn take_idle_stream(&self) -> Option<CUstream> {
-        let mut idle = self.idle_streams.lock().unwrap_or_else(|e| e.into_inner());
-        idle.pop().map(driver::stream_handle)
     }
 }
 

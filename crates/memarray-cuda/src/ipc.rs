@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceBuffer, IpcExport};
 use crate::device::Device;
 use crate::driver;
 use crate::error::{CudaError, Result};
@@ -29,15 +29,6 @@ use crate::stream::StreamRef;
 /// Serialised length of an [`IpcHandle`].
 pub const IPC_HANDLE_BYTES: usize = 4 + 64 + 8 + 8 + 4 + 4 + 1 + 64;
 const TAG: &[u8; 4] = b"MAH2";
-
-/// A buffer's export, made once: its allocation's handle and offset, and (made on an
-/// array's first export) the interprocess event it records for importers.
-#[derive(Debug)]
-pub(crate) struct Exported {
-    handle: [u8; 64],
-    offset: u64,
-    event: OnceLock<(Event, [u8; 64])>,
-}
 
 /// A device buffer's memory as another process can open it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,7 +134,7 @@ impl DeviceBuffer {
         Ok(self.handle_of(e, Some(*event_handle)))
     }
 
-    fn handle_of(&self, e: &Exported, event: Option<[u8; 64]>) -> IpcHandle {
+    fn handle_of(&self, e: &IpcExport, event: Option<[u8; 64]>) -> IpcHandle {
         IpcHandle {
             handle: e.handle,
             offset: e.offset,
@@ -155,7 +146,7 @@ impl DeviceBuffer {
     }
 
     /// The buffer's export: made on the first call, reused after.
-    fn exported(&self) -> Result<&Exported> {
+    fn exported(&self) -> Result<&IpcExport> {
         if let Some(e) = self.ipc.get() {
             return Ok(e);
         }
@@ -174,7 +165,7 @@ impl DeviceBuffer {
         let handle = unsafe { driver::ipc_get_mem_handle(base) }.map_err(refuse)?;
         debug_assert!(addr - base + self.len() as u64 <= size as u64);
         Ok(self.ipc.get_or_init(|| {
-            Box::new(Exported {
+            Box::new(IpcExport {
                 handle,
                 offset: addr - base,
                 event: OnceLock::new(),

@@ -5,7 +5,7 @@
 //! device on first use (and caches the result in `~/.nv/ComputeCache`).
 
 use std::ffi::{CStr, CString, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memarray_core::{CoreError, DType, Indexer, MAX_NDIM, shape};
 
@@ -14,6 +14,7 @@ use crate::device::Device;
 use crate::driver::{self, CUfunction, CUmodule};
 use crate::error::{CudaError, Result};
 use crate::event::Enqueued;
+use crate::per_device::PerDevice;
 use crate::stream::StreamRef;
 
 /// `ptx/add_index_<dtype>.ptx` (inside this crate, so it packages), NUL-terminated for `cuModuleLoadData`, in
@@ -112,6 +113,14 @@ pub(crate) struct Module {
     kernels: Vec<Kernel>,
 }
 
+// SAFETY: module and function handles are driver objects of the device's primary context,
+// usable from any thread (the driver API is thread-safe; launches bind the context
+// first); a loaded module is never mutated, only launched from, and never unloaded while
+// the process runs (it lives in `MODULES`).
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
 impl Module {
     fn load(device: &Device, dtype: DType) -> Result<Module> {
         let _ctx = device.bind()?;
@@ -162,10 +171,14 @@ fn unsupported(dtype: DType) -> CudaError {
     .into()
 }
 
+/// Each device's `add_index` modules, one per dtype (`DType::ALL` order), each loaded on
+/// the first launch of that dtype.
+static MODULES: PerDevice<[OnceLock<Module>; 15]> = PerDevice::new();
+
 /// The device's module for `dtype`, loading it on first use. Loaded once per device and
 /// dtype: a thread that loses a race to load unloads its copy.
-fn module(device: &Device, dtype: DType) -> Result<&Module> {
-    let slot = &device.kernels[dtype_index(dtype)];
+fn module(device: &Device, dtype: DType) -> Result<&'static Module> {
+    let slot = &MODULES.get(device.id())[dtype_index(dtype)];
     if let Some(m) = slot.get() {
         return Ok(m);
     }

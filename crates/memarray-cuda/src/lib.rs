@@ -41,6 +41,7 @@ pub mod ipc;
 pub mod kernel;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+mod per_device;
 pub mod resource;
 pub mod staging;
 pub mod stream;

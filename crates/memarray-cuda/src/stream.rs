@@ -6,7 +6,7 @@
 //! [`crate::Event::record`]).
 
 use std::num::NonZeroUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use memarray_core::RawStream;
 
@@ -14,6 +14,7 @@ use crate::device::Device;
 use crate::driver::{self, CUstream};
 use crate::error::{CudaError, Result};
 use crate::event::Event;
+use crate::per_device::PerDevice;
 
 /// A borrowed stream handle: the two default streams, a [`Stream`]'s, or a foreign one
 /// (from PyTorch's `cuda_stream` or CuPy's `ptr`).
@@ -170,7 +171,7 @@ pub struct Stream {
 impl Stream {
     /// A new non-blocking stream on `device`.
     pub fn new(device: &Arc<Device>) -> Result<Stream> {
-        let cu = match device.take_idle_stream() {
+        let cu = match take_idle_stream(device) {
             Some(s) => s,
             None => {
                 let _ctx = device.bind()?;
@@ -213,11 +214,22 @@ impl Stream {
     }
 }
 
+/// Streams of dropped [`Stream`]s, per device, reused instead of destroyed.
+static IDLE: PerDevice<Mutex<Vec<usize>>> = PerDevice::new();
+
+/// A stream of `device`'s context to reuse, if a dropped one is idle.
+fn take_idle_stream(device: &Device) -> Option<CUstream> {
+    let mut idle = IDLE
+        .get(device.id())
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    idle.pop().map(driver::stream_handle)
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
-        let mut idle = self
-            .device
-            .idle_streams
+        let mut idle = IDLE
+            .get(self.device.id())
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         idle.push(self.handle.raw());

@@ -35,6 +35,7 @@ pub use pool::AsyncPoolResource;
 use crate::device::Device;
 use crate::driver;
 use crate::error::{CudaError, Result};
+use crate::per_device::PerDevice;
 use crate::stream::StreamRef;
 
 /// The largest alignment the CUDA resources serve (a 2 MiB large page).
@@ -61,7 +62,7 @@ pub const RESOURCE_ENV: &str = "MEMARRAY_MEMORY_RESOURCE";
 /// memarray cannot see) and frees it while their work is queued: `cuMemFree` waits for
 /// the whole device.
 pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
-    let slot = &device.default_resource;
+    let slot = DEFAULTS.get(device.id());
     if let Some(r) = slot.read().unwrap_or_else(PoisonError::into_inner).as_ref() {
         return Ok(r.clone());
     }
@@ -87,12 +88,16 @@ pub fn set_default_resource(
             reason: format!("its memory is not accessible from {}", device.location()),
         }));
     }
-    let mut w = device
-        .default_resource
+    let mut w = DEFAULTS
+        .get(device.id())
         .write()
         .unwrap_or_else(PoisonError::into_inner);
     Ok(w.replace(r))
 }
+
+/// Each device's default resource: chosen on first use from the environment, replaced by
+/// [`set_default_resource`].
+static DEFAULTS: PerDevice<std::sync::RwLock<Option<Arc<dyn MemoryResource>>>> = PerDevice::new();
 
 /// The kinds `MEMARRAY_MEMORY_RESOURCE` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
