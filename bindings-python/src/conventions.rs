@@ -93,10 +93,8 @@ impl PyMemArray {
 
     /// `float(a)` of a one-element array.
     fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
-        self.scalar(py, "float")?.extract::<f64>().or_else(|_| {
-            Err(PyTypeError::new_err(
-                "a complex MemArray cannot be converted to float; use complex(a)",
-            ))
+        self.scalar(py, "float")?.extract::<f64>().map_err(|_| {
+            PyTypeError::new_err("a complex MemArray cannot be converted to float; use complex(a)")
         })
     }
 

@@ -156,5 +156,13 @@ pub enum CoreError {
     },
 }
 
+impl CoreError {
+    /// Whether this is the out-of-memory error ([`CoreError::OutOfMemory`]), which the
+    /// CUDA layer recognises too (`CudaError::is_out_of_memory`).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, CoreError::OutOfMemory { .. })
+    }
+}
+
 /// Result alias for core operations.
 pub type Result<T, E = CoreError> = std::result::Result<T, E>;

@@ -151,6 +151,7 @@ pub enum CudaError {
     },
     /// NCCL (feature `nccl`) cannot be loaded: no libnccl on this machine or at the path
     /// given.
+    #[cfg(feature = "nccl")]
     #[error(
         "NCCL is unavailable: {reason}. Install it (pip install nvidia-nccl-cu13, or the \
          libnccl2 package) or point MEMARRAY_NCCL_LIBRARY at libnccl.so.2"
@@ -160,6 +161,7 @@ pub enum CudaError {
         reason: String,
     },
     /// An NCCL call failed, or a collective was given operands it cannot take.
+    #[cfg(feature = "nccl")]
     #[error("NCCL {call}: {reason}")]
     Nccl {
         /// The NCCL entry point or memarray operation, e.g. `"ncclAllReduce"`.
@@ -173,11 +175,13 @@ pub enum CudaError {
 }
 
 impl CudaError {
-    /// Whether this is an out-of-memory error (from the driver or a resource).
+    /// Whether this is an out-of-memory error: from the driver, this layer, or a resource
+    /// (a core `OutOfMemory` a resource reported).
     pub fn is_out_of_memory(&self) -> bool {
         match self {
             CudaError::OutOfMemory { .. } => true,
             CudaError::Driver { code, .. } => *code == OUT_OF_MEMORY_CODE,
+            CudaError::Core(c) => c.is_out_of_memory(),
             _ => false,
         }
     }
@@ -237,6 +241,17 @@ mod tests {
         };
         assert!(e.to_string().contains("1099511627776 bytes"), "{e}");
         assert!(e.is_out_of_memory());
+        let core = CoreError::OutOfMemory {
+            bytes: 8,
+            resource: "pool".into(),
+            reason: "full".into(),
+        };
+        assert!(core.is_out_of_memory());
+        assert!(
+            CudaError::Core(core).is_out_of_memory(),
+            "one OOM, recognised by every layer"
+        );
+        assert!(!CudaError::NoDeviceCopy.is_out_of_memory());
         assert!(
             CudaError::NullStream
                 .to_string()
