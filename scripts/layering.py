@@ -44,6 +44,19 @@ LAYERS = {
         ["nccl"],
         ["testing"],
     ],
+    "bindings-python/src": [
+        ["errors", "convert", "dtype", "strided"],
+        ["device"],
+        ["stream"],
+        ["resources"],
+        ["array"],
+        [
+            "element", "numpy", "buffer", "conventions", "ipc", "pickle", "born", "batch",
+            "distributed", "cuda",
+        ],
+        ["dlpack"],
+        ["exchange"],
+    ],
 }
 
 TEST_MOD = re.compile(r"^\s*#\[cfg\(test\)\]\s*$")

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use memarray_cuda::RawArray;
 
 use crate::array::{Locked, PyMemArray};
-use crate::born::parse_device;
+use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
 

@@ -2,80 +2,17 @@
 //! `RawArray::{empty_on, zeros_on, full_on}`. A device-born array has no host buffer
 //! until its first move to the host; `zeros` there is a memset.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use memarray_core::Location;
 use memarray_cuda::array::{Fill, RawArray};
 
-use crate::array::{KDLCPU, KDLCUDA, PyMemArray, host_kind_arg, parse_shape};
+use crate::array::PyMemArray;
+use crate::convert::{host_kind_arg, parse_shape};
+use crate::device::parse_device;
 use crate::dtype::{parse_dtype, py_to_bytes};
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
-
-/// Parses a `device=` argument: "cpu", "cuda", "cuda:N", an int N (cuda:N), a DLPack
-/// `(device_type, id)` pair, or an object with `type` and `index` (torch.device).
-pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location> {
-    let Some(obj) = obj.filter(|o| !o.is_none()) else {
-        return Ok(Location::Host);
-    };
-    let cuda = |id: i64| {
-        u32::try_from(id)
-            .map(Location::Device)
-            .map_err(|_| PyValueError::new_err(format!("invalid CUDA device index {id}")))
-    };
-    if obj.is_instance_of::<pyo3::types::PyString>() {
-        let s = crate::convert::text(obj, "device")?
-            .trim()
-            .to_ascii_lowercase();
-        return match s.as_str() {
-            "cpu" | "host" => Ok(Location::Host),
-            "cuda" | "gpu" => Ok(Location::Device(0)),
-            _ => match s.strip_prefix("cuda:").map(str::parse::<i64>) {
-                Some(Ok(id)) => cuda(id),
-                _ => Err(PyValueError::new_err(format!(
-                    "unknown device {s:?}; use \"cpu\", \"cuda\", \"cuda:N\", an int N or \
-                     (kDLCPU, 0) / (kDLCUDA, N)"
-                ))),
-            },
-        };
-    }
-    if obj.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(PyTypeError::new_err("device must not be a bool"));
-    }
-    if obj.is_instance_of::<pyo3::types::PyInt>() || obj.hasattr("__index__")? {
-        return Ok(Location::Device(crate::convert::int(obj, "device")?));
-    }
-    if let Ok(pair) = obj.cast::<pyo3::types::PyTuple>()
-        && pair.len() == 2
-    {
-        let ty: i64 = crate::convert::int(&pair.get_item(0)?, "device type")?;
-        let id: i64 = crate::convert::int(&pair.get_item(1)?, "device id")?;
-        return match ty {
-            KDLCPU => Ok(Location::Host),
-            KDLCUDA => cuda(id),
-            other => Err(PyValueError::new_err(format!(
-                "unsupported DLPack device type {other}; memarray arrays live on kDLCPU (1) \
-                 or kDLCUDA (2)"
-            ))),
-        };
-    }
-    if let (Ok(ty), Ok(index)) = (obj.getattr("type"), obj.getattr("index")) {
-        let ty: String = crate::convert::text(&ty, "device.type")?;
-        let index = crate::convert::opt_int::<i64>(Some(&index), "device.index")?;
-        return match (ty.as_str(), index) {
-            ("cpu", _) => Ok(Location::Host),
-            ("cuda", id) => cuda(id.unwrap_or(0)),
-            (other, _) => Err(PyValueError::new_err(format!(
-                "unsupported device type {other:?}"
-            ))),
-        };
-    }
-    Err(PyTypeError::new_err(format!(
-        "device must be a str, an int, a (device_type, id) pair or a torch.device, not {}",
-        obj.get_type().name()?
-    )))
-}
 
 struct Args {
     resource: Option<std::sync::Arc<dyn memarray_core::MemoryResource>>,
@@ -188,16 +125,6 @@ pub fn full(
     born(py, a, Fill::Value(&value))
 }
 
-/// _device_pair(device) -> (device_type, device_id)
-/// --
-///
-/// A `device=` argument ("cpu", "cuda", "cuda:N", an int, a DLPack pair, a torch.device)
-/// as the DLPack pair it names, parsed as `empty(device=...)` parses it.
-#[pyfunction]
-pub fn _device_pair(device: Option<&Bound<'_, PyAny>>) -> PyResult<(i64, i64)> {
-    Ok(crate::array::location_tuple(parse_device(device)?))
-}
-
 /// load(path, device="cpu", host_memory=None)
 ///
 /// Reads a `.npy` file into a new array on `device` (read from the file straight there).
@@ -218,4 +145,17 @@ pub fn load(
         .detach(|| RawArray::load_npy(&path, location, kind))
         .py()?;
     Ok(raw.into())
+}
+
+// `.npy` save (load is above).
+#[pymethods]
+impl PyMemArray {
+    /// save(path)
+    ///
+    /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read
+    /// back from the device in pieces when it is there). GIL released.
+    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+        let path = crate::convert::path(path, "path")?;
+        self.with_detached(py, |raw| raw.save_npy(&path, None)).py()
+    }
 }

@@ -134,3 +134,22 @@ pub unsafe fn release_buffer(view: *mut ffi::Py_buffer) {
         }
     }
 }
+
+// The buffer protocol of MemArray.
+#[pymethods]
+impl PyMemArray {
+    // SAFETY (buffer protocol): see crate::buffer for the invariants.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        // SAFETY: forwarded from CPython's buffer protocol call.
+        unsafe { crate::buffer::get_buffer(slf, view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
+        // SAFETY: forwarded from CPython; view was filled by get_buffer.
+        unsafe { crate::buffer::release_buffer(view) }
+    }
+}

@@ -8,7 +8,8 @@ use pyo3::types::PyTuple;
 
 use memarray_core::{DType, Location};
 
-use crate::array::{PyMemArray, device_name};
+use crate::array::PyMemArray;
+use crate::device::device_name;
 
 /// Elements a `repr` shows in full; larger host arrays are summarised as NumPy does.
 const REPR_FULL: usize = 1000;

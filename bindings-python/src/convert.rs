@@ -15,6 +15,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
+use memarray_core::MAX_NDIM;
+use memarray_cuda::array::HostKind;
+
 use crate::errors::type_name;
 
 /// A Rust integer type an argument converts to.
@@ -147,4 +150,78 @@ pub(crate) fn seconds(secs: f64, name: &str) -> PyResult<Duration> {
         )));
     }
     Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
+pub(crate) fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let items: Vec<Bound<'_, PyAny>> =
+        if shape.is_instance_of::<PyInt>() || shape.hasattr("__index__")? {
+            vec![shape.clone()]
+        } else {
+            let it = shape.try_iter().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "shape must be an int or a sequence of ints, not {}",
+                    crate::errors::type_name(shape)
+                ))
+            })?;
+            let mut items = Vec::new();
+            for d in it {
+                items.push(d?);
+                // Bounded: an endless iterator is refused, not followed forever.
+                if items.len() > 1024 {
+                    break;
+                }
+            }
+            items
+        };
+    if items.len() > MAX_NDIM {
+        let n = items.len();
+        let n = if n > 1024 {
+            "> 1024".to_string()
+        } else {
+            n.to_string()
+        };
+        return Err(PyValueError::new_err(format!(
+            "ndim {n} exceeds the maximum of {MAX_NDIM}"
+        )));
+    }
+    let dims: Vec<i64> = items
+        .iter()
+        .map(|d| int(d, "shape entry"))
+        .collect::<PyResult<_>>()?;
+    dims.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                PyValueError::new_err(format!("negative dimension {d} in shape {dims:?}"))
+            })
+        })
+        .collect()
+}
+
+/// The `host_memory` argument (`None` is "auto").
+pub(crate) fn host_kind_arg(arg: Option<&Bound<'_, PyAny>>) -> PyResult<Option<HostKind>> {
+    match arg.filter(|a| !a.is_none()) {
+        Some(a) => parse_host_kind(&text(a, "host_memory")?),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn parse_host_kind(s: &str) -> PyResult<Option<HostKind>> {
+    match s {
+        "auto" => Ok(None),
+        "pageable" => Ok(Some(HostKind::Pageable)),
+        "pinned" => Ok(Some(HostKind::Pinned)),
+        "managed" => Ok(Some(HostKind::Managed)),
+        other => Err(PyValueError::new_err(format!(
+            "host_memory must be 'auto', 'pageable', 'pinned' or 'managed', not {other:?}"
+        ))),
+    }
+}
+
+/// The Python name of a host memory kind.
+pub(crate) fn host_kind_name(kind: HostKind) -> &'static str {
+    match kind {
+        HostKind::Pageable => "pageable",
+        HostKind::Pinned => "pinned",
+        HostKind::Managed => "managed",
+    }
 }

@@ -14,8 +14,8 @@ use memarray_cuda::RawArray;
 use memarray_cuda::nccl::{self, Comm, ReduceOp, UniqueId};
 
 use crate::array::{Locked, PyMemArray, drop_detached};
-use crate::born::parse_device;
 use crate::convert;
+use crate::device::parse_device;
 use crate::errors::IntoPyResult;
 use crate::stream::parse_move_stream;
 

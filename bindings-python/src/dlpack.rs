@@ -22,7 +22,8 @@ use memarray_dlpack::{
     call_deleter_versioned, export_unversioned, export_versioned,
 };
 
-use crate::array::{KDLCPU, KDLCUDA, PyMemArray, Target};
+use crate::array::PyMemArray;
+use crate::device::{KDLCPU, KDLCUDA, Target};
 use crate::errors::IntoPyResult;
 use crate::stream::{consumer_for, parse_dlpack_stream};
 use memarray_cuda::StreamRef;
@@ -320,7 +321,7 @@ impl DLPackContext {
 }
 
 /// Takes the tensor out of a DLPack capsule, marking it consumed.
-fn take_capsule(cap: &Bound<'_, PyAny>) -> PyResult<ImportedTensor> {
+pub(crate) fn take_capsule(cap: &Bound<'_, PyAny>) -> PyResult<ImportedTensor> {
     let raw = cap.as_ptr();
     // SAFETY: raw is a live object; the capsule API checks its type and name and sets
     // no error when IsValid fails.
@@ -358,7 +359,7 @@ fn take_capsule(cap: &Bound<'_, PyAny>) -> PyResult<ImportedTensor> {
 }
 
 /// Asks a producer for a capsule: versioned first, then the pre-1.0 signature.
-fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     if !obj.hasattr("__dlpack__")? {
         return Ok(obj.clone());
@@ -379,29 +380,6 @@ fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> 
         }
         Err(e) => Err(e),
     }
-}
-
-/// from_dlpack(obj, copy=None)
-///
-/// Imports a DLPack producer (or capsule) as a MemArray. `copy=None` shares memory when it
-/// can and copies otherwise; `copy=True` always copies; `copy=False` never copies and
-/// raises BufferError when sharing is impossible (read-only or non-contiguous data).
-#[pyfunction]
-#[pyo3(signature = (obj, copy=None))]
-pub fn from_dlpack(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    copy: Option<bool>,
-) -> PyResult<PyMemArray> {
-    // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
-    // `__dlpack__` call; the producer's current work stream orders its work.
-    if let Some(api) = crate::exchange::api_of(obj)? {
-        let (t, producer) = crate::exchange::take(api, obj)?;
-        return import_tensor(py, t, copy, producer).map(Into::into);
-    }
-    let cap = request_capsule(obj)?;
-    let t = take_capsule(&cap)?;
-    import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
 }
 
 /// Imports a taken tensor; CUDA data is ordered after `producer`. Sharing the memory
@@ -469,4 +447,53 @@ fn import_with(t: ImportedTensor, copy: Option<bool>, producer: StreamRef) -> Py
 pub fn _dlpack_live_exports() -> (usize, usize) {
     let stats = memarray_dlpack::pool_stats();
     (stats.unversioned.live, stats.versioned.live)
+}
+
+// The DLPack protocol of MemArray.
+#[pymethods]
+impl PyMemArray {
+    /// get_dlpack(device_type=None, device_id=None, stream=None)
+    ///
+    /// Moves the data to `device_type` (default: where it is) and returns a context manager
+    /// that locks the array for its block and exports it with `__dlpack__`. Entering
+    /// moves the data there again if another thread moved it in between.
+    #[pyo3(signature = (device_type=None, device_id=None, stream=None))]
+    fn get_dlpack(
+        slf: Bound<'_, Self>,
+        device_type: Option<&Bound<'_, PyAny>>,
+        device_id: Option<&Bound<'_, PyAny>>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::dlpack::DLPackContext> {
+        let py = slf.py();
+        let target = match device_type.filter(|d| !d.is_none()) {
+            None => Target::Current,
+            Some(dt) => Target::parse_args(dt, device_id)?,
+        };
+        let this = slf.get();
+        // Pin the target down now (the default device is read once, here).
+        let target = match this.peek(py, |raw| target.resolve(raw))? {
+            Location::Host => Target::Host,
+            Location::Device(id) => Target::Cuda(Some(id)),
+        };
+        this.move_to(py, target, stream, true, None)?;
+        Ok(crate::dlpack::DLPackContext::new(slf.unbind(), target))
+    }
+
+    /// __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::dlpack::export(py, self, None, stream, max_version, dl_device, copy)
+    }
+
+    /// (device_type, device_id) of the current data: (kDLCPU, 0) or (kDLCUDA, id).
+    fn __dlpack_device__(&self, py: Python<'_>) -> (i64, i64) {
+        self.location_tuple(py)
+    }
 }

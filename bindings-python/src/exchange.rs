@@ -1,7 +1,9 @@
-//! DLPack's C exchange API (`__dlpack_c_exchange_api__`, DLPack 1.3), both ways.
+//! `memarray.from_dlpack`, the one DLPack import entry point, and DLPack's C exchange API
+//! (`__dlpack_c_exchange_api__`, DLPack 1.3) both ways. Above `dlpack` (capsules), which
+//! it falls back to.
 //!
-//! - **Consumer**: `memarray.from_dlpack(obj)` looks up the API on `type(obj)` once per
-//!   type (cached, the type kept alive), takes the tensor through
+//! - **Consumer**: `memarray.from_dlpack(obj)` looks up the API on `type(obj)` (the 16
+//!   most recent types cached), takes the tensor through
 //!   `managed_tensor_from_py_object_no_sync` and orders CUDA data after the producer's
 //!   `current_work_stream` (no Python `__dlpack__` call, no producer-side sync).
 //! - **Producer**: `MemArray.__dlpack_c_exchange_api__` is a capsule named
@@ -29,7 +31,8 @@ use memarray_dlpack::ffi::{
 };
 use memarray_dlpack::{ImportedTensor, export_versioned};
 
-use crate::array::{PyMemArray, Target};
+use crate::array::PyMemArray;
+use crate::device::Target;
 use crate::errors::IntoPyResult;
 
 /// The capsule name the protocol fixes.
@@ -355,5 +358,40 @@ unsafe extern "C" fn allocator(
         }
         Ok(Err((kind, msg))) => fail(&kind, msg),
         Err(_) => fail("RuntimeError", "panic in the memarray allocator".into()),
+    }
+}
+
+// ---- the import entry point and the class's table ----
+
+/// from_dlpack(obj, copy=None)
+///
+/// Imports a DLPack producer (or capsule) as a MemArray. `copy=None` shares memory when it
+/// can and copies otherwise; `copy=True` always copies; `copy=False` never copies and
+/// raises BufferError when sharing is impossible (read-only or non-contiguous data).
+#[pyfunction]
+#[pyo3(signature = (obj, copy=None))]
+pub fn from_dlpack(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
+    // `__dlpack__` call; the producer's current work stream orders its work.
+    if let Some(api) = api_of(obj)? {
+        let (t, producer) = take(api, obj)?;
+        return crate::dlpack::import_tensor(py, t, copy, producer).map(Into::into);
+    }
+    let cap = crate::dlpack::request_capsule(obj)?;
+    let t = crate::dlpack::take_capsule(&cap)?;
+    crate::dlpack::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
+}
+
+#[pymethods]
+impl PyMemArray {
+    /// DLPack 1.3's C exchange table (a capsule named "dlpack_exchange_api"): consumers
+    /// that know it skip the Python `__dlpack__` call.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        capsule(py)
     }
 }

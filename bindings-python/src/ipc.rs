@@ -96,3 +96,27 @@ pub fn from_ipc_handle(py: Python<'_>, handle: &PyIpcHandle) -> PyResult<PyMemAr
         .py()?;
     Ok(raw.into())
 }
+
+// IPC export of MemArray.
+#[pymethods]
+impl PyMemArray {
+    /// A handle another process opens with `memarray.from_ipc_handle` to share this
+    /// array's device memory (picklable). The data must be on a device. Queued work is not
+    /// waited for: the handle carries an event recorded after it, which the importer's
+    /// work waits on. Keep this array alive, on the device and unwritten while others use
+    /// it.
+    fn ipc_handle(&self, py: Python<'_>) -> PyResult<crate::ipc::PyIpcHandle> {
+        // Records an event; never blocks the host.
+        let (handle, dtype, shape) = self
+            .peek(py, |raw| {
+                raw.ipc_handle(None)
+                    .map(|h| (h, raw.dtype(), raw.shape().to_vec()))
+            })
+            .py()?;
+        Ok(crate::ipc::PyIpcHandle {
+            handle,
+            dtype,
+            shape,
+        })
+    }
+}

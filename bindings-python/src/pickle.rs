@@ -20,8 +20,9 @@ use pyo3::types::{PyBytes, PyTuple};
 use memarray_core::{DType, HostBuffer, HostResource, Location};
 use memarray_cuda::array::RawArray;
 
-use crate::array::{PyMemArray, host_kind_arg, host_kind_name, parse_shape};
+use crate::array::PyMemArray;
 use crate::convert;
+use crate::convert::{host_kind_arg, host_kind_name, parse_shape};
 use crate::errors::IntoPyResult;
 
 /// Read-only bytes of a host buffer, shared (the pickled payload of protocol 5).
@@ -191,4 +192,17 @@ pub fn _from_pickle(
 /// Whether device `id` exists on this machine (no CUDA: false, never an error).
 fn device_present(id: u32) -> bool {
     memarray_cuda::device_count().is_ok_and(|n| id < n)
+}
+
+// Pickle support of MemArray.
+#[pymethods]
+impl PyMemArray {
+    /// Pickle support (protocol 5 hands the host data out of band, uncopied).
+    fn __reduce_ex__<'py>(
+        &self,
+        py: Python<'py>,
+        protocol: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::pickle::reduce(py, self, convert::int(protocol, "protocol")?)
+    }
 }

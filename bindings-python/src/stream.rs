@@ -9,10 +9,10 @@ use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use memarray_core::Location;
-use memarray_cuda::StreamRef;
 use memarray_cuda::array::Consumer;
+use memarray_cuda::{Event, Stream, StreamRef};
 
-use crate::cuda::PyStream;
+use crate::device::device_of;
 use crate::errors::IntoPyResult;
 
 fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
@@ -121,5 +121,118 @@ pub fn consumer_for(h: Option<i64>, at: Location) -> PyResult<Consumer> {
         ))),
         (Location::Device(_), None) => Ok(Consumer::Stream(StreamRef::legacy())),
         (Location::Device(_), Some(h)) => from_handle(h).map(Consumer::Stream),
+    }
+}
+
+/// An owned CUDA stream (non-blocking) on one device.
+#[pyclass(name = "Stream", module = "memarray.cuda", frozen)]
+pub struct PyStream {
+    pub stream: Stream,
+}
+
+#[pymethods]
+impl PyStream {
+    #[new]
+    #[pyo3(signature = (device_id=None))]
+    fn new(device_id: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let device = device_of(device_id)?;
+        Ok(Self {
+            stream: Stream::new(&device).py()?,
+        })
+    }
+
+    /// The raw `CUstream` handle as an int (what torch calls `cuda_stream`).
+    #[getter]
+    fn handle(&self) -> usize {
+        self.stream.raw()
+    }
+
+    /// Alias of `handle`, as CuPy names it.
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.stream.raw()
+    }
+
+    /// Alias of `handle`, as torch names it.
+    #[getter]
+    fn cuda_stream(&self) -> usize {
+        self.stream.raw()
+    }
+
+    /// The CUDA stream protocol: `(version, handle)`.
+    fn __cuda_stream__(&self) -> (u32, usize) {
+        (0, self.stream.raw())
+    }
+
+    /// Blocks until all work on the stream is done.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let s = &self.stream;
+        py.detach(|| s.synchronize()).py()
+    }
+
+    /// Makes later work on this stream wait for `event` (no host block).
+    fn wait_event(&self, event: &PyEvent) -> PyResult<()> {
+        self.stream.wait(&event.event).py()
+    }
+
+    /// Records and returns a new event on this stream.
+    fn record_event(&self) -> PyResult<PyEvent> {
+        let event = Event::new(self.stream.device()).py()?;
+        event.record(self.stream.as_ref()).py()?;
+        Ok(PyEvent { event })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "memarray.cuda.Stream(device_id={}, handle={:#x})",
+            self.stream.device().id(),
+            self.stream.raw()
+        )
+    }
+}
+
+/// A CUDA event.
+#[pyclass(name = "Event", module = "memarray.cuda", frozen)]
+pub struct PyEvent {
+    pub event: Event,
+}
+
+#[pymethods]
+impl PyEvent {
+    #[new]
+    #[pyo3(signature = (device_id=None, timing=false))]
+    fn new(device_id: Option<&Bound<'_, PyAny>>, timing: bool) -> PyResult<Self> {
+        let device = device_of(device_id)?;
+        let event = if timing {
+            Event::timed(&device)
+        } else {
+            Event::new(&device)
+        }
+        .py()?;
+        Ok(Self { event })
+    }
+
+    /// Records the event on `stream` (int handle or Stream; default: legacy stream).
+    #[pyo3(signature = (stream=None))]
+    fn record(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let s = crate::stream::parse_move_stream(stream)?.unwrap_or(StreamRef::legacy());
+        self.event.record(s).py()
+    }
+
+    /// Blocks until the recorded work is done.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let e = &self.event;
+        py.detach(|| e.synchronize()).py()
+    }
+
+    /// Whether the recorded work is done.
+    fn query(&self) -> PyResult<bool> {
+        self.event.is_complete().py()
+    }
+
+    /// Milliseconds from this event to `end` (both timed), as torch and CuPy order them:
+    /// `start.elapsed_time(end)`.
+    fn elapsed_time(&self, end: &PyEvent) -> PyResult<f32> {
+        end.event.elapsed_ms(&self.event).py()
     }
 }
