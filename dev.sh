@@ -51,6 +51,8 @@ case "$cmd" in
     rm -f target/crashproof.txt
     "$VENV/bin/python" -m pytest bindings-python/tests -q
     echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
+    echo "== docs: the Python blocks of README.md and docs/python-guide.md"
+    "$VENV/bin/python" scripts/doc_blocks.py
     ;;
   lint)
     cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings
@@ -59,8 +61,8 @@ case "$cmd" in
     cargo fmt --all --check
     python3 scripts/layering.py
     [ -x "$VENV/bin/ruff" ] || venv
-    "$VENV/bin/ruff" check bindings-python examples benches
-    "$VENV/bin/ruff" format --check bindings-python examples benches
+    "$VENV/bin/ruff" check bindings-python examples benches scripts
+    "$VENV/bin/ruff" format --check bindings-python examples benches scripts
     ;;
   bench)
     # Rust criterion benches, then memarray / torch / CuPy side by side and the plot.

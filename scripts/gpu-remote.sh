@@ -39,6 +39,8 @@ tests() {
   echo "== pytest"
   python3 -m pytest bindings-python/tests -q -rs --durations=8 -p no:cacheprovider >"$OUT/pytest.log" 2>&1 || fail pytest
   tail -n 25 "$OUT/pytest.log"
+  echo "== doc blocks (GPU ones included)"
+  python3 scripts/doc_blocks.py 2>&1 | tail -n 30 || fail "doc blocks"
 }
 
 sanitize() {

@@ -59,3 +59,14 @@ pub use resource::{
     AsyncPoolResource, DeviceResource, ManagedResource, PinnedFlags, PinnedResource,
 };
 pub use stream::{Stream, StreamRef};
+
+// The guides' Rust blocks run as doctests (issue 14): the README's with every build, the
+// Rust guide's with the `nccl` feature (one block uses it), as CI runs them. Blocks that
+// need a GPU are `no_run`: compiled here, never run (the GPU machine has no Rust).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
+#[cfg(all(doctest, feature = "nccl"))]
+#[doc = include_str!("../../../docs/rust-guide.md")]
+pub struct RustGuideDoctests;
