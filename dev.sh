@@ -19,7 +19,7 @@ venv() {
   fi
   # Pinned to ranges tested here; quiet unless something fails.
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    "maturin>=1.9,<2" "numpy>=2.2.5" "pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6"
+    "maturin>=1.9,<2" "numpy>=2.2.5" "pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18"
   install_wheel
 }
 
@@ -63,6 +63,11 @@ case "$cmd" in
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches scripts
     "$VENV/bin/ruff" format --check bindings-python examples benches scripts
+    # Stubs checked against the built module; examples and the guide's blocks type-check.
+    "$VENV/bin/python" -m mypy.stubtest memarray --mypy-config-file bindings-python/pyproject.toml \
+      --allowlist bindings-python/stubtest-allowlist.txt
+    "$VENV/bin/python" scripts/doc_blocks.py --emit target/guide_blocks.py
+    "$VENV/bin/python" -m mypy --config-file bindings-python/pyproject.toml examples/*.py target/guide_blocks.py
     ;;
   bench)
     # Rust criterion benches, then memarray / torch / CuPy side by side and the plot.

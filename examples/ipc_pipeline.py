@@ -22,9 +22,19 @@ import multiprocessing as mp
 import statistics
 import sys
 import time
+from multiprocessing.queues import Queue
+from typing import Any
 
 
-def producer(frames_q, acks_q, frames: int, shape, slots: int, kernels: int, device: int):
+def producer(
+    frames_q: Queue[Any],
+    acks_q: Queue[Any],
+    frames: int,
+    shape: tuple[int, int],
+    slots: int,
+    kernels: int,
+    device: int,
+) -> None:
     import memarray
 
     stream = memarray.cuda.Stream(device)
@@ -49,13 +59,22 @@ def producer(frames_q, acks_q, frames: int, shape, slots: int, kernels: int, dev
     memarray.cuda.synchronize(device)
 
 
-def consumer(frames_q, acks_q, shape: tuple[int, int], slots: int, results) -> None:
+def consumer(
+    frames_q: Queue[Any],
+    acks_q: Queue[Any],
+    shape: tuple[int, int],
+    slots: int,
+    results: Queue[Any],
+) -> None:
     import memarray
 
     keep: dict[int, object] = {}
     rows, cols = shape
     probes = [(0, 1), (rows // 2, cols // 3), (rows - 1, cols - 1)]
-    export_us, transit_us, import_us, first = [], [], [], []
+    export_us: list[float] = []
+    transit_us: list[float] = []
+    import_us: list[float] = []
+    first: list[float] = []
     ptrs: dict[int, int] = {}
     while (msg := frames_q.get()) is not None:
         s, frame, count, h, t0, t1 = msg

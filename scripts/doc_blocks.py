@@ -9,6 +9,7 @@ block marked `python no-run` (a fragment that needs a second process or a peer l
 is only compiled. Exits 1 and shows the failing block on the first error.
 
     python3 scripts/doc_blocks.py [FILE...]
+    python3 scripts/doc_blocks.py --emit OUT.py   # every block, one script, for mypy
 """
 
 from __future__ import annotations
@@ -32,7 +33,19 @@ def blocks(path: pathlib.Path):
         yield line, m.group(1).split(), m.group(2)
 
 
+def emit(out: str) -> int:
+    """Writes every block of the Python docs, in order, as one script (for `mypy --strict`)."""
+    parts = []
+    for name in FILES:
+        for line, tags, code in blocks(ROOT / name):
+            parts.append(f"# {name}:{line} {' '.join(tags)}\n{code}")
+    pathlib.Path(out).write_text("\n".join(parts))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--emit"]:
+        return emit(argv[1])
     import numpy as np
 
     import memarray

@@ -11,6 +11,7 @@ from typing import (
     SupportsIndex,
     TypeAlias,
     TypedDict,
+    final,
     type_check_only,
 )
 
@@ -26,10 +27,27 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "CudaUnavailableError",
     "DLPackContext",
+    "HostBytes",
+    "IpcHandle",
     "LockError",
     "MemArray",
+    "_device_pair",
+    "_dlpack_live_exports",
+    "_from_pickle",
+    "_ipc_handle_from_bytes",
+    "_last_batch_profile",
+    "_resources",
     "cuda",
+    "distributed",
+    "empty",
     "from_dlpack",
+    "from_ipc_handle",
+    "full",
+    "gather",
+    "load",
+    "move_many",
+    "scatter",
+    "zeros",
 ]
 
 #: The package version.
@@ -89,6 +107,7 @@ _Index: TypeAlias = SupportsIndex | tuple[SupportsIndex, ...]
 _Scalar: TypeAlias = bool | int | float | complex
 _ScalarIn: TypeAlias = complex | np.generic
 
+@final
 class MemArray:
     """A typed N-d array mirrored between host and CUDA device memory."""
 
@@ -96,8 +115,8 @@ class MemArray:
         cls,
         shape: SupportsIndex | tuple[SupportsIndex, ...] | list[SupportsIndex],
         dtype: npt.DTypeLike | None = None,
-        device_id: int | None = 0,
-        host_memory: _HostMemory | Literal["auto"] | None = "auto",
+        device_id: int | None = None,
+        host_memory: _HostMemory | Literal["auto"] | None = None,
         host_resource: Any = None,
         device_resource: Any = None,
     ) -> Self: ...
@@ -158,8 +177,8 @@ class MemArray:
     def copy(self) -> MemArray: ...
     def __copy__(self) -> MemArray: ...
     def __deepcopy__(self, memo: Any, /) -> MemArray: ...
-    def __reduce_ex__(self, protocol: int, /) -> tuple[Any, ...]:
-        """Pickle support; protocol 5 hands host data out of band, uncopied."""
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
+        """Pickle support: a consistent snapshot; protocol 5 hands it out of band."""
     def swap(self, other: MemArray) -> None: ...
     def get_dlpack(
         self,
@@ -181,9 +200,12 @@ class MemArray:
     @property
     def __cuda_array_interface__(self) -> _CudaArrayInterface:
         """Only while the data is on a device; AttributeError otherwise."""
+    # Python 3.12 makes these from the buffer slots; declared for every version so type
+    # checkers see the buffer protocol (stubtest on 3.11 is told, in its allowlist).
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
 
+@final
 class DLPackContext:
     """Returned by ``MemArray.get_dlpack``; locks the array inside its ``with`` block.
     Not constructible from Python."""
@@ -218,7 +240,7 @@ def empty(
     shape: Iterable[int] | int,
     dtype: object = None,
     device: object = None,
-    host_memory: str = "auto",
+    host_memory: str | None = None,
     stream: _StreamLike | None = None,
     resource: object = None,
 ) -> MemArray: ...
@@ -226,7 +248,7 @@ def zeros(
     shape: Iterable[int] | int,
     dtype: object = None,
     device: object = None,
-    host_memory: str = "auto",
+    host_memory: str | None = None,
     stream: _StreamLike | None = None,
     resource: object = None,
 ) -> MemArray: ...
@@ -235,15 +257,16 @@ def full(
     fill_value: _ScalarIn,
     dtype: object = None,
     device: object = None,
-    host_memory: str = "auto",
+    host_memory: str | None = None,
     stream: _StreamLike | None = None,
     resource: object = None,
 ) -> MemArray: ...
 def load(
-    path: str | os.PathLike[str], device: object = None, host_memory: str = "auto"
+    path: str | os.PathLike[str], device: object = None, host_memory: str | None = None
 ) -> MemArray: ...
 def _device_pair(device: object) -> tuple[int, int]: ...
 
+@final
 class IpcHandle:
     """A device array's memory (and an event after its work) as another process opens it."""
 
@@ -262,6 +285,7 @@ def from_ipc_handle(handle: IpcHandle) -> MemArray: ...
 def _ipc_handle_from_bytes(data: bytes, dtype: str, shape: list[int]) -> IpcHandle: ...
 def gather(parts: Iterable[MemArray], device: object | None = None) -> MemArray: ...
 
+@final
 class HostBytes:
     """Read-only bytes shared with an array's host buffer (a pickle payload)."""
 
@@ -333,3 +357,74 @@ class _DistributedModule:
     def group_end() -> None: ...
 
 distributed: _DistributedModule
+
+@final
+class _Resource:
+    """A memory resource handle (``memarray.resources`` wraps it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def device_id(self) -> int | None: ...
+    def memory_info(self) -> tuple[int, int] | None: ...
+    def release_cached(self) -> int: ...
+    def statistics(self) -> dict[str, int]: ...
+    def reset_peaks(self) -> None: ...
+    def limit_usage(self) -> tuple[int, int]: ...
+    def flush(self) -> None: ...
+    def retries(self) -> int: ...
+    def allocate(self, nbytes: int, stream: _StreamLike | None = None) -> _Allocation: ...
+
+@final
+class _Allocation:
+    """Memory from a resource, freed by ``free()`` or when collected
+    (``memarray.resources.Allocation``)."""
+
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def freed(self) -> bool: ...
+    def __int__(self) -> int: ...
+    def free(self) -> None: ...
+
+_PathLike: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+@type_check_only
+class _ResourcesModule:
+    """The ``_resources`` submodule behind ``memarray.resources``."""
+
+    Allocation: type[_Allocation]
+    @staticmethod
+    def host() -> _Resource: ...
+    @staticmethod
+    def device_memory(device_id: int) -> _Resource: ...
+    @staticmethod
+    def pinned(device_id: int) -> _Resource: ...
+    @staticmethod
+    def managed(device_id: int) -> _Resource: ...
+    @staticmethod
+    def async_pool(device_id: int) -> _Resource: ...
+    @staticmethod
+    def file(path: _PathLike) -> _Resource: ...
+    @staticmethod
+    def pool(
+        upstream: _Resource, release_threshold: int | None = None, device_id: int | None = None
+    ) -> _Resource: ...
+    @staticmethod
+    def statistics(upstream: _Resource) -> _Resource: ...
+    @staticmethod
+    def limiting(upstream: _Resource, max_bytes: int) -> _Resource: ...
+    @staticmethod
+    def logging(upstream: _Resource, path: _PathLike) -> _Resource: ...
+    @staticmethod
+    def retry(upstream: _Resource) -> _Resource: ...
+    @staticmethod
+    def set_default(r: _Resource, device_id: int) -> None: ...
+    @staticmethod
+    def get_default(device_id: int) -> _Resource: ...
+
+_resources: _ResourcesModule

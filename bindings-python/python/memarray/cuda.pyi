@@ -2,7 +2,7 @@
 bindings-python/src/cuda.rs). Stream and Event report ``__module__ == "memarray.cuda"``."""
 
 from collections.abc import Mapping
-from typing import Protocol, Self, type_check_only
+from typing import Protocol, Self, final, type_check_only
 
 from ._memarray import MemArray, _StreamLike
 
@@ -12,6 +12,8 @@ __all__ = [
     "device_count",
     "from_cuda_array_interface",
     "is_available",
+    "set_staging_config",
+    "staging_config",
     "synchronize",
     "unavailable_reason",
 ]
@@ -21,11 +23,12 @@ class _HasCudaArrayInterface(Protocol):
     @property
     def __cuda_array_interface__(self) -> Mapping[str, object]: ...
 
+@final
 class Stream:
     """An owned non-blocking CUDA stream on one device. Dropped streams are recycled,
     never destroyed, so a handle copied out of one stays valid."""
 
-    def __new__(cls, device_id: int = 0) -> Self: ...
+    def __new__(cls, device_id: int | None = None) -> Self: ...
     @property
     def handle(self) -> int: ...
     @property
@@ -39,10 +42,11 @@ class Stream:
     def wait_event(self, event: Event) -> None: ...
     def record_event(self) -> Event: ...
 
+@final
 class Event:
     """A CUDA event; ``timing=True`` enables ``elapsed_time``."""
 
-    def __new__(cls, device_id: int = 0, timing: bool = False) -> Self: ...
+    def __new__(cls, device_id: int | None = None, timing: bool = False) -> Self: ...
     def record(self, stream: _StreamLike | None = None) -> None: ...
     def synchronize(self) -> None: ...
     def query(self) -> bool: ...
@@ -52,13 +56,13 @@ class Event:
 def is_available() -> bool: ...
 def unavailable_reason() -> str | None: ...
 def device_count() -> int: ...
-def synchronize(device_id: int = 0) -> None: ...
+def synchronize(device_id: int | None = None) -> None: ...
 def from_cuda_array_interface(
     obj: _HasCudaArrayInterface, copy: bool | None = None
 ) -> MemArray: ...
 def staging_config() -> dict[str, dict[str, int]]: ...
 def set_staging_config(
-    direction: str = "both",
+    direction: str | None = None,
     threads: int | None = None,
     chunk_bytes: int | None = None,
     direct_below: int | None = None,

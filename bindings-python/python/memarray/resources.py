@@ -29,8 +29,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from ._memarray import _resources as _r
+
+if TYPE_CHECKING:
+    from ._memarray import _Allocation, _Resource
 
 __all__ = [
     "Allocation",
@@ -58,7 +62,7 @@ Allocation = _r.Allocation
 class Resource:
     """A memory resource. Use the subclasses; ``upstream`` is the resource below."""
 
-    _handle: _r._Resource
+    _handle: _Resource
     upstream: Resource | None = None
 
     @property
@@ -78,7 +82,7 @@ class Resource:
         """``(free, total)`` bytes where known."""
         return self._handle.memory_info()
 
-    def allocate(self, nbytes: int, stream=None) -> Allocation:
+    def allocate(self, nbytes: int, stream=None) -> _Allocation:
         """``nbytes`` from this resource (256-byte aligned), freed by
         ``Allocation.free()`` or when the Allocation is collected."""
         return self._handle.allocate(nbytes, stream)
