@@ -1,5 +1,22 @@
 //! memarray-core: the parts of memarray that need neither CUDA nor Python.
 //!
+//! Most users start in memarray-cuda (`MemArray`), which uses these types; start here to
+//! write a memory resource, or to work with shapes, dtypes and `.npy` headers without a GPU:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use memarray_core::{DType, HostResource, MemoryResource, StatisticsAdaptor, shape};
+//!
+//! assert_eq!(shape::checked_nbytes(&[2, 3], DType::F32.size())?, 24);
+//! assert!(shape::checked_nbytes(&[usize::MAX, 2], 1).is_err()); // overflow is an error
+//! let stats = StatisticsAdaptor::new(Arc::new(HostResource));
+//! let p = stats.allocate(1024, 64, None)?;
+//! // SAFETY: p came from `stats` with these arguments and is freed once.
+//! unsafe { stats.deallocate(p, 1024, 64, None) };
+//! assert_eq!(stats.statistics().peak_bytes, 1024);
+//! # Ok::<(), memarray_core::CoreError>(())
+//! ```
+//!
 //! - [`DType`] and [`Element`]: the fifteen element types (bool, i8..i64, u8..u64, f16,
 //!   bf16, f32, f64, complex64, complex128) with their DLPack codes and NumPy typestrs.
 //! - [`shape`]: checked element counts (overflow is an error), C-contiguous strides and

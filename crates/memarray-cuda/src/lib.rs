@@ -1,4 +1,26 @@
-//! memarray-cuda: memarray's CUDA layer, on the driver API through `cudarc`.
+//! memarray-cuda: typed N-d arrays mirrored between the host and CUDA devices, on the
+//! driver API through `cudarc`.
+//!
+//! **Start with [`MemArray`]** (typed, `MemArray<T, N>`) or [`RawArray`] (dtype and ndim
+//! chosen at run time): an array whose data lives on the host, on a device, or both, moved
+//! with [`MemArray::move_memory`] on streams ordered by events, locked while an outside
+//! observer holds it. Everything below is what it is built from, for finer control.
+//!
+//! ```
+//! use memarray_core::Location;
+//! use memarray_cuda::MemArray;
+//!
+//! let mut a = MemArray::<f32, 2>::from_slice([2, 3], &[0., 1., 2., 3., 4., 5.])?;
+//! a.set([1, 2], 50.0)?;
+//! if memarray_cuda::is_available() {
+//!     a.move_memory(Location::Device(0), None, true, None)?; // copy to cuda:0 and wait
+//!     a.move_memory(Location::Host, None, true, None)?;
+//! }
+//! assert_eq!(a.get([1, 2])?, 50.0);
+//! # Ok::<(), memarray_cuda::CudaError>(())
+//! ```
+//!
+//! The building blocks:
 //!
 //! - [`Device`]: a device and its primary context (shared with the CUDA runtime,
 //!   PyTorch, CuPy), cached per ordinal; [`is_available`], [`device_count`].
@@ -11,6 +33,7 @@
 //!   device, peer) and memsets on a stream.
 //! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
 //! - `nccl` (feature `nccl`): NCCL collectives on device arrays, libnccl loaded at run time.
+//! - [`staging`]: pageable host memory to and from devices at pinned speed.
 //! - [`sync`]: one bounds-checked, waited-for copy between any two kinds of memory
 //!   ([`sync::sync_to`], umem's `sync_to` / `sync_from`).
 //! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed

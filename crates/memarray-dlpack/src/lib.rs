@@ -1,5 +1,7 @@
 //! memarray-dlpack: DLPack managed tensors, versioned (1.x) and unversioned, in both
-//! directions. No Python and no CUDA calls: a device is a value ([`Device`]).
+//! directions. No Python and no CUDA calls: a device is a value ([`Device`]). Start with
+//! [`export_versioned`] to hand memory to a consumer and [`ImportedTensor`] to take a
+//! producer's tensor (the example on [`ImportedTensor`] does both).
 //!
 //! **Export** ([`export_versioned`], [`export_unversioned`]) builds a managed tensor from an
 //! [`ExportSpec`] and an owner (any `Box<dyn Any + Send>`, typically a shared reference to
@@ -22,8 +24,9 @@
 //! `data + byte_offset` element-aligned; the reachable span within 64 bits. On import also
 //! the major version (1).
 //!
-//! **Left to the caller**: that the memory really is where and as large as described, and
-//! outlives the export (the owner's job); stream synchronisation; capsules and the GIL;
+//! **Left to the caller**: that device memory really is as large as described (host memory
+//! is checked to be mapped, and no tensor may reach past the end of user space), and that
+//! it outlives the export (the owner's job); stream synchronisation; capsules and the GIL;
 //! element-wise copies of non-contiguous imports.
 //!
 //! **Errors**: [`DlpackError`], one variant per refused field, with the numbers and the fix;

@@ -1,5 +1,5 @@
 //! The device half of a [`super::RawArray`]: the lazily allocated device buffer, the
-//! array's event, and the ordering rules of ARCHITECTURE.md ("The mirror").
+//! array's event, and the ordering rules of docs/architecture.md ("The mirror").
 //!
 //! - Every asynchronous operation runs on a stream and re-records the array's event
 //!   there; `pending` remembers that stream.

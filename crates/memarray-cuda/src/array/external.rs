@@ -1,7 +1,7 @@
 //! Device work on an array that the mirror does not enqueue itself: NCCL collectives,
 //! scatter / gather copies, and work a caller queued on a stream of their own
 //! ([`RawArray::record_stream`]). The same rules as every mirror operation
-//! (ARCHITECTURE.md, "The mirror"): the stream first waits on the array's pending event,
+//! (docs/architecture.md, "The mirror"): the stream first waits on the array's pending event,
 //! and the array's event is recorded after the work.
 
 use memarray_core::{Location, LockToken};

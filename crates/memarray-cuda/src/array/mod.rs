@@ -1,5 +1,5 @@
 //! The MemArray mirror: one host buffer, at most one device buffer, and the location of
-//! the current data (ARCHITECTURE.md, "The mirror").
+//! the current data (docs/architecture.md, "The mirror").
 //!
 //! [`RawArray`] is type-erased (any [`memarray_core::DType`], ndim 0..=32) and serves
 //! Python; [`MemArray<T, N>`] is the typed Rust face over it; [`SharedArray`] shares a
