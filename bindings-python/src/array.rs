@@ -20,11 +20,13 @@ use crate::stream::parse_move_stream;
 // own), so calls from any number of threads are serialised and never meet pyo3's borrow
 // flag. The GIL is never held while waiting for that mutex, and never held during a
 // copy, a wait for device work, or an allocation (see `Self::with`).
-/// MemArray(shape, dtype=None, device_id=0, host_memory="auto", host_resource=None,
+/// MemArray(shape, dtype=None, device_id=None, host_memory=None, host_resource=None,
 ///          device_resource=None)
 ///
 /// A typed N-d array whose data lives on the host, on a CUDA device, or both: `shape` is
-/// an int or a tuple of ints, `dtype` anything NumPy accepts (default float64). A new
+/// an int or a tuple of ints, `dtype` anything NumPy accepts (default float64),
+/// `device_id` the CUDA device it moves to (default 0), `host_memory` the host buffer's
+/// kind ("auto" by default; see the constructor). A new
 /// array is zero-filled on the host; `move_memory("cuda")` copies it to device
 /// `device_id` asynchronously, and every later operation waits for that copy.
 ///
@@ -251,7 +253,7 @@ impl PyMemArray {
 
 #[pymethods]
 impl PyMemArray {
-    /// MemArray(shape, dtype=None, device_id=0, host_memory="auto", host_resource=None,
+    /// MemArray(shape, dtype=None, device_id=None, host_memory=None, host_resource=None,
     ///          device_resource=None)
     ///
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default

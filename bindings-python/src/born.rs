@@ -59,9 +59,10 @@ fn born(py: Python<'_>, a: Args, fill: Fill<'_>) -> PyResult<PyMemArray> {
     Ok(raw.into())
 }
 
-/// empty(shape, dtype=None, device="cpu", host_memory=None, stream=None, resource=None)
+/// empty(shape, dtype=None, device=None, host_memory=None, stream=None, resource=None)
 ///
-/// A new array on `device` only, contents unspecified on a device (zeros on the host).
+/// A new array on `device` only ("cpu" when None, "cuda", "cuda:N", an int, a DLPack
+/// pair, a torch.device), contents unspecified on a device (zeros on the host).
 /// `resource` (`memarray.resources`) gives the array its own memory source.
 #[pyfunction]
 #[pyo3(signature = (shape, dtype=None, device=None, host_memory=None, stream=None, resource=None))]
@@ -81,9 +82,10 @@ pub fn empty(
     )
 }
 
-/// zeros(shape, dtype=None, device="cpu", host_memory=None, stream=None, resource=None)
+/// zeros(shape, dtype=None, device=None, host_memory=None, stream=None, resource=None)
 ///
-/// A zero-filled array on `device` only (a memset on a device, on `stream`).
+/// A zero-filled array on `device` only (None: the host; a memset on a device, on
+/// `stream`).
 #[pyfunction]
 #[pyo3(signature = (shape, dtype=None, device=None, host_memory=None, stream=None, resource=None))]
 pub fn zeros(
@@ -102,11 +104,11 @@ pub fn zeros(
     )
 }
 
-/// full(shape, fill_value, dtype=None, device="cpu", host_memory=None, stream=None,
+/// full(shape, fill_value, dtype=None, device=None, host_memory=None, stream=None,
 ///      resource=None)
 ///
 /// An array of `fill_value` (converted to `dtype` as element assignment converts) on
-/// `device` only, filled there.
+/// `device` only (None: the host), filled there.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments, as NumPy's full has
 #[pyo3(signature = (shape, fill_value, dtype=None, device=None, host_memory=None, stream=None, resource=None))]
@@ -125,9 +127,10 @@ pub fn full(
     born(py, a, Fill::Value(&value))
 }
 
-/// load(path, device="cpu", host_memory=None)
+/// load(path, device=None, host_memory=None)
 ///
-/// Reads a `.npy` file into a new array on `device` (read from the file straight there).
+/// Reads a `.npy` file into a new array on `device` (None: the host), read from the file
+/// straight there.
 /// OSError for a missing, unreadable, in-use or non-regular file (or one that shrinks
 /// while read), ValueError for a bad or short one.
 #[pyfunction]

@@ -267,10 +267,11 @@ const DIRECTIONS: [(&str, memarray_cuda::staging::Direction); 2] = [
     ("to_host", memarray_cuda::staging::Direction::ToHost),
 ];
 
-/// set_staging_config(direction="both", threads=None, chunk_bytes=None, direct_below=None)
+/// set_staging_config(direction=None, threads=None, chunk_bytes=None, direct_below=None)
 /// --
 ///
-/// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both");
+/// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both", the
+/// default);
 /// those not given stay. Out-of-range values raise ValueError and change nothing.
 #[pyfunction]
 #[pyo3(signature = (direction=None, threads=None, chunk_bytes=None, direct_below=None))]

@@ -164,9 +164,9 @@ impl PyComm {
         })
     }
 
-    /// broadcast(array, root=0, stream=None)
+    /// broadcast(array, root=None, stream=None)
     ///
-    /// Copies rank `root`'s `array` into `array` on every rank.
+    /// Copies rank `root`'s (default 0) `array` into `array` on every rank.
     #[pyo3(signature = (array, root=None, stream=None))]
     fn broadcast(
         &self,
@@ -354,10 +354,10 @@ pub fn scatter<'py>(
     Ok(out)
 }
 
-/// gather(parts, device="cuda:0")
+/// gather(parts, device=None)
 /// --
 ///
-/// One new array at `device` ("cpu", "cuda:N", an int) holding `parts` (MemArrays of one
+/// One new array at `device` ("cpu", "cuda:N", an int; default cuda:0) holding `parts` (MemArrays of one
 /// dtype and trailing shape, anywhere) concatenated along the first axis.
 #[pyfunction]
 #[pyo3(signature = (parts, device=None))]

@@ -198,12 +198,13 @@ pub(crate) fn export_spec(
     Ok((spec, buf.owner))
 }
 
+// Entering takes a `LockGuard`; leaving (or the context's collection) drops it.
 /// The seed's locked export: `with a.get_dlpack(kDLCPU) as t: np.from_dlpack(t)`.
 ///
-/// Entering locks the array with a fresh token (a [`LockGuard`]); exports through the
-/// context present it; leaving drops the guard. The guard also drops with the context,
-/// so a context garbage-collected without `__exit__` cannot leave the array locked.
-/// Outside a `with` block it exports like the array itself.
+/// Entering locks the array with a fresh token; exports through the context (`t`,
+/// `t[i]`, `np.from_dlpack(t)`) present it, while every other caller gets LockError.
+/// Leaving releases the lock, on every exit path; so does the context being garbage
+/// collected without `__exit__`. Outside a `with` block it exports like the array.
 #[pyclass(module = "memarray", frozen)]
 pub struct DLPackContext {
     array: Py<PyMemArray>,
