@@ -31,7 +31,7 @@ status=0
 total=0
 for b in "${bins[@]}"; do
   log="target/valgrind-$(basename "$b").log"
-  if valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
+  if valgrind --tool=memcheck --error-exitcode=99 --leak-check=full --suppressions=scripts/valgrind.supp \
     --errors-for-leak-kinds=definite --log-file="$log" "$b" -q --test-threads=2 \
     >"$log.out" 2>&1; then
     :
