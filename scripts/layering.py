@@ -38,7 +38,7 @@ LAYERS = {
         ["stream", "event"],
         ["resource"],
         ["buffer"],
-        ["transfer", "staging", "sync"],
+        ["transfer", "staging", "route", "sync"],
         ["kernel", "ipc"],
         ["array"],
         ["nccl"],

@@ -66,6 +66,7 @@ pub mod kernel;
 pub mod nccl;
 mod per_device;
 pub mod resource;
+mod route;
 pub mod staging;
 pub mod stream;
 pub mod sync;

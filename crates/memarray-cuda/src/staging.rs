@@ -15,8 +15,9 @@
 //!   stream waits on every lane's last DMA, so work queued after it sees the data.
 //! - When [`upload`] returns the user's bytes have been read; when [`download`] returns
 //!   they have been written. Nothing touches user memory after either returns.
-//! - Copies below [`StagingConfig::direct_below`], and host memory the driver already
-//!   knows (pinned, registered, managed), take the driver's direct path.
+//! - Whether a copy is staged at all is decided by `route` (copies below
+//!   [`StagingConfig::direct_below`], and host memory the driver already knows, go
+//!   straight to the driver); the functions here always stage, and never fall back.
 //! - One staged copy at a time per device and direction (the slots are shared); the bus
 //!   is the limit.
 //!
@@ -37,7 +38,6 @@ use crate::driver;
 use crate::error::{CudaError, Result};
 use crate::event::{Enqueued, Event};
 use crate::stream::{Stream, StreamRef};
-use crate::transfer;
 
 /// Smallest chunk a lane copies: below it the per-chunk driver calls dominate.
 pub const MIN_CHUNK: usize = 64 << 10;
@@ -187,10 +187,11 @@ pub fn set_config(dir: Direction, c: StagingConfig) -> Result<()> {
     Ok(())
 }
 
-/// Copies `src` to `dst[dst_offset..]`, ordered after the work queued on `stream`.
-/// Returns once `src` has been read: `None` when the copy has also completed (the direct
-/// path), else the operation on `stream` to record (work queued on `stream` afterwards
-/// sees the data; the DMA of the last chunks may still run).
+/// Copies `src` to `dst[dst_offset..]` through the pinned slots, ordered after the work
+/// queued on `stream`. Returns once `src` has been read, with the operation on `stream` to
+/// record (work queued on `stream` afterwards sees the data; the DMA of the last chunks
+/// may still run). Always `Some`; [`crate::sync::upload`] chooses between this and the
+/// driver's direct copy.
 pub fn upload(
     dst: &DeviceBuffer,
     dst_offset: usize,
@@ -200,11 +201,6 @@ pub fn upload(
     let d = dst.range(dst_offset, src.len())?;
     let device = dst.device();
     let cfg = config(Direction::ToDevice)?;
-    if src.len() < cfg.direct_below || is_known(device, src.as_ptr())? {
-        // copy_htod waits for the stream: the copy is complete.
-        let _complete = transfer::copy_htod(dst, dst_offset, src, stream)?;
-        return Ok(None);
-    }
     let src_addr = src.as_ptr() as usize;
     run(
         device,
@@ -233,12 +229,6 @@ pub fn upload_with(
     let d = dst.range(dst_offset, len)?;
     let device = dst.device();
     let cfg = config(Direction::ToDevice)?;
-    if len < cfg.direct_below {
-        let mut buf = vec![0u8; len];
-        fill(0, &mut buf)?;
-        let _complete = transfer::copy_htod(dst, dst_offset, &buf, stream)?;
-        return Ok(None);
-    }
     run(
         device,
         cfg,
@@ -251,8 +241,9 @@ pub fn upload_with(
     Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
-/// Copies `src[src_offset..src_offset + dst.len()]` into `dst`, after the work queued on
-/// `stream`. Returns once the bytes are in `dst`.
+/// Copies `src[src_offset..src_offset + dst.len()]` into `dst` through the pinned slots,
+/// after the work queued on `stream`. Returns once the bytes are in `dst`
+/// ([`crate::sync::download`] chooses between this and the driver's direct copy).
 pub fn download(
     dst: &mut [u8],
     src: &DeviceBuffer,
@@ -262,9 +253,6 @@ pub fn download(
     let s = src.range(src_offset, dst.len())?;
     let device = src.device();
     let cfg = config(Direction::ToHost)?;
-    if dst.len() < cfg.direct_below || is_known(device, dst.as_ptr())? {
-        return transfer::copy_dtoh(dst, src, src_offset, stream);
-    }
     let dst_addr = dst.as_mut_ptr() as usize;
     run(
         device,
@@ -322,19 +310,6 @@ pub fn copy_host(dst: &mut [u8], src: &[u8]) -> Result<()> {
         };
         Ok(())
     })
-}
-
-/// Whether host memory of this buffer kind is read by DMA directly (no staging).
-pub(crate) fn is_direct(host: &HostBuffer) -> bool {
-    !matches!(
-        host.kind(),
-        memarray_core::MemoryKind::Host | memarray_core::MemoryKind::File
-    )
-}
-
-fn is_known(device: &Device, p: *const u8) -> Result<bool> {
-    let _ctx = device.bind()?;
-    Ok(driver::host_pointer_is_known(p))
 }
 
 /// A pinned slot and the event after the DMA that last used it.

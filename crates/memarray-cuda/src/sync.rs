@@ -10,11 +10,13 @@
 //! Pageable (and file-backed) host memory goes through the staged pipeline of
 //! [`staging`] (several threads, pinned slots) above its direct-copy size.
 
-use memarray_core::{CoreError, HostBuffer};
+use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::event::Enqueued;
+use crate::route::{self, Route};
+use crate::staging::Direction;
 use crate::stream::StreamRef;
 use crate::{staging, transfer};
 
@@ -81,7 +83,15 @@ pub unsafe fn enqueue(
             unsafe { std::ptr::copy(s.as_ptr().add(soff), d.as_mut_ptr().add(doff), len) };
             None
         }
-        (Span::Device(d, doff), Span::Host(s, soff)) if !staging::is_direct(s) => {
+        (Span::Device(d, doff), Span::Host(s, soff))
+            if route::host(
+                d.device(),
+                Direction::ToDevice,
+                Some(s.kind()),
+                s.as_ptr().wrapping_add(soff),
+                len,
+            )? == Route::Staged =>
+        {
             // SAFETY: the range was checked against the live buffer; the staged copy has
             // read it when it returns.
             let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(soff), len) };
@@ -92,7 +102,15 @@ pub unsafe fn enqueue(
             // has run (item 1).
             Some(unsafe { transfer::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?)
         }
-        (Span::Host(d, doff), Span::Device(s, soff)) if !staging::is_direct(d) => {
+        (Span::Host(d, doff), Span::Device(s, soff))
+            if route::host(
+                s.device(),
+                Direction::ToHost,
+                Some(d.kind()),
+                d.as_ptr().wrapping_add(doff),
+                len,
+            )? == Route::Staged =>
+        {
             // SAFETY: the range was checked against the live buffer, which the caller
             // keeps from host access until the copy is done (item 1); the staged copy has
             // written it when it returns.
@@ -110,6 +128,85 @@ pub unsafe fn enqueue(
             Some(transfer::copy_peer(d, doff, s, soff, len, stream)?)
         }
     })
+}
+
+/// Copies the host bytes `src` to `dst[dst_offset..]`, after the work queued on `stream`,
+/// by the route `route` picks: staged (returns once `src` has been read, with the
+/// operation to record) or the driver's direct copy (returns once it has completed,
+/// `None`). `kind` is the source buffer's resource kind, where known.
+pub fn upload(
+    dst: &DeviceBuffer,
+    dst_offset: usize,
+    src: &[u8],
+    kind: Option<MemoryKind>,
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
+    dst.range(dst_offset, src.len())?;
+    match route::host(
+        dst.device(),
+        Direction::ToDevice,
+        kind,
+        src.as_ptr(),
+        src.len(),
+    )? {
+        Route::Staged => staging::upload(dst, dst_offset, src, stream),
+        Route::Direct => {
+            // copy_htod waits for the stream: the copy is complete.
+            let _complete = transfer::copy_htod(dst, dst_offset, src, stream)?;
+            Ok(None)
+        }
+    }
+}
+
+/// As [`upload`], for `len` bytes that `fill(offset, buf)` produces (a file read): staged,
+/// each lane filling its pinned slot directly; below the direct threshold, through one
+/// buffer and the driver's copy.
+pub fn upload_with(
+    dst: &DeviceBuffer,
+    dst_offset: usize,
+    len: usize,
+    fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
+    dst.range(dst_offset, len)?;
+    // The bytes do not exist yet: only the size decides (a fresh buffer is pageable).
+    match route::host(
+        dst.device(),
+        Direction::ToDevice,
+        Some(MemoryKind::Host),
+        std::ptr::null(),
+        len,
+    )? {
+        Route::Staged => staging::upload_with(dst, dst_offset, len, fill, stream),
+        Route::Direct => {
+            let mut buf = vec![0u8; len];
+            fill(0, &mut buf)?;
+            let _complete = transfer::copy_htod(dst, dst_offset, &buf, stream)?;
+            Ok(None)
+        }
+    }
+}
+
+/// Copies `src[src_offset..]` into the host bytes `dst`, after the work queued on
+/// `stream`, by the route `route` picks; returns once the bytes are in `dst`.
+pub fn download(
+    dst: &mut [u8],
+    src: &DeviceBuffer,
+    src_offset: usize,
+    kind: Option<MemoryKind>,
+    stream: StreamRef,
+) -> Result<()> {
+    src.range(src_offset, dst.len())?;
+    match route::host(
+        src.device(),
+        Direction::ToHost,
+        kind,
+        dst.as_ptr(),
+        dst.len(),
+    )? {
+        Route::Staged => staging::download(dst, src, src_offset, stream),
+        Route::Direct => transfer::copy_dtoh(dst, src, src_offset, stream),
+    }
 }
 
 /// [`sync_to`] with the arguments the other way round: fills `dst` from `src`.

@@ -11,6 +11,7 @@ use crate::driver;
 use crate::error::Result;
 use crate::event::Event;
 use crate::resource::default_resource;
+use crate::route;
 use crate::stream::{Stream, StreamRef};
 use crate::{staging, transfer};
 
@@ -144,7 +145,7 @@ fn plan(hosts: &[(&Arc<HostBuffer>, usize)]) -> (Vec<HostSide>, usize) {
     let sides = hosts
         .iter()
         .map(|(h, n)| {
-            if staging::is_direct(h) {
+            if route::kind_is_direct(h.kind()) {
                 HostSide::Direct(h.as_ptr() as u64)
             } else {
                 let off = total;

@@ -20,7 +20,7 @@ use crate::event::{Enqueued, Event};
 use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use crate::sync::{self, Span};
-use crate::{kernel, staging, transfer};
+use crate::{kernel, transfer};
 
 /// Keeps an exported buffer alive; when the consumer releases the export, the work it
 /// queued on its stream by then is recorded as a use of the buffer, so a pool does not
@@ -529,8 +529,8 @@ impl DeviceSide {
         let src = self.current()?;
         let stream = self.pick(None, src.device().id());
         self.order(stream, src.device().id())?;
-        // Staged through pinned slots above the direct size; done when it returns.
-        staging::download(out, &src, offset, stream)
+        // Staged through pinned slots or direct, as `route` decides; done when it returns.
+        sync::download(out, &src, offset, None, stream)
     }
 
     /// Writes bytes of the device copy, after pending work; returns once `value` has
@@ -539,7 +539,7 @@ impl DeviceSide {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
-        match staging::upload(&dst, offset, value, stream)? {
+        match sync::upload(&dst, offset, value, None, stream)? {
             Some(op) => self.record(op, None),
             None => Ok(()),
         }
@@ -556,7 +556,7 @@ impl DeviceSide {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
-        match staging::upload_with(&dst, offset, len, fill, stream)? {
+        match sync::upload_with(&dst, offset, len, fill, stream)? {
             Some(op) => self.record(op, None),
             None => Ok(()),
         }

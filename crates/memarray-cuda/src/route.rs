@@ -1,0 +1,53 @@
+//! The one place that decides how bytes move between host memory and a device (issue 14):
+//! straight to the driver ([`crate::transfer`]) or through the staged pipeline
+//! ([`crate::staging`]). `sync` (every copy between two kinds of memory, the mirror's
+//! moves included) and `array::batch` (many small arrays at once) ask here; `staging`
+//! itself always stages and never falls back.
+
+use memarray_core::MemoryKind;
+
+use crate::device::Device;
+use crate::driver;
+use crate::error::Result;
+use crate::staging::{self, Direction};
+
+/// How a host-device copy runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// One driver copy: the DMA engine reads or writes the host memory in place.
+    Direct,
+    /// The staged pipeline: host threads copy through pinned slots.
+    Staged,
+}
+
+/// Whether DMA reads and writes host memory of this resource kind in place (pinned and
+/// managed memory), so no staging can help.
+pub(crate) fn kind_is_direct(kind: MemoryKind) -> bool {
+    !matches!(kind, MemoryKind::Host | MemoryKind::File)
+}
+
+/// The route of `len` bytes of host memory at `ptr` going `dir` to or from `device`;
+/// `kind` is the host buffer's resource kind where memarray allocated it. Direct for
+/// pinned or managed kinds, for copies below the direction's `direct_below` (the driver's
+/// own path is faster there), and for memory the driver already knows (registered or
+/// pinned by another library); staged otherwise.
+pub(crate) fn host(
+    device: &Device,
+    dir: Direction,
+    kind: Option<MemoryKind>,
+    ptr: *const u8,
+    len: usize,
+) -> Result<Route> {
+    if kind.is_some_and(kind_is_direct) {
+        return Ok(Route::Direct);
+    }
+    if len < staging::config(dir)?.direct_below {
+        return Ok(Route::Direct);
+    }
+    let _ctx = device.bind()?;
+    Ok(if driver::host_pointer_is_known(ptr) {
+        Route::Direct
+    } else {
+        Route::Staged
+    })
+}
