@@ -45,7 +45,7 @@ impl PyComm {
         py: Python<'_>,
         call: &str,
         array: &Bound<'_, PyAny>,
-        f: impl FnOnce(&Comm, &mut RawArray) -> memarray_cuda::Result<()> + Send,
+        f: impl FnOnce(&Comm, &mut RawArray) -> nccl::Result<()> + Send,
     ) -> PyResult<()> {
         let a = PyMemArray::arg(array, call)?.get();
         let comm: &Comm = &self.comm;
@@ -60,7 +60,7 @@ impl PyComm {
         call: &'static str,
         array: &Bound<'_, PyAny>,
         out: &Bound<'_, PyAny>,
-        f: impl FnOnce(&Comm, &mut RawArray, &mut RawArray) -> memarray_cuda::Result<()> + Send,
+        f: impl FnOnce(&Comm, &mut RawArray, &mut RawArray) -> nccl::Result<()> + Send,
     ) -> PyResult<()> {
         let (a, o) = (
             PyMemArray::arg(array, call)?.get(),
@@ -71,7 +71,7 @@ impl PyComm {
             let mut locked = Locked::new(&[a, o]);
             match locked.pair_mut(a, o) {
                 Some((a, o)) => f(comm, a, o),
-                None => Err(memarray_cuda::CudaError::Nccl {
+                None => Err(nccl::NcclError::Call {
                     call,
                     reason: "out must be another array than the input".into(),
                 }),

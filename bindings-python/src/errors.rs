@@ -7,7 +7,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 
 use memarray_core::CoreError;
-use memarray_cuda::CudaError;
+use memarray_cuda::{ArrayError, CudaError};
 use memarray_dlpack::DlpackError;
 
 pyo3::create_exception!(
@@ -57,12 +57,22 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::BadSetting { .. } => PyValueError::new_err(msg),
         CudaError::NoSuchDevice { .. }
         | CudaError::Inaccessible { .. }
-        | CudaError::NotOnDevice { .. } => PyValueError::new_err(msg),
-        CudaError::NotOnHost { location } => PyBufferError::new_err(format!(
+        | CudaError::Array(ArrayError::NotOnDevice { .. }) => PyValueError::new_err(msg),
+        CudaError::Array(ArrayError::NotOnHost { location }) => PyBufferError::new_err(format!(
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"
         )),
         _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// Converts an NCCL error: a missing library or a failed call is RuntimeError (the
+/// guide's distributed section), a CUDA-layer error maps as it always does.
+pub fn nccl_err(e: memarray_cuda::nccl::NcclError) -> PyErr {
+    use memarray_cuda::nccl::NcclError;
+    match e {
+        NcclError::Cuda(c) => cuda_err(c),
+        other => PyRuntimeError::new_err(other.to_string()),
     }
 }
 
@@ -86,6 +96,11 @@ pub trait IntoPyResult<T> {
 impl<T> IntoPyResult<T> for Result<T, CoreError> {
     fn py(self) -> PyResult<T> {
         self.map_err(core_err)
+    }
+}
+impl<T> IntoPyResult<T> for Result<T, memarray_cuda::nccl::NcclError> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(nccl_err)
     }
 }
 impl<T> IntoPyResult<T> for Result<T, CudaError> {

@@ -91,6 +91,45 @@ pub enum CudaError {
         /// Where the memory was needed.
         location: Location,
     },
+    /// Device memory that cannot be shared with another process, or an IPC handle that
+    /// cannot be opened here.
+    #[error("CUDA IPC: {reason}")]
+    Ipc {
+        /// What failed and why, with the fix where there is one.
+        reason: String,
+    },
+    /// An environment variable with a value memarray does not understand.
+    #[error("environment variable {var}={value:?} is not understood; expected {expected}")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// The accepted values, in words.
+        expected: &'static str,
+    },
+    /// A setting outside its accepted range.
+    #[error("{what}: {detail}")]
+    BadSetting {
+        /// The setting.
+        what: &'static str,
+        /// What is wrong and what is accepted.
+        detail: String,
+    },
+    /// An error of the MemArray mirror (where the data is against what an operation
+    /// needs).
+    #[error(transparent)]
+    Array(#[from] ArrayError),
+    /// An error from memarray-core (shapes, bounds, allocation).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+}
+
+/// Errors of the MemArray mirror (`memarray_cuda::array`), apart from driver and device
+/// errors: the data is not where an operation needs it.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ArrayError {
     /// Host access to an array whose current data is on a device.
     #[error(
         "the array's data is on {location}, not on the host; move it to the host first \
@@ -118,60 +157,12 @@ pub enum CudaError {
         "the array has no device copy; move it to a device first (move_memory(Location::Device(id), ..))"
     )]
     NoDeviceCopy,
-    /// Device memory that cannot be shared with another process, or an IPC handle that
-    /// cannot be opened here.
-    #[error("CUDA IPC: {reason}")]
-    Ipc {
-        /// What failed and why, with the fix where there is one.
-        reason: String,
-    },
     /// Host access to an array born on a device that has no host copy yet (an internal
     /// invariant: every path to the host makes one first).
     #[error(
         "the array has no host copy yet; move it to the host first (move_memory(Location::Host, ..))"
     )]
     NoHostCopy,
-    /// An environment variable with a value memarray does not understand.
-    #[error("environment variable {var}={value:?} is not understood; expected {expected}")]
-    BadEnv {
-        /// The variable.
-        var: &'static str,
-        /// Its value.
-        value: String,
-        /// The accepted values, in words.
-        expected: &'static str,
-    },
-    /// A setting outside its accepted range.
-    #[error("{what}: {detail}")]
-    BadSetting {
-        /// The setting.
-        what: &'static str,
-        /// What is wrong and what is accepted.
-        detail: String,
-    },
-    /// NCCL (feature `nccl`) cannot be loaded: no libnccl on this machine or at the path
-    /// given.
-    #[cfg(feature = "nccl")]
-    #[error(
-        "NCCL is unavailable: {reason}. Install it (pip install nvidia-nccl-cu13, or the \
-         libnccl2 package) or point MEMARRAY_NCCL_LIBRARY at libnccl.so.2"
-    )]
-    NcclUnavailable {
-        /// What was tried and why it failed.
-        reason: String,
-    },
-    /// An NCCL call failed, or a collective was given operands it cannot take.
-    #[cfg(feature = "nccl")]
-    #[error("NCCL {call}: {reason}")]
-    Nccl {
-        /// The NCCL entry point or memarray operation, e.g. `"ncclAllReduce"`.
-        call: &'static str,
-        /// The NCCL error and its last-error text, or what is wrong with the operands.
-        reason: String,
-    },
-    /// An error from memarray-core (shapes, bounds, allocation).
-    #[error(transparent)]
-    Core(#[from] CoreError),
 }
 
 impl CudaError {
@@ -251,7 +242,7 @@ mod tests {
             CudaError::Core(core).is_out_of_memory(),
             "one OOM, recognised by every layer"
         );
-        assert!(!CudaError::NoDeviceCopy.is_out_of_memory());
+        assert!(!CudaError::Array(ArrayError::NoDeviceCopy).is_out_of_memory());
         assert!(
             CudaError::NullStream
                 .to_string()

@@ -621,6 +621,7 @@ fn panicked() -> CudaError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ArrayError;
 
     #[test]
     fn plan_gives_each_lane_two_chunks_within_bounds() {
@@ -715,13 +716,13 @@ mod tests {
         );
         let e = parallel(4, &|i| {
             if i == 2 {
-                Err(CudaError::NoDeviceCopy)
+                Err(ArrayError::NoDeviceCopy.into())
             } else {
                 Ok(())
             }
         })
         .unwrap_err();
-        assert!(matches!(e, CudaError::NoDeviceCopy));
+        assert!(matches!(e, CudaError::Array(ArrayError::NoDeviceCopy)));
         let e = parallel(3, &|i| if i == 1 { panic!("lane") } else { Ok(()) }).unwrap_err();
         assert!(e.to_string().contains("panicked"), "{e}");
     }

@@ -6,9 +6,9 @@ mod common;
 
 use common::i32s;
 use memarray_core::{DType, Location};
-use memarray_cuda::nccl::{Comm, ReduceOp, group};
+use memarray_cuda::nccl::{Comm, NcclError, ReduceOp, group};
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip, nccl_or_skip};
-use memarray_cuda::{CudaError, RawArray, Stream, device_count};
+use memarray_cuda::{ArrayError, CudaError, RawArray, Stream, device_count};
 
 fn on(device: u32, values: &[i32]) -> RawArray {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
@@ -49,13 +49,17 @@ fn gpu_one_rank_collectives_copy_and_order_after_pending_work() {
     let e = comm
         .all_reduce(&a, &mut small, ReduceOp::Sum, None)
         .unwrap_err();
-    assert!(matches!(e, CudaError::Nccl { .. }), "{e}");
+    assert!(matches!(e, NcclError::Call { .. }), "{e}");
     let host = RawArray::zeros(DType::I32, &[4], 0).unwrap();
     let e = comm
         .all_reduce(&host, &mut small, ReduceOp::Sum, None)
         .unwrap_err();
     assert!(
-        matches!(e, CudaError::Nccl { .. } | CudaError::NotOnDevice { .. }),
+        matches!(
+            e,
+            NcclError::Call { .. }
+                | NcclError::Cuda(CudaError::Array(ArrayError::NotOnDevice { .. }))
+        ),
         "{e}"
     );
     let mut b = RawArray::zeros_on(DType::Bool, &[4], Location::Device(0), None, None).unwrap();
@@ -186,7 +190,13 @@ fn gpu_two_device_collectives_are_exact() {
     let mut wrong = on(1, &[0; 3]);
     let e = comms[0].recv(&mut wrong, 1, None).unwrap_err();
     assert!(
-        matches!(e, CudaError::NotOnDevice { expected: 0, .. }),
+        matches!(
+            e,
+            NcclError::Cuda(CudaError::Array(ArrayError::NotOnDevice {
+                expected: 0,
+                ..
+            }))
+        ),
         "{e}"
     );
 }

@@ -11,7 +11,9 @@ use common::{index_of, random_bytes, val};
 use memarray_core::{CoreError, DType, Element, Location, LockToken, with_dtype};
 use memarray_cuda::array::Consumer;
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
-use memarray_cuda::{CudaError, Device, HostKind, MemArray, Stream, StreamRef, device_of_pointer};
+use memarray_cuda::{
+    ArrayError, CudaError, Device, HostKind, MemArray, Stream, StreamRef, device_of_pointer,
+};
 
 const DEV0: Location = Location::Device(0);
 
@@ -48,7 +50,7 @@ fn seed_flow<T: Element, const N: usize>(shape: [usize; N]) {
         );
     }
     assert_eq!(a.location(), DEV0, "get reads in place, it does not move");
-    let not_on_host = CudaError::NotOnHost { location: DEV0 };
+    let not_on_host = CudaError::Array(ArrayError::NotOnHost { location: DEV0 });
     assert_eq!(a.as_slice().unwrap_err(), not_on_host);
     a.move_memory(Location::Host, None, true, None).unwrap();
     let host = a.as_slice().unwrap();
@@ -349,7 +351,10 @@ fn gpu_indexer_of_device_data_has_the_device_pointer() {
     assert_ne!(ix.data.cast::<f32>(), host_ptr);
     assert_eq!(ix.data as u64, a.as_raw().device_ptr(None).unwrap());
     assert_eq!(device_of_pointer(ix.data as u64).unwrap().id(), dev.id());
-    assert!(matches!(a.host_ptr(None), Err(CudaError::NotOnHost { .. })));
+    assert!(matches!(
+        a.host_ptr(None),
+        Err(CudaError::Array(ArrayError::NotOnHost { .. }))
+    ));
     a.move_memory(Location::Host, None, true, None).unwrap();
     assert_eq!(a.indexer(None).unwrap().data.cast::<f32>(), host_ptr);
 }

@@ -15,7 +15,7 @@ use memarray_core::{DType, HostBuffer, Location, MemoryResource};
 use super::export::Consumer;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::error::{CudaError, Result};
+use crate::error::{ArrayError, Result};
 use crate::event::{Enqueued, Event};
 use crate::resource::default_resource;
 use crate::stream::StreamRef;
@@ -511,7 +511,7 @@ impl DeviceSide {
     }
 
     pub(super) fn current(&self) -> Result<Arc<DeviceBuffer>> {
-        self.buffer.clone().ok_or(CudaError::NoDeviceCopy)
+        self.buffer.clone().ok_or(ArrayError::NoDeviceCopy.into())
     }
 
     /// Device address of the current device copy.

@@ -49,7 +49,7 @@ mod collective {
 
     use super::RawArray;
     use crate::buffer::DeviceBuffer;
-    use crate::error::{CudaError, Result};
+    use crate::error::{ArrayError, Result};
     use crate::stream::StreamRef;
 
     impl RawArray {
@@ -70,11 +70,12 @@ mod collective {
         ) -> Result<Arc<DeviceBuffer>> {
             self.check(token)?;
             if self.location != Location::Device(device) {
-                return Err(CudaError::NotOnDevice {
+                return Err(ArrayError::NotOnDevice {
                     what,
                     expected: device,
                     location: self.location,
-                });
+                }
+                .into());
             }
             let buf = self.dev.current()?;
             self.dev.order(stream, device)?;

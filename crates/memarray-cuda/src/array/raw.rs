@@ -13,7 +13,7 @@ use super::host_kind::{HostKind, host_buffer};
 use super::host_ops;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::error::{CudaError, Result};
+use crate::error::{ArrayError, CudaError, Result};
 use crate::stream::StreamRef;
 
 /// A type-erased array: a dtype, a shape (ndim 0..=32), one host buffer, at most one
@@ -313,13 +313,19 @@ impl RawArray {
         }
         match (self.location, target) {
             (Location::Host, Location::Device(id)) => {
-                let host = self.host.as_ref().ok_or(CudaError::NoHostCopy)?;
+                let host = self
+                    .host
+                    .as_ref()
+                    .ok_or(CudaError::Array(ArrayError::NoHostCopy))?;
                 self.dev.upload(host, id, self.nbytes, stream)?;
                 self.device_id = id;
             }
             (Location::Device(_), Location::Host) => {
                 self.ensure_host()?;
-                let host = self.host.as_ref().ok_or(CudaError::NoHostCopy)?;
+                let host = self
+                    .host
+                    .as_ref()
+                    .ok_or(CudaError::Array(ArrayError::NoHostCopy))?;
                 self.dev.download(host, self.nbytes, stream)?;
             }
             (Location::Device(_), Location::Device(to)) => {
@@ -447,9 +453,10 @@ impl RawArray {
     pub(super) fn host_ready(&self, token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
         if self.location != Location::Host {
-            return Err(CudaError::NotOnHost {
+            return Err(ArrayError::NotOnHost {
                 location: self.location,
-            });
+            }
+            .into());
         }
         self.dev.wait_host()
     }
@@ -543,7 +550,9 @@ impl RawArray {
 
     /// The host buffer; present whenever the data is on the host.
     pub(super) fn host_buf(&self) -> Result<&Arc<HostBuffer>> {
-        self.host.as_ref().ok_or(CudaError::NoHostCopy)
+        self.host
+            .as_ref()
+            .ok_or(CudaError::Array(ArrayError::NoHostCopy))
     }
 
     /// Allocates the host copy of an array born on a device, on first need.

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 
-use crate::error::{CudaError, Result};
+use super::error::{NcclError, Result};
 
 /// `cudaStream_t` as NCCL takes it (the driver's `CUstream`, the same handle).
 pub(crate) type RawStream = *mut c_void;
@@ -117,7 +117,7 @@ pub(crate) fn load(path: Option<&Path>) -> Result<&'static Lib> {
             Err(e) => tried.push(format!("{}: {e}", c.display())),
         }
     }
-    Err(CudaError::NcclUnavailable {
+    Err(NcclError::Unavailable {
         reason: format!("could not load libnccl ({})", tried.join("; ")),
     })
 }
@@ -135,7 +135,7 @@ unsafe fn resolve(lib: libloading::Library, path: PathBuf) -> Result<Lib> {
             // SAFETY: the caller promises nccl.h's signature for this symbol; the copied
             // function pointer stays valid while `lib` (moved into the table) is loaded.
             let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| {
-                CudaError::NcclUnavailable {
+                NcclError::Unavailable {
                     reason: format!(
                         "{} has no {} ({e}); memarray needs NCCL >= 2.13",
                         path.display(),
@@ -168,7 +168,7 @@ unsafe fn resolve(lib: libloading::Library, path: PathBuf) -> Result<Lib> {
 }
 
 impl Lib {
-    /// `Ok` for ncclSuccess; otherwise [`CudaError::Nccl`] with NCCL's error string and
+    /// `Ok` for ncclSuccess; otherwise [`NcclError::Call`] with NCCL's error string and
     /// its last-error text (for `comm`, or the thread's last error when null).
     pub(crate) fn check(&self, call: &'static str, r: Res, comm: ncclComm_t) -> Result<()> {
         if r == 0 {
@@ -192,7 +192,7 @@ impl Lib {
             reason.push_str(": ");
             reason.push_str(&last);
         }
-        Err(CudaError::Nccl { call, reason })
+        Err(NcclError::Call { call, reason })
     }
 
     /// NCCL's version as `major.minor.patch`.

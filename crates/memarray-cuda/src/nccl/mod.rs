@@ -36,9 +36,10 @@
 //!     }
 //!     Ok(())
 //! })?;
-//! # Ok::<(), memarray_cuda::CudaError>(())
+//! # Ok::<(), memarray_cuda::nccl::NcclError>(())
 //! ```
 
+mod error;
 mod lib;
 
 use std::ffi::c_int;
@@ -51,9 +52,10 @@ use memarray_core::DType;
 
 use crate::array::RawArray;
 use crate::device::{Device, device_count};
-use crate::error::{CudaError, Result};
+use crate::error::CudaError;
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
+pub use error::{NcclError, Result};
 
 /// Bytes of an NCCL unique id.
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -71,7 +73,7 @@ pub struct NcclInfo {
 /// `libnccl.so.2` / `libnccl.so` on the loader path. Every other function here loads it
 /// on first use the same way; call this first to name a path (Python passes the
 /// `nvidia-nccl` wheel's). Once loaded, later calls return the loaded library. Without
-/// one: [`CudaError::NcclUnavailable`].
+/// one: [`NcclError::Unavailable`].
 pub fn load(path: Option<&Path>) -> Result<NcclInfo> {
     let lib = lib::load(path)?;
     Ok(NcclInfo {
@@ -113,7 +115,8 @@ impl ReduceOp {
                 return Err(CudaError::BadSetting {
                     what: "reduction",
                     detail: format!("{name:?} is not one of sum, prod, max, min, avg"),
-                });
+                }
+                .into());
             }
         })
     }
@@ -144,7 +147,7 @@ fn reduce_type(dtype: DType, call: &'static str) -> Result<ncclDataType_t> {
         DType::F32 => ncclFloat32,
         DType::F64 => ncclFloat64,
         other => {
-            return Err(CudaError::Nccl {
+            return Err(NcclError::Call {
                 call,
                 reason: format!(
                     "NCCL cannot reduce {other} (it reduces i8, u8, i32, u32, i64, u64, f16, \
@@ -184,7 +187,7 @@ impl UniqueId {
 
     /// An id from its 128 bytes; any other length is an error.
     pub fn from_bytes(b: &[u8]) -> Result<Self> {
-        let arr: [u8; UNIQUE_ID_BYTES] = b.try_into().map_err(|_| CudaError::Nccl {
+        let arr: [u8; UNIQUE_ID_BYTES] = b.try_into().map_err(|_| NcclError::Call {
             call: "UniqueId::from_bytes",
             reason: format!("a unique id is {UNIQUE_ID_BYTES} bytes, got {}", b.len()),
         })?;
@@ -199,7 +202,7 @@ impl UniqueId {
     /// The inverse of [`to_hex`](Self::to_hex).
     pub fn from_hex(s: &str) -> Result<Self> {
         let s = s.trim();
-        let bad = || CudaError::Nccl {
+        let bad = || NcclError::Call {
             call: "UniqueId::from_hex",
             reason: format!(
                 "a unique id is {} hex digits, got {:?}",
@@ -222,7 +225,7 @@ impl UniqueId {
     /// for it. Use a fresh path per run (a stale file from an earlier run would hand the
     /// other ranks a dead id).
     pub fn exchange_file(path: &Path, rank: usize, timeout: Duration) -> Result<Self> {
-        let io = |what: &str, e: std::io::Error| CudaError::Nccl {
+        let io = |what: &str, e: std::io::Error| NcclError::Call {
             call: "UniqueId::exchange_file",
             reason: format!("{what} {}: {e}", path.display()),
         };
@@ -239,7 +242,7 @@ impl UniqueId {
                 Ok(s) => return Self::from_hex(&s),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     if start.elapsed() > timeout {
-                        return Err(CudaError::Nccl {
+                        return Err(NcclError::Call {
                             call: "UniqueId::exchange_file",
                             reason: format!(
                                 "rank {rank} waited {timeout:?} for rank 0 to write {}",
@@ -302,7 +305,7 @@ impl Comm {
     /// (collectives then copy). Two ranks on one device are refused by NCCL.
     pub fn init_rank(device: u32, size: usize, rank: usize, id: &UniqueId) -> Result<Self> {
         if size == 0 || rank >= size {
-            return Err(CudaError::Nccl {
+            return Err(NcclError::Call {
                 call: "ncclCommInitRank",
                 reason: format!("rank {rank} of {size}: ranks are 0..size and size >= 1"),
             });
@@ -332,14 +335,14 @@ impl Comm {
         seen.sort_unstable();
         seen.dedup();
         if devices.is_empty() || seen.len() != devices.len() {
-            return Err(CudaError::Nccl {
+            return Err(NcclError::Call {
                 call: "ncclCommInitAll",
                 reason: format!("devices {devices:?}: give each device once, at least one"),
             });
         }
         let visible = device_count()?;
         if let Some(&missing) = devices.iter().find(|&&d| d >= visible) {
-            return Err(CudaError::Nccl {
+            return Err(NcclError::Call {
                 call: "ncclCommInitAll",
                 reason: format!(
                     "a communicator over {} devices needs cuda:{missing}, but this process \
@@ -352,7 +355,7 @@ impl Comm {
         let devs = devices
             .iter()
             .map(|&d| Device::get(d))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<crate::error::Result<Vec<_>>>()?;
         let ids = devices
             .iter()
             .map(|&d| to_int(d as usize, "ncclCommInitAll"))
@@ -487,7 +490,7 @@ impl Comm {
             // SAFETY: the buffer holds `bytes` bytes on this device; NCCL only reads it.
             unsafe { (lib.send)(p, bytes, ncclDataType_t::ncclUint8, peer, comm, st) }
         })?;
-        a.was_read(&op)
+        Ok(a.was_read(&op)?)
     }
 
     /// Receives into `a` what rank `peer` sends.
@@ -503,7 +506,7 @@ impl Comm {
 
     fn peer(&self, call: &'static str, peer: usize) -> Result<c_int> {
         if peer >= self.size {
-            return Err(CudaError::Nccl {
+            return Err(NcclError::Call {
                 call,
                 reason: format!(
                     "rank {peer} is not in this communicator of {} ranks",
@@ -554,7 +557,7 @@ impl Comm {
         f: impl FnOnce(&lib::Lib, *mut std::ffi::c_void, ncclComm_t, lib::RawStream) -> c_int,
     ) -> Result<()> {
         let op = self.on(call, a, stream, f)?;
-        a.wrote(op)
+        Ok(a.wrote(op)?)
     }
 
     /// A collective reading `send` and writing `recv`.
@@ -586,7 +589,7 @@ impl Comm {
             )
         })?;
         send.was_read(&Enqueued::new(st, self.device.clone()))?;
-        recv.wrote(Enqueued::new(st, self.device.clone()))
+        Ok(recv.wrote(Enqueued::new(st, self.device.clone()))?)
     }
 }
 
@@ -635,14 +638,14 @@ fn same_layout(
     recv_blocks: usize,
 ) -> Result<()> {
     if send.dtype() != recv.dtype() {
-        return Err(CudaError::Nccl {
+        return Err(NcclError::Call {
             call,
             reason: format!("send is {} but recv is {}", send.dtype(), recv.dtype()),
         });
     }
     let (s, r) = (send.len() as u128, recv.len() as u128);
     if s * recv_blocks as u128 != r * send_blocks as u128 {
-        return Err(CudaError::Nccl {
+        return Err(NcclError::Call {
             call,
             reason: format!(
                 "send has {s} elements and recv {r}; {call} needs recv = send{}",
@@ -658,7 +661,7 @@ fn same_layout(
 }
 
 fn to_int(v: usize, call: &'static str) -> Result<c_int> {
-    c_int::try_from(v).map_err(|_| CudaError::Nccl {
+    c_int::try_from(v).map_err(|_| NcclError::Call {
         call,
         reason: format!("{v} does not fit NCCL's int"),
     })
@@ -667,6 +670,7 @@ fn to_int(v: usize, call: &'static str) -> Result<c_int> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ArrayError;
     use memarray_core::Location;
 
     #[test]
@@ -742,7 +746,7 @@ mod tests {
             return;
         }
         let e = load(Some(Path::new("/nonexistent/libnccl.so.2"))).unwrap_err();
-        assert!(matches!(e, CudaError::NcclUnavailable { .. }), "{e:?}");
+        assert!(matches!(e, NcclError::Unavailable { .. }), "{e:?}");
         let msg = e.to_string();
         assert!(
             msg.contains("/nonexistent/libnccl.so.2") && msg.contains("MEMARRAY_NCCL_LIBRARY"),
@@ -760,11 +764,11 @@ mod tests {
         assert!(
             matches!(
                 e,
-                CudaError::NotOnDevice {
+                CudaError::Array(ArrayError::NotOnDevice {
                     expected: 0,
                     location: Location::Host,
                     ..
-                }
+                })
             ),
             "{e:?}"
         );
@@ -779,7 +783,7 @@ mod tests {
             assert!(
                 matches!(
                     e,
-                    CudaError::Nccl {
+                    NcclError::Call {
                         call: "ncclCommInitRank",
                         ..
                     }
