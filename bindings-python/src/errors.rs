@@ -53,7 +53,6 @@ pub fn cuda_err(e: CudaError) -> PyErr {
     match e {
         CudaError::Core(c) => core_err(c),
         CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
-        CudaError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         CudaError::BadSetting { .. } => PyValueError::new_err(msg),
         CudaError::NoSuchDevice { .. }
         | CudaError::Inaccessible { .. }

@@ -4,8 +4,10 @@ use memarray_core::{CoreError, Location};
 use thiserror::Error;
 
 /// Errors of the CUDA layer. Each variant names the values involved and, where there is
-/// one, the fix. Python maps [`CudaError::Unavailable`] to `memarray.CudaUnavailableError`,
-/// [`CudaError::OutOfMemory`] to `MemoryError` and [`CudaError::Core`] as core errors map.
+/// one, the fix. Python maps [`CudaError::Unavailable`] to `memarray.CudaUnavailableError`
+/// and [`CudaError::Core`] as core errors map. Out of memory has one form in every layer,
+/// `CoreError::OutOfMemory` (here inside [`CudaError::Core`]); [`CudaError::is_out_of_memory`]
+/// also recognises a driver call that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CudaError {
@@ -40,17 +42,6 @@ pub enum CudaError {
         id: u32,
         /// Devices visible to this process.
         count: u32,
-    },
-    /// The device could not allocate.
-    #[error(
-        "out of memory on cuda:{device}: {bytes} bytes requested; free arrays you no longer \
-         need, allocate less, or use a stream-ordered pool that can reuse freed memory"
-    )]
-    OutOfMemory {
-        /// Bytes requested.
-        bytes: usize,
-        /// The device ordinal.
-        device: u32,
     },
     /// Two operands live on different devices where one device is required.
     #[error(
@@ -170,18 +161,25 @@ impl CudaError {
     /// (a core `OutOfMemory` a resource reported).
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            CudaError::OutOfMemory { .. } => true,
             CudaError::Driver { code, .. } => *code == OUT_OF_MEMORY_CODE,
             CudaError::Core(c) => c.is_out_of_memory(),
             _ => false,
         }
     }
 
-    /// A driver out-of-memory error restated as [`CudaError::OutOfMemory`] naming the
-    /// bytes and the device; other errors unchanged.
+    /// A driver out-of-memory error restated as the one out-of-memory error
+    /// (`CoreError::OutOfMemory`) naming the bytes, the device and the fix; other errors
+    /// unchanged.
     pub(crate) fn with_oom_context(self, bytes: usize, device: u32) -> CudaError {
         if self.is_out_of_memory() {
-            CudaError::OutOfMemory { bytes, device }
+            CudaError::Core(CoreError::OutOfMemory {
+                bytes,
+                resource: format!("cuda:{device}"),
+                reason: format!(
+                    "out of memory on cuda:{device}; free arrays you no longer need, allocate \
+                     less, or use a stream-ordered pool that can reuse freed memory"
+                ),
+            })
         } else {
             self
         }
@@ -191,8 +189,13 @@ impl CudaError {
     /// implementations, whose methods return [`CoreError`].
     pub(crate) fn into_alloc(self, bytes: usize, align: usize, resource: &str) -> CoreError {
         match self {
+            CudaError::Core(CoreError::OutOfMemory { reason, .. }) => CoreError::OutOfMemory {
+                bytes,
+                resource: resource.to_string(),
+                reason,
+            },
             CudaError::Core(e) => e,
-            e @ CudaError::OutOfMemory { .. } => CoreError::OutOfMemory {
+            e if e.is_out_of_memory() => CoreError::OutOfMemory {
                 bytes,
                 resource: resource.to_string(),
                 reason: e.to_string(),
@@ -226,11 +229,16 @@ mod tests {
         );
         let e = CudaError::NoSuchDevice { id: 0, count: 0 };
         assert!(e.to_string().contains("sees 0 device(s);"), "{e}");
-        let e = CudaError::OutOfMemory {
-            bytes: 1 << 40,
-            device: 1,
-        };
+        let e = CudaError::Driver {
+            call: "cuMemAlloc_v2",
+            code: OUT_OF_MEMORY_CODE,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            message: "out of memory".into(),
+        }
+        .with_oom_context(1 << 40, 1);
         assert!(e.to_string().contains("1099511627776 bytes"), "{e}");
+        assert!(e.to_string().contains("cuda:1"), "{e}");
+        assert!(matches!(e, CudaError::Core(CoreError::OutOfMemory { .. })));
         assert!(e.is_out_of_memory());
         let core = CoreError::OutOfMemory {
             bytes: 8,
@@ -252,10 +260,13 @@ mod tests {
 
     #[test]
     fn oom_becomes_a_core_out_of_memory_error_naming_bytes_and_device() {
-        let e = CudaError::OutOfMemory {
-            bytes: 4096,
-            device: 0,
+        let e = CudaError::Driver {
+            call: "cuMemAlloc_v2",
+            code: OUT_OF_MEMORY_CODE,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            message: "out of memory".into(),
         }
+        .with_oom_context(4096, 0)
         .into_alloc(4096, 256, "cuda:0 device");
         match &e {
             CoreError::OutOfMemory {

@@ -344,10 +344,13 @@ mod tests {
             Err(CoreError::Alloc { .. })
         ));
         let oom = |_| {
-            Err(CudaError::OutOfMemory {
-                bytes: 7,
-                device: 0,
-            })
+            Err(CudaError::Driver {
+                call: "cuMemAlloc_v2",
+                code: crate::error::OUT_OF_MEMORY_CODE,
+                name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+                message: "out of memory".into(),
+            }
+            .with_oom_context(7, 0))
         };
         match a.allocate(7, 8, "cuda:0 device", oom) {
             Err(CoreError::OutOfMemory {
