@@ -63,7 +63,6 @@ LAYERS = {
             "cuda",
         ],
         ["dlpack"],
-        ["exchange"],
     ],
 }
 

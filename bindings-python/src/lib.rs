@@ -18,7 +18,6 @@ mod dlpack;
 mod dtype;
 mod element;
 mod errors;
-mod exchange;
 mod ipc;
 mod numpy;
 mod pickle;
@@ -90,7 +89,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<dlpack::DLPackContext>()?;
-    m.add_function(wrap_pyfunction!(exchange::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::exchange::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(born::empty, m)?)?;
     m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(born::full, m)?)?;

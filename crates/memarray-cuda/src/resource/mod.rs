@@ -16,6 +16,7 @@
 
 mod caching;
 mod device;
+mod driver_backed;
 mod managed;
 mod pinned;
 mod pool;
@@ -27,10 +28,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
 pub use caching::{CachingPool, PoolStatistics};
-pub use device::DeviceResource;
-pub use managed::ManagedResource;
-pub use pinned::{PinnedFlags, PinnedResource};
-pub use pool::AsyncPoolResource;
+pub use device::{DeviceAlloc, DeviceResource};
+pub use driver_backed::{Backend, DriverResource};
+pub use managed::{ManagedAlloc, ManagedResource};
+pub use pinned::{PinnedAlloc, PinnedFlags, PinnedResource};
+pub use pool::{AsyncAlloc, AsyncPoolResource};
 
 use crate::device::Device;
 use crate::driver;

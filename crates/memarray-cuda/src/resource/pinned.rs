@@ -1,15 +1,15 @@
 //! [`PinnedResource`]: page-locked host memory from `cuMemHostAlloc`.
 
 use std::ffi::c_uint;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use cudarc::driver::sys;
-use memarray_core::{Location, MemoryKind, MemoryResource, RawStream, Result};
+use memarray_core::{Location, MemoryKind, RawStream};
 
-use super::Aligner;
+use super::driver_backed::{Backend, DriverResource};
 use crate::device::Device;
 use crate::driver;
+use crate::error::Result;
 
 /// `cuMemHostAlloc` flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,12 +54,35 @@ impl PinnedFlags {
 /// Page-locked host memory: the host reads and writes it directly, copies to and from
 /// devices run asynchronously at full PCIe speed (55 GB/s on an H200 against 9-16 GB/s
 /// pageable), and with unified addressing every device can also access it in place.
+pub type PinnedResource = DriverResource<PinnedAlloc>;
+
+/// The `cuMemHostAlloc` / `cuMemFreeHost` pair, with its flags.
 #[derive(Debug)]
-pub struct PinnedResource {
-    device: Arc<Device>,
+pub struct PinnedAlloc {
     flags: PinnedFlags,
-    name: String,
-    aligner: Aligner,
+}
+
+impl Backend for PinnedAlloc {
+    const KIND: MemoryKind = MemoryKind::Pinned;
+    const HOST_ZEROED: bool = true;
+    const ON_DEVICE: bool = false;
+
+    unsafe fn alloc(&self, _: &Device, size: usize, _: Option<RawStream>) -> Result<usize> {
+        // SAFETY: the caller made the device's context current (item 1).
+        Ok(unsafe { driver::mem_host_alloc(size, self.flags.bits()) }? as usize)
+    }
+
+    unsafe fn free(&self, base: usize, _: Option<RawStream>) {
+        // SAFETY: `base` came from `mem_host_alloc` and is freed once (item 1); a live
+        // context is current (item 2).
+        let _ = unsafe { driver::mem_free_host(base as *mut std::ffi::c_void) };
+    }
+
+    /// The host, and every device: with unified addressing all `cuMemHostAlloc` memory is
+    /// directly accessible from every device, whatever the flags.
+    fn accessible(&self, _: &Device, _: Location) -> bool {
+        true
+    }
 }
 
 impl PinnedResource {
@@ -80,64 +103,12 @@ impl PinnedResource {
                 name.push_str(word);
             }
         }
-        PinnedResource {
-            device: device.clone(),
-            flags,
-            name,
-            aligner: Aligner::default(),
-        }
+        Self::with_backend(device, name, PinnedAlloc { flags })
     }
 
     /// The flags allocations use.
     pub fn flags(&self) -> PinnedFlags {
-        self.flags
-    }
-}
-
-impl MemoryResource for PinnedResource {
-    fn allocate(&self, bytes: usize, align: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
-        self.aligner.allocate(bytes, align, &self.name, |size| {
-            let _ctx = self.device.bind()?;
-            // SAFETY: `bind` made the device's live context current (item 1).
-            let p = unsafe { driver::mem_host_alloc(size, self.flags.bits()) }
-                .map_err(|e| e.with_oom_context(size, self.device.id()))?;
-            Ok(p as usize)
-        })
-    }
-
-    fn allocate_zeroed(
-        &self,
-        bytes: usize,
-        align: usize,
-        stream: Option<RawStream>,
-    ) -> Result<NonNull<u8>> {
-        let p = self.allocate(bytes, align, stream)?;
-        // SAFETY: p is a fresh host allocation of at least `bytes` bytes.
-        unsafe { p.as_ptr().write_bytes(0, bytes) };
-        Ok(p)
-    }
-
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _: usize, align: usize, _: Option<RawStream>) {
-        let base = self.aligner.base_of(ptr, align);
-        if let Ok(_ctx) = self.device.bind() {
-            // SAFETY: by the trait contract `base` came from `mem_host_alloc` and is freed
-            // once with no later use (item 1); a live context is current (item 2).
-            let _ = unsafe { driver::mem_free_host(base as *mut std::ffi::c_void) };
-        }
-    }
-
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::Pinned
-    }
-
-    /// The host, and every device: with unified addressing all `cuMemHostAlloc` memory is
-    /// directly accessible from every device, whatever the flags.
-    fn is_accessible_from(&self, _: Location) -> bool {
-        true
-    }
-
-    fn name(&self) -> &str {
-        &self.name
+        self.backend.flags
     }
 }
 

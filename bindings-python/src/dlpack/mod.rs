@@ -1,9 +1,12 @@
-//! DLPack for Python: `__dlpack__` capsules, the locked `get_dlpack` context, and
-//! `memarray.from_dlpack`.
+//! DLPack for Python, in one module (issue 14): `__dlpack__` capsules and the locked
+//! `get_dlpack` context here, `memarray.from_dlpack` and DLPack 1.3's C exchange API in
+//! [`exchange`] (the import entry point tries the exchange API first, capsules second).
 //!
 //! Capsules are named `"dltensor"` / `"dltensor_versioned"`; a consumer renames them to
 //! `"used_..."`. The capsule destructor calls the tensor's deleter only while the name
 //! is unchanged (never consumed). Deleters drop Rust owners only, so they need no GIL.
+
+pub(crate) mod exchange;
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;

@@ -230,8 +230,7 @@ unsafe extern "C" fn from_py_object(
         let arr = any
             .cast::<PyMemArray>()
             .map_err(|_| PyTypeError::new_err("not a memarray.MemArray"))?;
-        let (spec, owner) =
-            crate::dlpack::export_spec(py, arr.get(), None, None, Target::Current, None)?;
+        let (spec, owner) = super::export_spec(py, arr.get(), None, None, Target::Current, None)?;
         let p = export_versioned(spec, owner).py()?;
         // SAFETY: out is valid for one write (checked non-null).
         unsafe { *out = p.as_ptr() };
@@ -250,7 +249,7 @@ unsafe extern "C" fn to_py_object(
         }
         // SAFETY: the protocol hands over ownership of a live tensor ("stolen").
         let t = unsafe { ImportedTensor::from_versioned(p) }.py()?;
-        let raw = crate::dlpack::import_tensor(py, t, None, StreamRef::legacy())?;
+        let raw = super::import_tensor(py, t, None, StreamRef::legacy())?;
         let obj = Bound::new(py, PyMemArray::from(raw))?;
         // SAFETY: out is valid for one write; the new reference passes to the caller.
         unsafe { *out = obj.into_ptr().cast() };
@@ -379,11 +378,11 @@ pub fn from_dlpack(
     // `__dlpack__` call; the producer's current work stream orders its work.
     if let Some(api) = api_of(obj)? {
         let (t, producer) = take(api, obj)?;
-        return crate::dlpack::import_tensor(py, t, copy, producer).map(Into::into);
+        return super::import_tensor(py, t, copy, producer).map(Into::into);
     }
-    let cap = crate::dlpack::request_capsule(obj)?;
-    let t = crate::dlpack::take_capsule(&cap)?;
-    crate::dlpack::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
+    let cap = super::request_capsule(obj)?;
+    let t = super::take_capsule(&cap)?;
+    super::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
 }
 
 #[pymethods]
