@@ -51,3 +51,18 @@ pub(crate) fn host(
         Route::Staged
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_and_managed_go_direct_pageable_and_files_do_not() {
+        for kind in [MemoryKind::Pinned, MemoryKind::Managed, MemoryKind::Device] {
+            assert!(kind_is_direct(kind), "{kind:?}");
+        }
+        for kind in [MemoryKind::Host, MemoryKind::File] {
+            assert!(!kind_is_direct(kind), "{kind:?}");
+        }
+    }
+}
