@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 
 use memarray_core::{
     FileResource, HostResource, LimitingAdaptor, Location, LoggingAdaptor, MemoryKind,
-    MemoryResource, RawStream, RetryAdaptor, StatisticsAdaptor,
+    MemoryResource, RawStream, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor,
 };
 use memarray_cuda::resource::{CachingPool, default_resource, set_default_resource};
 use memarray_cuda::{AsyncPoolResource, Device, DeviceResource, ManagedResource, PinnedResource};
@@ -28,6 +28,7 @@ enum Handle {
     Limiting(Arc<LimitingAdaptor>),
     Logging(Arc<LoggingAdaptor>),
     Retry(Arc<RetryAdaptor>),
+    Tracking(Arc<TrackingAdaptor>),
 }
 
 impl Handle {
@@ -39,6 +40,7 @@ impl Handle {
             Handle::Limiting(r) => r.clone(),
             Handle::Logging(r) => r.clone(),
             Handle::Retry(r) => r.clone(),
+            Handle::Tracking(r) => r.clone(),
         }
     }
 }
@@ -164,6 +166,44 @@ impl PyResource {
                 "only Logging resources have a log to flush",
             )),
         }
+    }
+
+    /// A Tracking resource's live allocations and timeline, as plain Python data (a dict
+    /// `json.dumps` takes): `resource`, `source`, `live` (address, size, stream, device,
+    /// source, time_ns, backtrace), `timeline` ([ns, live bytes] pairs). TypeError for any
+    /// other resource: only Tracking records allocations.
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let Handle::Tracking(t) = &self.handle else {
+            return Err(PyTypeError::new_err(format!(
+                "{} does not track allocations; wrap it: memarray.resources.Tracking(r)",
+                self.handle.resource().name()
+            )));
+        };
+        let (live, timeline) = py.detach(|| (t.live(), t.timeline()));
+        let d = PyDict::new(py);
+        d.set_item("resource", t.name())?;
+        d.set_item("source", t.source())?;
+        let rows = pyo3::types::PyList::empty(py);
+        for a in live {
+            let r = PyDict::new(py);
+            r.set_item("address", a.address)?;
+            r.set_item("size", a.size)?;
+            r.set_item("stream", a.stream)?;
+            r.set_item("device", a.device)?;
+            r.set_item("source", a.source)?;
+            r.set_item("time_ns", a.time_ns)?;
+            r.set_item("backtrace", a.backtrace)?;
+            rows.append(r)?;
+        }
+        d.set_item("live", rows)?;
+        d.set_item(
+            "timeline",
+            timeline
+                .into_iter()
+                .map(|(t, b)| vec![t as u128, b as u128])
+                .collect::<Vec<_>>(),
+        )?;
+        Ok(d)
     }
 
     /// How many allocations a Retry resource retried after an out-of-memory error.
@@ -385,6 +425,30 @@ fn logging(upstream: &PyResource, path: &Bound<'_, PyAny>) -> PyResult<PyResourc
     ))))
 }
 
+/// Tracks `upstream`'s live allocations under `source` (Rust backtraces when
+/// `backtraces`).
+#[pyfunction]
+#[pyo3(signature = (upstream, source=None, backtraces=false))]
+fn tracking(
+    upstream: &PyResource,
+    source: Option<&Bound<'_, PyAny>>,
+    backtraces: bool,
+) -> PyResult<PyResource> {
+    let source = match source.filter(|s| !s.is_none()) {
+        Some(s) => convert::text(s, "source")?,
+        None => "memarray".into(),
+    };
+    if source.is_empty() || source.len() > 64 || source.chars().any(char::is_control) {
+        return Err(PyValueError::new_err(format!(
+            "source must be a short name (1 to 64 characters, no control characters), not \
+             {source:?}"
+        )));
+    }
+    Ok(PyResource::new(Handle::Tracking(Arc::new(
+        TrackingAdaptor::new(upstream.resource(), source).with_backtraces(backtraces),
+    ))))
+}
+
 #[pyfunction]
 fn retry(upstream: &PyResource) -> PyResource {
     PyResource::new(Handle::Retry(Arc::new(RetryAdaptor::new(
@@ -433,6 +497,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     r.add_function(wrap_pyfunction!(limiting, &r)?)?;
     r.add_function(wrap_pyfunction!(logging, &r)?)?;
     r.add_function(wrap_pyfunction!(retry, &r)?)?;
+    r.add_function(wrap_pyfunction!(tracking, &r)?)?;
     r.add_function(wrap_pyfunction!(set_default, &r)?)?;
     r.add_function(wrap_pyfunction!(get_default, &r)?)?;
     m.add_submodule(&r)?;

@@ -231,3 +231,46 @@ def test_unknown_memory_resource_name_is_a_clear_error():
     out = r.stdout.decode()
     assert r.returncode == 0 and out.startswith("ERR"), r.stderr.decode()[-2000:]
     assert "cuda-pool" in out and "device, async or managed" in out
+
+
+def test_tracking_keeps_live_allocations_and_a_timeline_issue15():
+    import json
+
+    t = mr.Tracking(mr.Host(), source="mine")
+    a = t.allocate(1000)
+    b = t.allocate(24)
+    snap = t.snapshot()
+    json.dumps(snap)  # plain data
+    assert snap["source"] == "mine" and snap["resource"].startswith("tracking(")
+    assert [x["size"] for x in snap["live"]] == [1000, 24]
+    assert {x["address"] for x in snap["live"]} == {a.ptr, b.ptr}
+    assert all(x["source"] == "mine" and x["backtrace"] is None for x in snap["live"])
+    a.free()
+    b.free()
+    snap = mr.snapshot(t)
+    assert snap["live"] == []
+    assert [bytes_ for _, bytes_ in snap["timeline"]] == [1000, 1024, 24, 0]
+    # A host buffer of an array made through it shows while the array lives.
+    arr = memarray.MemArray((256,), np.float64, host_resource=t)
+    assert [x["size"] for x in t.snapshot()["live"]] == [arr.nbytes]
+    del arr
+    gc.collect()
+    assert t.snapshot()["live"] == []
+
+
+def test_tracking_backtraces_stacks_and_bad_input_issue15():
+    t = mr.Tracking(mr.Host(), backtraces=True)
+    a = t.allocate(64)
+    bt = t.snapshot()["live"][0]["backtrace"]
+    assert isinstance(bt, str) and "allocate" in bt
+    a.free()
+    # Found below another adaptor.
+    s = mr.Statistics(mr.Tracking(mr.Host(), source="below"))
+    assert mr.snapshot(s)["source"] == "below"
+    with pytest.raises(TypeError, match="Tracking"):
+        mr.snapshot(mr.Statistics(mr.Host()))
+    with pytest.raises(TypeError, match="Tracking"):
+        mr.Host()._handle.snapshot()
+    for bad in ("", "x" * 65, "a\nb", "\udcff"):
+        with pytest.raises(ValueError):
+            mr.Tracking(mr.Host(), source=bad)

@@ -50,8 +50,10 @@ __all__ = [
     "Resource",
     "Retry",
     "Statistics",
+    "Tracking",
     "get_default_resource",
     "set_default_resource",
+    "snapshot",
     "statistics",
     "using",
 ]
@@ -225,6 +227,22 @@ class Retry(Resource):
         return self._handle.retries()
 
 
+class Tracking(Resource):
+    """Keeps every live allocation with its size, stream, device and ``source`` (who made
+    it), and the Rust backtrace where it was made when ``backtraces=True`` (costly: for
+    leaks), plus a timeline of live bytes. ``snapshot()`` returns them as plain data."""
+
+    def __init__(self, upstream: Resource, source: str = "memarray", backtraces: bool = False):
+        self.upstream = _check(upstream)
+        self._handle = _r.tracking(upstream._handle, source, backtraces)
+
+    def snapshot(self) -> dict:
+        """``resource``, ``source``, ``live`` (a dict per live allocation: ``address``,
+        ``size``, ``stream``, ``device``, ``source``, ``time_ns``, ``backtrace``) and
+        ``timeline`` (``[time_ns, live_bytes]`` after each call); ``json.dumps`` takes it."""
+        return self._handle.snapshot()
+
+
 class _Opaque(Resource):
     """A default chosen by memarray (from MEMARRAY_MEMORY_RESOURCE), not set from Python."""
 
@@ -268,6 +286,21 @@ def using(resource: Resource, device: int = 0):
                 _defaults.pop(device, None)
             else:
                 _defaults[device] = previous
+
+
+def snapshot(resource: Resource | None = None, device: int = 0) -> dict:
+    """The snapshot of ``resource`` (default: ``device``'s default resource): of the first
+    Tracking in its stack, from the top. TypeError if the stack tracks nothing."""
+    r: Resource | None = _check(resource) if resource is not None else get_default_resource(device)
+    top = r
+    while r is not None:
+        if isinstance(r, Tracking):
+            return r.snapshot()
+        r = r.upstream
+    raise TypeError(
+        f"{top.name if top is not None else 'the resource'} tracks no allocations; wrap it: "
+        "memarray.resources.Tracking(...)"
+    )
 
 
 def statistics(device: int = 0) -> dict:

@@ -48,7 +48,7 @@ pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
     FileMode, FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,
     MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor, Statistics, StatisticsAdaptor,
-    open_regular,
+    TrackingAdaptor, open_regular,
 };
 pub use shape::MAX_NDIM;
 

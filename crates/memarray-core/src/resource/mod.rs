@@ -39,6 +39,7 @@ mod limiting;
 mod logging;
 mod retry;
 mod statistics;
+mod tracking;
 
 use std::fmt;
 use std::ptr::NonNull;
@@ -50,6 +51,7 @@ pub use limiting::LimitingAdaptor;
 pub use logging::{LOG_HEADER, LoggingAdaptor};
 pub use retry::RetryAdaptor;
 pub use statistics::{Statistics, StatisticsAdaptor};
+pub use tracking::{Allocation, TrackingAdaptor};
 
 use crate::error::Result;
 
