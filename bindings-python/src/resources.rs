@@ -190,7 +190,7 @@ impl PyResource {
             r.set_item("size", a.size)?;
             r.set_item("stream", a.stream)?;
             r.set_item("device", a.device)?;
-            r.set_item("source", a.source)?;
+            r.set_item("source", &*a.source)?;
             r.set_item("time_ns", a.time_ns)?;
             r.set_item("backtrace", a.backtrace)?;
             rows.append(r)?;

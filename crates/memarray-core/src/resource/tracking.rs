@@ -21,7 +21,7 @@ pub struct Allocation {
     /// The device of the resource below, `None` for host memory.
     pub device: Option<u32>,
     /// Who asked for it (the adaptor's source, e.g. `"memarray"`, `"torch"`).
-    pub source: String,
+    pub source: Arc<str>,
     /// Nanoseconds since the adaptor was made.
     pub time_ns: u64,
     /// The Rust backtrace where it was made, when backtraces are on.
@@ -32,8 +32,9 @@ pub struct Allocation {
 /// and (when [`with_backtraces`](Self::with_backtraces) is on) the Rust backtrace where it
 /// was made, plus a timeline of live bytes: what `memarray.resources.snapshot()` reads.
 ///
-/// A mutex-guarded map: a few hundred nanoseconds per call without backtraces (capturing one
-/// costs tens of microseconds).
+/// A mutex-guarded map: measured from Python (2 cores, host pool below), 0.55 us for an
+/// allocate + free of the bare pool and about 1 us more through the adaptor; a Rust
+/// backtrace costs tens of microseconds more.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -42,7 +43,7 @@ pub struct Allocation {
 /// let t = TrackingAdaptor::new(Arc::new(HostResource), "example");
 /// let p = t.allocate(4096, 64, None)?;
 /// let live = t.live();
-/// assert_eq!((live.len(), live[0].size, live[0].source.as_str()), (1, 4096, "example"));
+/// assert_eq!((live.len(), live[0].size, &*live[0].source), (1, 4096, "example"));
 /// // SAFETY: p came from this resource with these arguments and is freed once.
 /// unsafe { t.deallocate(p, 4096, 64, None) };
 /// assert!(t.live().is_empty());
@@ -53,7 +54,8 @@ pub struct Allocation {
 pub struct TrackingAdaptor {
     upstream: Arc<dyn MemoryResource>,
     name: String,
-    source: String,
+    source: Arc<str>,
+    device: Option<u32>,
     backtraces: bool,
     start: Instant,
     state: Mutex<State>,
@@ -73,11 +75,12 @@ const TIMELINE_POINTS: usize = 1 << 16;
 impl TrackingAdaptor {
     /// Tracks `upstream`'s allocations, naming `source` as who made them.
     pub fn new(upstream: Arc<dyn MemoryResource>, source: impl Into<String>) -> Self {
-        let source = source.into();
+        let source: String = source.into();
         Self {
             name: format!("tracking({})", upstream.name()),
+            device: upstream.device_id(),
             upstream,
-            source,
+            source: source.into(),
             backtraces: false,
             start: Instant::now(),
             state: Mutex::new(State::default()),
@@ -134,7 +137,7 @@ impl TrackingAdaptor {
             address: p.as_ptr() as usize,
             size: bytes,
             stream: stream.map(|s| s.raw()),
-            device: self.upstream.device_id(),
+            device: self.device,
             source: self.source.clone(),
             time_ns: t,
             backtrace,
@@ -227,7 +230,7 @@ mod tests {
         assert_eq!(live.iter().map(|a| a.size).collect::<Vec<_>>(), [100, 300]);
         assert!(
             live.iter()
-                .all(|a| a.source == "test" && a.device.is_none())
+                .all(|a| &*a.source == "test" && a.device.is_none())
         );
         let bt = live[0].backtrace.as_deref().unwrap();
         assert!(
