@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::types::{PyInt, PyString};
 
 use memarray_core::MAX_NDIM;
 use memarray_cuda::array::HostKind;
@@ -78,7 +78,7 @@ pub(crate) fn to_int<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound
     let py = obj.py();
     Ok(if obj.is_instance_of::<PyInt>() {
         obj.clone()
-    } else if obj.hasattr(pyo3::intern!(py, "__index__"))? && !obj.is_instance_of::<PyBool>() {
+    } else if obj.hasattr(pyo3::intern!(py, "__index__"))? {
         // SAFETY: obj is live and the GIL is held; PyNumber_Index returns a new reference
         // or null with an exception set (the caller's own `__index__` error, propagated).
         unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Index(obj.as_ptr()))? }

@@ -172,21 +172,20 @@ def test_issue13_item4a_a_fake_libcuda_is_unavailable_not_a_panic(tmp_path):
 
 
 def test_issue13_item4a_a_missing_libcuda_is_unavailable():
+    if memarray.cuda.is_available():
+        pytest.skip("a driver is present (the fake-driver test covers this machine)")
     r = run_child(
         """
         import memarray
-        if memarray.cuda.is_available():
-            print("driver present")
-        else:
-            try:
-                memarray.zeros((2,), device="cuda")
-            except memarray.CudaUnavailableError as e:
-                assert "libcuda" in str(e), e
-                print("ok")
+        try:
+            memarray.zeros((2,), device="cuda")
+        except memarray.CudaUnavailableError as e:
+            assert "libcuda" in str(e), e
+            print("ok")
         """
     )
     assert_clean(r)
-    assert "ok" in r.stdout or "driver present" in r.stdout
+    assert "ok" in r.stdout
 
 
 def test_issue13_item4b_exchange_timeout_inf_nan_negative(tmp_path):

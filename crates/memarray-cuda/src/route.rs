@@ -41,11 +41,21 @@ pub(crate) fn host(
     if kind.is_some_and(kind_is_direct) {
         return Ok(Route::Direct);
     }
-    if len < staging::config(dir)?.direct_below {
+    if by_size(dir, len)? == Route::Direct {
         return Ok(Route::Direct);
     }
     let _ctx = device.bind()?;
     Ok(if driver::host_pointer_is_known(ptr) {
+        Route::Direct
+    } else {
+        Route::Staged
+    })
+}
+
+/// The route by size alone: for bytes that do not exist yet (a file read into the
+/// pipeline), where no buffer can be asked about.
+pub(crate) fn by_size(dir: Direction, len: usize) -> Result<Route> {
+    Ok(if len < staging::config(dir)?.direct_below {
         Route::Direct
     } else {
         Route::Staged

@@ -169,14 +169,8 @@ pub fn upload_with(
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
     dst.range(dst_offset, len)?;
-    // The bytes do not exist yet: only the size decides (a fresh buffer is pageable).
-    match route::host(
-        dst.device(),
-        Direction::ToDevice,
-        Some(MemoryKind::Host),
-        std::ptr::null(),
-        len,
-    )? {
+    // The bytes do not exist yet: only the size decides.
+    match route::by_size(Direction::ToDevice, len)? {
         Route::Staged => staging::upload_with(dst, dst_offset, len, fill, stream),
         Route::Direct => {
             let mut buf = vec![0u8; len];
