@@ -19,7 +19,8 @@ venv() {
   fi
   # Pinned to ranges tested here; quiet unless something fails.
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    "maturin>=1.9,<2" "numpy>=2.2.5" "pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18"
+    "maturin>=1.9,<2" "numpy>=2.2.5" "pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" \
+    "matplotlib>=3.7"
   install_wheel
 }
 

@@ -18,6 +18,7 @@ mod dlpack;
 mod dtype;
 mod element;
 mod errors;
+mod interop;
 mod ipc;
 mod numpy;
 mod pickle;
@@ -113,6 +114,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     cuda::register(m)?;
     resources::register(m)?;
+    interop::register(m)?;
     distributed::register(m)?;
     Ok(())
 }

@@ -9,9 +9,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use memarray_core::resource::{allocate_with_relief, with_source};
 use memarray_core::{
     FileResource, HostResource, LimitingAdaptor, Location, LoggingAdaptor, MemoryKind,
-    MemoryResource, RawStream, RetryAdaptor, StatisticsAdaptor, TrackingAdaptor,
+    MemoryResource, RawStream, RetryAdaptor, Source, StatisticsAdaptor, TrackingAdaptor,
 };
 use memarray_cuda::resource::{CachingPool, default_resource, set_default_resource};
 use memarray_cuda::{AsyncPoolResource, Device, DeviceResource, ManagedResource, PinnedResource};
@@ -58,6 +59,11 @@ impl PyResource {
 
     pub(crate) fn resource(&self) -> Arc<dyn MemoryResource> {
         self.handle.resource()
+    }
+
+    /// A resource with no extra methods.
+    pub(crate) fn plain(r: Arc<dyn MemoryResource>) -> Self {
+        Self::new(Handle::Plain(r))
     }
 }
 
@@ -107,13 +113,23 @@ impl PyResource {
         py.detach(|| r.release_cached())
     }
 
-    /// The counters of a Statistics resource (current / peak / total bytes and counts)
-    /// or of a Pool (used / cached / upstream bytes, hits, misses), as a dict.
+    /// The counters of a Statistics resource (current / peak / total bytes and counts,
+    /// and `by_source`: the same per library that allocated) or of a Pool (used / cached / upstream bytes, hits, misses), as a dict.
     fn statistics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         match &self.handle {
-            Handle::Statistics(s) => {
-                let s = s.statistics();
+            Handle::Statistics(stats) => {
+                let by_source = PyDict::new(py);
+                for (source, c) in stats.by_source() {
+                    let row = PyDict::new(py);
+                    row.set_item("current_bytes", c.current_bytes)?;
+                    row.set_item("current_count", c.current_count)?;
+                    row.set_item("total_bytes", c.total_bytes)?;
+                    row.set_item("total_count", c.total_count)?;
+                    by_source.set_item(source.name(), row)?;
+                }
+                d.set_item("by_source", by_source)?;
+                let s = stats.statistics();
                 d.set_item("current_bytes", s.current_bytes)?;
                 d.set_item("peak_bytes", s.peak_bytes)?;
                 d.set_item("current_count", s.current_count)?;
@@ -169,9 +185,10 @@ impl PyResource {
     }
 
     /// A Tracking resource's live allocations and timeline, as plain Python data (a dict
-    /// `json.dumps` takes): `resource`, `source`, `live` (address, size, stream, device,
-    /// source, time_ns, backtrace), `timeline` ([ns, live bytes] pairs). TypeError for any
-    /// other resource: only Tracking records allocations.
+    /// `json.dumps` takes): `resource`, `source`, `sources` (the timeline's column names),
+    /// `live` (address, size, stream, device, source, time_ns, stack, backtrace),
+    /// `timeline` ([ns, bytes of each source] rows). TypeError for any other resource:
+    /// only Tracking records allocations.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let Handle::Tracking(t) = &self.handle else {
             return Err(PyTypeError::new_err(format!(
@@ -182,7 +199,11 @@ impl PyResource {
         let (live, timeline) = py.detach(|| (t.live(), t.timeline()));
         let d = PyDict::new(py);
         d.set_item("resource", t.name())?;
-        d.set_item("source", t.source())?;
+        d.set_item("source", t.source().name())?;
+        d.set_item(
+            "sources",
+            Source::ALL.iter().map(|s| s.name()).collect::<Vec<_>>(),
+        )?;
         let rows = pyo3::types::PyList::empty(py);
         for a in live {
             let r = PyDict::new(py);
@@ -190,8 +211,9 @@ impl PyResource {
             r.set_item("size", a.size)?;
             r.set_item("stream", a.stream)?;
             r.set_item("device", a.device)?;
-            r.set_item("source", &*a.source)?;
+            r.set_item("source", a.source.name())?;
             r.set_item("time_ns", a.time_ns)?;
+            r.set_item("stack", a.stack)?;
             r.set_item("backtrace", a.backtrace)?;
             rows.append(r)?;
         }
@@ -200,7 +222,11 @@ impl PyResource {
             "timeline",
             timeline
                 .into_iter()
-                .map(|(t, b)| vec![t as u128, b as u128])
+                .map(|(t, b)| {
+                    let mut row = vec![u128::from(t)];
+                    row.extend(b.iter().map(|&x| x as u128));
+                    row
+                })
                 .collect::<Vec<_>>(),
         )?;
         Ok(d)
@@ -214,24 +240,31 @@ impl PyResource {
         }
     }
 
-    /// allocate(nbytes, stream=None) -> Allocation
+    /// allocate(nbytes, stream=None, source=None) -> Allocation
     ///
     /// `nbytes` from this resource, 256-byte aligned, freed when the Allocation is
-    /// freed or garbage-collected. MemoryError when the resource is out of memory.
-    #[pyo3(signature = (nbytes, stream=None))]
+    /// freed or garbage-collected. `source` names the library the memory is for
+    /// ("memarray", "torch", "cupy", "numba", "rmm"; ValueError for others) in
+    /// statistics and tracking. Out of memory, memarray's caches and other libraries'
+    /// are released and the allocation retried once before MemoryError.
+    #[pyo3(signature = (nbytes, stream=None, source=None))]
     fn allocate(
         &self,
         py: Python<'_>,
         nbytes: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
+        source: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Allocation> {
         let bytes: usize = convert::int(nbytes, "nbytes")?;
         let stream = crate::stream::parse_move_stream(stream)?.map(RawStream::from);
+        let source = parse_source(source)?;
         let r = self.resource();
         let ptr = py
             .detach(|| {
-                r.allocate(bytes, ALIGN, stream)
-                    .map(|p| p.as_ptr() as usize)
+                with_source(source, || {
+                    allocate_with_relief(&*r, bytes, ALIGN, stream, false)
+                        .map(|p| p.as_ptr() as usize)
+                })
             })
             .py()?;
         Ok(Allocation {
@@ -239,6 +272,7 @@ impl PyResource {
             ptr,
             size: bytes,
             stream,
+            source,
             freed: AtomicBool::new(false),
         })
     }
@@ -249,6 +283,14 @@ impl PyResource {
 }
 
 const ALIGN: usize = 256;
+
+/// A `source=` argument: None is memarray's own; a name must be one of [`Source`]'s.
+pub(crate) fn parse_source(source: Option<&Bound<'_, PyAny>>) -> PyResult<Source> {
+    match source.filter(|s| !s.is_none()) {
+        None => Ok(Source::Memarray),
+        Some(s) => Source::parse(&convert::text(s, "source")?).py(),
+    }
+}
 
 /// The Rust resource behind a `memarray.resources.Resource` (its `_handle`), or None.
 pub(crate) fn resource_arg(
@@ -274,18 +316,22 @@ pub struct Allocation {
     ptr: usize,
     size: usize,
     stream: Option<RawStream>,
+    source: Source,
     freed: AtomicBool,
 }
 
 impl Allocation {
-    fn release(&self) {
+    fn release(&self, stream: Option<RawStream>) {
         if self.freed.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(p) = std::ptr::NonNull::new(self.ptr as *mut u8) {
-            // SAFETY: (ptr, size, ALIGN) came from this resource's allocate and the flag
-            // above lets exactly one caller get here.
-            unsafe { self.resource.deallocate(p, self.size, ALIGN, self.stream) };
+            with_source(self.source, || {
+                // SAFETY: (ptr, size, ALIGN) came from this resource's allocate and the
+                // flag above lets exactly one caller get here; the caller orders its use
+                // of the memory before `stream` (or the allocation's stream).
+                unsafe { self.resource.deallocate(p, self.size, ALIGN, stream) }
+            });
         }
     }
 }
@@ -314,9 +360,24 @@ impl Allocation {
         self.ptr
     }
 
-    /// Returns the memory to its resource (a second call does nothing).
-    fn free(&self, py: Python<'_>) {
-        py.detach(|| self.release());
+    /// free(stream=None)
+    ///
+    /// Returns the memory to its resource (a second call does nothing). A stream-ordered
+    /// resource reuses it after the work queued on `stream` (default: the stream it was
+    /// allocated on).
+    #[pyo3(signature = (stream=None))]
+    fn free(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let stream = crate::stream::parse_move_stream(stream)?
+            .map(RawStream::from)
+            .or(self.stream);
+        py.detach(|| self.release(stream));
+        Ok(())
+    }
+
+    /// The library the memory is for ("memarray", "torch", ...).
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.source.name()
     }
 
     fn __repr__(&self) -> String {
@@ -332,7 +393,7 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.release();
+        self.release(self.stream);
     }
 }
 
@@ -425,27 +486,21 @@ fn logging(upstream: &PyResource, path: &Bound<'_, PyAny>) -> PyResult<PyResourc
     ))))
 }
 
-/// Tracks `upstream`'s live allocations under `source` (Rust backtraces when
-/// `backtraces`).
+/// Tracks `upstream`'s live allocations; those made outside a library's glue are
+/// `source`'s. Python stacks when `stacks`, Rust backtraces when `backtraces`.
 #[pyfunction]
-#[pyo3(signature = (upstream, source=None, backtraces=false))]
+#[pyo3(signature = (upstream, source=None, stacks=false, backtraces=false))]
 fn tracking(
     upstream: &PyResource,
     source: Option<&Bound<'_, PyAny>>,
+    stacks: bool,
     backtraces: bool,
 ) -> PyResult<PyResource> {
-    let source = match source.filter(|s| !s.is_none()) {
-        Some(s) => convert::text(s, "source")?,
-        None => "memarray".into(),
-    };
-    if source.is_empty() || source.len() > 64 || source.chars().any(char::is_control) {
-        return Err(PyValueError::new_err(format!(
-            "source must be a short name (1 to 64 characters, no control characters), not \
-             {source:?}"
-        )));
-    }
+    let source = parse_source(source)?;
     Ok(PyResource::new(Handle::Tracking(Arc::new(
-        TrackingAdaptor::new(upstream.resource(), source).with_backtraces(backtraces),
+        TrackingAdaptor::new(upstream.resource(), source)
+            .with_stacks(stacks)
+            .with_backtraces(backtraces),
     ))))
 }
 

@@ -4,7 +4,8 @@
     cupy.cuda.set_allocator(memarray.cupy.allocator)
 
 Device memory comes from ``memarray.resources``' default resource for CuPy's current
-device; each block is freed when CuPy drops its memory.
+device, ordered on CuPy's current stream, attributed to the source ``"cupy"``; each block is
+freed when CuPy drops its memory.
 """
 
 from __future__ import annotations
@@ -17,9 +18,21 @@ __all__ = ["allocator"]
 def allocator(nbytes: int):
     """``cupy.cuda.set_allocator`` hook: a ``cupy.cuda.MemoryPointer`` over memory from
     memarray's default resource of the current device."""
-    import cupy
+    cuda = _cupy_cuda()
+    device_id = cuda.runtime.getDevice()
+    stream = cuda.get_current_stream(device_id).ptr
+    allocation = resources._allocate_fn(device_id)(nbytes, stream, "cupy")
+    memory = cuda.UnownedMemory(allocation.ptr, nbytes, allocation, device_id)
+    return cuda.MemoryPointer(memory, 0)
 
-    device_id = cupy.cuda.Device().id
-    allocation = resources.get_default_resource(device_id).allocate(nbytes)
-    memory = cupy.cuda.UnownedMemory(allocation.ptr, nbytes, allocation, device_id)
-    return cupy.cuda.MemoryPointer(memory, 0)
+
+_CUDA = None
+
+
+def _cupy_cuda():
+    global _CUDA
+    if _CUDA is None:
+        import cupy.cuda
+
+        _CUDA = cupy.cuda
+    return _CUDA

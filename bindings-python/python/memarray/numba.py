@@ -10,10 +10,13 @@ or, in code before Numba touches the GPU::
 
 Device memory then comes from memarray's default resource for the context's device
 (``memarray.resources.set_default_resource``; e.g. ``Statistics(Pool(Device(0)))`` makes
-Numba's allocations visible in ``memarray.resources.statistics()``). Host allocations
-(``memhostalloc``, ``mempin``) stay Numba's own (``HostOnlyCUDAMemoryManager``), IPC
-handles come from ``GetIpcHandleMixin``. Frees inside ``defer_cleanup()`` blocks wait
-until the outermost block ends.
+Numba's allocations visible in ``memarray.resources.statistics()`` under the source
+``"numba"``). Host memory goes through memarray too: ``memhostalloc`` (``cuda.pinned_array``,
+``cuda.mapped_array``) draws from memarray's pinned pool of the device (portable, and
+mapped: with unified addressing every pinned block is), write-combined requests from a
+write-combined pinned resource; ``mempin`` (``cuda.pinned``) page-locks the caller's memory
+through memarray. IPC handles come from ``GetIpcHandleMixin``. Frees inside
+``defer_cleanup()`` blocks wait until the outermost block ends.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import ctypes
 import importlib
 import threading
 
+import weakref
+
 from numba.cuda import GetIpcHandleMixin, HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
 
-from . import resources
+from . import _memarray, resources
 
 __all__ = ["MemarrayNumbaManager"]
 
@@ -51,7 +56,8 @@ def _device_pointer(address: int):
 
 
 class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
-    """NBEP 7 plugin: device memory from ``memarray.resources``' default resource."""
+    """NBEP 7 plugin: device memory from ``memarray.resources``' default resource, host
+    memory from memarray's pinned pools."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -69,13 +75,41 @@ class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         return device_id
 
     def memalloc(self, size):
-        allocation = resources.get_default_resource(self._device_id()).allocate(size)
+        allocation = resources._allocate_fn(self._device_id())(size, None, "numba")
         return MemoryPointer(
             self.context,
             _device_pointer(allocation.ptr),
             size,
             finalizer=self._finalizer(allocation),
         )
+
+    def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+        """Pinned host memory from memarray (``cuda.pinned_array``, ``mapped_array``)."""
+        source = _memarray._interop.pinned_source(self._device_id(), bool(wc))
+        allocation = source.allocate(size, None, "numba")
+        return self._host_memory(allocation.ptr, size, mapped, None, allocation.free)
+
+    def mempin(self, owner, pointer, size, mapped=False):
+        """Page-locks ``size`` bytes of ``owner``'s memory at ``pointer`` in place
+        (``cuda.pinned``)."""
+        address = int(getattr(pointer, "value", pointer) or 0)
+        pinning = _memarray._interop.pin(owner, address, size, self._device_id(), bool(mapped))
+        return self._host_memory(address, size, mapped, owner, pinning.release)
+
+    def _host_memory(self, address, size, mapped, owner, free):
+        driver = importlib.import_module("numba.cuda.cudadrv.driver")
+        context = weakref.proxy(self.context)
+        allocations = self.allocations
+
+        def finalize():
+            allocations.pop(address, None)
+            free()
+
+        if mapped:
+            mem = driver.MappedMemory(context, address, size, owner=owner, finalizer=finalize)
+            allocations[address] = mem
+            return mem.own()
+        return driver.PinnedMemory(context, address, size, owner=owner, finalizer=finalize)
 
     def _finalizer(self, allocation):
         def free():

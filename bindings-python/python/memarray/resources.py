@@ -15,9 +15,15 @@ Resources: ``Device`` (``cuMemAlloc``), ``Async`` (the driver's stream-ordered p
 ``Pinned`` and ``Managed`` (host memory reachable from the device), ``Host`` (aligned
 host memory), ``File(path)`` (regions of a file, memory-mapped). Adaptors over any of
 them: ``Pool`` (caching pool; ``release_threshold`` bytes kept cached at most),
-``Statistics`` (``statistics()`` as a dict), ``Limiting`` (MemoryError past
-``max_bytes``), ``Logging`` (one CSV row per call: time, event, device, address, size,
-stream, source), ``Retry`` (on MemoryError, give cached memory back and try once more).
+``Statistics`` (``statistics()`` as a dict, per library under ``by_source``),
+``Limiting`` (MemoryError past ``max_bytes``), ``Logging`` (one CSV row per call: time,
+event, device, address, size, stream, source), ``Retry`` (on MemoryError, give cached
+memory back and try once more), ``Tracking`` (every live allocation, with Python stacks
+on request: ``snapshot()``, drawn by ``plot()``). ``Rmm(device)`` allocates through RMM.
+
+Out of device memory, every allocation through memarray first releases memarray's caches,
+then asks torch, CuPy and RMM (those loaded) to release theirs, and retries once
+(``pressure_statistics()`` counts each step).
 
 The default resource is per device and process-wide (``using`` sets it for every thread
 while its block runs). Buffers keep the resource they came from, so changing the
@@ -31,6 +37,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from . import _memarray
 from ._memarray import _resources as _r
 
 if TYPE_CHECKING:
@@ -49,14 +56,20 @@ __all__ = [
     "Pool",
     "Resource",
     "Retry",
+    "Rmm",
     "Statistics",
     "Tracking",
     "get_default_resource",
+    "plot",
+    "pressure_statistics",
     "set_default_resource",
     "snapshot",
     "statistics",
     "using",
 ]
+
+#: The libraries allocations are attributed to (``source=``).
+SOURCES = ("memarray", "torch", "cupy", "numba", "rmm")
 
 Allocation = _r.Allocation
 
@@ -84,10 +97,11 @@ class Resource:
         """``(free, total)`` bytes where known."""
         return self._handle.memory_info()
 
-    def allocate(self, nbytes: int, stream=None) -> _Allocation:
+    def allocate(self, nbytes: int, stream=None, source: str | None = None) -> _Allocation:
         """``nbytes`` from this resource (256-byte aligned), freed by
-        ``Allocation.free()`` or when the Allocation is collected."""
-        return self._handle.allocate(nbytes, stream)
+        ``Allocation.free()`` or when the Allocation is collected. ``source`` (one of
+        ``SOURCES``) is the library the memory is for, in statistics and tracking."""
+        return self._handle.allocate(nbytes, stream, source)
 
     def release_cached(self) -> int:
         """Gives cached memory back (pools below); returns the bytes released."""
@@ -228,19 +242,78 @@ class Retry(Resource):
 
 
 class Tracking(Resource):
-    """Keeps every live allocation with its size, stream, device and ``source`` (who made
-    it), and the Rust backtrace where it was made when ``backtraces=True`` (costly: for
-    leaks), plus a timeline of live bytes. ``snapshot()`` returns them as plain data."""
+    """Keeps every live allocation with its size, stream, device and source library
+    (torch, CuPy, Numba and RMM allocating through memarray are told apart; the rest is
+    ``source``), the Python stack where it was made when ``stacks=True`` and the Rust
+    backtrace when ``backtraces=True`` (both cost microseconds per allocation), plus a
+    timeline of live bytes per source. ``snapshot()`` returns them as plain data,
+    ``plot()`` draws them."""
 
-    def __init__(self, upstream: Resource, source: str = "memarray", backtraces: bool = False):
+    def __init__(
+        self,
+        upstream: Resource,
+        source: str = "memarray",
+        stacks: bool = False,
+        backtraces: bool = False,
+    ):
         self.upstream = _check(upstream)
-        self._handle = _r.tracking(upstream._handle, source, backtraces)
+        self._handle = _r.tracking(upstream._handle, source, stacks, backtraces)
 
     def snapshot(self) -> dict:
-        """``resource``, ``source``, ``live`` (a dict per live allocation: ``address``,
-        ``size``, ``stream``, ``device``, ``source``, ``time_ns``, ``backtrace``) and
-        ``timeline`` (``[time_ns, live_bytes]`` after each call); ``json.dumps`` takes it."""
+        """``resource``, ``source``, ``sources`` (names of the timeline's columns),
+        ``live`` (a dict per live allocation: ``address``, ``size``, ``stream``,
+        ``device``, ``source``, ``time_ns``, ``stack``, ``backtrace``) and ``timeline``
+        (``[time_ns, bytes of each source ...]`` after each call); ``json.dumps`` takes
+        it."""
         return self._handle.snapshot()
+
+
+class Rmm(Resource):
+    """Device memory from RMM's resource for ``device_id`` (the one current when this is
+    made), stream-ordered on memarray's streams (umem's ``umemRMM``). Needs RMM
+    (``pip install rmm-cu13``): ImportError naming it otherwise; ValueError for a device
+    that does not exist."""
+
+    def __init__(self, device_id: int = 0):
+        from . import cuda
+        from .rmm import _rmm
+
+        rmm = _rmm()
+        if not isinstance(device_id, int) or isinstance(device_id, bool):
+            raise TypeError(f"device_id must be an int, not {type(device_id).__name__}")
+        count = cuda.device_count()
+        if not 0 <= device_id < count:
+            raise ValueError(f"no CUDA device {device_id} for RMM (this machine has {count})")
+        mr = rmm.mr.get_per_device_resource(device_id)
+        stream_type = rmm.pylibrmm.stream.Stream
+        streams: dict[int, object] = {}
+
+        def rmm_stream(handle: int):
+            s = streams.get(handle)
+            if s is None:
+                s = streams[handle] = stream_type(_Handle(handle))
+            return s
+
+        def allocate(nbytes: int, stream: int) -> int:
+            return int(mr.allocate(nbytes, rmm_stream(stream)))
+
+        def deallocate(ptr: int, nbytes: int, stream: int) -> None:
+            mr.deallocate(ptr, nbytes, rmm_stream(stream))
+
+        self.rmm_resource = mr
+        self._handle = _memarray._interop.callback_resource(
+            allocate, deallocate, device_id, f"rmm({type(mr).__name__}, cuda:{device_id})"
+        )
+
+
+class _Handle:
+    """A stream handle with the CUDA stream protocol, for ``rmm.pylibrmm.stream.Stream``."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
 
 
 class _Opaque(Resource):
@@ -252,6 +325,20 @@ class _Opaque(Resource):
 
 _lock = threading.Lock()
 _defaults: dict[int, Resource] = {}
+#: device -> the default resource's allocate, for the glue's per-call path (cleared
+#: whenever a default changes).
+_allocate_cache: dict[int, object] = {}
+
+
+def _allocate_fn(device: int):
+    """The bound ``allocate(nbytes, stream, source)`` of ``device``'s default resource."""
+    f = _allocate_cache.get(device)
+    if f is None:
+        with _lock:
+            r = _defaults.get(device)
+            handle = r._handle if r is not None else _r.get_default(device)
+            f = _allocate_cache[device] = handle.allocate
+    return f
 
 
 def set_default_resource(resource: Resource, device: int = 0) -> None:
@@ -261,6 +348,7 @@ def set_default_resource(resource: Resource, device: int = 0) -> None:
     with _lock:
         _r.set_default(resource._handle, device)
         _defaults[device] = resource
+        _allocate_cache.clear()
 
 
 def get_default_resource(device: int = 0) -> Resource:
@@ -282,6 +370,7 @@ def using(resource: Resource, device: int = 0):
     finally:
         with _lock:
             _r.set_default(previous._handle, device)
+            _allocate_cache.clear()
             if isinstance(previous, _Opaque):
                 _defaults.pop(device, None)
             else:
@@ -315,3 +404,22 @@ def statistics(device: int = 0) -> dict:
         f"device {device}'s default resource keeps no statistics; set one with "
         "set_default_resource(Statistics(...))"
     )
+
+
+def pressure_statistics() -> dict:
+    """The process-wide counters of the out-of-memory relief path: ``events`` (allocations
+    that ran out), ``recovered`` / ``failed`` (their retries), ``own_released_bytes``
+    (memarray's caches given back), and per library (``libraries``: torch, cupy, rmm) the
+    ``calls`` made to release its cache and the ``released_bytes`` it reported."""
+    return _memarray._interop.pressure_stats()
+
+
+def plot(snapshot_or_log, path, top: int = 10) -> str:
+    """Draws device memory over time per source library (stacked) and the ``top``
+    largest live allocation sites (by Python stack's innermost frame, or source without
+    stacks) to the PNG ``path``; returns ``path``. ``snapshot_or_log`` is a
+    ``snapshot()`` dict or the path of a ``Logging`` CSV (sites are then its sources).
+    Needs matplotlib (``pip install 'memarray[plot]'``): ImportError without it."""
+    from ._plot import plot as draw
+
+    return draw(snapshot_or_log, path, top)

@@ -146,6 +146,15 @@ pub enum CoreError {
         /// The file.
         path: String,
     },
+    /// A source name that is not one of [`Source`](crate::resource::Source)'s.
+    #[error(
+        "unknown source {name:?}: allocations are attributed to memarray, torch, cupy, numba \
+         or rmm"
+    )]
+    UnknownSource {
+        /// The name given (at most 80 characters of it).
+        name: String,
+    },
     /// An I/O error from a file-backed resource.
     #[error("I/O error on {path}: {reason}")]
     Io {

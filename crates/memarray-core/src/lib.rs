@@ -47,8 +47,8 @@ pub use indexer::Indexer;
 pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
     FileMode, FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,
-    MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor, Statistics, StatisticsAdaptor,
-    TrackingAdaptor, open_regular,
+    MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor, Source, Statistics,
+    StatisticsAdaptor, TrackingAdaptor, open_regular,
 };
 pub use shape::MAX_NDIM;
 

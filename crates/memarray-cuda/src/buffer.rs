@@ -60,7 +60,8 @@ impl DeviceBuffer {
     ///
     /// The resource must be accessible from `device` ([`CudaError::Inaccessible`]
     /// otherwise). Allocation failures come back as [`CoreError::Alloc`] naming the bytes
-    /// and the device.
+    /// and the device; out of memory, the shared relief steps run and the allocation is
+    /// retried once first ([`memarray_core::resource::pressure`]).
     pub fn zeroed(
         device: &Arc<Device>,
         len: usize,
@@ -68,7 +69,13 @@ impl DeviceBuffer {
         stream: StreamRef,
     ) -> Result<Self> {
         Self::check_resource(device, &*resource)?;
-        let ptr = resource.allocate_zeroed(len, DEVICE_ALIGN, Some(stream.into()))?;
+        let ptr = memarray_core::resource::allocate_with_relief(
+            &*resource,
+            len,
+            DEVICE_ALIGN,
+            Some(stream.into()),
+            true,
+        )?;
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }
 
@@ -84,7 +91,13 @@ impl DeviceBuffer {
         stream: StreamRef,
     ) -> Result<Self> {
         Self::check_resource(device, &*resource)?;
-        let ptr = resource.allocate(len, DEVICE_ALIGN, Some(stream.into()))?;
+        let ptr = memarray_core::resource::allocate_with_relief(
+            &*resource,
+            len,
+            DEVICE_ALIGN,
+            Some(stream.into()),
+            false,
+        )?;
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }
 

@@ -251,7 +251,10 @@ mod tests {
         super::check_all(Arc::new(StatisticsAdaptor::new(host())));
         super::check_all(Arc::new(LimitingAdaptor::new(host(), u64::MAX / 4)));
         super::check_all(Arc::new(RetryAdaptor::new(host())));
-        super::check_all(Arc::new(crate::TrackingAdaptor::new(host(), "conformance")));
+        super::check_all(Arc::new(crate::TrackingAdaptor::new(
+            host(),
+            crate::Source::Memarray,
+        )));
         super::check_all(Arc::new(LoggingAdaptor::new(
             host(),
             Box::new(std::io::sink()),

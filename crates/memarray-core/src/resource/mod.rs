@@ -37,7 +37,9 @@ mod foreign;
 mod host;
 mod limiting;
 mod logging;
+pub mod pressure;
 mod retry;
+mod source;
 mod statistics;
 mod tracking;
 
@@ -49,9 +51,11 @@ pub use foreign::ForeignMemory;
 pub use host::{HOST_ALIGN, HostResource};
 pub use limiting::LimitingAdaptor;
 pub use logging::{LOG_HEADER, LoggingAdaptor};
+pub use pressure::{PressureStatistics, allocate_with_relief, pressure_statistics};
 pub use retry::RetryAdaptor;
-pub use statistics::{Statistics, StatisticsAdaptor};
-pub use tracking::{Allocation, TrackingAdaptor};
+pub use source::{Source, current_source, with_source};
+pub use statistics::{SourceStatistics, Statistics, StatisticsAdaptor};
+pub use tracking::{Allocation, StackProvider, TimelinePoint, TrackingAdaptor, set_stack_provider};
 
 use crate::error::Result;
 

@@ -4,7 +4,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream};
+use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Source};
 use crate::error::Result;
 
 /// Current, peak and total bytes and allocation counts of a resource.
@@ -26,8 +26,8 @@ pub struct Statistics {
 
 /// Wraps a resource and counts its allocations (RMM's `statistics_resource_adaptor`).
 ///
-/// Lock-free: two atomic read-modify-writes per call (about 15 ns on a current x86
-/// core; see benches/resources.rs for the measured overhead over the pool).
+/// Lock-free: two atomic read-modify-writes per call and two relaxed ones per source (about
+/// 15 ns on a current x86 core; see benches/resources.rs for the overhead over the pool).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -55,6 +55,29 @@ pub struct StatisticsAdaptor {
     freed_count: AtomicU64,
     peak_bytes: AtomicU64,
     peak_count: AtomicU64,
+    /// Per source ([`Source::index`]): bytes and counts allocated and freed.
+    by_source: [SourceCounters; Source::ALL.len()],
+}
+
+#[derive(Debug, Default)]
+struct SourceCounters {
+    total_bytes: AtomicU64,
+    total_count: AtomicU64,
+    freed_bytes: AtomicU64,
+    freed_count: AtomicU64,
+}
+
+/// What one [`Source`] has allocated through a [`StatisticsAdaptor`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SourceStatistics {
+    /// Bytes allocated and not yet freed.
+    pub current_bytes: u64,
+    /// Allocations not yet freed.
+    pub current_count: u64,
+    /// Bytes ever allocated.
+    pub total_bytes: u64,
+    /// Allocations ever made.
+    pub total_count: u64,
 }
 
 impl StatisticsAdaptor {
@@ -69,7 +92,40 @@ impl StatisticsAdaptor {
             freed_count: AtomicU64::new(0),
             peak_bytes: AtomicU64::new(0),
             peak_count: AtomicU64::new(0),
+            by_source: Default::default(),
         }
+    }
+
+    /// The counters of each source that has allocated through the adaptor (allocations
+    /// and frees are attributed to the thread's
+    /// [`current_source`](super::current_source), memarray's own outside any glue).
+    pub fn by_source(&self) -> Vec<(Source, SourceStatistics)> {
+        Source::ALL
+            .into_iter()
+            .zip(&self.by_source)
+            .filter_map(|(s, c)| {
+                let freed_bytes = c.freed_bytes.load(Ordering::Acquire);
+                let freed_count = c.freed_count.load(Ordering::Acquire);
+                let total_bytes = c.total_bytes.load(Ordering::Acquire);
+                let total_count = c.total_count.load(Ordering::Acquire);
+                (total_count > 0).then(|| {
+                    (
+                        s,
+                        SourceStatistics {
+                            current_bytes: total_bytes.saturating_sub(freed_bytes),
+                            current_count: total_count.saturating_sub(freed_count),
+                            total_bytes,
+                            total_count,
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn source_counters(&self) -> &SourceCounters {
+        let s = super::current_source().unwrap_or(Source::Memarray);
+        &self.by_source[s.index()]
     }
 
     /// A snapshot of the counters (exact whenever no call is in flight).
@@ -105,6 +161,9 @@ impl StatisticsAdaptor {
 
     fn counted(&self, bytes: usize) {
         let b = bytes as u64;
+        let c = self.source_counters();
+        c.total_bytes.fetch_add(b, Ordering::Relaxed);
+        c.total_count.fetch_add(1, Ordering::Relaxed);
         let total = self.total_bytes.fetch_add(b, Ordering::AcqRel) + b;
         let count = self.total_count.fetch_add(1, Ordering::AcqRel) + 1;
         let bytes_now = total.saturating_sub(self.freed_bytes.load(Ordering::Acquire));
@@ -150,6 +209,9 @@ impl MemoryResource for StatisticsAdaptor {
     ) {
         self.freed_bytes.fetch_add(bytes as u64, Ordering::AcqRel);
         self.freed_count.fetch_add(1, Ordering::AcqRel);
+        let c = self.source_counters();
+        c.freed_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        c.freed_count.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded; the caller's contract is upstream's (this adaptor allocated
         // through upstream with the same arguments).
         unsafe { self.upstream.deallocate(ptr, bytes, align, stream) }

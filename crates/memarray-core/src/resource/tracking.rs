@@ -2,12 +2,48 @@
 //! 15, "trace and plot": the Rust side).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream};
+use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Source};
 use crate::error::Result;
+
+/// Captures the caller's stack in the host language (the Python bindings install one that
+/// returns the Python stack, innermost frame last), for [`TrackingAdaptor::with_stacks`].
+pub type StackProvider = fn() -> Option<String>;
+
+static STACKS: OnceLock<StackProvider> = OnceLock::new();
+
+/// Installs the process's [`StackProvider`] (the first call wins; returns whether this one
+/// did).
+pub fn set_stack_provider(provider: StackProvider) -> bool {
+    STACKS.set(provider).is_ok()
+}
+
+/// Addresses are distinct and 256-byte aligned: a multiply spreads them, where SipHash
+/// would cost more than the rest of the bookkeeping.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type AddressMap<V> = HashMap<usize, V, BuildHasherDefault<AddressHasher>>;
 
 /// One live allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,67 +56,76 @@ pub struct Allocation {
     pub stream: Option<usize>,
     /// The device of the resource below, `None` for host memory.
     pub device: Option<u32>,
-    /// Who asked for it (the adaptor's source, e.g. `"memarray"`, `"torch"`).
-    pub source: Arc<str>,
+    /// Who asked for it: the thread's [`current_source`](super::current_source) (the
+    /// glue of torch, CuPy ... sets it), else the adaptor's source.
+    pub source: Source,
     /// Nanoseconds since the adaptor was made.
     pub time_ns: u64,
+    /// The host-language stack (Python's, innermost last) where it was made, when stacks
+    /// are on and a provider is installed.
+    pub stack: Option<String>,
     /// The Rust backtrace where it was made, when backtraces are on.
     pub backtrace: Option<String>,
 }
 
 /// Wraps a resource and keeps every live allocation with its size, stream, device, source
-/// and (when [`with_backtraces`](Self::with_backtraces) is on) the Rust backtrace where it
-/// was made, plus a timeline of live bytes: what `memarray.resources.snapshot()` reads.
+/// and (when [`with_stacks`](Self::with_stacks) / [`with_backtraces`](Self::with_backtraces)
+/// are on) the Python stack and Rust backtrace where it was made, plus a timeline of live
+/// bytes per source: what `memarray.resources.snapshot()` reads.
 ///
-/// A mutex-guarded map: measured from Python (2 cores, host pool below), 0.55 us for an
-/// allocate + free of the bare pool and about 1 us more through the adaptor; a Rust
-/// backtrace costs tens of microseconds more.
+/// A mutex-guarded map keyed by address with a multiplicative hash; the measured cost over
+/// the bare pool is in docs/resources.md. Stacks and backtraces cost microseconds each.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use memarray_core::{HostResource, MemoryResource, TrackingAdaptor};
+/// use memarray_core::{HostResource, MemoryResource, Source, TrackingAdaptor};
 ///
-/// let t = TrackingAdaptor::new(Arc::new(HostResource), "example");
+/// let t = TrackingAdaptor::new(Arc::new(HostResource), Source::Memarray);
 /// let p = t.allocate(4096, 64, None)?;
 /// let live = t.live();
-/// assert_eq!((live.len(), live[0].size, &*live[0].source), (1, 4096, "example"));
+/// assert_eq!((live.len(), live[0].size, live[0].source), (1, 4096, Source::Memarray));
 /// // SAFETY: p came from this resource with these arguments and is freed once.
 /// unsafe { t.deallocate(p, 4096, 64, None) };
 /// assert!(t.live().is_empty());
-/// assert_eq!(t.timeline().last().map(|&(_, bytes)| bytes), Some(0));
+/// assert_eq!(t.timeline().last().map(|(_, bytes)| bytes[Source::Memarray.index()]), Some(0));
 /// # Ok::<(), memarray_core::CoreError>(())
 /// ```
 #[derive(Debug)]
 pub struct TrackingAdaptor {
     upstream: Arc<dyn MemoryResource>,
     name: String,
-    source: Arc<str>,
+    source: Source,
     device: Option<u32>,
+    stacks: bool,
     backtraces: bool,
     start: Instant,
     state: Mutex<State>,
 }
 
+/// One point of the timeline: nanoseconds since the adaptor was made and the live bytes of
+/// each source (indexed by [`Source::index`]) after the call.
+pub type TimelinePoint = (u64, [usize; Source::ALL.len()]);
+
 #[derive(Debug, Default)]
 struct State {
-    live: HashMap<usize, Allocation>,
-    live_bytes: usize,
-    /// (nanoseconds since start, live bytes after the call), one point per call.
-    timeline: Vec<(u64, usize)>,
+    live: AddressMap<Allocation>,
+    live_bytes: [usize; Source::ALL.len()],
+    timeline: Vec<TimelinePoint>,
 }
 
 /// Most timeline points kept; older ones are thinned to every other point when it fills.
 const TIMELINE_POINTS: usize = 1 << 16;
 
 impl TrackingAdaptor {
-    /// Tracks `upstream`'s allocations, naming `source` as who made them.
-    pub fn new(upstream: Arc<dyn MemoryResource>, source: impl Into<String>) -> Self {
-        let source: String = source.into();
+    /// Tracks `upstream`'s allocations; those made outside any library's glue are
+    /// attributed to `source`.
+    pub fn new(upstream: Arc<dyn MemoryResource>, source: Source) -> Self {
         Self {
             name: format!("tracking({})", upstream.name()),
             device: upstream.device_id(),
             upstream,
-            source: source.into(),
+            source,
+            stacks: false,
             backtraces: false,
             start: Instant::now(),
             state: Mutex::new(State::default()),
@@ -93,9 +138,16 @@ impl TrackingAdaptor {
         self
     }
 
-    /// The source recorded with each allocation.
-    pub fn source(&self) -> &str {
-        &self.source
+    /// Records the host-language stack of every allocation through the installed
+    /// [`StackProvider`] (none installed: no stacks).
+    pub fn with_stacks(mut self, on: bool) -> Self {
+        self.stacks = on;
+        self
+    }
+
+    /// The source of allocations made outside any library's glue.
+    pub fn source(&self) -> Source {
+        self.source
     }
 
     /// Every live allocation, oldest first.
@@ -105,9 +157,9 @@ impl TrackingAdaptor {
         v
     }
 
-    /// Live bytes over time: `(nanoseconds since the adaptor was made, live bytes)` after
-    /// each call (thinned past 65,536 points, keeping the shape).
-    pub fn timeline(&self) -> Vec<(u64, usize)> {
+    /// Live bytes per source over time, one point after each call (thinned past 65,536
+    /// points, keeping the shape).
+    pub fn timeline(&self) -> Vec<TimelinePoint> {
         self.lock().timeline.clone()
     }
 
@@ -129,21 +181,30 @@ impl TrackingAdaptor {
     }
 
     fn record(&self, p: NonNull<u8>, bytes: usize, stream: Option<RawStream>) {
+        // Stacks are taken before the lock: a provider may wait (for the GIL).
+        let stack = if self.stacks {
+            STACKS.get().and_then(|f| f())
+        } else {
+            None
+        };
         let backtrace = self
             .backtraces
             .then(|| std::backtrace::Backtrace::force_capture().to_string());
+        let source = super::current_source().unwrap_or(self.source);
         let t = self.now();
         let a = Allocation {
             address: p.as_ptr() as usize,
             size: bytes,
             stream: stream.map(|s| s.raw()),
             device: self.device,
-            source: self.source.clone(),
+            source,
             time_ns: t,
+            stack,
             backtrace,
         };
         let mut st = self.lock();
-        st.live_bytes = st.live_bytes.saturating_add(bytes);
+        let slot = &mut st.live_bytes[source.index()];
+        *slot = slot.saturating_add(bytes);
         st.live.insert(a.address, a);
         Self::point(&mut st, t);
     }
@@ -183,7 +244,8 @@ impl MemoryResource for TrackingAdaptor {
             let t = self.now();
             let mut st = self.lock();
             if let Some(a) = st.live.remove(&(ptr.as_ptr() as usize)) {
-                st.live_bytes = st.live_bytes.saturating_sub(a.size);
+                let slot = &mut st.live_bytes[a.source.index()];
+                *slot = slot.saturating_sub(a.size);
             }
             Self::point(&mut st, t);
         }
@@ -223,15 +285,17 @@ mod tests {
 
     #[test]
     fn live_allocations_timeline_and_backtraces() {
-        let t = TrackingAdaptor::new(Arc::new(HostResource), "test").with_backtraces(true);
+        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::Numba).with_backtraces(true);
         let a = t.allocate(100, 8, None).unwrap();
-        let b = t.allocate_zeroed(300, 64, None).unwrap();
+        let b =
+            super::super::with_source(Source::Torch, || t.allocate_zeroed(300, 64, None).unwrap());
         let live = t.live();
         assert_eq!(live.iter().map(|a| a.size).collect::<Vec<_>>(), [100, 300]);
-        assert!(
-            live.iter()
-                .all(|a| &*a.source == "test" && a.device.is_none())
+        assert_eq!(
+            live.iter().map(|a| a.source).collect::<Vec<_>>(),
+            [Source::Numba, Source::Torch]
         );
+        assert!(live.iter().all(|a| a.device.is_none() && a.stack.is_none()));
         // A captured backtrace has frames; their names need symbols (stripped binaries
         // print `<unknown>`), so only the frames are checked.
         let bt = live[0].backtrace.as_deref().unwrap();
@@ -243,15 +307,17 @@ mod tests {
             t.deallocate(b, 300, 64, None);
         }
         assert!(t.live().is_empty());
-        let bytes: Vec<usize> = t.timeline().iter().map(|&(_, b)| b).collect();
-        assert_eq!(bytes, [100, 400, 300, 0]);
+        let per =
+            |s: Source| -> Vec<usize> { t.timeline().iter().map(|(_, b)| b[s.index()]).collect() };
+        assert_eq!(per(Source::Numba), [100, 100, 0, 0]);
+        assert_eq!(per(Source::Torch), [0, 300, 300, 0]);
         let times: Vec<u64> = t.timeline().iter().map(|&(t, _)| t).collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
     }
 
     #[test]
     fn the_timeline_stays_bounded() {
-        let t = TrackingAdaptor::new(Arc::new(HostResource), "test");
+        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::Memarray);
         for _ in 0..(TIMELINE_POINTS / 2 + 10) {
             let p = t.allocate(8, 8, None).unwrap();
             // SAFETY: p came from `t` with these arguments and is freed once.
@@ -259,6 +325,9 @@ mod tests {
         }
         let n = t.timeline().len();
         assert!(n <= TIMELINE_POINTS && n > TIMELINE_POINTS / 4, "{n}");
-        assert_eq!(t.timeline().last().map(|&(_, b)| b), Some(0));
+        assert_eq!(
+            t.timeline().last().map(|(_, b)| b.iter().sum()),
+            Some(0usize)
+        );
     }
 }

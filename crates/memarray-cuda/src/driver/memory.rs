@@ -112,6 +112,33 @@ pub(crate) unsafe fn mem_free_host(p: *mut c_void) -> Result<()> {
     check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) })
 }
 
+/// `cuMemHostRegister`: page-locks `bytes` of host memory at `p` in place.
+///
+/// # Safety
+/// 1. `[p, p + bytes)` is host memory that stays allocated until `mem_host_unregister`.
+/// 2. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_host_register(p: *mut c_void, bytes: usize, flags: c_uint) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemHostRegister", unsafe {
+        sys::cuMemHostRegister_v2(p, bytes, flags)
+    })
+}
+
+/// `cuMemHostUnregister`.
+///
+/// # Safety
+/// 1. `p` was registered by `mem_host_register`, is unregistered once, and no pending
+///    device access uses it.
+/// 2. A live context is current on the calling thread.
+pub(crate) unsafe fn mem_host_unregister(p: *mut c_void) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2.
+    check("cuMemHostUnregister", unsafe {
+        sys::cuMemHostUnregister(p)
+    })
+}
+
 /// `cuMemAllocManaged` with `CU_MEM_ATTACH_GLOBAL`: `bytes` (> 0) reachable from the host
 /// and every device.
 ///

@@ -96,6 +96,8 @@ const ENTRY_POINTS: &[&str] = &[
     "cuMemGetAddressRange_v2",
     "cuMemGetInfo_v2",
     "cuMemHostAlloc",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
     "cuMemPoolSetAttribute",
     "cuMemcpyAsync",
     "cuMemcpyBatchAsync",

@@ -31,7 +31,7 @@ pub use caching::{CachingPool, PoolStatistics};
 pub use device::{DeviceAlloc, DeviceResource};
 pub use driver_backed::{Backend, DriverResource};
 pub use managed::{ManagedAlloc, ManagedResource};
-pub use pinned::{PinnedAlloc, PinnedFlags, PinnedResource};
+pub use pinned::{HostRegistration, PinnedAlloc, PinnedFlags, PinnedResource};
 pub use pool::{AsyncAlloc, AsyncPoolResource};
 
 use crate::device::Device;
@@ -256,6 +256,22 @@ pub(crate) fn allocate_then_zero(
 
 /// Zeroes `[addr, addr + len)` on `stream`; on the legacy stream (`None`) it also waits,
 /// since later work on non-blocking streams would not be ordered after it.
+/// Zeroes `len` bytes at `addr`, device memory of `device`, with a memset ordered on
+/// `stream` (`None`: the legacy default stream, and the call waits for it): for resources
+/// defined outside this crate over memory a library hands out uninitialised.
+///
+/// # Safety
+/// 1. `[addr, addr + len)` is device-accessible memory of `device` that the caller owns,
+///    with no access pending that the memset could race.
+pub unsafe fn zero_memory(
+    device: &Device,
+    addr: usize,
+    len: usize,
+    stream: Option<RawStream>,
+) -> Result<()> {
+    zero_device_memory(device, addr, len, stream)
+}
+
 pub(crate) fn zero_device_memory(
     device: &Device,
     addr: usize,

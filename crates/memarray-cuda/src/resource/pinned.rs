@@ -129,3 +129,80 @@ mod tests {
         assert_eq!(all.bits(), 7);
     }
 }
+
+/// Host memory someone else allocated, page-locked in place (`cuMemHostRegister`) until
+/// dropped: what Numba's `mempin` asks of its memory manager. Portable and mapped flags as
+/// in [`PinnedFlags`] (write-combining does not apply to registered memory).
+#[derive(Debug)]
+pub struct HostRegistration {
+    device: Arc<Device>,
+    addr: usize,
+    len: usize,
+}
+
+impl HostRegistration {
+    /// Page-locks `[addr, addr + len)` for `device` (and every device when
+    /// `flags.portable`).
+    ///
+    /// # Safety
+    /// 1. `[addr, addr + len)` is host memory that stays allocated until the registration
+    ///    is dropped.
+    pub unsafe fn new(
+        device: &Arc<Device>,
+        addr: usize,
+        len: usize,
+        flags: PinnedFlags,
+    ) -> Result<Self> {
+        if addr == 0 || len == 0 {
+            return Err(crate::error::CudaError::Core(
+                memarray_core::CoreError::Alloc {
+                    bytes: len,
+                    align: 0,
+                    resource: "host registration".into(),
+                    reason: "a null address or an empty range cannot be page-locked".into(),
+                },
+            ));
+        }
+        let mut bits = 0;
+        if flags.portable {
+            bits |= sys::CU_MEMHOSTREGISTER_PORTABLE;
+        }
+        if flags.mapped {
+            bits |= sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        }
+        let _ctx = device.bind()?;
+        // SAFETY: item 1 keeps the memory allocated while registered; the device's
+        // context is current.
+        unsafe { driver::mem_host_register(addr as *mut _, len, bits as c_uint) }?;
+        Ok(Self {
+            device: device.clone(),
+            addr,
+            len,
+        })
+    }
+
+    /// The registered range's start.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Bytes registered.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: an empty range is refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        if let Ok(_ctx) = self.device.bind() {
+            // SAFETY: registered in `new`, unregistered once here; device work using it
+            // is the owner's to have finished (as with cuMemFreeHost).
+            let _ = unsafe { driver::mem_host_unregister(self.addr as *mut _) };
+        }
+    }
+}

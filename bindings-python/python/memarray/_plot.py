@@ -1,0 +1,112 @@
+"""``memarray.resources.plot``: memory over time per source, and the largest sites."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections import defaultdict
+from typing import Any
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError(
+            "memarray.resources.plot needs matplotlib: pip install 'memarray[plot]' "
+            "(or pip install matplotlib)"
+        ) from e
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _from_snapshot(snap: dict) -> tuple[list[float], dict[str, list[int]], dict[str, int]]:
+    names = list(snap["sources"])
+    times: list[float] = []
+    series: dict[str, list[int]] = {n: [] for n in names}
+    for row in snap["timeline"]:
+        times.append(row[0] / 1e9)
+        for n, b in zip(names, row[1:]):
+            series[n].append(int(b))
+    sites: dict[str, int] = defaultdict(int)
+    for a in snap["live"]:
+        stack = a.get("stack")
+        site = stack.splitlines()[-1] if stack else f"({a['source']})"
+        sites[f"{a['source']}: {site}"] += int(a["size"])
+    return times, series, dict(sites)
+
+
+def _from_log(path: str) -> tuple[list[float], dict[str, list[int]], dict[str, int]]:
+    live: dict[str, tuple[str, int]] = {}
+    current: dict[str, int] = defaultdict(int)
+    times: list[float] = []
+    rows: list[dict[str, int]] = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            event, addr, source = row["event"], row["address"], row["source"]
+            if event == "allocate":
+                size = int(row["size"])
+                live[addr] = (source, size)
+                current[source] += size
+            elif event == "deallocate" and addr in live:
+                src, size = live.pop(addr)
+                current[src] -= size
+            else:
+                continue
+            times.append(float(row["time"]))
+            rows.append(dict(current))
+    start = times[0] if times else 0.0
+    names = sorted({n for r in rows for n in r})
+    series = {n: [r.get(n, 0) for r in rows] for n in names}
+    sites: dict[str, int] = defaultdict(int)
+    for src, size in live.values():
+        sites[src] += size
+    return [t - start for t in times], series, dict(sites)
+
+
+def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
+    if isinstance(data, dict):
+        if not {"timeline", "sources", "live"} <= data.keys():
+            raise ValueError(
+                "not a memarray.resources snapshot: expected the keys 'timeline', 'sources' "
+                "and 'live'"
+            )
+        times, series, sites = _from_snapshot(data)
+    elif isinstance(data, (str, os.PathLike)):
+        times, series, sites = _from_log(os.fspath(data))
+    else:
+        raise TypeError(
+            f"plot takes a snapshot() dict or a Logging CSV path, not {type(data).__name__}"
+        )
+    if not isinstance(top, int) or top < 1:
+        raise ValueError(f"top must be a positive int, not {top!r}")
+    plt = _matplotlib()
+    used = {n: v for n, v in series.items() if any(v)}
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), height_ratios=[3, 2])
+    mib = 1 << 20
+    if used and times:
+        ax1.stackplot(
+            times,
+            *[[b / mib for b in v] for v in used.values()],
+            labels=list(used),
+            step="post",
+        )
+        ax1.legend(loc="upper left")
+    ax1.set_xlabel("seconds")
+    ax1.set_ylabel("live MiB")
+    ax1.set_title("memory through memarray, per library")
+    biggest = sorted(sites.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    if biggest:
+        labels = [k if len(k) <= 70 else "..." + k[-67:] for k, _ in biggest]
+        ax2.barh(range(len(biggest)), [v / mib for _, v in biggest])
+        ax2.set_yticks(range(len(biggest)), labels, fontsize=7)
+        ax2.invert_yaxis()
+    ax2.set_xlabel("live MiB")
+    ax2.set_title(f"largest live allocation sites (top {top})")
+    fig.tight_layout()
+    out = os.fspath(path)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

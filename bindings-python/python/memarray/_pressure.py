@@ -1,0 +1,84 @@
+"""The Python half of shared memory pressure and allocation stacks (``src/interop.rs``).
+
+When an allocation through memarray runs out of device memory, memarray releases its own
+cached blocks, then calls ``relieve(library, device)`` for each library here that is loaded
+(torch's ``empty_cache``, CuPy's default pool ``free_all_blocks``, RMM pools'
+``release``), then retries once. A library that is not imported is never imported here.
+``stack()`` gives the tracking adaptor the allocating thread's Python stack.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _torch(device: int | None) -> int:
+    torch = sys.modules.get("torch")
+    if torch is None or device is None or not torch.cuda.is_initialized():
+        return 0
+    ours = sys.modules.get("memarray.torch")
+    if ours is not None and ours.installed():
+        return 0  # torch's memory is memarray's: its cache is the pool already released
+    before = torch.cuda.memory_reserved(device)
+    torch.cuda.empty_cache()
+    return max(0, before - torch.cuda.memory_reserved(device))
+
+
+def _cupy(device: int | None) -> int:
+    cupy = sys.modules.get("cupy")
+    if cupy is None or device is None:
+        return 0
+    pool = cupy.get_default_memory_pool()
+    with cupy.cuda.Device(device):
+        before = pool.total_bytes()
+        pool.free_all_blocks()
+        return max(0, before - pool.total_bytes())
+
+
+def _rmm(device: int | None) -> int:
+    if "rmm" not in sys.modules or device is None:
+        return 0
+    import rmm.mr
+
+    released = 0
+    mr = rmm.mr.get_per_device_resource(device)
+    while mr is not None:
+        release = getattr(mr, "release", None)
+        if callable(release):
+            before = mr.pool_size() if hasattr(mr, "pool_size") else 0
+            release()
+            after = mr.pool_size() if hasattr(mr, "pool_size") else 0
+            released += max(0, before - after)
+        mr = mr.get_upstream() if hasattr(mr, "get_upstream") else None
+    return released
+
+
+_RELIEVERS: dict[str, Callable[[int | None], int]] = {
+    "torch": _torch,
+    "cupy": _cupy,
+    "rmm": _rmm,
+}
+
+
+def relieve(library: str, device: int | None) -> int:
+    """Makes ``library`` give its cached memory on ``device`` back; returns the bytes it
+    released where it says (0 when it is not loaded)."""
+    f = _RELIEVERS.get(library)
+    return int(f(device)) if f is not None else 0
+
+
+def stack(limit: int = 24) -> str:
+    """The calling thread's Python stack, outermost first, memarray's own frames left
+    out: one ``file:line in function`` per line."""
+    frame = sys._getframe(1)
+    rows: list[str] = []
+    while frame is not None and len(rows) < limit:
+        code = frame.f_code
+        if not code.co_filename.startswith(_HERE):
+            rows.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        frame = frame.f_back
+    return "\n".join(reversed(rows))

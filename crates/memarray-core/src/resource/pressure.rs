@@ -1,0 +1,194 @@
+//! Shared memory pressure: when an allocation through memarray runs out of memory,
+//! memarray first gives back its own cached blocks, then asks every other library it
+//! knows to be loaded (torch, CuPy, RMM pools ...) to give back theirs, then retries once.
+//!
+//! Libraries come in as [relievers](register_reliever): the Python bindings register
+//! one per library it can reach. [`allocate_with_relief`] is the allocation path that runs
+//! the steps; the glue for torch, CuPy, Numba and RMM and memarray's own device buffers
+//! all allocate through it. Every step is counted ([`pressure_statistics`]).
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::{MemoryResource, RawStream, Source};
+use crate::error::{CoreError, Result};
+
+/// Gives cached memory of one library back on a device (`None`: host memory); returns
+/// the bytes it released where it knows them, else 0.
+pub type Reliever = Arc<dyn Fn(Option<u32>) -> usize + Send + Sync>;
+
+/// Counters of the relief path, process-wide.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PressureStatistics {
+    /// Allocations that ran out of memory and started the relief steps.
+    pub events: u64,
+    /// Of those, the ones whose retry succeeded.
+    pub recovered: u64,
+    /// Of those, the ones that failed again (the caller got out-of-memory).
+    pub failed: u64,
+    /// Bytes memarray's own resources gave back (step one).
+    pub own_released_bytes: u64,
+    /// Per reliever: (library, times asked, bytes it reported released).
+    pub relievers: Vec<(Source, u64, u64)>,
+}
+
+#[derive(Default)]
+struct State {
+    relievers: Vec<(Source, Reliever)>,
+    stats: PressureStatistics,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    let mut g = STATE.lock().unwrap_or_else(PoisonError::into_inner);
+    f(g.get_or_insert_with(State::default))
+}
+
+/// Registers `reliever` as the way to make `library` give memory back (a second
+/// registration for the same library replaces the first).
+pub fn register_reliever(library: Source, reliever: Reliever) {
+    with_state(|st| {
+        st.relievers.retain(|(s, _)| *s != library);
+        st.relievers.push((library, reliever));
+        if !st.stats.relievers.iter().any(|(s, ..)| *s == library) {
+            st.stats.relievers.push((library, 0, 0));
+        }
+    });
+}
+
+/// A snapshot of the counters.
+pub fn pressure_statistics() -> PressureStatistics {
+    with_state(|st| st.stats.clone())
+}
+
+/// Runs the relief steps for memory of `resource` on behalf of `source`: `resource`'s own
+/// cache, then every registered library but `source` itself (asking the library that is
+/// allocating to empty its cache from inside its own allocator would re-enter it). Never
+/// called with a lock of memarray's held; relievers run one at a time, outside the
+/// registry's lock.
+pub fn relieve(resource: &dyn MemoryResource, source: Source) -> usize {
+    let own = resource.release_cached();
+    let relievers: Vec<(Source, Reliever)> = with_state(|st| {
+        st.stats.own_released_bytes += own as u64;
+        st.relievers.clone()
+    });
+    let device = resource.device_id();
+    let mut total = own;
+    for (library, f) in relievers {
+        if library == source {
+            continue;
+        }
+        let got = f(device);
+        total = total.saturating_add(got);
+        with_state(|st| {
+            if let Some(row) = st.stats.relievers.iter_mut().find(|(s, ..)| *s == library) {
+                row.1 += 1;
+                row.2 += got as u64;
+            }
+        });
+    }
+    total
+}
+
+/// `resource.allocate(bytes, align, stream)` (zeroed when `zeroed`); on out-of-memory,
+/// [`relieve`] and one retry. The source is this thread's
+/// [`current_source`](super::current_source) (memarray's own outside any glue).
+pub fn allocate_with_relief(
+    resource: &dyn MemoryResource,
+    bytes: usize,
+    align: usize,
+    stream: Option<RawStream>,
+    zeroed: bool,
+) -> Result<NonNull<u8>> {
+    let call = || {
+        if zeroed {
+            resource.allocate_zeroed(bytes, align, stream)
+        } else {
+            resource.allocate(bytes, align, stream)
+        }
+    };
+    match call() {
+        Err(CoreError::OutOfMemory { .. }) => {
+            with_state(|st| st.stats.events += 1);
+            relieve(
+                resource,
+                super::current_source().unwrap_or(Source::Memarray),
+            );
+            let again = call();
+            with_state(|st| match &again {
+                Ok(_) => st.stats.recovered += 1,
+                Err(_) => st.stats.failed += 1,
+            });
+            again
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::{HostResource, LimitingAdaptor, with_source};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// One test owns the process-wide registry (tests run in threads of one process).
+    #[test]
+    fn relief_asks_other_libraries_then_retries_once() {
+        let limit = Arc::new(LimitingAdaptor::new(Arc::new(HostResource), 1000));
+        // "torch" holds 800 bytes of the budget in its cache; its reliever frees them.
+        let held = limit.allocate(800, 8, None).unwrap();
+        let held = Mutex::new(Some(held.as_ptr() as usize));
+        let torch_calls = Arc::new(AtomicUsize::new(0));
+        let cupy_calls = Arc::new(AtomicUsize::new(0));
+        let (l, t) = (limit.clone(), torch_calls.clone());
+        register_reliever(
+            Source::Torch,
+            Arc::new(move |device| {
+                assert_eq!(device, None);
+                t.fetch_add(1, Ordering::SeqCst);
+                match held.lock().unwrap().take() {
+                    Some(p) => {
+                        let p = NonNull::new(p as *mut u8).unwrap();
+                        // SAFETY: p came from `l` with these arguments, freed once here.
+                        unsafe { l.deallocate(p, 800, 8, None) };
+                        800
+                    }
+                    None => 0,
+                }
+            }),
+        );
+        let c = cupy_calls.clone();
+        register_reliever(
+            Source::Cupy,
+            Arc::new(move |_| {
+                c.fetch_add(1, Ordering::SeqCst);
+                0
+            }),
+        );
+        let before = pressure_statistics();
+        // 500 bytes do not fit next to torch's 800: relief frees them and the retry works.
+        let p = allocate_with_relief(&*limit, 500, 8, None, false).unwrap();
+        assert_eq!(torch_calls.load(Ordering::SeqCst), 1);
+        assert_eq!(cupy_calls.load(Ordering::SeqCst), 1);
+        // Allocating for torch never asks torch itself; 2000 bytes never fit: out of memory.
+        let e = with_source(Source::Torch, || {
+            allocate_with_relief(&*limit, 2000, 8, None, true).unwrap_err()
+        });
+        assert!(e.is_out_of_memory(), "{e}");
+        assert_eq!(torch_calls.load(Ordering::SeqCst), 1);
+        assert_eq!(cupy_calls.load(Ordering::SeqCst), 2);
+        let after = pressure_statistics();
+        assert_eq!(after.events - before.events, 2);
+        assert_eq!(after.recovered - before.recovered, 1);
+        assert_eq!(after.failed - before.failed, 1);
+        let torch_row = after
+            .relievers
+            .iter()
+            .find(|r| r.0 == Source::Torch)
+            .unwrap();
+        assert_eq!((torch_row.1, torch_row.2), (1, 800));
+        // SAFETY: p came from `limit` with these arguments and is freed once.
+        unsafe { limit.deallocate(p, 500, 8, None) };
+    }
+}
