@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer npy demo multi all. `multi` is the 2-GPU check (issue 9): it
+# tests sanitize bench transfer npy interop numba-all demo multi all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
@@ -19,7 +19,13 @@ setup() {
   nvcc --version | tail -n 2 | head -n 1
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site gpu-run/wheels/*.whl \
     || fail "wheel install"
+  # RMM and filecheck, carried: a target of their own, after memarray's on the path.
   export PYTHONPATH=/tmp/site
+  if ls gpu-run/peer-wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/peers gpu-run/peer-wheels/*.whl \
+      || fail "peer wheel install"
+    export PYTHONPATH=/tmp/site:/tmp/peers MEMARRAY_REQUIRE_RMM=1
+  fi
   python3 -c 'import memarray, sys; print("memarray", memarray.__file__, "cuda:", memarray.cuda.is_available(), memarray.cuda.device_count())'
   # The Rust test binaries load the NCCL of torch's nvidia-nccl wheel, as Python does.
   MEMARRAY_NCCL_LIBRARY=$(python3 -c 'import memarray.distributed as d; print(d.nccl_library() or "")')
@@ -108,6 +114,21 @@ multi() {
   timeout 240 python3 benches/ipc_handoff.py --mib 256 --json "$OUT/ipc_handoff.json" 2>&1 | tee "$OUT/ipc_handoff.log"
 }
 
+interop() {
+  # Issue 15: torch, RMM, CuPy and Numba through memarray (targets), and Numba's driver and
+  # array tests under the plugin against Numba's own manager.
+  echo "== interop tests"
+  python3 -m pytest bindings-python/tests/test_interop.py bindings-python/tests/test_numba_cupy.py \
+    -q -rs -p no:cacheprovider 2>&1 | tail -n 15 || fail "interop pytest"
+  echo "== Numba's tests: plugin against Numba's manager"
+  python3 scripts/numba_compare.py 2>&1 | tee "$OUT/numba_compare.log" || fail "numba compare"
+  echo "== the one-pool example (its picture goes in docs/memory-manager.md)"
+  python3 examples/one_pool.py --png "$OUT/one_pool.png" || fail one_pool
+  echo "== allocation targets"
+  python3 benches/interop_alloc.py --json "$OUT/interop_alloc.json" 2>&1 | tee "$OUT/interop_alloc.log" \
+    || echo "!! allocation targets missed"
+}
+
 demo() {
   echo "== demo and examples"
   python3 examples/demo.py || fail demo
@@ -125,6 +146,8 @@ while [ $# -gt 0 ]; do
     multi) multi ;;
     transfer) shift; transfer "$@"; break ;;
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
+    interop) interop ;;
+    numba-all) python3 scripts/numba_compare.py --all 2>&1 | tee "$OUT/numba_all.log" || fail "numba all" ;;
     all) tests; demo; sanitize; bench ;;
     *) echo "usage: remote.sh [tests|sanitize|bench|npy|demo|multi|all]... | transfer [args]"; exit 2 ;;
   esac

@@ -49,6 +49,7 @@ LAYERS = {
         ["device"],
         ["stream"],
         ["resources"],
+        ["interop"],
         ["array"],
         [
             "element",

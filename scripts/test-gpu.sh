@@ -48,6 +48,16 @@ echo "== building the abi3 wheel"
 [ -x .venv/bin/maturin ] || ./dev.sh venv
 .venv/bin/maturin build --release -q -m bindings-python/Cargo.toml -o "$STAGE/wheels" >/dev/null
 cp scripts/gpu-remote.sh "$STAGE/remote.sh"
+# Peers the device lacks (RMM, filecheck for Numba's tests) travel as wheels, downloaded
+# once into the ignored .peer-wheels/ and installed there with --no-index --no-deps.
+if [ ! -d .peer-wheels ] || [ -z "$(ls .peer-wheels/*.whl 2>/dev/null)" ]; then
+  mkdir -p .peer-wheels
+  python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform any \
+    -d .peer-wheels "rmm-cu13==26.10.*" "librmm-cu13==26.10.*" rapids-logger filecheck
+fi
+mkdir -p "$STAGE/peer-wheels"
+cp .peer-wheels/*.whl "$STAGE/peer-wheels/"
 du -sh "$STAGE"
 ls "$STAGE"/bin "$STAGE"/bench "$STAGE"/examples "$STAGE"/wheels
 echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run)"

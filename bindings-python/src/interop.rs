@@ -471,6 +471,78 @@ fn pinned_source(
     Ok(crate::resources::PyResource::plain(r))
 }
 
+/// `allocate(size, stream)` / `deallocate(ptr, size, stream)` over a memarray resource,
+/// for another library's callback resource (RMM's `CallbackMemoryResource`): the stream is
+/// any object `memarray` takes as one (RMM's has `__cuda_stream__`), the memory is
+/// attributed to `source`, and only blocks handed out here are taken back.
+#[pyclass(module = "memarray._memarray._interop", frozen)]
+struct ResourceCallbacks {
+    resource: Arc<dyn MemoryResource>,
+    source: Source,
+    live: Mutex<HashMap<usize, usize>>,
+}
+
+#[pymethods]
+impl ResourceCallbacks {
+    /// `size` bytes ordered on `stream`; MemoryError when out of memory (after the shared
+    /// relief steps). The GIL stays held: a pool hit costs less than handing it over.
+    fn allocate(&self, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
+        let p = with_source(self.source, || {
+            allocate_with_relief(&*self.resource, size, TORCH_ALIGN, stream, false)
+        })
+        .map_err(crate::errors::core_err)?;
+        let addr = p.as_ptr() as usize;
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(addr, size);
+        Ok(addr)
+    }
+
+    /// Returns a block `allocate` gave, ordered on `stream`; anything else is ignored.
+    fn deallocate(&self, ptr: usize, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
+        let known = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&ptr);
+        if let (Some(size0), Some(p)) = (known, NonNull::new(ptr as *mut u8)) {
+            let _ = size;
+            with_source(self.source, || {
+                // SAFETY: p came from this resource with (size0, TORCH_ALIGN) in allocate
+                // and left the table above, so it is freed once; the caller's work on it
+                // is ordered on `stream`.
+                unsafe { self.resource.deallocate(p, size0, TORCH_ALIGN, stream) }
+            });
+        }
+        Ok(())
+    }
+
+    /// Blocks handed out and not yet returned.
+    fn live_blocks(&self) -> usize {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// Callbacks over `resource` for `source` (see [`ResourceCallbacks`]).
+#[pyfunction]
+fn resource_callbacks(
+    resource: &crate::resources::PyResource,
+    source: &Bound<'_, PyAny>,
+) -> PyResult<ResourceCallbacks> {
+    let source = crate::resources::parse_source(Some(source))?.unwrap_or(Source::Memarray);
+    Ok(ResourceCallbacks {
+        resource: resource.resource(),
+        source,
+        live: Mutex::new(HashMap::new()),
+    })
+}
+
 /// A resource over Python callables (see [`CallbackResource`]).
 #[pyfunction]
 fn callback_resource(
@@ -499,6 +571,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     i.add_function(wrap_pyfunction!(pressure_stats, &i)?)?;
     i.add_function(wrap_pyfunction!(callback_resource, &i)?)?;
     i.add_function(wrap_pyfunction!(pin, &i)?)?;
+    i.add_function(wrap_pyfunction!(resource_callbacks, &i)?)?;
+    i.add_class::<ResourceCallbacks>()?;
     i.add_function(wrap_pyfunction!(pinned_source, &i)?)?;
     i.add_class::<Pinning>()?;
     m.add_submodule(&i)?;

@@ -261,7 +261,7 @@ impl PyResource {
         let r = self.resource();
         let ptr = py
             .detach(|| {
-                with_source(source, || {
+                attributed(source, || {
                     allocate_with_relief(&*r, bytes, ALIGN, stream, false)
                         .map(|p| p.as_ptr() as usize)
                 })
@@ -284,11 +284,20 @@ impl PyResource {
 
 const ALIGN: usize = 256;
 
-/// A `source=` argument: None is memarray's own; a name must be one of [`Source`]'s.
-pub(crate) fn parse_source(source: Option<&Bound<'_, PyAny>>) -> PyResult<Source> {
+/// A `source=` argument: a name must be one of [`Source`]'s; None leaves the attribution
+/// to the resources (memarray's own, or a Tracking adaptor's source).
+pub(crate) fn parse_source(source: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Source>> {
     match source.filter(|s| !s.is_none()) {
-        None => Ok(Source::Memarray),
-        Some(s) => Source::parse(&convert::text(s, "source")?).py(),
+        None => Ok(None),
+        Some(s) => Source::parse(&convert::text(s, "source")?).py().map(Some),
+    }
+}
+
+/// Runs `f` attributed to `source`, when one was named.
+fn attributed<R>(source: Option<Source>, f: impl FnOnce() -> R) -> R {
+    match source {
+        Some(s) => with_source(s, f),
+        None => f(),
     }
 }
 
@@ -316,7 +325,7 @@ pub struct Allocation {
     ptr: usize,
     size: usize,
     stream: Option<RawStream>,
-    source: Source,
+    source: Option<Source>,
     freed: AtomicBool,
 }
 
@@ -326,7 +335,7 @@ impl Allocation {
             return;
         }
         if let Some(p) = std::ptr::NonNull::new(self.ptr as *mut u8) {
-            with_source(self.source, || {
+            attributed(self.source, || {
                 // SAFETY: (ptr, size, ALIGN) came from this resource's allocate and the
                 // flag above lets exactly one caller get here; the caller orders its use
                 // of the memory before `stream` (or the allocation's stream).
@@ -374,10 +383,10 @@ impl Allocation {
         Ok(())
     }
 
-    /// The library the memory is for ("memarray", "torch", ...).
+    /// The library named when allocating ("torch", "cupy", ...), or None.
     #[getter]
-    fn source(&self) -> &'static str {
-        self.source.name()
+    fn source(&self) -> Option<&'static str> {
+        self.source.map(Source::name)
     }
 
     fn __repr__(&self) -> String {
@@ -496,7 +505,7 @@ fn tracking(
     stacks: bool,
     backtraces: bool,
 ) -> PyResult<PyResource> {
-    let source = parse_source(source)?;
+    let source = parse_source(source)?.unwrap_or(Source::Memarray);
     Ok(PyResource::new(Handle::Tracking(Arc::new(
         TrackingAdaptor::new(upstream.resource(), source)
             .with_stacks(stacks)

@@ -34,6 +34,7 @@ __all__ = [
     "_device_pair",
     "_dlpack_live_exports",
     "_from_pickle",
+    "_interop",
     "_ipc_handle_from_bytes",
     "_last_batch_profile",
     "_resources",
@@ -376,7 +377,9 @@ class _Resource:
     def flush(self) -> None: ...
     def retries(self) -> int: ...
     def snapshot(self) -> dict[str, Any]: ...
-    def allocate(self, nbytes: int, stream: _StreamLike | None = None) -> _Allocation: ...
+    def allocate(
+        self, nbytes: int, stream: _StreamLike | None = None, source: str | None = None
+    ) -> _Allocation: ...
 
 @final
 class _Allocation:
@@ -389,8 +392,10 @@ class _Allocation:
     def size(self) -> int: ...
     @property
     def freed(self) -> bool: ...
+    @property
+    def source(self) -> str | None: ...
     def __int__(self) -> int: ...
-    def free(self) -> None: ...
+    def free(self, stream: _StreamLike | None = None) -> None: ...
 
 _PathLike: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
@@ -425,7 +430,10 @@ class _ResourcesModule:
     def retry(upstream: _Resource) -> _Resource: ...
     @staticmethod
     def tracking(
-        upstream: _Resource, source: str | None = None, backtraces: bool = False
+        upstream: _Resource,
+        source: str | None = None,
+        stacks: bool = False,
+        backtraces: bool = False,
     ) -> _Resource: ...
     @staticmethod
     def set_default(r: _Resource, device_id: int) -> None: ...
@@ -433,3 +441,51 @@ class _ResourcesModule:
     def get_default(device_id: int) -> _Resource: ...
 
 _resources: _ResourcesModule
+
+@final
+class _Pinning:
+    """Host memory page-locked in place (Numba's ``mempin``)."""
+
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    def release(self) -> None: ...
+
+@final
+class _ResourceCallbacks:
+    """``allocate`` / ``deallocate`` over a resource, for RMM's callback resource."""
+
+    def allocate(self, size: int, stream: _StreamLike) -> int: ...
+    def deallocate(self, ptr: int, size: int, stream: _StreamLike) -> None: ...
+    def live_blocks(self) -> int: ...
+
+@type_check_only
+class _InteropModule:
+    """The ``_interop`` submodule: torch's allocator, pressure, RMM and Numba glue."""
+
+    @staticmethod
+    def torch_record_stream(ptr: int, stream: int) -> bool: ...
+    @staticmethod
+    def torch_live_blocks() -> int: ...
+    @staticmethod
+    def pressure_stats() -> dict[str, Any]: ...
+    @staticmethod
+    def callback_resource(
+        allocate: Any, deallocate: Any, device_id: int, name: str
+    ) -> _Resource: ...
+    @staticmethod
+    def pin(
+        owner: object,
+        ptr: int,
+        size: int,
+        device_id: int,
+        mapped: bool = False,
+        portable: bool = False,
+    ) -> _Pinning: ...
+    @staticmethod
+    def pinned_source(device_id: int, write_combined: bool = False) -> _Resource: ...
+    @staticmethod
+    def resource_callbacks(resource: _Resource, source: str) -> _ResourceCallbacks: ...
+
+_interop: _InteropModule

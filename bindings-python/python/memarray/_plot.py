@@ -28,7 +28,7 @@ def _from_snapshot(snap: dict) -> tuple[list[float], dict[str, list[int]], dict[
     series: dict[str, list[int]] = {n: [] for n in names}
     for row in snap["timeline"]:
         times.append(row[0] / 1e9)
-        for n, b in zip(names, row[1:]):
+        for n, b in zip(names, row[1:], strict=True):
             series[n].append(int(b))
     sites: dict[str, int] = defaultdict(int)
     for a in snap["live"]:

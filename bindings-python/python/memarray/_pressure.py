@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from types import FrameType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -74,7 +75,7 @@ def relieve(library: str, device: int | None) -> int:
 def stack(limit: int = 24) -> str:
     """The calling thread's Python stack, outermost first, memarray's own frames left
     out: one ``file:line in function`` per line."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     rows: list[str] = []
     while frame is not None and len(rows) < limit:
         code = frame.f_code

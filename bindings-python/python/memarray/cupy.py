@@ -10,6 +10,8 @@ freed when CuPy drops its memory.
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import resources
 
 __all__ = ["allocator"]
@@ -18,15 +20,15 @@ __all__ = ["allocator"]
 def allocator(nbytes: int):
     """``cupy.cuda.set_allocator`` hook: a ``cupy.cuda.MemoryPointer`` over memory from
     memarray's default resource of the current device."""
-    cuda = _cupy_cuda()
+    cuda = _CUDA or _cupy_cuda()
     device_id = cuda.runtime.getDevice()
-    stream = cuda.get_current_stream(device_id).ptr
-    allocation = resources._allocate_fn(device_id)(nbytes, stream, "cupy")
-    memory = cuda.UnownedMemory(allocation.ptr, nbytes, allocation, device_id)
-    return cuda.MemoryPointer(memory, 0)
+    allocate: Any = _cache.get(device_id) or resources._allocate_fn(device_id)
+    a = allocate(nbytes, cuda.get_current_stream().ptr, "cupy")
+    return cuda.MemoryPointer(cuda.UnownedMemory(a.ptr, nbytes, a, device_id), 0)
 
 
 _CUDA = None
+_cache = resources._allocate_cache  # device -> the default resource's allocate
 
 
 def _cupy_cuda():

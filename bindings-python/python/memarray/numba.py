@@ -25,14 +25,29 @@ import contextlib
 import ctypes
 import importlib
 import threading
-
 import weakref
 
 from numba.cuda import GetIpcHandleMixin, HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
 
 from . import _memarray, resources
 
-__all__ = ["MemarrayNumbaManager"]
+__all__ = ["MemarrayNumbaManager", "host_resource"]
+
+_host_lock = threading.Lock()
+_host: dict = {}
+
+
+def host_resource(device_id: int = 0, write_combined: bool = False) -> resources.Resource:
+    """Where the plugin's ``memhostalloc`` memory on ``device_id`` comes from: memarray's
+    pinned caching pool of the device (or a write-combined pinned resource), wrapped in a
+    ``Statistics`` shared by every manager of the process (``.statistics()``)."""
+    key = (device_id, write_combined)
+    with _host_lock:
+        r = _host.get(key)
+        if r is None:
+            pinned = resources._Opaque(_memarray._interop.pinned_source(device_id, write_combined))
+            r = _host[key] = resources.Statistics(pinned)
+        return r
 
 
 def _pointer_type():
@@ -85,8 +100,7 @@ class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
 
     def memhostalloc(self, size, mapped=False, portable=False, wc=False):
         """Pinned host memory from memarray (``cuda.pinned_array``, ``mapped_array``)."""
-        source = _memarray._interop.pinned_source(self._device_id(), bool(wc))
-        allocation = source.allocate(size, None, "numba")
+        allocation = host_resource(self._device_id(), bool(wc)).allocate(size, None, "numba")
         return self._host_memory(allocation.ptr, size, mapped, None, allocation.free)
 
     def mempin(self, owner, pointer, size, mapped=False):

@@ -71,7 +71,10 @@ __all__ = [
 #: The libraries allocations are attributed to (``source=``).
 SOURCES = ("memarray", "torch", "cupy", "numba", "rmm")
 
-Allocation = _r.Allocation
+if TYPE_CHECKING:
+    from ._memarray import _Allocation as Allocation
+else:
+    Allocation = _r.Allocation
 
 
 class Resource:
@@ -122,7 +125,7 @@ def _check(upstream) -> Resource:
 class Host(Resource):
     """Aligned host memory."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._handle = _r.host()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import resources
+from . import _memarray, resources
 
 __all__ = ["resource", "set_current"]
 
@@ -33,29 +33,16 @@ def _rmm():
 def resource(upstream: resources.Resource | None = None, device: int = 0) -> Any:
     """An ``rmm.mr.CallbackMemoryResource`` whose memory comes from ``upstream`` (default:
     memarray's default resource of ``device``), stream-ordered on RMM's stream and
-    attributed to the source ``"rmm"``."""
+    attributed to the source ``"rmm"`` (``memarray.resources.statistics()["by_source"]``
+    shows what RMM holds)."""
     rmm = _rmm()
     r = upstream if upstream is not None else resources.get_default_resource(device)
     if not isinstance(r, resources.Resource):
         raise TypeError(f"upstream must be a memarray.resources.Resource, not {type(r).__name__}")
     if r.kind not in ("device", "managed"):
         raise ValueError(f"RMM serves device memory; {r.name} serves {r.kind} memory")
-    allocate = r._handle.allocate
-    live: dict[int, Any] = {}
-
-    def alloc(size: int, stream: Any) -> int:
-        a = allocate(size, stream, "rmm")
-        live[a.ptr] = a
-        return a.ptr
-
-    def dealloc(ptr: int, size: int, stream: Any) -> None:
-        a = live.pop(ptr, None)
-        if a is not None:
-            a.free(stream)
-
-    mr = rmm.mr.CallbackMemoryResource(alloc, dealloc)
-    mr._memarray_live = live  # for tests: the blocks RMM holds
-    return mr
+    callbacks = _memarray._interop.resource_callbacks(r._handle, "rmm")
+    return rmm.mr.CallbackMemoryResource(callbacks.allocate, callbacks.deallocate)
 
 
 def set_current(device: int = 0, upstream: resources.Resource | None = None) -> Any:
