@@ -5,7 +5,9 @@ their own allocators, a torch training loop on either, and the tracking adaptor'
 
 Each peer runs in a subprocess of its own (torch's allocator, RMM's resource and Numba's
 manager are process-wide); all in one invocation, so every ratio compares figures from the
-same run on the same machine. Per-call times are medians of 7 repeats of N calls. A missed
+same run on the same machine. Per-call times are medians of 7 repeats of N calls; peers
+that can share a process are measured interleaved, the others in alternating processes
+(3 each, median). A missed
 target prints MISS and the script exits 1 (a benchmark: the figures are the product).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -87,24 +90,37 @@ print(json.dumps({"empty_us": empty, "step_ms": statistics.median(steps), "losse
 RMM = """
 import json, rmm, rmm.mr, memarray, memarray.rmm, memarray.resources as mr
 pool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)
+ours = memarray.rmm.resource(device=0)
 rmm.mr.set_per_device_resource(0, pool)
-own = per_call(lambda: rmm.DeviceBuffer(size=1 << 20))
-memarray.rmm.set_current(0)
-via = per_call(lambda: rmm.DeviceBuffer(size=1 << 20))
-rmm.mr.set_per_device_resource(0, pool)
+through_rmm = mr.Rmm(0)                       # over RMM's pool
+default = mr.get_default_resource(0)
+own, via, through = [], [], []
+for _ in range(7):      # interleaved: every figure sees the same machine state
+    rmm.mr.set_per_device_resource(0, pool)
+    own.append(per_call(lambda: rmm.DeviceBuffer(size=1 << 20), repeats=1))
+    rmm.mr.set_per_device_resource(0, ours)
+    via.append(per_call(lambda: rmm.DeviceBuffer(size=1 << 20), repeats=1))
+    with mr.using(through_rmm, 0):
+        through.append(per_call(
+            lambda: memarray.empty([1 << 20], "uint8", device="cuda"), repeats=1))
 mine = per_call(lambda: memarray.empty([1 << 20], "uint8", device="cuda"))
-with mr.using(mr.Rmm(0), 0):
-    through = per_call(lambda: memarray.empty([1 << 20], "uint8", device="cuda"))
-print(json.dumps({"rmm_pool_us": own, "rmm_via_memarray_us": via,
-                  "memarray_empty_us": mine, "memarray_via_rmm_us": through}))
+print(json.dumps({"rmm_pool_us": statistics.median(own),
+                  "rmm_via_memarray_us": statistics.median(via),
+                  "memarray_empty_us": mine,
+                  "memarray_via_rmm_us": statistics.median(through)}))
 """
 
 CUPY = """
 import json, cupy, memarray.cupy
-own = per_call(lambda: cupy.empty(1 << 20, dtype=cupy.uint8))
-cupy.cuda.set_allocator(memarray.cupy.allocator)
-via = per_call(lambda: cupy.empty(1 << 20, dtype=cupy.uint8))
-print(json.dumps({"cupy_pool_us": own, "cupy_via_memarray_us": via}))
+pool, ours = cupy.get_default_memory_pool().malloc, memarray.cupy.allocator
+own, via = [], []
+for _ in range(7):      # interleaved: both see the same machine state
+    cupy.cuda.set_allocator(pool)
+    own.append(per_call(lambda: cupy.empty(1 << 20, dtype=cupy.uint8), repeats=1))
+    cupy.cuda.set_allocator(ours)
+    via.append(per_call(lambda: cupy.empty(1 << 20, dtype=cupy.uint8), repeats=1))
+print(json.dumps({"cupy_pool_us": statistics.median(own),
+                  "cupy_via_memarray_us": statistics.median(via)}))
 """
 
 NUMBA = """
@@ -138,13 +154,29 @@ print(json.dumps(out))
 """
 
 
+def alternate(code: str, rounds: int = 3) -> tuple[dict, dict]:
+    """Runs `code` natively and through memarray in alternating processes, `rounds` times
+    each; every number is the median over the rounds (lists: the first round's)."""
+    runs: dict[str, list[dict]] = {"native": [], "memarray": []}
+    for _ in range(rounds):
+        for mode in ("native", "memarray"):
+            runs[mode].append(child(f"MODE = {mode!r}\n" + code))
+
+    def med(rs: list[dict]) -> dict:
+        return {
+            k: (statistics.median(r[k] for r in rs) if isinstance(v, float) else v)
+            for k, v in rs[0].items()
+        }
+
+    return med(runs["native"]), med(runs["memarray"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args()
     res: dict = {}
-    res["torch_native"] = child('MODE = "native"\n' + TORCH)
-    res["torch_memarray"] = child('MODE = "memarray"\n' + TORCH)
+    res["torch_native"], res["torch_memarray"] = alternate(TORCH)
     try:
         import rmm  # noqa: F401
 
@@ -152,8 +184,7 @@ def main() -> int:
     except ImportError:
         print("RMM not installed: its rows are missing (pip install rmm-cu13)")
     res["cupy"] = child(CUPY)
-    res["numba_native"] = child('MODE = "native"\n' + NUMBA)
-    res["numba_memarray"] = child('MODE = "memarray"\n' + NUMBA)
+    res["numba_native"], res["numba_memarray"] = alternate(NUMBA)
     res["tracking"] = child(TRACKING)
 
     rows = []

@@ -330,6 +330,24 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// Owns `size` bytes at `ptr` from `resource` (allocated on `stream` for `source`).
+    pub(crate) fn owned(
+        resource: Arc<dyn MemoryResource>,
+        ptr: usize,
+        size: usize,
+        stream: Option<RawStream>,
+        source: Option<Source>,
+    ) -> Self {
+        Allocation {
+            resource,
+            ptr,
+            size,
+            stream,
+            source,
+            freed: AtomicBool::new(false),
+        }
+    }
+
     fn release(&self, stream: Option<RawStream>) {
         if self.freed.swap(true, Ordering::AcqRel) {
             return;

@@ -183,7 +183,8 @@ def test_missing_peers_are_import_errors_naming_the_package():
         sys.modules["matplotlib"] = None
         sys.modules["torch"] = None
         sys.modules["rmm"] = None
-        import memarray.resources as mr, memarray.torch, memarray.rmm
+        sys.modules["cupy"] = None
+        import memarray, memarray.resources as mr, memarray.torch, memarray.rmm, memarray.cupy
         t = mr.Tracking(mr.Host())
         for call, needle in [
             (lambda: mr.plot(t.snapshot(), "/nonexistent/x.png"), "matplotlib"),
@@ -191,6 +192,8 @@ def test_missing_peers_are_import_errors_naming_the_package():
             (memarray.torch.install, "torch"),
             (memarray.rmm.resource, "rmm-cu13"),
             (lambda: mr.Rmm(0), "rmm-cu13"),
+            (lambda: memarray.cupy.allocator, "cupy-cuda13x"),
+            (lambda: memarray.cupy_allocator(16), "cupy-cuda13x"),
         ]:
             try:
                 call()

@@ -60,9 +60,9 @@ __all__ = [
 def cupy_allocator(nbytes: int):
     """``cupy.cuda.set_allocator(memarray.cupy_allocator)``: CuPy allocates from memarray's
     default resource (see ``memarray.cupy``)."""
-    from .cupy import allocator
+    from .cupy import _make
 
-    return allocator(nbytes)
+    return _make()(nbytes)
 
 
 def asarray(obj, copy: bool | None = None, device=None) -> MemArray:

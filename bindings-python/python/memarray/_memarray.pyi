@@ -460,6 +460,12 @@ class _ResourceCallbacks:
     def deallocate(self, ptr: int, size: int, stream: _StreamLike) -> None: ...
     def live_blocks(self) -> int: ...
 
+@final
+class _CupyAllocator:
+    """CuPy's allocator hook over memarray (``memarray.cupy.allocator``)."""
+
+    def __call__(self, nbytes: int) -> Any: ...
+
 @type_check_only
 class _InteropModule:
     """The ``_interop`` submodule: torch's allocator, pressure, RMM and Numba glue."""
@@ -487,5 +493,9 @@ class _InteropModule:
     def pinned_source(device_id: int, write_combined: bool = False) -> _Resource: ...
     @staticmethod
     def resource_callbacks(resource: _Resource, source: str) -> _ResourceCallbacks: ...
+    @staticmethod
+    def cupy_allocator(
+        get_device: Any, get_stream: Any, unowned_memory: Any, memory_pointer: Any
+    ) -> _CupyAllocator: ...
 
 _interop: _InteropModule

@@ -4,37 +4,44 @@
     cupy.cuda.set_allocator(memarray.cupy.allocator)
 
 Device memory comes from ``memarray.resources``' default resource for CuPy's current
-device, ordered on CuPy's current stream, attributed to the source ``"cupy"``; each block is
-freed when CuPy drops its memory.
+device, ordered on CuPy's current stream, attributed to the source ``"cupy"``; each block
+is freed (on that stream) when CuPy drops its memory. ``allocator`` is made on first use
+(it needs CuPy): a callable implemented in the extension module, so a ``cupy.empty`` costs
+about what it costs on CuPy's own pool.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from . import resources
+from . import _memarray
 
-__all__ = ["allocator"]
+__all__ = ["allocator"]  # noqa: F822 (made on first use, by __getattr__)
 
-
-def allocator(nbytes: int):
-    """``cupy.cuda.set_allocator`` hook: a ``cupy.cuda.MemoryPointer`` over memory from
-    memarray's default resource of the current device."""
-    cuda = _CUDA or _cupy_cuda()
-    device_id = cuda.runtime.getDevice()
-    allocate: Any = _cache.get(device_id) or resources._allocate_fn(device_id)
-    a = allocate(nbytes, cuda.get_current_stream().ptr, "cupy")
-    return cuda.MemoryPointer(cuda.UnownedMemory(a.ptr, nbytes, a, device_id), 0)
+_lock = threading.Lock()
+_hook: Any = None
 
 
-_CUDA = None
-_cache = resources._allocate_cache  # device -> the default resource's allocate
+def _make() -> Any:
+    global _hook
+    with _lock:
+        if _hook is None:
+            try:
+                import cupy.cuda
+            except ImportError as e:
+                raise ImportError("memarray.cupy needs CuPy: pip install cupy-cuda13x") from e
+
+            _hook = _memarray._interop.cupy_allocator(
+                cupy.cuda.runtime.getDevice,
+                cupy.cuda.get_current_stream,
+                cupy.cuda.UnownedMemory,
+                cupy.cuda.MemoryPointer,
+            )
+        return _hook
 
 
-def _cupy_cuda():
-    global _CUDA
-    if _CUDA is None:
-        import cupy.cuda
-
-        _CUDA = cupy.cuda
-    return _CUDA
+def __getattr__(name: str) -> Any:
+    if name == "allocator":
+        return _make()
+    raise AttributeError(f"module 'memarray.cupy' has no attribute {name!r}")
