@@ -144,13 +144,15 @@ import json, memarray, memarray.resources as mr
 bare = mr.Pool(mr.Device(0))
 tracked = mr.Tracking(bare)
 stacked = mr.Tracking(bare, stacks=True)
-out = {}
-for name, r in (("bare", bare), ("tracking", tracked), ("stacks", stacked)):
-    out[name + "_allocate_us"] = per_call(lambda: r.allocate(1 << 20).free())
-    with mr.using(r, 0):
-        out[name + "_empty_us"] = per_call(
-            lambda: memarray.empty([1 << 20], "uint8", device="cuda"))
-print(json.dumps(out))
+runs = {}
+for _ in range(7):      # interleaved: every figure sees the same machine state
+    for name, r in (("bare", bare), ("tracking", tracked), ("stacks", stacked)):
+        runs.setdefault(name + "_allocate_us", []).append(
+            per_call(lambda: r.allocate(1 << 20).free(), repeats=1))
+        with mr.using(r, 0):
+            runs.setdefault(name + "_empty_us", []).append(per_call(
+                lambda: memarray.empty([1 << 20], "uint8", device="cuda"), repeats=1))
+print(json.dumps({k: statistics.median(v) for k, v in runs.items()}))
 """
 
 

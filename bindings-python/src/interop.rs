@@ -230,24 +230,48 @@ fn python_stack() -> Option<String> {
 }
 
 /// A device resource whose memory comes from Python callables: `allocate(nbytes, stream)`
-/// returns an address, `deallocate(address, nbytes, stream)` frees it (stream: the handle
-/// as an int, 0 for the legacy default stream). `memarray.resources.Rmm` is one, over RMM's
-/// device resource of a device.
+/// returns an address, `deallocate(address, nbytes, stream)` frees it. The stream is the
+/// handle as an int (0: the legacy default stream), or, with `make_stream`, the object
+/// `make_stream(handle)` returns, made once per handle (RMM's resources take their own
+/// stream type). `memarray.resources.Rmm` is one, over RMM's resource's bound methods.
 #[derive(Debug)]
 pub(crate) struct CallbackResource {
     allocate: Py<PyAny>,
     deallocate: Py<PyAny>,
+    make_stream: Option<Py<PyAny>>,
+    streams: Mutex<HashMap<usize, Py<PyAny>>>,
     device: u32,
     name: String,
 }
 
 impl CallbackResource {
+    /// The stream argument for `handle`.
+    fn stream_arg(&self, py: Python<'_>, handle: usize) -> PyResult<Py<PyAny>> {
+        let Some(make) = &self.make_stream else {
+            return Ok(handle.into_pyobject(py)?.into_any().unbind());
+        };
+        if let Some(s) = self
+            .streams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&handle)
+        {
+            return Ok(s.clone_ref(py));
+        }
+        let s = make.call1(py, (handle,))?;
+        self.streams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(handle, s.clone_ref(py));
+        Ok(s)
+    }
+
     fn call_allocate(&self, bytes: usize, stream: Option<RawStream>) -> Result<usize, CoreError> {
         let size = bytes.max(1);
         let handle = stream.map_or(0, RawStream::raw);
         let got = Python::try_attach(|py| {
-            self.allocate
-                .call1(py, (size, handle))
+            self.stream_arg(py, handle)
+                .and_then(|s| self.allocate.call1(py, (size, s)))
                 .and_then(|p| p.extract::<usize>(py))
                 .map_err(|e| (e.is_instance_of::<PyMemoryError>(py), e.to_string()))
         })
@@ -354,7 +378,10 @@ impl CallbackResource {
     fn free(&self, ptr: usize, bytes: usize, stream: Option<RawStream>) {
         let handle = stream.map_or(0, RawStream::raw);
         Python::try_attach(|py| {
-            if let Err(e) = self.deallocate.call1(py, (ptr, bytes.max(1), handle)) {
+            let done = self
+                .stream_arg(py, handle)
+                .and_then(|s| self.deallocate.call1(py, (ptr, bytes.max(1), s)));
+            if let Err(e) = done {
                 e.write_unraisable(py, None);
             }
         });
@@ -610,11 +637,13 @@ fn cupy_allocator(
 
 /// A resource over Python callables (see [`CallbackResource`]).
 #[pyfunction]
+#[pyo3(signature = (allocate, deallocate, device_id, name, make_stream=None))]
 fn callback_resource(
     allocate: Py<PyAny>,
     deallocate: Py<PyAny>,
     device_id: &Bound<'_, PyAny>,
     name: String,
+    make_stream: Option<Py<PyAny>>,
 ) -> PyResult<crate::resources::PyResource> {
     let device: u32 = crate::convert::int(device_id, "device_id")?;
     memarray_cuda::Device::get(device).map_err(crate::errors::cuda_err)?;
@@ -622,6 +651,8 @@ fn callback_resource(
         CallbackResource {
             allocate,
             deallocate,
+            make_stream,
+            streams: Mutex::new(HashMap::new()),
             device,
             name,
         },

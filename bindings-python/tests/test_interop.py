@@ -176,6 +176,21 @@ def test_plot_draws_a_snapshot_and_a_log(tmp_path):
         b.free()
 
 
+def test_plot_sites_are_the_innermost_frame_outside_packages():
+    from memarray._plot import _site
+
+    stack = "\n".join(
+        [
+            "/home/me/train.py:10 in <module>",
+            "/home/me/train.py:7 in step",
+            "/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py:134 in forward",
+        ]
+    )
+    assert _site(stack) == "train.py:7 in step"
+    assert _site("/x/site-packages/a.py:1 in f") == "a.py:1 in f"
+    assert _site(None) == "(no stack)"
+
+
 def test_missing_peers_are_import_errors_naming_the_package():
     out = run_child(
         """

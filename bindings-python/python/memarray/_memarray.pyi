@@ -478,7 +478,7 @@ class _InteropModule:
     def pressure_stats() -> dict[str, Any]: ...
     @staticmethod
     def callback_resource(
-        allocate: Any, deallocate: Any, device_id: int, name: str
+        allocate: Any, deallocate: Any, device_id: int, name: str, make_stream: Any = None
     ) -> _Resource: ...
     @staticmethod
     def pin(

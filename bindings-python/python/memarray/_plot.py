@@ -32,10 +32,21 @@ def _from_snapshot(snap: dict) -> tuple[list[float], dict[str, list[int]], dict[
             series[n].append(int(b))
     sites: dict[str, int] = defaultdict(int)
     for a in snap["live"]:
-        stack = a.get("stack")
-        site = stack.splitlines()[-1] if stack else f"({a['source']})"
-        sites[f"{a['source']}: {site}"] += int(a["size"])
+        sites[f"{a['source']}: {_site(a.get('stack'))}"] += int(a["size"])
     return times, series, dict(sites)
+
+
+def _site(stack: str | None) -> str:
+    """The allocation site of a stack: its innermost frame outside installed packages
+    (the user's line that led to the allocation), as ``file:line in function`` with the
+    file's base name; the innermost frame when every frame is a package's."""
+    if not stack:
+        return "(no stack)"
+    frames = stack.splitlines()
+    mine = [f for f in frames if "site-packages" not in f and "dist-packages" not in f]
+    frame = (mine or frames)[-1]
+    path, _, rest = frame.partition(":")
+    return f"{os.path.basename(path)}:{rest}"
 
 
 def _from_log(path: str) -> tuple[list[float], dict[str, list[int]], dict[str, int]]:
@@ -99,7 +110,7 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
     ax1.set_title("memory through memarray, per library")
     biggest = sorted(sites.items(), key=lambda kv: kv[1], reverse=True)[:top]
     if biggest:
-        labels = [k if len(k) <= 70 else "..." + k[-67:] for k, _ in biggest]
+        labels = [k if len(k) <= 60 else k[:57] + "..." for k, _ in biggest]
         ax2.barh(range(len(biggest)), [v / mib for _, v in biggest])
         ax2.set_yticks(range(len(biggest)), labels, fontsize=7)
         ax2.invert_yaxis()

@@ -289,23 +289,15 @@ class Rmm(Resource):
             raise ValueError(f"no CUDA device {device_id} for RMM (this machine has {count})")
         mr = rmm.mr.get_per_device_resource(device_id)
         stream_type = rmm.pylibrmm.stream.Stream
-        streams: dict[int, object] = {}
-
-        def rmm_stream(handle: int):
-            s = streams.get(handle)
-            if s is None:
-                s = streams[handle] = stream_type(_Handle(handle))
-            return s
-
-        def allocate(nbytes: int, stream: int) -> int:
-            return int(mr.allocate(nbytes, rmm_stream(stream)))
-
-        def deallocate(ptr: int, nbytes: int, stream: int) -> None:
-            mr.deallocate(ptr, nbytes, rmm_stream(stream))
-
         self.rmm_resource = mr
+        # RMM's bound methods are called straight from the extension, with an RMM stream
+        # made once per stream handle.
         self._handle = _memarray._interop.callback_resource(
-            allocate, deallocate, device_id, f"rmm({type(mr).__name__}, cuda:{device_id})"
+            mr.allocate,
+            mr.deallocate,
+            device_id,
+            f"rmm({type(mr).__name__}, cuda:{device_id})",
+            lambda handle: stream_type(_Handle(handle)),
         )
 
 
