@@ -148,8 +148,8 @@ while [ $# -gt 0 ]; do
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
     interop) interop ;;
     numba-all) python3 scripts/numba_compare.py --all 2>&1 | tee "$OUT/numba_all.log" || fail "numba all" ;;
-    all) tests; demo; sanitize; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|npy|demo|multi|all]... | transfer [args]"; exit 2 ;;
+    all) tests; demo; sanitize; interop; bench ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|numba-all|demo|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

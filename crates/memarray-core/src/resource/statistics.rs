@@ -223,3 +223,44 @@ impl MemoryResource for StatisticsAdaptor {
         self.upstream.memory_info()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HostResource;
+    use crate::resource::with_source;
+
+    #[test]
+    fn counts_are_kept_per_source() {
+        let s = StatisticsAdaptor::new(Arc::new(HostResource));
+        let a = s.allocate(100, 8, None).unwrap();
+        let b = with_source(Source::Torch, || s.allocate(300, 8, None).unwrap());
+        let c = with_source(Source::Torch, || s.allocate(5, 8, None).unwrap());
+        let rows = s.by_source();
+        assert_eq!(
+            rows.iter()
+                .map(|(src, c)| (*src, c.current_bytes, c.current_count))
+                .collect::<Vec<_>>(),
+            [(Source::Memarray, 100, 1), (Source::Torch, 305, 2)]
+        );
+        // SAFETY: each pointer came from `s` with these arguments and is freed once.
+        unsafe {
+            with_source(Source::Torch, || s.deallocate(b, 300, 8, None));
+            s.deallocate(a, 100, 8, None);
+        }
+        let torch = s
+            .by_source()
+            .into_iter()
+            .find(|r| r.0 == Source::Torch)
+            .unwrap()
+            .1;
+        assert_eq!(
+            (torch.current_bytes, torch.total_bytes, torch.total_count),
+            (5, 305, 2)
+        );
+        assert_eq!(s.statistics().current_bytes, 5);
+        // SAFETY: as above.
+        unsafe { with_source(Source::Torch, || s.deallocate(c, 5, 8, None)) };
+        assert!(s.by_source().iter().all(|(_, c)| c.current_bytes == 0));
+    }
+}
