@@ -24,7 +24,7 @@ LAYERS = {
         ["shape"],
         ["indexer", "lock", "npy"],
         ["resource"],
-        ["host"],
+        ["host", "spill"],
     ],
     "crates/memarray-dlpack/src": [
         ["error"],

@@ -39,6 +39,7 @@ pub mod npy;
 mod npy_literal;
 pub mod resource;
 pub mod shape;
+pub mod spill;
 
 pub use dtype::{DType, Element};
 pub use error::{CoreError, Result};
