@@ -158,7 +158,13 @@ pub unsafe extern "C" fn memarray_torch_free(
 /// Adds `stream` to the streams a torch block's free waits for; False if `ptr` is not a
 /// live block of memarray's torch allocator.
 #[pyfunction]
-fn torch_record_stream(ptr: usize, stream: usize) -> bool {
+fn torch_record_stream(ptr: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let ptr: usize = crate::convert::int(ptr, "ptr")?;
+    let stream: usize = crate::convert::int(stream, "stream")?;
+    Ok(record_use(ptr, stream))
+}
+
+fn record_use(ptr: usize, stream: usize) -> bool {
     let mut blocks = torch_blocks();
     let Some(b) = blocks.get_mut(&ptr) else {
         return false;
@@ -428,12 +434,14 @@ impl Pinning {
 fn pin(
     py: Python<'_>,
     owner: &Bound<'_, PyAny>,
-    ptr: usize,
-    size: usize,
+    ptr: &Bound<'_, PyAny>,
+    size: &Bound<'_, PyAny>,
     device_id: &Bound<'_, PyAny>,
     mapped: bool,
     portable: bool,
 ) -> PyResult<Pinning> {
+    let ptr: usize = crate::convert::int(ptr, "ptr")?;
+    let size: usize = crate::convert::int(size, "size")?;
     let device: u32 = crate::convert::int(device_id, "device_id")?;
     let dev = Device::get(device).map_err(crate::errors::cuda_err)?;
     // An owner with a C-contiguous buffer has the range checked against it; others (a
@@ -513,7 +521,8 @@ struct ResourceCallbacks {
 impl ResourceCallbacks {
     /// `size` bytes ordered on `stream`; MemoryError when out of memory (after the shared
     /// relief steps). The GIL stays held: a pool hit costs less than handing it over.
-    fn allocate(&self, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+    fn allocate(&self, size: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let size: usize = crate::convert::int(size, "size")?;
         let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
         let p = with_source(self.source, || {
             allocate_with_relief(&*self.resource, size, TORCH_ALIGN, stream, false)
@@ -528,7 +537,14 @@ impl ResourceCallbacks {
     }
 
     /// Returns a block `allocate` gave, ordered on `stream`; anything else is ignored.
-    fn deallocate(&self, ptr: usize, size: usize, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn deallocate(
+        &self,
+        ptr: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let ptr: usize = crate::convert::int(ptr, "ptr")?;
+        let size: usize = crate::convert::int(size, "size")?;
         let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
         let known = self
             .live
@@ -586,7 +602,8 @@ struct CupyAllocator {
 
 #[pymethods]
 impl CupyAllocator {
-    fn __call__(&self, py: Python<'_>, nbytes: usize) -> PyResult<Py<PyAny>> {
+    fn __call__(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let nbytes: usize = crate::convert::int(nbytes, "nbytes")?;
         let device: u32 = self.get_device.call0(py)?.extract(py)?;
         let stream: usize = self
             .get_stream

@@ -222,6 +222,35 @@ def test_missing_peers_are_import_errors_naming_the_package():
     assert out.strip() == "ok"
 
 
+def test_glue_entry_points_refuse_bad_integers_with_documented_errors():
+    # The exception walk on the GPU found these raising OverflowError (a bare usize).
+    from memarray import _memarray
+
+    interop = _memarray._interop
+    hook = interop.cupy_allocator(lambda: 0, lambda: None, None, None)
+    callbacks = interop.resource_callbacks(mr.Host()._handle, "rmm")
+    for bad in (-1, 2**64, 2**70, np.int64(-1)):
+        with pytest.raises(ValueError):
+            hook(bad)
+        with pytest.raises(ValueError):
+            callbacks.allocate(bad, 0)
+        with pytest.raises(ValueError):
+            callbacks.deallocate(bad, 1, 0)
+        with pytest.raises(ValueError):
+            interop.torch_record_stream(bad, 0)
+        with pytest.raises(ValueError):
+            interop.pin(b"x", bad, 1, 0)
+    with pytest.raises(TypeError):
+        hook("1")
+    assert interop.torch_record_stream(12345, 0) is False  # not a block of memarray's
+    # Host memory through the callbacks (RMM's side would pass its stream object).
+    p = callbacks.allocate(4096, 0)
+    assert p % 256 == 0 and callbacks.live_blocks() == 1
+    callbacks.deallocate(p, 4096, 0)
+    callbacks.deallocate(p, 4096, 0)  # a second free of the same block is ignored
+    assert callbacks.live_blocks() == 0
+
+
 def test_allocation_free_takes_a_stream():
     a = mr.Host().allocate(100)
     with pytest.raises(TypeError):
