@@ -536,7 +536,8 @@ impl ResourceCallbacks {
         Ok(addr)
     }
 
-    /// Returns a block `allocate` gave, ordered on `stream`; anything else is ignored.
+    /// Returns a block `allocate` gave, ordered on `stream`; anything else is ignored. A
+    /// `size` other than the block's is a ValueError (the block stays live).
     fn deallocate(
         &self,
         ptr: &Bound<'_, PyAny>,
@@ -546,18 +547,24 @@ impl ResourceCallbacks {
         let ptr: usize = crate::convert::int(ptr, "ptr")?;
         let size: usize = crate::convert::int(size, "size")?;
         let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
-        let known = self
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&ptr);
-        if let (Some(size0), Some(p)) = (known, NonNull::new(ptr as *mut u8)) {
-            let _ = size;
+        let known = {
+            let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            match live.get(&ptr) {
+                Some(&recorded) if recorded != size => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "block {ptr:#x} was allocated with {recorded} bytes, not {size}"
+                    )));
+                }
+                Some(_) => live.remove(&ptr),
+                None => None,
+            }
+        };
+        if let (Some(size), Some(p)) = (known, NonNull::new(ptr as *mut u8)) {
             with_source(self.source, || {
-                // SAFETY: p came from this resource with (size0, TORCH_ALIGN) in allocate
+                // SAFETY: p came from this resource with (size, TORCH_ALIGN) in allocate
                 // and left the table above, so it is freed once; the caller's work on it
                 // is ordered on `stream`.
-                unsafe { self.resource.deallocate(p, size0, TORCH_ALIGN, stream) }
+                unsafe { self.resource.deallocate(p, size, TORCH_ALIGN, stream) }
             });
         }
         Ok(())

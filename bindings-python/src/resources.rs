@@ -267,14 +267,7 @@ impl PyResource {
                 })
             })
             .py()?;
-        Ok(Allocation {
-            resource: r,
-            ptr,
-            size: bytes,
-            stream,
-            source,
-            freed: AtomicBool::new(false),
-        })
+        Ok(Allocation::owned(r, ptr, bytes, stream, source))
     }
 
     fn __repr__(&self) -> String {

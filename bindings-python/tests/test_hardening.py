@@ -7,44 +7,18 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import pathlib
 import pickle
 import shutil
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import weakref
 
 import numpy as np
 import pytest
+from children import assert_clean, run_child
 
 import memarray
 from memarray import resources as mr
-
-HERE = pathlib.Path(__file__).parent
-
-
-def run_child(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh interpreter (with the tests directory importable); the
-    caller asserts on the result. A signal shows as a negative return code."""
-    e = dict(os.environ if env is None else env)
-    e["PYTHONPATH"] = str(HERE) + os.pathsep + e.get("PYTHONPATH", "")
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=e,
-    )
-    return r
-
-
-def assert_clean(r: subprocess.CompletedProcess):
-    assert r.returncode == 0, f"rc {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr[-3000:]}"
-    assert "PanicException" not in r.stderr + r.stdout
-
 
 # ---- crashes ----
 

@@ -6,32 +6,28 @@ test instead of ending the run."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from children import child_stdout
 
 from memarray import resources as mr
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def run_child(code: str, timeout: int = 300, env: dict | None = None) -> str:
-    """Runs `code` in a fresh interpreter; its stdout, or the test fails with both streams."""
-    e = dict(os.environ, **(env or {}))
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=e,
-    )
-    assert r.returncode == 0, f"child failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    return r.stdout
+def _peer(name: str, required_by: str = "MEMARRAY_REQUIRE_GPU"):
+    """The peer library `name`, or a visible skip; a failure instead where `required_by`
+    is 1 (the GPU machine has torch, CuPy and Numba; RMM travels as carried wheels)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get(required_by) == "1":
+            raise
+        pytest.skip(f"SKIPPED: {name} is not installed")
 
 
 # ---------------------------------------------------------------- CPU: sources, pressure
@@ -109,7 +105,7 @@ def test_an_out_of_memory_runs_the_relief_steps_and_counts_them():
 
 
 def test_relievers_release_loaded_libraries_and_never_import_them():
-    out = run_child(
+    out = child_stdout(
         """
         import sys, types, json
         import memarray._pressure as p
@@ -151,7 +147,7 @@ def test_relievers_release_loaded_libraries_and_never_import_them():
 
 
 def test_plot_draws_a_snapshot_and_a_log(tmp_path):
-    pytest.importorskip("matplotlib")
+    _peer("matplotlib", "MEMARRAY_REQUIRE_PLOT")
     t = mr.Tracking(mr.Pool(mr.Host()), stacks=True)
     blocks = [t.allocate(1 << 16, source=s) for s in ("torch", "cupy", "memarray")]
     blocks[0].free()
@@ -192,7 +188,7 @@ def test_plot_sites_are_the_innermost_frame_outside_packages():
 
 
 def test_missing_peers_are_import_errors_naming_the_package():
-    out = run_child(
+    out = child_stdout(
         """
         import sys
         sys.modules["matplotlib"] = None
@@ -246,6 +242,9 @@ def test_glue_entry_points_refuse_bad_integers_with_documented_errors():
     # Host memory through the callbacks (RMM's side would pass its stream object).
     p = callbacks.allocate(4096, 0)
     assert p % 256 == 0 and callbacks.live_blocks() == 1
+    with pytest.raises(ValueError, match="4096"):
+        callbacks.deallocate(p, 4000, 0)
+    assert callbacks.live_blocks() == 1
     callbacks.deallocate(p, 4096, 0)
     callbacks.deallocate(p, 4096, 0)  # a second free of the same block is ignored
     assert callbacks.live_blocks() == 0
@@ -264,19 +263,10 @@ def test_allocation_free_takes_a_stream():
 # ---------------------------------------------------------------- GPU
 
 
-def _require_rmm():
-    try:
-        import rmm  # noqa: F401
-    except ImportError:
-        if os.environ.get("MEMARRAY_REQUIRE_RMM") == "1":
-            raise
-        pytest.skip("SKIPPED: RMM is not installed (pip install rmm-cu13)")
-
-
 @pytest.mark.gpu
 def test_torch_allocates_through_memarray():
-    pytest.importorskip("torch")
-    out = run_child(
+    _peer("torch")
+    out = child_stdout(
         """
         import json, torch, memarray.torch as mt, memarray.resources as mr
         mr.set_default_resource(mr.Statistics(mr.Pool(mr.Device(0))), 0)
@@ -319,8 +309,8 @@ def test_torch_allocates_through_memarray():
 
 @pytest.mark.gpu
 def test_torch_record_stream_orders_the_free():
-    pytest.importorskip("torch")
-    out = run_child(
+    _peer("torch")
+    out = child_stdout(
         """
         import json, torch, memarray.torch as mt
         mt.install()
@@ -347,8 +337,8 @@ def test_torch_record_stream_orders_the_free():
 
 @pytest.mark.gpu
 def test_torch_mem_pool_and_installing_too_late():
-    pytest.importorskip("torch")
-    out = run_child(
+    _peer("torch")
+    out = child_stdout(
         """
         import json, torch, memarray.torch as mt, memarray.resources as mr
         mr.set_default_resource(mr.Statistics(mr.Pool(mr.Device(0))), 0)
@@ -376,9 +366,9 @@ def test_torch_mem_pool_and_installing_too_late():
 
 @pytest.mark.gpu
 def test_pressure_frees_torch_and_cupy_caches():
-    pytest.importorskip("torch")
-    pytest.importorskip("cupy")
-    out = run_child(
+    _peer("torch")
+    _peer("cupy")
+    out = child_stdout(
         """
         import json, torch, cupy, memarray, memarray.resources as mr
         free, total = mr.Device(0).memory_info()
@@ -410,7 +400,7 @@ def test_pressure_frees_torch_and_cupy_caches():
 
 @pytest.mark.gpu
 def test_cupy_allocates_through_memarray_on_its_stream():
-    cupy = pytest.importorskip("cupy")
+    cupy = _peer("cupy")
     import memarray.cupy
 
     stats = mr.Statistics(mr.Pool(mr.Device(0)))
@@ -433,8 +423,8 @@ def test_cupy_allocates_through_memarray_on_its_stream():
 
 @pytest.mark.gpu
 def test_numba_host_memory_comes_from_memarray():
-    pytest.importorskip("numba")
-    out = run_child(
+    _peer("numba")
+    out = child_stdout(
         """
         import json, numpy as np
         np.row_stack = np.vstack
@@ -474,8 +464,8 @@ def test_numba_host_memory_comes_from_memarray():
 
 @pytest.mark.gpu
 def test_rmm_both_ways():
-    _require_rmm()
-    out = run_child(
+    _peer("rmm", "MEMARRAY_REQUIRE_RMM")
+    out = child_stdout(
         """
         import json, numpy as np, rmm, rmm.mr, memarray, memarray.rmm, memarray.resources as mr
         stats = mr.Statistics(mr.Pool(mr.Device(0)))

@@ -87,32 +87,33 @@ fn capsule<'py>(
     Ok(unsafe { Bound::from_owned_ptr(py, cap) })
 }
 
+/// An optional argument that is None or a pair of ints (`what` names it and its parts in
+/// the TypeError).
+fn int_pair(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<(i64, i64)>> {
+    let Some(v) = obj.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    v.extract().map(Some).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} tuple of ints, not {}",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
 /// Parses `max_version`: None or a (major, minor) pair of ints. Returns whether to give a
 /// versioned capsule.
 fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-    let Some(v) = max_version.filter(|v| !v.is_none()) else {
-        return Ok(false);
-    };
-    let (major, _minor): (i64, i64) = v.extract().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "max_version must be None or a (major, minor) tuple of ints, not {}",
-            v.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
-    })?;
-    Ok(major >= 1)
+    let pair = int_pair(max_version, "max_version must be None or a (major, minor)")?;
+    Ok(pair.is_some_and(|(major, _)| major >= 1))
 }
 
 /// Parses `dl_device`: None or a (device_type, device_id) pair.
 fn parse_dl_device(dl_device: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Target>> {
-    let Some(d) = dl_device.filter(|d| !d.is_none()) else {
+    let what = "dl_device must be None or a (device_type, device_id)";
+    let Some((ty, id)) = int_pair(dl_device, what)? else {
         return Ok(None);
     };
-    let (ty, id): (i64, i64) = d.extract().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "dl_device must be None or a (device_type, device_id) tuple of ints, not {}",
-            d.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
-    })?;
     match ty {
         KDLCPU | KDLCUDA => Target::parse(ty, Some(id))
             .map(Some)

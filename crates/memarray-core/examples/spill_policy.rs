@@ -6,14 +6,12 @@
 
 use std::collections::HashSet;
 
-use memarray_core::spill::SpillPolicy;
+use memarray_core::spill::{Expert, SpillPolicy};
 
-/// Replays `trace` with room for `capacity` arrays; the hit rate over the second half.
-/// `force` pins the policy's choice to LRU (Some(true)) or MRU (Some(false)).
-fn hit_rate(trace: &[u64], capacity: usize, force: Option<bool>) -> f64 {
-    let mut p = SpillPolicy::new();
+/// Replays `trace` with room for `capacity` arrays under `p`; the hit rate over the second
+/// half (after learning).
+fn hit_rate(trace: &[u64], capacity: usize, mut p: SpillPolicy) -> f64 {
     let mut resident = HashSet::new();
-    let mut order: Vec<u64> = Vec::new(); // recency for the forced experts
     let (mut hits, mut counted) = (0usize, 0usize);
     for (i, &id) in trace.iter().enumerate() {
         let hit = resident.contains(&id);
@@ -21,26 +19,14 @@ fn hit_rate(trace: &[u64], capacity: usize, force: Option<bool>) -> f64 {
             counted += 1;
             hits += usize::from(hit);
         }
-        order.retain(|&x| x != id);
-        order.push(id);
         if hit {
             p.touch(id);
             continue;
         }
         while resident.len() >= capacity {
-            let victim = match force {
-                Some(true) => *order.iter().find(|&x| resident.contains(x)).unwrap(),
-                Some(false) => *order.iter().rev().find(|&x| resident.contains(x)).unwrap(),
-                None => {
-                    let (v, e) = p.choose(|_| true).unwrap();
-                    p.spilled(v, e);
-                    v
-                }
-            };
+            let (victim, expert) = p.choose(|_| true).unwrap();
             resident.remove(&victim);
-            if force.is_some() {
-                p.remove(victim);
-            }
+            p.spilled(victim, expert);
         }
         p.restored(id);
         resident.insert(id);
@@ -71,9 +57,9 @@ fn main() {
     ] {
         println!(
             "{name:<34} {:>6.3} {:>6.3} {:>9.3}",
-            hit_rate(trace, cap, Some(true)),
-            hit_rate(trace, cap, Some(false)),
-            hit_rate(trace, cap, None)
+            hit_rate(trace, cap, SpillPolicy::fixed(Expert::Lru)),
+            hit_rate(trace, cap, SpillPolicy::fixed(Expert::Mru)),
+            hit_rate(trace, cap, SpillPolicy::new())
         );
     }
 }

@@ -68,15 +68,7 @@ impl DeviceBuffer {
         resource: Arc<dyn MemoryResource>,
         stream: StreamRef,
     ) -> Result<Self> {
-        Self::check_resource(device, &*resource)?;
-        let ptr = memarray_core::resource::allocate_with_relief(
-            &*resource,
-            len,
-            DEVICE_ALIGN,
-            Some(stream.into()),
-            true,
-        )?;
-        Ok(Self::from_parts(device, ptr, len, resource, stream))
+        Self::allocate(device, len, resource, stream, true)
     }
 
     /// `len` bytes from `resource`, uninitialised.
@@ -90,13 +82,24 @@ impl DeviceBuffer {
         resource: Arc<dyn MemoryResource>,
         stream: StreamRef,
     ) -> Result<Self> {
+        Self::allocate(device, len, resource, stream, false)
+    }
+
+    /// `len` bytes from `resource` through the relief path, zeroed when `zeroed`.
+    fn allocate(
+        device: &Arc<Device>,
+        len: usize,
+        resource: Arc<dyn MemoryResource>,
+        stream: StreamRef,
+        zeroed: bool,
+    ) -> Result<Self> {
         Self::check_resource(device, &*resource)?;
         let ptr = memarray_core::resource::allocate_with_relief(
             &*resource,
             len,
             DEVICE_ALIGN,
             Some(stream.into()),
-            false,
+            zeroed,
         )?;
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }

@@ -306,28 +306,10 @@ impl MemoryResource for TrackingAdaptor {
         unsafe { self.upstream.deallocate(ptr, bytes, align, stream) };
     }
 
-    fn kind(&self) -> MemoryKind {
-        self.upstream.kind()
-    }
-
-    fn is_accessible_from(&self, location: Location) -> bool {
-        self.upstream.is_accessible_from(location)
-    }
+    forward_to_upstream!();
 
     fn memory_info(&self) -> Option<MemoryInfo> {
         self.upstream.memory_info()
-    }
-
-    fn device_id(&self) -> Option<u32> {
-        self.upstream.device_id()
-    }
-
-    fn release_cached(&self) -> usize {
-        self.upstream.release_cached()
-    }
-
-    fn name(&self) -> &str {
-        &self.name
     }
 }
 
