@@ -130,7 +130,7 @@ impl PyMemArray {
 /// overlapping sets cannot deadlock. Take it with the GIL released.
 pub(crate) struct Locked<'a> {
     keys: Vec<usize>,
-    guards: Vec<std::sync::MutexGuard<'a, RawArray>>,
+    guards: Vec<memarray_cuda::array::StateGuard<'a>>,
 }
 
 impl<'a> Locked<'a> {

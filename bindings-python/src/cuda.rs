@@ -60,6 +60,11 @@ pub fn cuda_array_interface<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     // Nothing here blocks the host: the array is read without releasing the GIL unless
     // another thread is in a call on it.
+    if arr.peek(py, |raw| raw.is_spilled()) {
+        // Spilled: back to the device first (a copy; may spill others).
+        arr.with_detached(py, |raw| raw.restore(None, false, None))
+            .py()?;
+    }
     let (buf, dtype, shape, stream) = arr.peek(py, |raw| -> PyResult<_> {
         let Location::Device(_) = raw.location() else {
             return Err(pyo3::exceptions::PyAttributeError::new_err(

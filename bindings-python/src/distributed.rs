@@ -49,7 +49,13 @@ impl PyComm {
     ) -> PyResult<()> {
         let a = PyMemArray::arg(array, call)?.get();
         let comm: &Comm = &self.comm;
-        py.detach(|| f(comm, &mut a.shared.state())).py()
+        py.detach(|| {
+            let mut g = a.shared.state();
+            // A spilled array comes back before the collective reads or writes it.
+            g.restore(None, false, None)?;
+            f(comm, &mut g)
+        })
+        .py()
     }
 
     /// Runs `f` on `array` and `out`, two distinct arrays (both locked in address order,
@@ -70,7 +76,11 @@ impl PyComm {
         py.detach(|| {
             let mut locked = Locked::new(&[a, o]);
             match locked.pair_mut(a, o) {
-                Some((a, o)) => f(comm, a, o),
+                Some((a, o)) => {
+                    a.restore(None, false, None)?;
+                    o.restore(None, false, None)?;
+                    f(comm, a, o)
+                }
                 None => Err(nccl::NcclError::Call {
                     call,
                     reason: "out must be another array than the input".into(),

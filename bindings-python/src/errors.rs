@@ -57,6 +57,7 @@ pub fn cuda_err(e: CudaError) -> PyErr {
         CudaError::NoSuchDevice { .. }
         | CudaError::Inaccessible { .. }
         | CudaError::Array(ArrayError::NotOnDevice { .. }) => PyValueError::new_err(msg),
+        CudaError::Array(ArrayError::NotSpillable { .. }) => PyValueError::new_err(msg),
         CudaError::Array(ArrayError::NotOnHost { location }) => PyBufferError::new_err(format!(
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"

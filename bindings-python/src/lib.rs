@@ -23,6 +23,7 @@ mod ipc;
 mod numpy;
 mod pickle;
 mod resources;
+mod spill;
 mod stream;
 mod strided;
 
@@ -116,5 +117,6 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     resources::register(m)?;
     interop::register(m)?;
     distributed::register(m)?;
+    spill::register(m)?;
     Ok(())
 }

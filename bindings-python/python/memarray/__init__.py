@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import cuda, distributed, dlpack, resources
+from . import cuda, distributed, dlpack, resources, spill
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -53,6 +53,7 @@ __all__ = [
     "move_many",
     "resources",
     "scatter",
+    "spill",
     "zeros",
 ]
 

@@ -334,8 +334,9 @@ unsafe extern "C" fn allocator(
                 }
                 other => return Err(("ValueError".into(), format!("device type {other}"))),
             };
-            let raw = RawArray::born_with(dtype, &shape, location, Fill::Unset, None, None, None)
-                .map_err(|e| ("MemoryError".to_string(), e.to_string()))?;
+            let mut raw =
+                RawArray::born_with(dtype, &shape, location, Fill::Unset, None, None, None)
+                    .map_err(|e| ("MemoryError".to_string(), e.to_string()))?;
             let buf = raw
                 .export_buffer(None, false, memarray_cuda::array::Consumer::NoSync)
                 .map_err(|e| ("RuntimeError".to_string(), e.to_string()))?;

@@ -94,6 +94,7 @@ impl DeviceBuffer {
         zeroed: bool,
     ) -> Result<Self> {
         Self::check_resource(device, &*resource)?;
+        crate::spill::make_room(device.id(), len);
         let ptr = memarray_core::resource::allocate_with_relief(
             &*resource,
             len,
@@ -209,6 +210,17 @@ impl DeviceBuffer {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(e);
         }
+    }
+
+    /// Whether every recorded use has finished (asks the driver; never blocks). Finished
+    /// uses are forgotten, so a buffer exported many times keeps no trail of events.
+    pub(crate) fn uses_done(&self) -> bool {
+        let mut uses = self
+            .uses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        uses.retain(|e| !e.is_complete().unwrap_or(false));
+        uses.is_empty()
     }
 
     /// Size in bytes.

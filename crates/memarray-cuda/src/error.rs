@@ -154,6 +154,19 @@ pub enum ArrayError {
         "the array has no host copy yet; move it to the host first (move_memory(Location::Host, ..))"
     )]
     NoHostCopy,
+    /// A raw device address of a spilled array, asked through a shared reference that
+    /// cannot restore it.
+    #[error(
+        "the array is spilled to the host for now; restore it first (RawArray::restore, or \
+         any operation through a mutable reference or a SharedArray restores it)"
+    )]
+    Spilled,
+    /// A spill asked for by name ([`crate::spill::evict`]) that cannot happen now.
+    #[error("the array cannot be spilled now: {reason}")]
+    NotSpillable {
+        /// Why, in words.
+        reason: &'static str,
+    },
 }
 
 impl CudaError {

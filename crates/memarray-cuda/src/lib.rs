@@ -67,6 +67,7 @@ pub mod nccl;
 mod per_device;
 pub mod resource;
 mod route;
+pub mod spill;
 pub mod staging;
 pub mod stream;
 pub mod sync;

@@ -51,7 +51,9 @@ pub use foreign::ForeignMemory;
 pub use host::{HOST_ALIGN, HostResource};
 pub use limiting::LimitingAdaptor;
 pub use logging::{LOG_HEADER, LoggingAdaptor};
-pub use pressure::{PressureStatistics, allocate_with_relief, pressure_statistics};
+pub use pressure::{
+    PressureStatistics, SpillHook, allocate_with_relief, pressure_statistics, set_spill_hook,
+};
 pub use retry::RetryAdaptor;
 pub use source::{Source, current_source, with_source};
 pub use statistics::{SourceStatistics, Statistics, StatisticsAdaptor};

@@ -17,6 +17,10 @@ use crate::error::{CoreError, Result};
 /// the bytes it released where it knows them, else 0.
 pub type Reliever = Arc<dyn Fn(Option<u32>) -> usize + Send + Sync>;
 
+/// Frees device memory of one device by spilling arrays (memarray-cuda's spill module):
+/// called with the device and the bytes wanted, returns the device bytes it freed.
+pub type SpillHook = Arc<dyn Fn(u32, usize) -> usize + Send + Sync>;
+
 /// Counters of the relief path, process-wide.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PressureStatistics {
@@ -28,6 +32,11 @@ pub struct PressureStatistics {
     pub failed: u64,
     /// Bytes memarray's own resources gave back (step one).
     pub own_released_bytes: u64,
+    /// Of the events, those where spilling arrays ran (the last step), and the device
+    /// bytes it freed.
+    pub spills: u64,
+    /// Device bytes spilling freed for them.
+    pub spilled_bytes: u64,
     /// Per reliever: (library, times asked, bytes it reported released).
     pub relievers: Vec<(Source, u64, u64)>,
 }
@@ -35,7 +44,14 @@ pub struct PressureStatistics {
 #[derive(Default)]
 struct State {
     relievers: Vec<(Source, Reliever)>,
+    spill: Option<SpillHook>,
     stats: PressureStatistics,
+}
+
+/// Installs (or with `None` removes) the last step of the relief path: spilling arrays
+/// of the device that ran out, for any library's allocation through memarray.
+pub fn set_spill_hook(hook: Option<SpillHook>) {
+    with_state(|st| st.spill = hook);
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -92,7 +108,8 @@ pub fn relieve(resource: &dyn MemoryResource, source: Source) -> usize {
 }
 
 /// `resource.allocate(bytes, align, stream)` (zeroed when `zeroed`); on out-of-memory,
-/// [`relieve`] and one retry. The source is this thread's
+/// [`relieve`] and one retry; if that fails too and spilling is on for the resource's
+/// device, spill arrays and retry while spilling frees memory. The source is this thread's
 /// [`current_source`](super::current_source) (memarray's own outside any glue).
 pub fn allocate_with_relief(
     resource: &dyn MemoryResource,
@@ -115,7 +132,26 @@ pub fn allocate_with_relief(
                 resource,
                 super::current_source().unwrap_or(Source::Memarray),
             );
-            let again = call();
+            let mut again = call();
+            if matches!(again, Err(CoreError::OutOfMemory { .. }))
+                && let Some(device) = resource.device_id()
+                && let Some(spill) = with_state(|st| st.spill.clone())
+            {
+                with_state(|st| st.stats.spills += 1);
+                // Each round spills at least `bytes` more; a pool's fragmentation may need
+                // a few. Stops when nothing more can go.
+                for _ in 0..16 {
+                    let freed = spill(device, bytes);
+                    with_state(|st| st.stats.spilled_bytes += freed as u64);
+                    if freed == 0 {
+                        break;
+                    }
+                    again = call();
+                    if !matches!(again, Err(CoreError::OutOfMemory { .. })) {
+                        break;
+                    }
+                }
+            }
             with_state(|st| match &again {
                 Ok(_) => st.stats.recovered += 1,
                 Err(_) => st.stats.failed += 1,

@@ -51,6 +51,9 @@ pub struct SpillStatistics {
     pub resident_bytes: u64,
     /// Nanoseconds spent spilling (in the spiller).
     pub spill_ns: u64,
+    /// Nanoseconds spent restoring (enqueueing the copies back; a synchronous restore
+    /// includes the copy).
+    pub restore_ns: u64,
     /// Victims skipped because they were busy.
     pub skipped_busy: u64,
 }
@@ -61,6 +64,21 @@ struct State {
     resident: HashMap<u64, usize>,
     spilled: HashMap<u64, usize>,
     stats: SpillStatistics,
+}
+
+impl State {
+    fn spilled(&mut self, id: u64, bytes: usize, ns: u64) {
+        if let Some(b) = self.resident.remove(&id) {
+            self.stats.resident_bytes -= b as u64;
+        }
+        if let Some(old) = self.spilled.insert(id, bytes) {
+            self.stats.current_spilled_bytes -= old as u64;
+        }
+        self.stats.spilled_arrays += 1;
+        self.stats.spilled_bytes += bytes as u64;
+        self.stats.current_spilled_bytes += bytes as u64;
+        self.stats.spill_ns += ns;
+    }
 }
 
 /// The spillable arrays of one device (see the module docs).
@@ -120,19 +138,28 @@ impl SpillRegistry {
         st.policy.remove(id);
     }
 
-    /// Spilled array `id` is back on the device with `bytes`.
-    pub fn restored(&self, id: u64, bytes: usize) {
+    /// Spilled array `id` is back on the device with `bytes`; restoring took `ns`.
+    pub fn restored(&self, id: u64, bytes: usize, ns: u64) {
         let mut st = self.lock();
         if let Some(b) = st.spilled.remove(&id) {
             st.stats.current_spilled_bytes -= b as u64;
         }
         st.stats.restored_arrays += 1;
         st.stats.restored_bytes += bytes as u64;
+        st.stats.restore_ns += ns;
         if let Some(old) = st.resident.insert(id, bytes) {
             st.stats.resident_bytes -= old as u64;
         }
         st.stats.resident_bytes += bytes as u64;
         st.policy.restored(id);
+    }
+
+    /// Array `id` was spilled outside [`Self::make_room`] (on request), taking `ns`.
+    pub fn note_spilled(&self, id: u64, bytes: usize, ns: u64) {
+        let mut st = self.lock();
+        st.spilled(id, bytes, ns);
+        let expert = st.policy.expert();
+        st.policy.spilled(id, expert);
     }
 
     /// Whether array `id` is spilled now.
@@ -175,14 +202,7 @@ impl SpillRegistry {
             match outcome {
                 SpillOutcome::Spilled { bytes } => {
                     freed += bytes as u64;
-                    if let Some(b) = st.resident.remove(&id) {
-                        st.stats.resident_bytes -= b as u64;
-                    }
-                    st.spilled.insert(id, bytes);
-                    st.stats.spilled_arrays += 1;
-                    st.stats.spilled_bytes += bytes as u64;
-                    st.stats.current_spilled_bytes += bytes as u64;
-                    st.stats.spill_ns += ns;
+                    st.spilled(id, bytes, ns);
                     st.policy.spilled(id, expert);
                 }
                 SpillOutcome::Busy => st.stats.skipped_busy += 1,
@@ -262,7 +282,7 @@ mod tests {
             unsafe { std::ptr::copy_nonoverlapping(e.host.as_ptr(), p as *mut u8, CHUNK) };
             e.on_device = Some(p);
             drop(arrays);
-            reg.restored(id, CHUNK);
+            reg.restored(id, CHUNK, 0);
             p
         }
     }

@@ -510,6 +510,52 @@ impl DeviceSide {
         Ok(())
     }
 
+    /// Why the device copy cannot be spilled now, if it cannot: a producer's memory, a
+    /// live export or pin (another holder of the buffer), or work still running on it
+    /// (the array's event or a consumer's recorded use; asked without blocking).
+    pub(crate) fn spill_refusal(&self) -> Option<&'static str> {
+        let Some(b) = &self.buffer else {
+            return Some("it has no device copy");
+        };
+        if self.foreign {
+            return Some("its device memory belongs to another library (a zero-copy import)");
+        }
+        if Arc::strong_count(b) > 1 {
+            return Some(
+                "its device memory is exported (a DLPack consumer, a CUDA Array Interface \
+                 pointer, an IPC handle or an on_device scope holds it)",
+            );
+        }
+        if self
+            .lazy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return Some("work is still queued on it");
+        }
+        let busy = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|p| !p.event.is_complete().unwrap_or(false));
+        if busy || !b.uses_done() {
+            return Some("work is still queued on it");
+        }
+        None
+    }
+
+    /// Whether the device copy is a producer's memory (a zero-copy import).
+    pub(crate) fn is_foreign(&self) -> bool {
+        self.foreign
+    }
+
+    /// Frees the device copy (after a spill moved its data out and the host waited).
+    pub(crate) fn drop_buffer(&mut self) {
+        self.buffer = None;
+    }
+
     pub(super) fn current(&self) -> Result<Arc<DeviceBuffer>> {
         self.buffer.clone().ok_or(ArrayError::NoDeviceCopy.into())
     }

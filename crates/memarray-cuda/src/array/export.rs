@@ -41,14 +41,21 @@ impl RawArray {
     /// The buffer to hand to a zero-copy export of the current data, or with `copy` a
     /// fresh copy of it. The returned owner keeps the memory alive; `consumer` is the
     /// stream the consumer will use (device data: it waits on pending work; host data:
-    /// the host waits).
+    /// the host waits). A spilled array is restored first, on the consumer's stream.
     pub fn export_buffer(
-        &self,
+        &mut self,
         token: Option<LockToken>,
         copy: bool,
         consumer: Consumer,
     ) -> Result<ExportBuffer> {
         self.check(token)?;
+        if self.spilled {
+            let stream = match consumer {
+                Consumer::Stream(s) => Some(s),
+                _ => None,
+            };
+            self.restore(stream, false, token)?;
+        }
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
@@ -82,17 +89,21 @@ impl RawArray {
     }
 
     /// Address of the device copy (for the CUDA Array Interface and kernels). It is a
-    /// device address: never dereference it on the host. Fails without a device copy.
+    /// device address: never dereference it on the host. Fails without a device copy, and
+    /// for a spilled array ([`Self::restore`] it first).
     pub fn device_ptr(&self, token: Option<LockToken>) -> Result<u64> {
         self.check(token)?;
+        self.not_spilled()?;
         self.dev.device_addr()
     }
 
     /// The device buffer holding the current data, shared: an export that hands out its
     /// address without an owner of its own (the CUDA Array Interface) keeps this to pin
     /// the memory.
+    /// Fails for a spilled array ([`Self::restore`] it first).
     pub fn device_buffer(&self, token: Option<LockToken>) -> Result<Arc<DeviceBuffer>> {
         self.check(token)?;
+        self.not_spilled()?;
         self.dev.device_buffer()
     }
 

@@ -69,6 +69,9 @@ mod collective {
             token: Option<LockToken>,
         ) -> Result<Arc<DeviceBuffer>> {
             self.check(token)?;
+            // Collectives take senders by shared reference: the caller restores them
+            // (the Python binding does before every collective).
+            self.not_spilled()?;
             if self.location != Location::Device(device) {
                 return Err(ArrayError::NotOnDevice {
                     what,

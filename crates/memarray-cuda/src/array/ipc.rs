@@ -13,9 +13,11 @@ impl RawArray {
     /// interprocess event recorded after the array's pending work (the host does not
     /// wait): the importer's work is ordered after it. Keep the array alive, on the
     /// device and unwritten while importers use the memory. The allocation's handle and
-    /// the event are made on the first call and reused.
-    pub fn ipc_handle(&self, token: Option<LockToken>) -> Result<IpcHandle> {
+    /// the event are made on the first call and reused. A spilled array is restored first
+    /// (the handle then pins it on the device: its buffer is shared).
+    pub fn ipc_handle(&mut self, token: Option<LockToken>) -> Result<IpcHandle> {
         self.check(token)?;
+        self.restore(None, false, token)?;
         let Location::Device(_) = self.location else {
             return Err(CudaError::Ipc {
                 reason: format!(

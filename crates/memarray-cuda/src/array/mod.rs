@@ -17,6 +17,7 @@ mod multi;
 mod npy;
 mod raw;
 mod shared;
+mod spill_side;
 mod typed;
 
 pub use batch::{BatchProfile, last_batch_profile};
@@ -25,5 +26,6 @@ pub use export::{Consumer, ExportBuffer};
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
 pub use multi::split_rows;
 pub use raw::RawArray;
-pub use shared::SharedArray;
+pub(crate) use shared::Cell;
+pub use shared::{SharedArray, StateGuard};
 pub use typed::MemArray;

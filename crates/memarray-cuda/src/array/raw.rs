@@ -11,6 +11,7 @@ use memarray_core::{
 use super::device_side::DeviceSide;
 use super::host_kind::{HostKind, host_buffer};
 use super::host_ops;
+use super::spill_side::SpillNote;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{ArrayError, CudaError, Result};
@@ -55,6 +56,13 @@ pub struct RawArray {
     /// Shared so a [`super::SharedArray`] can release a token without the array's mutex.
     pub(super) lock: Arc<Lock>,
     pub(super) dev: DeviceSide,
+    /// The data sits in the host copy for now, spilled from `Device(device_id)`
+    /// ([`crate::spill`]): `location` is `Host`, [`Self::location`] still says the device,
+    /// and every operation that needs the device data restores it first.
+    pub(super) spilled: bool,
+    /// What the spill registries know of this array (kept by its [`super::SharedArray`]
+    /// cell; never swapped).
+    pub(crate) spill_note: SpillNote,
 }
 
 impl Drop for RawArray {
@@ -145,6 +153,8 @@ impl RawArray {
             location: Location::Host,
             lock: Arc::new(Lock::new()),
             dev: DeviceSide::new(),
+            spilled: false,
+            spill_note: SpillNote::default(),
         })
     }
 
@@ -208,6 +218,25 @@ impl RawArray {
             location: Location::Device(device_id),
             lock: Arc::new(Lock::new()),
             dev,
+            spilled: false,
+            spill_note: SpillNote::default(),
+        }
+    }
+
+    /// An empty husk left behind when a [`super::SharedArray`] hands its array out.
+    pub(super) fn placeholder() -> Self {
+        Self {
+            dtype: DType::U8,
+            shape: vec![0],
+            nbytes: 0,
+            host: None,
+            host_kind: HostKind::Pageable,
+            device_id: 0,
+            location: Location::Host,
+            lock: Arc::new(Lock::new()),
+            dev: DeviceSide::new(),
+            spilled: false,
+            spill_note: SpillNote::default(),
         }
     }
 
@@ -235,9 +264,14 @@ impl RawArray {
     pub fn nbytes(&self) -> usize {
         self.nbytes
     }
-    /// Where the current data lives.
+    /// Where the array lives: the device for a spilled array (its data is on the host
+    /// for now; [`Self::is_spilled`]).
     pub fn location(&self) -> Location {
-        self.location
+        if self.spilled {
+            Location::Device(self.device_id)
+        } else {
+            self.location
+        }
     }
     /// The device this array moves to by default.
     pub fn device_id(&self) -> u32 {
@@ -305,6 +339,17 @@ impl RawArray {
         token: Option<LockToken>,
     ) -> Result<()> {
         self.check(token)?;
+        if self.spilled {
+            match target {
+                // The host copy is current: no copy at all.
+                Location::Host => self.spilled = false,
+                Location::Device(d) if d == self.device_id => {
+                    return self.restore(stream, sync, token);
+                }
+                // Straight from the host copy to the other device.
+                Location::Device(_) => self.spilled = false,
+            }
+        }
         if target == self.location {
             if sync {
                 self.dev.wait_host()?;
@@ -452,9 +497,9 @@ impl RawArray {
 
     pub(super) fn host_ready(&self, token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
-        if self.location != Location::Host {
+        if self.location() != Location::Host {
             return Err(ArrayError::NotOnHost {
-                location: self.location,
+                location: self.location(),
             }
             .into());
         }
@@ -502,7 +547,7 @@ impl RawArray {
         stream: Option<StreamRef>,
         token: Option<LockToken>,
     ) -> Result<()> {
-        let target = match self.location {
+        let target = match self.location() {
             Location::Device(id) => Location::Device(id),
             Location::Host => Location::Device(self.device_id),
         };
@@ -529,6 +574,9 @@ impl RawArray {
             location: self.location,
             lock: Arc::new(Lock::new()),
             dev,
+            // A spilled array's copy is spilled too: restored on its first device use.
+            spilled: self.spilled,
+            spill_note: SpillNote::default(),
         })
     }
 
@@ -545,6 +593,11 @@ impl RawArray {
         std::mem::swap(&mut self.device_id, &mut other.device_id);
         std::mem::swap(&mut self.location, &mut other.location);
         std::mem::swap(&mut self.dev, &mut other.dev);
+        std::mem::swap(&mut self.spilled, &mut other.spilled);
+        std::mem::swap(
+            &mut self.spill_note.host_from_spill,
+            &mut other.spill_note.host_from_spill,
+        );
         Ok(())
     }
 

@@ -9,6 +9,8 @@
 //! mutex while holding it: use [`SharedArray::try_state`] first and block on
 //! [`SharedArray::state`] only with that lock released.
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use memarray_core::{Lock, LockGuard, LockToken};
@@ -51,7 +53,64 @@ use crate::error::Result;
 #[derive(Debug)]
 pub struct SharedArray {
     lock: Arc<Lock>,
+    cell: Arc<Cell>,
+}
+
+/// The array's state and its id in the spill registries ([`crate::spill`], which hold a
+/// weak reference to reach it from another thread).
+#[derive(Debug)]
+pub(crate) struct Cell {
+    pub(crate) id: u64,
     state: Mutex<RawArray>,
+}
+
+impl Cell {
+    /// The state if no call is in progress on it, without the spill bookkeeping of a
+    /// [`StateGuard`] (the spiller's own access).
+    pub(crate) fn try_raw(&self) -> Option<MutexGuard<'_, RawArray>> {
+        match self.state.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        let raw = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        crate::spill::forget(self.id, raw);
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A [`SharedArray`]'s state, held: derefs to the [`RawArray`]. Dropping it tells the
+/// spill registry what the call changed (the array became resident, was used, left the
+/// device); with spilling off that is one atomic load.
+#[derive(Debug)]
+pub struct StateGuard<'a> {
+    cell: &'a Arc<Cell>,
+    raw: MutexGuard<'a, RawArray>,
+}
+
+impl Deref for StateGuard<'_> {
+    type Target = RawArray;
+    fn deref(&self) -> &RawArray {
+        &self.raw
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut RawArray {
+        &mut self.raw
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        crate::spill::after_access(self.cell, &mut self.raw);
+    }
 }
 
 impl SharedArray {
@@ -60,32 +119,51 @@ impl SharedArray {
     pub fn new(raw: RawArray) -> Self {
         Self {
             lock: raw.lock_slot(),
-            state: Mutex::new(raw),
+            cell: Arc::new(Cell {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                state: Mutex::new(raw),
+            }),
         }
     }
 
-    /// The array back, once no other thread can reach it.
+    /// The array back, out of the spill registries (a spilled array stays spilled: a
+    /// `&mut` operation that needs the device data restores it).
     pub fn into_inner(self) -> RawArray {
-        self.state
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner)
+        let mut g = self
+            .cell
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        crate::spill::forget(self.cell.id, &mut g);
+        std::mem::replace(&mut *g, RawArray::placeholder())
+    }
+
+    /// This array's id in the spill registries (unique in the process).
+    pub fn spill_id(&self) -> u64 {
+        self.cell.id
     }
 
     /// The array's state, waiting for any other thread's call to finish.
     ///
     /// A panic in another thread while it held the state does not poison it for good:
     /// every `RawArray` method leaves the array consistent at each point it can fail.
-    pub fn state(&self) -> MutexGuard<'_, RawArray> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    pub fn state(&self) -> StateGuard<'_> {
+        StateGuard {
+            cell: &self.cell,
+            raw: self
+                .cell
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        }
     }
 
     /// The array's state if no other thread is in a call on it, else `None`.
-    pub fn try_state(&self) -> Option<MutexGuard<'_, RawArray>> {
-        match self.state.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+    pub fn try_state(&self) -> Option<StateGuard<'_>> {
+        Some(StateGuard {
+            cell: &self.cell,
+            raw: self.cell.try_raw()?,
+        })
     }
 
     /// Runs `f` on the array, serialised with every other call on it.

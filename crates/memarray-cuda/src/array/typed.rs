@@ -305,7 +305,10 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.raw.check(token)?;
         let data = match self.location() {
             Location::Host => self.raw.host_ptr(token)?,
-            Location::Device(_) => self.raw.device_side().device_addr()? as *mut u8,
+            Location::Device(_) => {
+                self.raw.not_spilled()?;
+                self.raw.device_side().device_addr()? as *mut u8
+            }
         };
         Ok(Indexer::new(data.cast(), self.shape().map(|d| d as u64)))
     }

@@ -1,0 +1,486 @@
+//! Spilling past a device's capacity (docs/spilling.md).
+//!
+//! With spilling enabled on a device ([`enable`], or `MEMARRAY_SPILL` and friends read
+//! once, [`enable_from_env`]), the device-resident arrays shared through
+//! [`SharedArray`] (every Python array) are listed in that device's
+//! [`SpillRegistry`]. When a device allocation through memarray would take the listed
+//! arrays past the device budget, or fails for lack of memory after the caches and the
+//! other libraries gave theirs back ([`memarray_core::resource::allocate_with_relief`]),
+//! arrays chosen by the [`memarray_core::spill::SpillPolicy`] move their data to their
+//! host copy (made on demand: pinned within the host budget, in a file beyond it when a
+//! spill directory is set) and free their device buffer. A spilled array keeps its
+//! place ([`RawArray::location`] names the device, [`RawArray::is_spilled`] says where the
+//! data is) and every operation that needs its device data restores it first.
+//!
+//! Victims are never locked, exported (a live DLPack consumer, CUDA Array Interface
+//! pointer, IPC handle or device view shares their buffer), producer memory, or in
+//! use on a stream (their event or a consumer's recorded use is not complete: asked of
+//! the driver, no host block). Lock order: a thread may hold one array's mutex while it
+//! makes room (the array it is allocating for); the registry's mutex is never held while
+//! a victim is spilled; victims' mutexes are taken with a try-lock only and skipped when
+//! busy. No thread ever waits on a second array's mutex, so there is no cycle.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
+use std::time::Instant;
+
+use memarray_core::resource::{StatisticsAdaptor, pressure};
+use memarray_core::spill::{SpillOutcome, SpillRegistry, SpillStatistics, Spiller};
+use memarray_core::{FileResource, HostBuffer, HostResource, Location, MemoryResource};
+
+use crate::array::{Cell, RawArray, SharedArray};
+use crate::device::Device;
+use crate::error::{ArrayError, CudaError, Result};
+use crate::stream::Stream;
+
+/// How one device spills.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpillSettings {
+    /// Keep memarray's spillable arrays on the device within this many bytes (spill
+    /// before an allocation would pass it). `None`: spill only when an allocation fails.
+    pub device_budget: Option<u64>,
+    /// Host bytes that spilling may allocate for host copies (arrays made on the device
+    /// have none until they spill). Beyond it, host copies come from a file in
+    /// `file_dir`; without one, spilling stops there. `None`: no limit.
+    pub host_budget: Option<u64>,
+    /// Directory for the file tier (a file per device, unlinked at once, so it goes
+    /// away with the process).
+    pub file_dir: Option<PathBuf>,
+}
+
+/// Counters of one device's spilling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceSpillStatistics {
+    /// The registry's counters: arrays and bytes spilled and restored, time spent,
+    /// current spilled bytes, resident bytes, busy victims skipped.
+    pub arrays: SpillStatistics,
+    /// Host memory spilling allocated for host copies, live now.
+    pub host_bytes: u64,
+    /// File-backed host copies spilling made, live now.
+    pub file_bytes: u64,
+}
+
+struct DeviceSpill {
+    device: u32,
+    settings: SpillSettings,
+    registry: SpillRegistry,
+    arrays: Mutex<HashMap<u64, Weak<Cell>>>,
+    /// The stream spills copy on (memarray's own, non-blocking).
+    stream: OnceLock<Stream>,
+    /// Host copies made by spilling (pinned pool, pageable fallback), counted.
+    host: Arc<StatisticsAdaptor>,
+    pageable: Arc<StatisticsAdaptor>,
+    /// The third tier, opened on first need.
+    file: Mutex<Option<Arc<StatisticsAdaptor>>>,
+}
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static DEVICES: RwLock<Option<HashMap<u32, Arc<DeviceSpill>>>> = RwLock::new(None);
+static ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+fn devices() -> std::sync::RwLockReadGuard<'static, Option<HashMap<u32, Arc<DeviceSpill>>>> {
+    DEVICES.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether spilling is on anywhere (the environment is read on the first ask): one
+/// atomic load after that.
+fn active() -> bool {
+    if ENV.get().is_none() {
+        let _ = enable_from_env();
+    }
+    ACTIVE.load(Ordering::Acquire)
+}
+
+fn device_spill(device: u32) -> Option<Arc<DeviceSpill>> {
+    if !active() {
+        return None;
+    }
+    devices().as_ref()?.get(&device).cloned()
+}
+
+/// Turns spilling on for `device` with `settings` (replacing earlier settings; arrays
+/// already spilled stay spilled and come back as usual).
+pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
+    let dev = Device::get(device)?;
+    if let Some(dir) = &settings.file_dir
+        && !dir.is_dir()
+    {
+        return Err(CudaError::BadSetting {
+            what: "spill directory",
+            detail: format!("{} does not exist or is not a directory", dir.display()),
+        });
+    }
+    let pinned = crate::resource::pinned_pool(&dev);
+    let state = Arc::new(DeviceSpill {
+        device,
+        registry: SpillRegistry::new(settings.device_budget),
+        settings,
+        arrays: Mutex::new(HashMap::new()),
+        stream: OnceLock::new(),
+        host: Arc::new(StatisticsAdaptor::new(pinned)),
+        pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+        file: Mutex::new(None),
+    });
+    let mut g = DEVICES.write().unwrap_or_else(PoisonError::into_inner);
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some(old) = map.insert(device, state.clone()) {
+        // Arrays the old registry listed are listed again on their next use.
+        let old_arrays =
+            std::mem::take(&mut *old.arrays.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut arrays = state.arrays.lock().unwrap_or_else(PoisonError::into_inner);
+        arrays.extend(old_arrays);
+    }
+    drop(g);
+    pressure::set_spill_hook(Some(Arc::new(|device, need| relieve(device, need))));
+    ACTIVE.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Turns spilling off for `device`: nothing more is spilled there (spilled arrays still
+/// come back when used).
+pub fn disable(device: u32) {
+    let mut g = DEVICES.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(map) = g.as_mut() {
+        map.remove(&device);
+        if map.is_empty() {
+            ACTIVE.store(false, Ordering::Release);
+            pressure::set_spill_hook(None);
+        }
+    }
+}
+
+/// The settings of `device`, if spilling is on there.
+pub fn settings(device: u32) -> Option<SpillSettings> {
+    device_spill(device).map(|d| d.settings.clone())
+}
+
+/// The counters of `device`, if spilling is on there.
+pub fn statistics(device: u32) -> Option<DeviceSpillStatistics> {
+    let d = device_spill(device)?;
+    let file_bytes = d
+        .file
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map_or(0, |f| f.statistics().current_bytes);
+    Some(DeviceSpillStatistics {
+        arrays: d.registry.statistics(),
+        host_bytes: d.host.statistics().current_bytes + d.pageable.statistics().current_bytes,
+        file_bytes,
+    })
+}
+
+/// Parses a byte count: digits with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in powers
+/// of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024), spaces and case ignored.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count (for example 4GiB or 4000000000)"))?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(v as u64)
+}
+
+/// The devices and settings the environment asks for: `MEMARRAY_SPILL` (`1`, `on` or
+/// `all`: every device; `cuda:0,cuda:2`: those; unset, empty, `0` or `off`: none),
+/// `MEMARRAY_DEVICE_BUDGET`, `MEMARRAY_HOST_BUDGET` (byte counts, [`parse_bytes`]) and
+/// `MEMARRAY_SPILL_DIR`.
+pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let Some(which) = var("MEMARRAY_SPILL") else {
+        return Ok(None);
+    };
+    let which = which.trim().to_ascii_lowercase();
+    let devices: Vec<u32> = match which.as_str() {
+        "0" | "off" | "no" | "false" => return Ok(None),
+        "1" | "on" | "all" | "yes" | "true" => {
+            (0..crate::device_count().unwrap_or(0) as u32).collect()
+        }
+        list => list
+            .split(',')
+            .map(|d| {
+                d.trim()
+                    .strip_prefix("cuda:")
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "MEMARRAY_SPILL={which:?}: expected 1, all, off or devices like cuda:0,cuda:1"
+                        )
+                    })
+            })
+            .collect::<std::result::Result<_, _>>()?,
+    };
+    let bytes = |k: &str| -> std::result::Result<Option<u64>, String> {
+        var(k)
+            .map(|v| parse_bytes(&v).map_err(|e| format!("{k}: {e}")))
+            .transpose()
+    };
+    Ok(Some((
+        devices,
+        SpillSettings {
+            device_budget: bytes("MEMARRAY_DEVICE_BUDGET")?,
+            host_budget: bytes("MEMARRAY_HOST_BUDGET")?,
+            file_dir: var("MEMARRAY_SPILL_DIR").map(PathBuf::from),
+        },
+    )))
+}
+
+/// Applies [`env_settings`] once per process (later calls return the first outcome).
+/// Memarray calls it on first use; the Python package calls it at import, so a bad
+/// value is a `ValueError` there.
+pub fn enable_from_env() -> std::result::Result<(), String> {
+    ENV.get_or_init(|| {
+        let Some((devices, settings)) = env_settings()? else {
+            return Ok(());
+        };
+        for d in devices {
+            match enable(d, settings.clone()) {
+                // No driver here: nothing to spill from.
+                Ok(()) | Err(CudaError::Unavailable { .. }) => {}
+                Err(e) => return Err(format!("MEMARRAY_SPILL: cuda:{d}: {e}")),
+            }
+        }
+        Ok(())
+    })
+    .clone()
+}
+
+/// Spills `a` now (on request): its data moves to its host copy and its device buffer
+/// is freed; it comes back on its next device use. Fails with
+/// [`ArrayError::NotSpillable`] when it cannot go (not on a device, locked, exported,
+/// work still queued on it) or spilling is off on its device.
+pub fn evict(a: &SharedArray) -> Result<()> {
+    let mut raw = a.state();
+    if raw.is_spilled() {
+        return Ok(());
+    }
+    if let Some(reason) = raw.spill_refusal() {
+        return Err(ArrayError::NotSpillable { reason }.into());
+    }
+    let Location::Device(device) = raw.location() else {
+        return Err(ArrayError::NotSpillable {
+            reason: "its data is not on a device",
+        }
+        .into());
+    };
+    let Some(d) = device_spill(device) else {
+        return Err(ArrayError::NotSpillable {
+            reason: "spilling is off on its device (memarray_cuda::spill::enable)",
+        }
+        .into());
+    };
+    let start = Instant::now();
+    let bytes = d.spill(&mut raw)?;
+    let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    d.registry.note_spilled(a.spill_id(), bytes, ns);
+    raw.spill_note.registered = Some(device);
+    Ok(())
+}
+
+/// Makes room for `bytes` more on `device` within its budget before memarray allocates
+/// them (a no-op with spilling off or no budget).
+pub(crate) fn make_room(device: u32, bytes: usize) {
+    let Some(d) = device_spill(device) else {
+        return;
+    };
+    let over = d.registry.over_budget(bytes);
+    if over > 0 {
+        d.registry.make_room(over, None, &*d);
+    }
+}
+
+/// The relief path's last step: spill at least `need` bytes of `device`'s arrays.
+fn relieve(device: u32, need: usize) -> usize {
+    match device_spill(device) {
+        Some(d) => d.registry.make_room(need as u64, None, &*d) as usize,
+        None => 0,
+    }
+}
+
+/// Tells the registry what a call on the array changed (see [`crate::array::StateGuard`]).
+pub(crate) fn after_access(cell: &Arc<Cell>, raw: &mut RawArray) {
+    if raw.spill_note.registered.is_none() && !active() {
+        return;
+    }
+    let (resident, listed_on) = raw.spill_place();
+    if let Some(old) = raw.spill_note.registered
+        && Some(old) != listed_on
+    {
+        if let Some(d) = device_spill(old) {
+            d.forget(cell.id);
+        }
+        raw.spill_note.registered = None;
+    }
+    let Some(device) = listed_on else {
+        return;
+    };
+    let Some(d) = device_spill(device) else {
+        return;
+    };
+    if resident.is_some() {
+        if let Some(ns) = raw.spill_note.restored_ns.take() {
+            d.registry.restored(cell.id, raw.nbytes(), ns);
+            d.list(cell);
+        } else if raw.spill_note.registered == Some(device) {
+            d.registry.touch(cell.id);
+        } else {
+            d.registry.register(cell.id, raw.nbytes());
+            d.list(cell);
+        }
+    }
+    raw.spill_note.registered = Some(device);
+}
+
+/// Takes a dropped (or handed out) array out of the registry that lists it.
+pub(crate) fn forget(id: u64, raw: &mut RawArray) {
+    if let Some(device) = raw.spill_note.registered.take()
+        && let Some(d) = device_spill(device)
+    {
+        d.forget(id);
+    }
+}
+
+impl DeviceSpill {
+    fn list(&self, cell: &Arc<Cell>) {
+        self.arrays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cell.id, Arc::downgrade(cell));
+    }
+
+    fn forget(&self, id: u64) {
+        self.registry.unregister(id);
+        self.arrays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    fn stream(&self) -> Result<&Stream> {
+        if let Some(s) = self.stream.get() {
+            return Ok(s);
+        }
+        let s = Stream::new(&Device::get(self.device)?)?;
+        Ok(self.stream.get_or_init(|| s))
+    }
+
+    /// A host copy for a spill: pinned (pageable when pinning fails) within the host
+    /// budget, from the spill file beyond it.
+    fn host_for(&self, nbytes: usize) -> Result<HostBuffer> {
+        let in_ram =
+            self.host.statistics().current_bytes + self.pageable.statistics().current_bytes;
+        let fits = self
+            .settings
+            .host_budget
+            .is_none_or(|b| in_ram + nbytes as u64 <= b);
+        if fits {
+            // SAFETY: the spill's download writes every byte before anything reads it.
+            return match unsafe { HostBuffer::uninit_in(nbytes, self.host.clone()) } {
+                Ok(h) => Ok(h),
+                Err(_) => Ok(HostBuffer::zeroed_in(nbytes, self.pageable.clone())?),
+            };
+        }
+        let Some(dir) = &self.settings.file_dir else {
+            return Err(ArrayError::NotSpillable {
+                reason: "the host budget is spent and no spill directory is set",
+            }
+            .into());
+        };
+        let file = {
+            let mut g = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+            match &*g {
+                Some(f) => f.clone(),
+                None => {
+                    let path = dir.join(format!(
+                        "memarray-spill-{}-cuda{}",
+                        std::process::id(),
+                        self.device
+                    ));
+                    let f = FileResource::create(&path)?;
+                    // Mapped regions outlive the name: the file goes with the process.
+                    let _ = std::fs::remove_file(&path);
+                    let f = Arc::new(StatisticsAdaptor::new(Arc::new(f)));
+                    *g = Some(f.clone());
+                    f
+                }
+            }
+        };
+        Ok(HostBuffer::zeroed_in(
+            nbytes,
+            file as Arc<dyn MemoryResource>,
+        )?)
+    }
+
+    /// Spills `raw` (its mutex held by the caller, refusal already checked).
+    fn spill(&self, raw: &mut RawArray) -> Result<usize> {
+        let stream = self.stream()?.as_ref();
+        raw.spill_to_host(stream, &|n| self.host_for(n))
+    }
+}
+
+impl Spiller for DeviceSpill {
+    fn try_spill(&self, id: u64) -> SpillOutcome {
+        let cell = self
+            .arrays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .and_then(Weak::upgrade);
+        let Some(cell) = cell else {
+            return SpillOutcome::Gone;
+        };
+        let Some(mut raw) = cell.try_raw() else {
+            return SpillOutcome::Busy;
+        };
+        if raw.spill_refusal().is_some() {
+            return SpillOutcome::Busy;
+        }
+        match self.spill(&mut raw) {
+            Ok(bytes) => SpillOutcome::Spilled { bytes },
+            // The array keeps its device copy (nothing was freed): try another.
+            Err(_) => SpillOutcome::Busy,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_bytes(" 4 gib "), Ok(4 << 30));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("123"), Ok(123));
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        for bad in ["", "GiB", "-1", "4 parsecs", "1e400", "nan"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+    }
+}
