@@ -53,7 +53,7 @@ case "$cmd" in
     # The venv installs matplotlib: its plot tests must run, not skip.
     MEMARRAY_REQUIRE_PLOT=1 "$VENV/bin/python" -m pytest bindings-python/tests -q
     echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
-    echo "== docs: the Python blocks of README.md, docs/python-guide.md and docs/memory-manager.md"
+    echo "== docs: the Python blocks of README.md, docs/python-guide.md, docs/memory-manager.md and docs/spilling.md"
     "$VENV/bin/python" scripts/doc_blocks.py
     ;;
   lint)

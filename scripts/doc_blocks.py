@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Runs the Python code blocks of README.md, docs/python-guide.md and
-docs/memory-manager.md (issue 14, point 6), so the docs cannot drift from the code.
+"""Runs the Python code blocks of README.md, docs/python-guide.md,
+docs/memory-manager.md and docs/spilling.md (issue 14, point 6), so the docs cannot drift from the code.
 
 Each file's blocks run in order in one namespace, in a scratch directory, as a reader
 would paste them. A block whose info string says `python gpu` needs a CUDA device: it runs
@@ -22,7 +22,12 @@ import tempfile
 import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FILES = ["README.md", "docs/python-guide.md", "docs/memory-manager.md"]
+FILES = [
+    "README.md",
+    "docs/python-guide.md",
+    "docs/memory-manager.md",
+    "docs/spilling.md",
+]
 BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.S | re.M)
 
 

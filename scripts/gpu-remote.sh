@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer npy interop numba-all demo multi all. `multi` is the 2-GPU check (issue 9): it
+# tests sanitize bench transfer npy interop spill-tests spill numba-all demo multi all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
@@ -147,9 +147,15 @@ while [ $# -gt 0 ]; do
     transfer) shift; transfer "$@"; break ;;
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
     interop) interop ;;
+    spill-tests)
+      log="$LOGS/gpu_spill.log"
+      gpu-run/bin/gpu_spill --test-threads=1 >"$log" 2>&1 || fail gpu_spill
+      grep -E '^(test |test result:|---- |thread .* panicked)' "$log" | head -n 40
+      python3 -m pytest bindings-python/tests/test_spill.py -q -rs -p no:cacheprovider 2>&1 | tail -n 40 || fail "pytest spill" ;;
+    spill) python3 benches/spill.py --json "$OUT/spill.json" 2>&1 | tee "$OUT/spill.log"; [ "${PIPESTATUS[0]}" = 0 ] || fail "spill bench" ;;
     numba-all) python3 scripts/numba_compare.py --all 2>&1 | tee "$OUT/numba_all.log" || fail "numba all" ;;
-    all) tests; demo; sanitize; interop; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|numba-all|demo|multi|all]... | transfer [args]"; exit 2 ;;
+    all) tests; demo; sanitize; interop; spill; bench ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|spill-tests|spill|numba-all|demo|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

@@ -346,9 +346,10 @@ pub(crate) fn after_access(cell: &Arc<Cell>, raw: &mut RawArray) {
         if let Some(ns) = raw.spill_note.restored_ns.take() {
             d.registry.restored(cell.id, raw.nbytes(), ns);
             d.list(cell);
-        } else if raw.spill_note.registered == Some(device) {
-            d.registry.touch(cell.id);
+        } else if raw.spill_note.registered == Some(device) && d.registry.touch(cell.id) {
+            // Known and resident: its use is recorded.
         } else {
+            // New here, or listed by settings that `enable` since replaced.
             d.registry.register(cell.id, raw.nbytes());
             d.list(cell);
         }

@@ -118,12 +118,14 @@ impl SpillRegistry {
         st.policy.touch(id);
     }
 
-    /// Array `id` was used on the device.
-    pub fn touch(&self, id: u64) {
+    /// Array `id` was used on the device; false when it is not listed as resident.
+    pub fn touch(&self, id: u64) -> bool {
         let mut st = self.lock();
         if st.resident.contains_key(&id) {
             st.policy.touch(id);
+            return true;
         }
+        false
     }
 
     /// Array `id` is gone (freed by its owner), resident or spilled.
@@ -267,7 +269,7 @@ mod tests {
         /// The device block of `id`, restoring it (making room first) when spilled.
         fn use_on_device(&self, reg: &SpillRegistry, id: u64) -> usize {
             if let Some(p) = self.arrays.lock().unwrap()[&id].on_device {
-                reg.touch(id);
+                assert!(reg.touch(id));
                 return p;
             }
             reg.make_room(reg.over_budget(CHUNK), Some(id), self);

@@ -88,6 +88,11 @@ impl RawArray {
             .min(staging::config(staging::Direction::ToHost)?.direct_below);
         let mut batch: Vec<&mut RawArray> = Vec::new();
         for a in arrays.iter_mut() {
+            if a.spilled {
+                // Back to its device, or (to the host) no copy at all: move_memory knows.
+                a.move_memory(target, stream, true, None)?;
+                continue;
+            }
             if a.location == target {
                 continue;
             }
