@@ -149,7 +149,7 @@ while [ $# -gt 0 ]; do
     interop) interop ;;
     spill-tests)
       log="$LOGS/gpu_spill.log"
-      gpu-run/bin/gpu_spill --test-threads=1 >"$log" 2>&1 || fail gpu_spill
+      gpu-run/bin/memarray-cuda__gpu_spill --test-threads=1 >"$log" 2>&1 || fail gpu_spill
       grep -E '^(test |test result:|---- |thread .* panicked)' "$log" | head -n 40
       python3 -m pytest bindings-python/tests/test_spill.py -q -rs -p no:cacheprovider 2>&1 | tail -n 40 || fail "pytest spill" ;;
     spill) python3 benches/spill.py --json "$OUT/spill.json" 2>&1 | tee "$OUT/spill.log"; [ "${PIPESTATUS[0]}" = 0 ] || fail "spill bench" ;;

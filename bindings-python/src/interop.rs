@@ -195,6 +195,8 @@ fn pressure_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("recovered", s.recovered)?;
     d.set_item("failed", s.failed)?;
     d.set_item("own_released_bytes", s.own_released_bytes)?;
+    d.set_item("spills", s.spills)?;
+    d.set_item("spilled_bytes", s.spilled_bytes)?;
     let libs = PyDict::new(py);
     for (lib, calls, bytes) in s.relievers {
         let row = PyDict::new(py);

@@ -90,7 +90,7 @@ def test_workloads_at_2x_and_4x_the_budget_keep_every_value():
             )
             places = {a.device for a in arrays}
             res[factor] = [ok, worst <= 32 * MiB, sorted(places)]
-            del arrays
+            del arrays, a
         s = spill.statistics(0)
         res["stats"] = s
         print(json.dumps(res))

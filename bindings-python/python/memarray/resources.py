@@ -404,8 +404,10 @@ def statistics(device: int = 0) -> dict:
 def pressure_statistics() -> dict:
     """The process-wide counters of the out-of-memory relief path: ``events`` (allocations
     that ran out), ``recovered`` / ``failed`` (their retries), ``own_released_bytes``
-    (memarray's caches given back), and per library (``libraries``: torch, cupy, rmm) the
-    ``calls`` made to release its cache and the ``released_bytes`` it reported."""
+    (memarray's caches given back), ``spills`` / ``spilled_bytes`` (events whose last step
+    spilled arrays, memarray.spill, and the device bytes that freed), and per library
+    (``libraries``: torch, cupy, rmm) the ``calls`` made to release its cache and the
+    ``released_bytes`` it reported."""
     return _memarray._interop.pressure_stats()
 
 

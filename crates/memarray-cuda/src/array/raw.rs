@@ -526,7 +526,13 @@ impl RawArray {
         self.dev.wait_host()?;
         self.ensure_host()?;
         self.location = Location::Host;
-        crate::staging::copy_host(self.host_bytes_mut(token)?, bytes)?;
+        // The host copy is current (a spilled array's too: it stays spilled, its new
+        // bytes go back with it).
+        let host = self.host_buf()?;
+        // SAFETY: &mut self excludes every other Rust access to the buffer, which holds
+        // nbytes bytes; zero-copy exports may alias it, as they are meant to.
+        let dst = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), self.nbytes) };
+        crate::staging::copy_host(dst, bytes)?;
         Ok(())
     }
 
