@@ -278,7 +278,7 @@ fn _spill_statistics<'py>(
 fn _spill_evict(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<()> {
     let a = PyMemArray::arg(a, "evict")?.get();
     // Pointers handed out through __cuda_array_interface__ pin the array until allowed.
-    py.detach(|| spill::evict(&a.shared)).py()
+    py.detach(|| a.shared.evict()).py()
 }
 
 /// Forgets the CUDA Array Interface pointers `a` handed out, so it may spill; returns

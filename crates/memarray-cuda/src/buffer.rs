@@ -94,7 +94,6 @@ impl DeviceBuffer {
         zeroed: bool,
     ) -> Result<Self> {
         Self::check_resource(device, &*resource)?;
-        crate::spill::make_room(device.id(), len);
         let ptr = memarray_core::resource::allocate_with_relief(
             &*resource,
             len,

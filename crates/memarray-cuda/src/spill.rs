@@ -24,16 +24,33 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
-use std::time::Instant;
 
 use memarray_core::resource::{StatisticsAdaptor, pressure};
 use memarray_core::spill::{SpillOutcome, SpillRegistry, SpillStatistics, Spiller};
-use memarray_core::{FileResource, HostBuffer, HostResource, Location, MemoryResource};
+use memarray_core::{FileResource, HostBuffer, HostResource, MemoryResource};
 
-use crate::array::{Cell, RawArray, SharedArray};
 use crate::device::Device;
 use crate::error::{ArrayError, CudaError, Result};
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamRef};
+
+/// An array the registry can spill: memarray-cuda's `SharedArray` cell. The registry
+/// holds it weakly and reaches it only through this trait (the array layer sits above).
+pub(crate) trait SpillTarget: Send + Sync {
+    /// Spills the array through `to` if it can go now: its mutex by try-lock, its refusal
+    /// checked under it.
+    fn try_spill(&self, to: &DeviceSpill) -> SpillOutcome;
+}
+
+/// What the spill registries know of an array; kept with its `SharedArray`.
+#[derive(Debug, Default)]
+pub(crate) struct SpillNote {
+    /// The device whose registry lists the array (resident or spilled).
+    pub(crate) registered: Option<u32>,
+    /// Nanoseconds of a restore the registry has not been told of yet.
+    pub(crate) restored_ns: Option<u64>,
+    /// The host copy was made by a spill (it counts against the host budget).
+    pub(crate) host_from_spill: bool,
+}
 
 /// How one device spills.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -62,11 +79,13 @@ pub struct DeviceSpillStatistics {
     pub file_bytes: u64,
 }
 
-struct DeviceSpill {
+/// One device's spilling: its settings, registry, the arrays it may reach, the stream
+/// spills copy on and the memory host copies come from.
+pub(crate) struct DeviceSpill {
     device: u32,
     settings: SpillSettings,
     registry: SpillRegistry,
-    arrays: Mutex<HashMap<u64, Weak<Cell>>>,
+    arrays: Mutex<HashMap<u64, Weak<dyn SpillTarget>>>,
     /// The stream spills copy on (memarray's own, non-blocking).
     stream: OnceLock<Stream>,
     /// Host copies made by spilling (pinned pool, pageable fallback), counted.
@@ -93,7 +112,8 @@ fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }
 
-fn device_spill(device: u32) -> Option<Arc<DeviceSpill>> {
+/// `device`'s spilling, if it is on there.
+pub(crate) fn device_spill(device: u32) -> Option<Arc<DeviceSpill>> {
     if !active() {
         return None;
     }
@@ -133,7 +153,10 @@ pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
         arrays.extend(old_arrays);
     }
     drop(g);
-    pressure::set_spill_hook(Some(Arc::new(|device, need| relieve(device, need))));
+    pressure::set_spill_hooks(
+        Some(Arc::new(|device, need| relieve(device, need))),
+        Some(Arc::new(|device, bytes| make_room(device, bytes))),
+    );
     ACTIVE.store(true, Ordering::Release);
     Ok(())
 }
@@ -146,7 +169,7 @@ pub fn disable(device: u32) {
         map.remove(&device);
         if map.is_empty() {
             ACTIVE.store(false, Ordering::Release);
-            pressure::set_spill_hook(None);
+            pressure::set_spill_hooks(None, None);
         }
     }
 }
@@ -270,41 +293,9 @@ pub fn enable_from_env() -> std::result::Result<(), String> {
     .clone()
 }
 
-/// Spills `a` now (on request): its data moves to its host copy and its device buffer
-/// is freed; it comes back on its next device use. Fails with
-/// [`ArrayError::NotSpillable`] when it cannot go (not on a device, locked, exported,
-/// work still queued on it) or spilling is off on its device.
-pub fn evict(a: &SharedArray) -> Result<()> {
-    let mut raw = a.state();
-    if raw.is_spilled() {
-        return Ok(());
-    }
-    if let Some(reason) = raw.spill_refusal() {
-        return Err(ArrayError::NotSpillable { reason }.into());
-    }
-    let Location::Device(device) = raw.location() else {
-        return Err(ArrayError::NotSpillable {
-            reason: "its data is not on a device",
-        }
-        .into());
-    };
-    let Some(d) = device_spill(device) else {
-        return Err(ArrayError::NotSpillable {
-            reason: "spilling is off on its device (memarray_cuda::spill::enable)",
-        }
-        .into());
-    };
-    let start = Instant::now();
-    let bytes = d.spill(&mut raw)?;
-    let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    d.registry.note_spilled(a.spill_id(), bytes, ns);
-    raw.spill_note.registered = Some(device);
-    Ok(())
-}
-
 /// Makes room for `bytes` more on `device` within its budget before memarray allocates
 /// them (a no-op with spilling off or no budget).
-pub(crate) fn make_room(device: u32, bytes: usize) {
+fn make_room(device: u32, bytes: usize) {
     let Some(d) = device_spill(device) else {
         return;
     };
@@ -322,19 +313,26 @@ fn relieve(device: u32, need: usize) -> usize {
     }
 }
 
-/// Tells the registry what a call on the array changed (see [`crate::array::StateGuard`]).
-pub(crate) fn after_access(cell: &Arc<Cell>, raw: &mut RawArray) {
-    if raw.spill_note.registered.is_none() && !active() {
+/// Tells the registry what a call on array `id` changed: `place` is
+/// `RawArray::spill_place` (resident on, listed on), `target` makes the weak handle.
+pub(crate) fn after_access(
+    id: u64,
+    note: &mut SpillNote,
+    place: (Option<u32>, Option<u32>),
+    nbytes: usize,
+    target: impl FnOnce() -> Weak<dyn SpillTarget>,
+) {
+    if note.registered.is_none() && !active() {
         return;
     }
-    let (resident, listed_on) = raw.spill_place();
-    if let Some(old) = raw.spill_note.registered
+    let (resident, listed_on) = place;
+    if let Some(old) = note.registered
         && Some(old) != listed_on
     {
         if let Some(d) = device_spill(old) {
-            d.forget(cell.id);
+            d.forget(id);
         }
-        raw.spill_note.registered = None;
+        note.registered = None;
     }
     let Some(device) = listed_on else {
         return;
@@ -343,23 +341,23 @@ pub(crate) fn after_access(cell: &Arc<Cell>, raw: &mut RawArray) {
         return;
     };
     if resident.is_some() {
-        if let Some(ns) = raw.spill_note.restored_ns.take() {
-            d.registry.restored(cell.id, raw.nbytes(), ns);
-            d.list(cell);
-        } else if raw.spill_note.registered == Some(device) && d.registry.touch(cell.id) {
+        if let Some(ns) = note.restored_ns.take() {
+            d.registry.restored(id, nbytes, ns);
+            d.list(id, target());
+        } else if note.registered == Some(device) && d.registry.touch(id) {
             // Known and resident: its use is recorded.
         } else {
             // New here, or listed by settings that `enable` since replaced.
-            d.registry.register(cell.id, raw.nbytes());
-            d.list(cell);
+            d.registry.register(id, nbytes);
+            d.list(id, target());
         }
     }
-    raw.spill_note.registered = Some(device);
+    note.registered = Some(device);
 }
 
 /// Takes a dropped (or handed out) array out of the registry that lists it.
-pub(crate) fn forget(id: u64, raw: &mut RawArray) {
-    if let Some(device) = raw.spill_note.registered.take()
+pub(crate) fn forget(id: u64, note: &mut SpillNote) {
+    if let Some(device) = note.registered.take()
         && let Some(d) = device_spill(device)
     {
         d.forget(id);
@@ -367,11 +365,16 @@ pub(crate) fn forget(id: u64, raw: &mut RawArray) {
 }
 
 impl DeviceSpill {
-    fn list(&self, cell: &Arc<Cell>) {
+    fn list(&self, id: u64, target: Weak<dyn SpillTarget>) {
         self.arrays
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(cell.id, Arc::downgrade(cell));
+            .insert(id, target);
+    }
+
+    /// Array `id` was spilled on request, taking `ns`.
+    pub(crate) fn note_spilled(&self, id: u64, bytes: usize, ns: u64) {
+        self.registry.note_spilled(id, bytes, ns);
     }
 
     fn forget(&self, id: u64) {
@@ -382,7 +385,12 @@ impl DeviceSpill {
             .remove(&id);
     }
 
-    fn stream(&self) -> Result<&Stream> {
+    /// The stream spills copy on.
+    pub(crate) fn stream(&self) -> Result<StreamRef> {
+        Ok(self.stream_owned()?.as_ref())
+    }
+
+    fn stream_owned(&self) -> Result<&Stream> {
         if let Some(s) = self.stream.get() {
             return Ok(s);
         }
@@ -392,7 +400,7 @@ impl DeviceSpill {
 
     /// A host copy for a spill: pinned (pageable when pinning fails) within the host
     /// budget, from the spill file beyond it.
-    fn host_for(&self, nbytes: usize) -> Result<HostBuffer> {
+    pub(crate) fn host_for(&self, nbytes: usize) -> Result<HostBuffer> {
         let in_ram =
             self.host.statistics().current_bytes + self.pageable.statistics().current_bytes;
         let fits = self
@@ -436,35 +444,19 @@ impl DeviceSpill {
             file as Arc<dyn MemoryResource>,
         )?)
     }
-
-    /// Spills `raw` (its mutex held by the caller, refusal already checked).
-    fn spill(&self, raw: &mut RawArray) -> Result<usize> {
-        let stream = self.stream()?.as_ref();
-        raw.spill_to_host(stream, &|n| self.host_for(n))
-    }
 }
 
 impl Spiller for DeviceSpill {
     fn try_spill(&self, id: u64) -> SpillOutcome {
-        let cell = self
+        let target = self
             .arrays
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&id)
             .and_then(Weak::upgrade);
-        let Some(cell) = cell else {
-            return SpillOutcome::Gone;
-        };
-        let Some(mut raw) = cell.try_raw() else {
-            return SpillOutcome::Busy;
-        };
-        if raw.spill_refusal().is_some() {
-            return SpillOutcome::Busy;
-        }
-        match self.spill(&mut raw) {
-            Ok(bytes) => SpillOutcome::Spilled { bytes },
-            // The array keeps its device copy (nothing was freed): try another.
-            Err(_) => SpillOutcome::Busy,
+        match target {
+            Some(t) => t.try_spill(self),
+            None => SpillOutcome::Gone,
         }
     }
 }

@@ -173,7 +173,7 @@ fn exports_and_locks_pin_and_device_paths_restore() {
             let export = pinned
                 .with(|r| r.export_buffer(None, false, Consumer::Host))
                 .unwrap();
-            let err = spill::evict(&pinned).unwrap_err();
+            let err = pinned.evict().unwrap_err();
             assert!(
                 matches!(err, CudaError::Array(ArrayError::NotSpillable { .. })),
                 "{err}"
@@ -188,7 +188,7 @@ fn exports_and_locks_pin_and_device_paths_restore() {
             drop(export);
             // Released: it spills on request, reads from the host copy, and comes back
             // on the next export.
-            spill::evict(&pinned).unwrap();
+            pinned.evict().unwrap();
             assert!(pinned.state().is_spilled());
             assert_eq!(pinned.state().location(), Location::Device(0));
             assert!(matches!(
@@ -203,15 +203,15 @@ fn exports_and_locks_pin_and_device_paths_restore() {
             assert!(!pinned.state().is_spilled());
             drop(e);
             // IPC restores too.
-            spill::evict(&pinned).unwrap();
+            pinned.evict().unwrap();
             pinned.with(|r| r.ipc_handle(None)).unwrap();
             assert!(!pinned.state().is_spilled());
             // A locked array does not spill; moving a spilled array to the host costs no copy.
             let locked = array_on_device(MIB / 4, 2);
             let token = locked.try_lock().unwrap();
-            assert!(spill::evict(&locked).is_err());
+            assert!(locked.evict().is_err());
             locked.unlock(token).unwrap();
-            spill::evict(&locked).unwrap();
+            locked.evict().unwrap();
             locked
                 .with(|r| r.move_memory(Location::Host, None, true, None))
                 .unwrap();
@@ -290,7 +290,7 @@ fn sixteen_threads_with_spilling_on() {
                             for (k, a) in own.iter().enumerate() {
                                 a.with(|r| r.add_index_tuple_device(None, None)).unwrap();
                                 if round % 2 == 1 {
-                                    let _ = spill::evict(a);
+                                    let _ = a.evict();
                                 }
                                 let _ = k;
                             }

@@ -52,7 +52,8 @@ pub use host::{HOST_ALIGN, HostResource};
 pub use limiting::LimitingAdaptor;
 pub use logging::{LOG_HEADER, LoggingAdaptor};
 pub use pressure::{
-    PressureStatistics, SpillHook, allocate_with_relief, pressure_statistics, set_spill_hook,
+    BudgetHook, PressureStatistics, SpillHook, allocate_with_relief, pressure_statistics,
+    set_spill_hooks,
 };
 pub use retry::RetryAdaptor;
 pub use source::{Source, current_source, with_source};

@@ -21,6 +21,11 @@ pub type Reliever = Arc<dyn Fn(Option<u32>) -> usize + Send + Sync>;
 /// called with the device and the bytes wanted, returns the device bytes it freed.
 pub type SpillHook = Arc<dyn Fn(u32, usize) -> usize + Send + Sync>;
 
+/// Keeps memarray's arrays on one device within a budget before memarray allocates
+/// there (memarray-cuda's spill module): called with the device and the bytes about to be
+/// allocated.
+pub type BudgetHook = Arc<dyn Fn(u32, usize) + Send + Sync>;
+
 /// Counters of the relief path, process-wide.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PressureStatistics {
@@ -45,14 +50,26 @@ pub struct PressureStatistics {
 struct State {
     relievers: Vec<(Source, Reliever)>,
     spill: Option<SpillHook>,
+    budget: Option<BudgetHook>,
     stats: PressureStatistics,
 }
 
-/// Installs (or with `None` removes) the last step of the relief path: spilling arrays
-/// of the device that ran out, for any library's allocation through memarray.
-pub fn set_spill_hook(hook: Option<SpillHook>) {
-    with_state(|st| st.spill = hook);
+/// Installs (or with `None` removes) spilling: `spill` is the last step of the relief
+/// path (any library's allocation through memarray that ran out), `budget` runs before
+/// memarray's own device allocations.
+pub fn set_spill_hooks(spill: Option<SpillHook>, budget: Option<BudgetHook>) {
+    with_state(|st| {
+        st.spill = spill;
+        st.budget = budget;
+    });
+    HOOKED.store(
+        with_state(|st| st.budget.is_some()),
+        std::sync::atomic::Ordering::Release,
+    );
 }
+
+/// Whether a budget hook is installed (read on every allocation: one atomic load).
+static HOOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
@@ -118,6 +135,14 @@ pub fn allocate_with_relief(
     stream: Option<RawStream>,
     zeroed: bool,
 ) -> Result<NonNull<u8>> {
+    let source = super::current_source().unwrap_or(Source::Memarray);
+    if source == Source::Memarray
+        && HOOKED.load(std::sync::atomic::Ordering::Acquire)
+        && let Some(device) = resource.device_id()
+        && let Some(budget) = with_state(|st| st.budget.clone())
+    {
+        budget(device, bytes);
+    }
     let call = || {
         if zeroed {
             resource.allocate_zeroed(bytes, align, stream)
@@ -128,10 +153,7 @@ pub fn allocate_with_relief(
     match call() {
         Err(CoreError::OutOfMemory { .. }) => {
             with_state(|st| st.stats.events += 1);
-            relieve(
-                resource,
-                super::current_source().unwrap_or(Source::Memarray),
-            );
+            relieve(resource, source);
             let mut again = call();
             if matches!(again, Err(CoreError::OutOfMemory { .. }))
                 && let Some(device) = resource.device_id()

@@ -26,6 +26,5 @@ pub use export::{Consumer, ExportBuffer};
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
 pub use multi::split_rows;
 pub use raw::RawArray;
-pub(crate) use shared::Cell;
 pub use shared::{SharedArray, StateGuard};
 pub use typed::MemArray;

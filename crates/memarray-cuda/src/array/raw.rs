@@ -11,10 +11,10 @@ use memarray_core::{
 use super::device_side::DeviceSide;
 use super::host_kind::{HostKind, host_buffer};
 use super::host_ops;
-use super::spill_side::SpillNote;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{ArrayError, CudaError, Result};
+use crate::spill::SpillNote;
 use crate::stream::StreamRef;
 
 /// A type-erased array: a dtype, a shape (ndim 0..=32), one host buffer, at most one

@@ -13,10 +13,12 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use memarray_core::{Lock, LockGuard, LockToken};
+use memarray_core::spill::SpillOutcome;
+use memarray_core::{Location, Lock, LockGuard, LockToken};
 
 use super::raw::RawArray;
-use crate::error::Result;
+use crate::error::{ArrayError, Result};
+use crate::spill::{self, DeviceSpill, SpillTarget};
 
 /// A [`RawArray`] that threads share through `&self` (wrap it in an [`Arc`]).
 ///
@@ -67,7 +69,7 @@ pub(crate) struct Cell {
 impl Cell {
     /// The state if no call is in progress on it, without the spill bookkeeping of a
     /// [`StateGuard`] (the spiller's own access).
-    pub(crate) fn try_raw(&self) -> Option<MutexGuard<'_, RawArray>> {
+    fn try_raw(&self) -> Option<MutexGuard<'_, RawArray>> {
         match self.state.try_lock() {
             Ok(g) => Some(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -76,10 +78,29 @@ impl Cell {
     }
 }
 
+impl SpillTarget for Cell {
+    fn try_spill(&self, to: &DeviceSpill) -> SpillOutcome {
+        let Some(mut raw) = self.try_raw() else {
+            return SpillOutcome::Busy;
+        };
+        if raw.spill_refusal().is_some() {
+            return SpillOutcome::Busy;
+        }
+        match to
+            .stream()
+            .and_then(|s| raw.spill_to_host(s, &|n| to.host_for(n)))
+        {
+            Ok(bytes) => SpillOutcome::Spilled { bytes },
+            // The array keeps its device copy (nothing was freed): try another.
+            Err(_) => SpillOutcome::Busy,
+        }
+    }
+}
+
 impl Drop for Cell {
     fn drop(&mut self) {
         let raw = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        crate::spill::forget(self.id, raw);
+        spill::forget(self.id, &mut raw.spill_note);
     }
 }
 
@@ -109,7 +130,13 @@ impl DerefMut for StateGuard<'_> {
 
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
-        crate::spill::after_access(self.cell, &mut self.raw);
+        let raw = &mut *self.raw;
+        let (place, nbytes) = (raw.spill_place(), raw.nbytes());
+        let cell = self.cell;
+        spill::after_access(cell.id, &mut raw.spill_note, place, nbytes, || {
+            let target: Arc<dyn SpillTarget> = cell.clone();
+            Arc::downgrade(&target)
+        });
     }
 }
 
@@ -134,13 +161,46 @@ impl SharedArray {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        crate::spill::forget(self.cell.id, &mut g);
+        spill::forget(self.cell.id, &mut g.spill_note);
         std::mem::replace(&mut *g, RawArray::placeholder())
     }
 
     /// This array's id in the spill registries (unique in the process).
     pub fn spill_id(&self) -> u64 {
         self.cell.id
+    }
+
+    /// Spills the array now, on request ([`crate::spill`]): its data moves to its host
+    /// copy and its device buffer is freed; it comes back on its next device use. Fails
+    /// with [`ArrayError::NotSpillable`] when it cannot go (not on a device, locked,
+    /// exported, work still queued on it) or spilling is off on its device. A spilled
+    /// array is left as it is.
+    pub fn evict(&self) -> Result<()> {
+        let mut raw = self.state();
+        if raw.is_spilled() {
+            return Ok(());
+        }
+        if let Some(reason) = raw.spill_refusal() {
+            return Err(ArrayError::NotSpillable { reason }.into());
+        }
+        let Location::Device(device) = raw.location() else {
+            return Err(ArrayError::NotSpillable {
+                reason: "its data is not on a device",
+            }
+            .into());
+        };
+        let Some(d) = spill::device_spill(device) else {
+            return Err(ArrayError::NotSpillable {
+                reason: "spilling is off on its device (memarray_cuda::spill::enable)",
+            }
+            .into());
+        };
+        let start = std::time::Instant::now();
+        let bytes = raw.spill_to_host(d.stream()?, &|n| d.host_for(n))?;
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        d.note_spilled(self.cell.id, bytes, ns);
+        raw.spill_note.registered = Some(device);
+        Ok(())
     }
 
     /// The array's state, waiting for any other thread's call to finish.

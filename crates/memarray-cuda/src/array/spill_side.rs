@@ -14,17 +14,6 @@ use super::raw::RawArray;
 use crate::error::{ArrayError, Result};
 use crate::stream::StreamRef;
 
-/// What the spill registries know of an array; kept with its [`super::SharedArray`].
-#[derive(Debug, Default)]
-pub(crate) struct SpillNote {
-    /// The device whose registry lists the array (resident or spilled).
-    pub(crate) registered: Option<u32>,
-    /// Nanoseconds of a restore the registry has not been told of yet.
-    pub(crate) restored_ns: Option<u64>,
-    /// The host copy was made by a spill (it counts against the host budget).
-    pub(crate) host_from_spill: bool,
-}
-
 impl RawArray {
     /// Whether the array's data is on the host for now, spilled from its device
     /// ([`Self::location`] still names the device).
