@@ -20,9 +20,10 @@
 //! a victim is spilled; victims' mutexes are taken with a try-lock only and skipped when
 //! busy. No thread ever waits on a second array's mutex, so there is no cycle.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
 
 use memarray_core::resource::{StatisticsAdaptor, pressure};
@@ -50,6 +51,8 @@ pub(crate) struct SpillNote {
     pub(crate) restored_ns: Option<u64>,
     /// The host copy was made by a spill (it counts against the host budget).
     pub(crate) host_from_spill: bool,
+    /// Device bytes this array adds to its device's resident count now.
+    pub(crate) counted: usize,
 }
 
 /// How one device spills.
@@ -93,9 +96,14 @@ pub(crate) struct DeviceSpill {
     pageable: Arc<StatisticsAdaptor>,
     /// The third tier, opened on first need.
     file: Mutex<Option<Arc<StatisticsAdaptor>>>,
+    /// Device bytes of listed resident arrays, kept at once (the registry learns of
+    /// arrays in batches: [`Event`]); the budget is checked against it.
+    resident_now: AtomicU64,
 }
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Bumped by every `enable` / `disable`: threads' cached device lookups go stale.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 static DEVICES: RwLock<Option<HashMap<u32, Arc<DeviceSpill>>>> = RwLock::new(None);
 static ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
@@ -117,7 +125,130 @@ pub(crate) fn device_spill(device: u32) -> Option<Arc<DeviceSpill>> {
     if !active() {
         return None;
     }
-    devices().as_ref()?.get(&device).cloned()
+    let generation = GENERATION.load(Ordering::Acquire);
+    LOOKUP.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != generation {
+            *c = (generation, HashMap::new());
+        }
+        c.1.entry(device)
+            .or_insert_with(|| devices().as_ref().and_then(|m| m.get(&device).cloned()))
+            .clone()
+    })
+}
+
+thread_local! {
+    /// This thread's view of `DEVICES`, valid while `GENERATION` is unchanged.
+    static LOOKUP: RefCell<(u64, HashMap<u32, Option<Arc<DeviceSpill>>>)> =
+        RefCell::new((u64::MAX, HashMap::new()));
+    /// Registry events of this thread not yet applied (see [`Event`]).
+    static PENDING: RefCell<Batch> = const { RefCell::new(Batch(Vec::new())) };
+}
+
+/// What a call on an array told its device's registry. Events are kept per thread and
+/// applied in batches of [`BATCH`], when this thread needs an accurate registry (making
+/// room, statistics, a spill on request) or when the thread ends: an array made and
+/// dropped within one batch never reaches the registry, so spilling enabled costs an
+/// allocation a thread-local push. Other threads' unapplied events only delay when
+/// their newest arrays become candidates; the budget is checked against
+/// `resident_now`, which is kept at once.
+enum Event {
+    Listed(u32, u64, usize, Weak<dyn SpillTarget>),
+    Touched(u32, u64),
+    Restored(u32, u64, usize, u64, Weak<dyn SpillTarget>),
+    Forgot(u32, u64),
+}
+
+const BATCH: usize = 64;
+
+struct Batch(Vec<Event>);
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        apply(std::mem::take(&mut self.0));
+    }
+}
+
+fn push(e: Event) {
+    let full = PENDING
+        .try_with(|p| {
+            let mut p = p.borrow_mut();
+            p.0.push(e);
+            (p.0.len() >= BATCH).then(|| std::mem::take(&mut p.0))
+        })
+        .ok()
+        .flatten();
+    if let Some(events) = full {
+        apply(events);
+    }
+}
+
+/// Applies this thread's pending events now.
+fn flush() {
+    let events = PENDING
+        .try_with(|p| std::mem::take(&mut p.borrow_mut().0))
+        .unwrap_or_default();
+    apply(events);
+}
+
+fn apply(events: Vec<Event>) {
+    if events.is_empty() {
+        return;
+    }
+    let id_of = |e: &Event| match e {
+        Event::Listed(_, id, ..)
+        | Event::Touched(_, id)
+        | Event::Restored(_, id, ..)
+        | Event::Forgot(_, id) => *id,
+    };
+    // Arrays listed and forgotten within the batch never reach the registry. (A batch
+    // holds at most BATCH events: sorted vectors beat hashing here.)
+    let mut gone: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Forgot(_, id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    gone.sort_unstable();
+    let mut born_here: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Listed(_, id, ..) if gone.binary_search(id).is_ok() => Some(*id),
+            _ => None,
+        })
+        .collect();
+    born_here.sort_unstable();
+    for e in events {
+        let id = id_of(&e);
+        if born_here.binary_search(&id).is_ok() {
+            continue;
+        }
+        match e {
+            Event::Listed(dev, id, bytes, target) => {
+                if let Some(d) = device_spill(dev) {
+                    d.registry.register(id, bytes);
+                    d.list(id, target);
+                }
+            }
+            Event::Touched(dev, id) => {
+                if let Some(d) = device_spill(dev) {
+                    d.registry.touch(id);
+                }
+            }
+            Event::Restored(dev, id, bytes, ns, target) => {
+                if let Some(d) = device_spill(dev) {
+                    d.registry.restored(id, bytes, ns);
+                    d.list(id, target);
+                }
+            }
+            Event::Forgot(dev, id) => {
+                if let Some(d) = device_spill(dev) {
+                    d.forget(id);
+                }
+            }
+        }
+    }
 }
 
 /// Turns spilling on for `device` with `settings` (replacing earlier settings; arrays
@@ -142,36 +273,59 @@ pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
         host: Arc::new(StatisticsAdaptor::new(pinned)),
         pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
         file: Mutex::new(None),
+        resident_now: AtomicU64::new(0),
     });
+    flush();
     let mut g = DEVICES.write().unwrap_or_else(PoisonError::into_inner);
     let map = g.get_or_insert_with(HashMap::new);
     if let Some(old) = map.insert(device, state.clone()) {
-        // Arrays the old registry listed are listed again on their next use.
+        // The arrays the old settings listed stay listed (counters start again).
         let old_arrays =
             std::mem::take(&mut *old.arrays.lock().unwrap_or_else(PoisonError::into_inner));
-        let mut arrays = state.arrays.lock().unwrap_or_else(PoisonError::into_inner);
-        arrays.extend(old_arrays);
+        state
+            .arrays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(old_arrays);
+        state.registry.adopt(&old.registry);
+        state
+            .resident_now
+            .store(old.resident_now.load(Ordering::Relaxed), Ordering::Relaxed);
     }
+    let budgets = map.values().any(|d| d.settings.device_budget.is_some());
     drop(g);
-    pressure::set_spill_hooks(
-        Some(Arc::new(|device, need| relieve(device, need))),
-        Some(Arc::new(|device, bytes| make_room(device, bytes))),
-    );
+    install_hooks(budgets);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     ACTIVE.store(true, Ordering::Release);
     Ok(())
+}
+
+/// The pressure module's hooks: spilling at the end of the out-of-memory path, and the
+/// budget check before memarray's own allocations only where a device has a budget.
+fn install_hooks(budgets: bool) {
+    pressure::set_spill_hooks(
+        Some(Arc::new(|device, need| relieve(device, need))),
+        budgets.then(|| -> pressure::BudgetHook {
+            Arc::new(|device, bytes| make_room(device, bytes))
+        }),
+    );
 }
 
 /// Turns spilling off for `device`: nothing more is spilled there (spilled arrays still
 /// come back when used).
 pub fn disable(device: u32) {
+    flush();
     let mut g = DEVICES.write().unwrap_or_else(PoisonError::into_inner);
     if let Some(map) = g.as_mut() {
         map.remove(&device);
         if map.is_empty() {
             ACTIVE.store(false, Ordering::Release);
             pressure::set_spill_hooks(None, None);
+        } else {
+            install_hooks(map.values().any(|d| d.settings.device_budget.is_some()));
         }
     }
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The settings of `device`, if spilling is on there.
@@ -182,6 +336,7 @@ pub fn settings(device: u32) -> Option<SpillSettings> {
 /// The counters of `device`, if spilling is on there.
 pub fn statistics(device: u32) -> Option<DeviceSpillStatistics> {
     let d = device_spill(device)?;
+    flush();
     let file_bytes = d
         .file
         .lock()
@@ -296,19 +451,18 @@ pub fn enable_from_env() -> std::result::Result<(), String> {
 /// Makes room for `bytes` more on `device` within its budget before memarray allocates
 /// them (a no-op with spilling off or no budget).
 fn make_room(device: u32, bytes: usize) {
-    let Some(d) = device_spill(device) else {
-        return;
-    };
-    let over = d.registry.over_budget(bytes);
-    if over > 0 {
-        d.registry.make_room(over, None, &*d);
+    if let Some(d) = device_spill(device) {
+        d.within_budget(bytes, None);
     }
 }
 
 /// The relief path's last step: spill at least `need` bytes of `device`'s arrays.
 fn relieve(device: u32, need: usize) -> usize {
     match device_spill(device) {
-        Some(d) => d.registry.make_room(need as u64, None, &*d) as usize,
+        Some(d) => {
+            flush();
+            d.registry.make_room(need as u64, None, &*d) as usize
+        }
         None => 0,
     }
 }
@@ -329,10 +483,7 @@ pub(crate) fn after_access(
     if let Some(old) = note.registered
         && Some(old) != listed_on
     {
-        if let Some(d) = device_spill(old) {
-            d.forget(id);
-        }
-        note.registered = None;
+        forget(id, note);
     }
     let Some(device) = listed_on else {
         return;
@@ -340,31 +491,66 @@ pub(crate) fn after_access(
     let Some(d) = device_spill(device) else {
         return;
     };
-    if resident.is_some() {
-        if let Some(ns) = note.restored_ns.take() {
-            d.registry.restored(id, nbytes, ns);
-            d.list(id, target());
-        } else if note.registered == Some(device) && d.registry.touch(id) {
-            // Known and resident: its use is recorded.
-        } else {
-            // New here, or listed by settings that `enable` since replaced.
-            d.registry.register(id, nbytes);
-            d.list(id, target());
-        }
+    if resident.is_none() {
+        // Spilled: it left the resident count when it spilled.
+        note.registered = Some(device);
+        return;
+    }
+    if note.counted != nbytes {
+        d.resident_now.fetch_add(nbytes as u64, Ordering::Relaxed);
+        d.resident_now
+            .fetch_sub(note.counted as u64, Ordering::Relaxed);
+        note.counted = nbytes;
+    }
+    if let Some(ns) = note.restored_ns.take() {
+        push(Event::Restored(device, id, nbytes, ns, target()));
+    } else if note.registered == Some(device) {
+        push(Event::Touched(device, id));
+    } else {
+        push(Event::Listed(device, id, nbytes, target()));
+        note.registered = Some(device);
+        // Made without memarray's allocation hook (an import, a born array listed on
+        // first use): the budget holds from here on.
+        d.within_budget(0, Some(id));
     }
     note.registered = Some(device);
 }
 
 /// Takes a dropped (or handed out) array out of the registry that lists it.
 pub(crate) fn forget(id: u64, note: &mut SpillNote) {
-    if let Some(device) = note.registered.take()
-        && let Some(d) = device_spill(device)
-    {
-        d.forget(id);
+    if let Some(device) = note.registered.take() {
+        if let Some(d) = device_spill(device) {
+            d.resident_now
+                .fetch_sub(note.counted as u64, Ordering::Relaxed);
+        }
+        note.counted = 0;
+        push(Event::Forgot(device, id));
     }
 }
 
+/// A spilled array no longer counts as resident.
+pub(crate) fn left_device(note: &mut SpillNote, device: u32) {
+    if let Some(d) = device_spill(device) {
+        d.resident_now
+            .fetch_sub(note.counted as u64, Ordering::Relaxed);
+    }
+    note.counted = 0;
+}
+
 impl DeviceSpill {
+    /// Spills until the listed resident arrays plus `bytes` fit the budget (never `keep`).
+    fn within_budget(&self, bytes: usize, keep: Option<u64>) {
+        let Some(budget) = self.settings.device_budget else {
+            return;
+        };
+        let now = self.resident_now.load(Ordering::Relaxed);
+        let over = (now + bytes as u64).saturating_sub(budget);
+        if over > 0 {
+            flush();
+            self.registry.make_room(over, keep, self);
+        }
+    }
+
     fn list(&self, id: u64, target: Weak<dyn SpillTarget>) {
         self.arrays
             .lock()
@@ -374,6 +560,7 @@ impl DeviceSpill {
 
     /// Array `id` was spilled on request, taking `ns`.
     pub(crate) fn note_spilled(&self, id: u64, bytes: usize, ns: u64) {
+        flush();
         self.registry.note_spilled(id, bytes, ns);
     }
 

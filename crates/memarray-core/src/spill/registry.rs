@@ -156,6 +156,25 @@ impl SpillRegistry {
         st.policy.restored(id);
     }
 
+    /// Lists what `old` lists, resident and spilled, without counting it as new spills or
+    /// restores (settings replaced: the arrays are the same).
+    pub fn adopt(&self, old: &SpillRegistry) {
+        let (resident, spilled) = {
+            let o = old.lock();
+            (o.resident.clone(), o.spilled.clone())
+        };
+        let mut st = self.lock();
+        for (id, bytes) in resident {
+            st.resident.insert(id, bytes);
+            st.stats.resident_bytes += bytes as u64;
+            st.policy.touch(id);
+        }
+        for (id, bytes) in spilled {
+            st.spilled.insert(id, bytes);
+            st.stats.current_spilled_bytes += bytes as u64;
+        }
+    }
+
     /// Array `id` was spilled outside [`Self::make_room`] (on request), taking `ns`.
     pub fn note_spilled(&self, id: u64, bytes: usize, ns: u64) {
         let mut st = self.lock();

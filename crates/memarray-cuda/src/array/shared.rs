@@ -90,7 +90,11 @@ impl SpillTarget for Cell {
             .stream()
             .and_then(|s| raw.spill_to_host(s, &|n| to.host_for(n)))
         {
-            Ok(bytes) => SpillOutcome::Spilled { bytes },
+            Ok(bytes) => {
+                let device = raw.device_id();
+                spill::left_device(&mut raw.spill_note, device);
+                SpillOutcome::Spilled { bytes }
+            }
             // The array keeps its device copy (nothing was freed): try another.
             Err(_) => SpillOutcome::Busy,
         }
@@ -144,13 +148,16 @@ impl SharedArray {
     /// Shares `raw`. Its lock slot stays with this handle for good (a swap exchanges
     /// contents, never locks).
     pub fn new(raw: RawArray) -> Self {
-        Self {
+        let shared = Self {
             lock: raw.lock_slot(),
             cell: Arc::new(Cell {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(raw),
             }),
-        }
+        };
+        // Listed at once if resident on a device that spills.
+        drop(shared.state());
+        shared
     }
 
     /// The array back, out of the spill registries (a spilled array stays spilled: a
@@ -199,6 +206,7 @@ impl SharedArray {
         let bytes = raw.spill_to_host(d.stream()?, &|n| d.host_for(n))?;
         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         d.note_spilled(self.cell.id, bytes, ns);
+        spill::left_device(&mut raw.spill_note, device);
         raw.spill_note.registered = Some(device);
         Ok(())
     }
