@@ -198,7 +198,10 @@ impl DeviceBuffer {
     /// (torch's `record_stream`). A consumer's stream is recorded when it releases an
     /// export. Errors (a stream already destroyed) leave nothing to wait for.
     pub fn record_use(&self, stream: StreamRef) {
-        if stream == self.free_stream {
+        // On the free stream the free is ordered anyway; with spilling on it is recorded
+        // still: a spill copies on its own stream and must see every use
+        // ([`Self::uses_done`]).
+        if stream == self.free_stream && !memarray_core::resource::spilling() {
             return;
         }
         if let Ok(e) = crate::event::Event::new(&self.device)

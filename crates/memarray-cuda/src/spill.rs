@@ -126,15 +126,17 @@ pub(crate) fn device_spill(device: u32) -> Option<Arc<DeviceSpill>> {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
-    LOOKUP.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.0 != generation {
-            *c = (generation, HashMap::new());
-        }
-        c.1.entry(device)
-            .or_insert_with(|| devices().as_ref().and_then(|m| m.get(&device).cloned()))
-            .clone()
-    })
+    let shared = || devices().as_ref().and_then(|m| m.get(&device).cloned());
+    LOOKUP
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            if c.0 != generation {
+                *c = (generation, HashMap::new());
+            }
+            c.1.entry(device).or_insert_with(shared).clone()
+        })
+        // The thread is ending (its locals are being destroyed): ask the shared map.
+        .unwrap_or_else(|_| shared())
 }
 
 thread_local! {
@@ -170,16 +172,21 @@ impl Drop for Batch {
 }
 
 fn push(e: Event) {
+    let mut e = Some(e);
     let full = PENDING
         .try_with(|p| {
             let mut p = p.borrow_mut();
-            p.0.push(e);
+            p.0.extend(e.take());
             (p.0.len() >= BATCH).then(|| std::mem::take(&mut p.0))
         })
         .ok()
         .flatten();
     if let Some(events) = full {
         apply(events);
+    }
+    // The thread is ending (its batch is gone): apply this one now.
+    if let Some(e) = e {
+        apply(vec![e]);
     }
 }
 

@@ -66,7 +66,18 @@ pub fn set_spill_hooks(spill: Option<SpillHook>, budget: Option<BudgetHook>) {
         with_state(|st| st.budget.is_some()),
         std::sync::atomic::Ordering::Release,
     );
+    SPILLING.store(
+        with_state(|st| st.spill.is_some()),
+        std::sync::atomic::Ordering::Release,
+    );
 }
+
+/// Whether spilling is on for some device (a spill hook is installed): one atomic load.
+pub fn spilling() -> bool {
+    SPILLING.load(std::sync::atomic::Ordering::Acquire)
+}
+
+static SPILLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether a budget hook is installed (read on every allocation: one atomic load).
 static HOOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -1,0 +1,76 @@
+//! What spilling enabled costs when nothing spills: a 1 MiB device array made and dropped
+//! through `SharedArray` (the path every Python array takes), and one call on a live
+//! array, with spilling off and on (no budget), interleaved; medians of 7 rounds.
+//!
+//!     cargo run --release -p memarray-cuda --example spill_overhead
+//!
+//! Prints SKIPPED without a CUDA device.
+
+use std::time::Instant;
+
+use memarray_core::{DType, Location};
+use memarray_cuda::RawArray;
+use memarray_cuda::array::SharedArray;
+use memarray_cuda::spill::{self, SpillSettings};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() -> memarray_cuda::Result<()> {
+    if !memarray_cuda::is_available() {
+        println!("SKIPPED: no CUDA device");
+        return Ok(());
+    }
+    let n = 20_000;
+    let make_drop = || -> memarray_cuda::Result<f64> {
+        let t = Instant::now();
+        for _ in 0..n {
+            let a = SharedArray::new(RawArray::empty_on(
+                DType::F32,
+                &[1 << 18],
+                Location::Device(0),
+                None,
+                None,
+            )?);
+            drop(a);
+        }
+        Ok(t.elapsed().as_nanos() as f64 / n as f64)
+    };
+    let live = SharedArray::new(RawArray::empty_on(
+        DType::F32,
+        &[1 << 18],
+        Location::Device(0),
+        None,
+        None,
+    )?);
+    let call = || {
+        let t = Instant::now();
+        for _ in 0..n {
+            live.with(|r| r.has_pending_work());
+        }
+        t.elapsed().as_nanos() as f64 / n as f64
+    };
+    make_drop()?;
+    let (mut off, mut on, mut call_off, mut call_on) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..7 {
+        off.push(make_drop()?);
+        call_off.push(call());
+        spill::enable(0, SpillSettings::default())?;
+        on.push(make_drop()?);
+        call_on.push(call());
+        spill::disable(0);
+    }
+    let (off, on, call_off, call_on) = (median(off), median(on), median(call_off), median(call_on));
+    println!(
+        "make + drop a 1 MiB device array: off {off:.0} ns, on {on:.0} ns ({:+.0} ns, {:.3}x)",
+        on - off,
+        on / off
+    );
+    println!(
+        "one call on a live array: off {call_off:.0} ns, on {call_on:.0} ns ({:+.0} ns)",
+        call_on - call_off
+    );
+    Ok(())
+}
