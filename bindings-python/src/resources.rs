@@ -187,7 +187,8 @@ impl PyResource {
     /// A Tracking resource's live allocations and timeline, as plain Python data (a dict
     /// `json.dumps` takes): `resource`, `source`, `sources` (the timeline's column names),
     /// `live` (address, size, stream, device, source, time_ns, stack, backtrace),
-    /// `timeline` ([ns, bytes of each source] rows). TypeError for any other resource:
+    /// `timeline` ([ns, bytes of each source] rows), `events` ([ns, "spill" or "restore",
+    /// bytes] rows: memarray.spill on this device). TypeError for any other resource:
     /// only Tracking records allocations.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let Handle::Tracking(t) = &self.handle else {
@@ -196,7 +197,7 @@ impl PyResource {
                 self.handle.resource().name()
             )));
         };
-        let (live, timeline) = py.detach(|| (t.live(), t.timeline()));
+        let (live, timeline, events) = py.detach(|| (t.live(), t.timeline(), t.events()));
         let d = PyDict::new(py);
         d.set_item("resource", t.name())?;
         d.set_item("source", t.source().name())?;
@@ -229,6 +230,11 @@ impl PyResource {
                 })
                 .collect::<Vec<_>>(),
         )?;
+        let ev = pyo3::types::PyList::empty(py);
+        for (ns, kind, bytes) in events {
+            ev.append((ns, kind, bytes))?;
+        }
+        d.set_item("events", ev)?;
         Ok(d)
     }
 

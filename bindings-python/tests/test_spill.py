@@ -265,3 +265,37 @@ def test_spilling_from_sixteen_threads():
     )
     r = json.loads(out.strip().splitlines()[-1])
     assert r["errors"] == [] and r["ok"] and r["spilled"] > 0, r
+
+
+@pytest.mark.gpu
+def test_spills_show_in_the_tracking_snapshot_the_log_and_the_plot(tmp_path):
+    _peer("matplotlib", "MEMARRAY_REQUIRE_PLOT")
+    log = tmp_path / "alloc.csv"
+    png = tmp_path / "spill.png"
+    out = child_stdout(
+        f"""
+        import csv, json, numpy as np, memarray, memarray.spill as spill
+        import memarray.resources as mr
+        MiB = 1 << 20
+        logging = mr.Logging(mr.Async(0), {str(log)!r})
+        tracking = mr.Tracking(logging)
+        mr.set_default_resource(tracking, 0)
+        spill.enable(0, device_budget=8 * MiB)
+        arrays = [memarray.asarray(np.full(MiB, k, np.float32), device="cuda") for k in range(6)]
+        for a in arrays:
+            a.add_index_tuple()
+        snap = tracking.snapshot()
+        kinds = sorted({{e[1] for e in snap["events"]}})
+        mr.plot(snap, {str(png)!r})
+        del arrays, a
+        mr.set_default_resource(mr.Async(0), 0)
+        logging.flush()
+        rows = [r["event"] for r in csv.DictReader(open({str(log)!r}))]
+        print(json.dumps({{"kinds": kinds, "n": len(snap["events"]),
+                          "log": sorted(set(rows) & {{"spill", "restore"}})}}))
+        """
+    )
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["kinds"] == ["restore", "spill"] and r["n"] >= 4, r
+    assert r["log"] == ["restore", "spill"], r
+    assert png.stat().st_size > 10_000

@@ -22,7 +22,12 @@ def _matplotlib():
     return plt
 
 
-def _from_snapshot(snap: dict) -> tuple[list[float], dict[str, list[int]], dict[str, int]]:
+Events = list[tuple[float, str]]
+
+
+def _from_snapshot(
+    snap: dict,
+) -> tuple[list[float], dict[str, list[int]], dict[str, int], Events]:
     names = list(snap["sources"])
     times: list[float] = []
     series: dict[str, list[int]] = {n: [] for n in names}
@@ -33,7 +38,8 @@ def _from_snapshot(snap: dict) -> tuple[list[float], dict[str, list[int]], dict[
     sites: dict[str, int] = defaultdict(int)
     for a in snap["live"]:
         sites[f"{a['source']}: {_site(a.get('stack'))}"] += int(a["size"])
-    return times, series, dict(sites)
+    events = [(e[0] / 1e9, str(e[1])) for e in snap.get("events", [])]
+    return times, series, dict(sites), events
 
 
 def _site(stack: str | None) -> str:
@@ -49,8 +55,11 @@ def _site(stack: str | None) -> str:
     return f"{os.path.basename(path)}:{rest}"
 
 
-def _from_log(path: str) -> tuple[list[float], dict[str, list[int]], dict[str, int]]:
+def _from_log(
+    path: str,
+) -> tuple[list[float], dict[str, list[int]], dict[str, int], Events]:
     live: dict[str, tuple[str, int]] = {}
+    events: list[tuple[float, str]] = []
     current: dict[str, int] = defaultdict(int)
     times: list[float] = []
     rows: list[dict[str, int]] = []
@@ -64,17 +73,20 @@ def _from_log(path: str) -> tuple[list[float], dict[str, list[int]], dict[str, i
             elif event == "deallocate" and addr in live:
                 src, size = live.pop(addr)
                 current[src] -= size
+            elif event in ("spill", "restore"):
+                events.append((float(row["time"]), event))
+                continue
             else:
                 continue
             times.append(float(row["time"]))
             rows.append(dict(current))
-    start = times[0] if times else 0.0
+    start = min(times[:1] + [t for t, _ in events[:1]], default=0.0)
     names = sorted({n for r in rows for n in r})
     series = {n: [r.get(n, 0) for r in rows] for n in names}
     sites: dict[str, int] = defaultdict(int)
     for src, size in live.values():
         sites[src] += size
-    return [t - start for t in times], series, dict(sites)
+    return [t - start for t in times], series, dict(sites), [(t - start, k) for t, k in events]
 
 
 def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
@@ -84,9 +96,9 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
                 "not a memarray.resources snapshot: expected the keys 'timeline', 'sources' "
                 "and 'live'"
             )
-        times, series, sites = _from_snapshot(data)
+        times, series, sites, events = _from_snapshot(data)
     elif isinstance(data, (str, os.PathLike)):
-        times, series, sites = _from_log(os.fspath(data))
+        times, series, sites, events = _from_log(os.fspath(data))
     else:
         raise TypeError(
             f"plot takes a snapshot() dict or a Logging CSV path, not {type(data).__name__}"
@@ -104,6 +116,13 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
             labels=list(used),
             step="post",
         )
+    for kind, color in (("spill", "tab:red"), ("restore", "tab:green")):
+        at = [t for t, k in events if k == kind]
+        if at:
+            # Spills and restores (memarray.spill) as ticks along the bottom.
+            ax1.plot(at, [0] * len(at), "|", color=color, markersize=14,
+                     label=f"{kind} ({len(at)})")
+    if (used and times) or events:
         ax1.legend(loc="upper left")
     ax1.set_xlabel("seconds")
     ax1.set_ylabel("live MiB")

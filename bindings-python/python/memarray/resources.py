@@ -416,6 +416,7 @@ def plot(snapshot_or_log, path, top: int = 10) -> str:
     largest live allocation sites (by Python stack's innermost frame, or source without
     stacks) to the PNG ``path``; returns ``path``. ``snapshot_or_log`` is a
     ``snapshot()`` dict or the path of a ``Logging`` CSV (sites are then its sources).
+    Spills and restores (``memarray.spill``) are ticks along the time axis.
     Needs matplotlib (``pip install 'memarray[plot]'``): ImportError without it."""
     from ._plot import plot as draw
 

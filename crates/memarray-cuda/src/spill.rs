@@ -122,27 +122,41 @@ fn active() -> bool {
 
 /// `device`'s spilling, if it is on there.
 pub(crate) fn device_spill(device: u32) -> Option<Arc<DeviceSpill>> {
+    with_device(device, |d| d.clone())
+}
+
+/// Runs `f` on `device`'s spilling, if it is on there, through this thread's cached view
+/// (no lock, no hashing; `f` must not reach the registry's batches).
+fn with_device<R>(device: u32, f: impl FnOnce(&Arc<DeviceSpill>) -> R) -> Option<R> {
     if !active() {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
     let shared = || devices().as_ref().and_then(|m| m.get(&device).cloned());
-    LOOKUP
-        .try_with(|c| {
-            let mut c = c.borrow_mut();
-            if c.0 != generation {
-                *c = (generation, HashMap::new());
-            }
-            c.1.entry(device).or_insert_with(shared).clone()
-        })
+    let slot = device as usize;
+    let mut f = Some(f);
+    let cached = LOOKUP.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != generation {
+            *c = (generation, Vec::new());
+        }
+        if c.1.len() <= slot {
+            c.1.resize_with(slot + 1, || None);
+        }
+        let entry = c.1[slot].get_or_insert_with(shared);
+        entry.as_ref().map(|d| (f.take().expect("called once"))(d))
+    });
+    match cached {
+        Ok(r) => r,
         // The thread is ending (its locals are being destroyed): ask the shared map.
-        .unwrap_or_else(|_| shared())
+        Err(_) => shared().map(|d| (f.take().expect("called once"))(&d)),
+    }
 }
 
 thread_local! {
     /// This thread's view of `DEVICES`, valid while `GENERATION` is unchanged.
-    static LOOKUP: RefCell<(u64, HashMap<u32, Option<Arc<DeviceSpill>>>)> =
-        RefCell::new((u64::MAX, HashMap::new()));
+    static LOOKUP: RefCell<(u64, Vec<Option<Option<Arc<DeviceSpill>>>>)> =
+        const { RefCell::new((u64::MAX, Vec::new())) };
     /// Registry events of this thread not yet applied (see [`Event`]).
     static PENDING: RefCell<Batch> = const { RefCell::new(Batch(Vec::new())) };
 }
@@ -176,8 +190,20 @@ fn push(e: Event) {
     let full = PENDING
         .try_with(|p| {
             let mut p = p.borrow_mut();
+            // A use right after the array's last event changes no order: skip it.
+            if let (Some(Event::Touched(_, id)), Some(last)) = (&e, p.0.last())
+                && match last {
+                    Event::Listed(_, l, ..) | Event::Touched(_, l) | Event::Restored(_, l, ..) => {
+                        l == id
+                    }
+                    Event::Forgot(..) => false,
+                }
+            {
+                e = None;
+                return None;
+            }
             p.0.extend(e.take());
-            (p.0.len() >= BATCH).then(|| std::mem::take(&mut p.0))
+            (p.0.len() >= BATCH).then(|| std::mem::replace(&mut p.0, Vec::with_capacity(BATCH)))
         })
         .ok()
         .flatten();
@@ -209,22 +235,31 @@ fn apply(events: Vec<Event>) {
         | Event::Forgot(_, id) => *id,
     };
     // Arrays listed and forgotten within the batch never reach the registry. (A batch
-    // holds at most BATCH events: sorted vectors beat hashing here.)
-    let mut gone: Vec<u64> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Forgot(_, id) => Some(*id),
-            _ => None,
-        })
-        .collect();
+    // holds at most BATCH events: sorted arrays on the stack beat hashing here.)
+    let mut gone = [0u64; BATCH];
+    let mut n_gone = 0;
+    for e in &events {
+        if let Event::Forgot(_, id) = e
+            && n_gone < BATCH
+        {
+            gone[n_gone] = *id;
+            n_gone += 1;
+        }
+    }
+    let gone = &mut gone[..n_gone];
     gone.sort_unstable();
-    let mut born_here: Vec<u64> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Listed(_, id, ..) if gone.binary_search(id).is_ok() => Some(*id),
-            _ => None,
-        })
-        .collect();
+    let mut born = [0u64; BATCH];
+    let mut n_born = 0;
+    for e in &events {
+        if let Event::Listed(_, id, ..) = e
+            && n_born < BATCH
+            && gone.binary_search(id).is_ok()
+        {
+            born[n_born] = *id;
+            n_born += 1;
+        }
+    }
+    let born_here = &mut born[..n_born];
     born_here.sort_unstable();
     for e in events {
         let id = id_of(&e);
@@ -495,7 +530,24 @@ pub(crate) fn after_access(
     let Some(device) = listed_on else {
         return;
     };
-    let Some(d) = device_spill(device) else {
+    if resident.is_some()
+        && note.registered == Some(device)
+        && note.counted == nbytes
+        && note.restored_ns.is_none()
+    {
+        // A use of a listed resident array: the hot path, no lookup.
+        push(Event::Touched(device, id));
+        return;
+    }
+    let nbytes64 = nbytes as u64;
+    let counted = note.counted as u64;
+    let Some(has_budget) = with_device(device, |d| {
+        if resident.is_some() && counted != nbytes64 {
+            d.resident_now.fetch_add(nbytes64, Ordering::Relaxed);
+            d.resident_now.fetch_sub(counted, Ordering::Relaxed);
+        }
+        d.settings.device_budget.is_some()
+    }) else {
         return;
     };
     if resident.is_none() {
@@ -503,13 +555,9 @@ pub(crate) fn after_access(
         note.registered = Some(device);
         return;
     }
-    if note.counted != nbytes {
-        d.resident_now.fetch_add(nbytes as u64, Ordering::Relaxed);
-        d.resident_now
-            .fetch_sub(note.counted as u64, Ordering::Relaxed);
-        note.counted = nbytes;
-    }
+    note.counted = nbytes;
     if let Some(ns) = note.restored_ns.take() {
+        memarray_core::resource::events::note_event("restore", device, nbytes);
         push(Event::Restored(device, id, nbytes, ns, target()));
     } else if note.registered == Some(device) {
         push(Event::Touched(device, id));
@@ -518,7 +566,9 @@ pub(crate) fn after_access(
         note.registered = Some(device);
         // Made without memarray's allocation hook (an import, a born array listed on
         // first use): the budget holds from here on.
-        d.within_budget(0, Some(id));
+        if has_budget && let Some(d) = device_spill(device) {
+            d.within_budget(0, Some(id));
+        }
     }
     note.registered = Some(device);
 }
@@ -526,22 +576,24 @@ pub(crate) fn after_access(
 /// Takes a dropped (or handed out) array out of the registry that lists it.
 pub(crate) fn forget(id: u64, note: &mut SpillNote) {
     if let Some(device) = note.registered.take() {
-        if let Some(d) = device_spill(device) {
-            d.resident_now
-                .fetch_sub(note.counted as u64, Ordering::Relaxed);
+        let counted = std::mem::take(&mut note.counted) as u64;
+        if counted > 0 {
+            with_device(device, |d| {
+                d.resident_now.fetch_sub(counted, Ordering::Relaxed)
+            });
         }
-        note.counted = 0;
         push(Event::Forgot(device, id));
     }
 }
 
-/// A spilled array no longer counts as resident.
-pub(crate) fn left_device(note: &mut SpillNote, device: u32) {
-    if let Some(d) = device_spill(device) {
-        d.resident_now
-            .fetch_sub(note.counted as u64, Ordering::Relaxed);
-    }
-    note.counted = 0;
+/// An array spilled `bytes` from `device`: it no longer counts as resident, and the
+/// event is logged.
+pub(crate) fn left_device(note: &mut SpillNote, device: u32, bytes: usize) {
+    memarray_core::resource::events::note_event("spill", device, bytes);
+    let counted = std::mem::take(&mut note.counted) as u64;
+    with_device(device, |d| {
+        d.resident_now.fetch_sub(counted, Ordering::Relaxed)
+    });
 }
 
 impl DeviceSpill {
@@ -669,5 +721,94 @@ mod tests {
         for bad in ["", "GiB", "-1", "4 parsecs", "1e400", "nan"] {
             assert!(parse_bytes(bad).is_err(), "{bad:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    struct Dummy;
+    impl SpillTarget for Dummy {
+        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
+            SpillOutcome::Busy
+        }
+    }
+
+    /// The bookkeeping alone, on the CPU: `cargo test --release -p memarray-cuda
+    /// spill::cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn bookkeeping_cost() {
+        let state = Arc::new(DeviceSpill {
+            device: 7,
+            registry: SpillRegistry::new(None),
+            settings: SpillSettings::default(),
+            arrays: Mutex::new(HashMap::new()),
+            stream: OnceLock::new(),
+            host: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+            pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+            file: Mutex::new(None),
+            resident_now: AtomicU64::new(0),
+        });
+        let _ = ENV.set(Ok(()));
+        DEVICES
+            .write()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .insert(7, state);
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        ACTIVE.store(true, Ordering::Release);
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        let n = 1_000_000u64;
+        let t = std::time::Instant::now();
+        for id in 0..n {
+            let mut note = SpillNote::default();
+            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&target)
+            });
+            forget(id, &mut note);
+        }
+        println!(
+            "list + forget: {:.1} ns",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        let mut note = SpillNote::default();
+        after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
+            Arc::downgrade(&target)
+        });
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&target)
+            });
+        }
+        println!("touch: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
+        let mut notes: Vec<SpillNote> = (0..64).map(|_| SpillNote::default()).collect();
+        for (k, note) in notes.iter_mut().enumerate() {
+            after_access(n + 1 + k as u64, note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&target)
+            });
+        }
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let k = (i % 64) as usize;
+            after_access(
+                n + 1 + k as u64,
+                &mut notes[k],
+                (Some(7), Some(7)),
+                1 << 20,
+                || Arc::downgrade(&target),
+            );
+        }
+        println!(
+            "touch, 64 arrays in turn: {:.1} ns",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(device_spill(7));
+        }
+        println!("lookup: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
     }
 }

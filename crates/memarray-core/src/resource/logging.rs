@@ -15,7 +15,8 @@ pub const LOG_HEADER: &str = "time,event,device,address,size,stream,source";
 
 /// Wraps a resource and logs every call as a CSV row (RMM's `logging_resource_adaptor`):
 /// `time` (seconds since the Unix epoch, ns resolution), `event` (`allocate`, `free`,
-/// `allocate_failed`), `device` (an id, or `host`), `address` (hex), `size` (bytes),
+/// `allocate_failed`; `spill` and `restore` for arrays spilled from and restored to the
+/// device, written before the next row, no address), `device` (an id, or `host`), `address` (hex), `size` (bytes),
 /// `stream` (the handle, empty for none), `source` (the wrapped resource's name).
 ///
 /// Rows are buffered; [`flush`](Self::flush) or dropping the adaptor writes them out. A
@@ -50,6 +51,8 @@ pub struct LoggingAdaptor {
     target: String,
     name: String,
     source: String,
+    /// The last memory event written (spills and restores, [`super::events`]).
+    events_seen: AtomicU64,
 }
 
 struct Writer(std::io::BufWriter<Box<dyn Write + Send>>);
@@ -80,6 +83,7 @@ impl LoggingAdaptor {
             upstream,
             out: Mutex::new(Writer(std::io::BufWriter::new(out))),
             write_errors: AtomicU64::new(0),
+            events_seen: AtomicU64::new(super::events::last_event()),
         };
         this.write(format_args!("{LOG_HEADER}\n"));
         this
@@ -136,6 +140,7 @@ impl LoggingAdaptor {
     }
 
     fn row(&self, event: &str, addr: usize, bytes: usize, stream: Option<RawStream>) {
+        self.event_rows();
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -152,6 +157,30 @@ impl LoggingAdaptor {
             t.subsec_nanos(),
             self.source
         ));
+    }
+
+    /// Rows for the spills and restores on this device since the last row (one atomic
+    /// load when there are none).
+    fn event_rows(&self) {
+        let last = super::events::last_event();
+        let seen = self.events_seen.swap(last, Ordering::AcqRel);
+        if last <= seen {
+            return;
+        }
+        let Some(device) = self.upstream.device_id() else {
+            return;
+        };
+        for e in super::events::events_since(seen, Some(device)) {
+            let t = e.wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+            self.write(format_args!(
+                "{}.{:09},{},{device},,{},,{}\n",
+                t.as_secs(),
+                t.subsec_nanos(),
+                e.kind,
+                e.bytes,
+                self.source
+            ));
+        }
     }
 
     fn logged(

@@ -32,6 +32,7 @@ macro_rules! forward_to_upstream {
 }
 
 pub mod conformance;
+pub mod events;
 mod file;
 mod foreign;
 mod host;

@@ -100,6 +100,8 @@ pub struct TrackingAdaptor {
     backtraces: bool,
     clock: Clock,
     state: Mutex<State>,
+    /// The last memory event before the adaptor was made.
+    first_event: u64,
 }
 
 /// A cheap timestamp: the CPU's time-stamp counter on x86-64 (a few nanoseconds to read,
@@ -173,6 +175,7 @@ impl TrackingAdaptor {
             backtraces: false,
             clock: Clock::new(),
             state: Mutex::new(State::default()),
+            first_event: super::events::last_event(),
         }
     }
 
@@ -203,6 +206,19 @@ impl TrackingAdaptor {
         }
         v.sort_by_key(|a| (a.time_ns, a.address));
         v
+    }
+
+    /// Spills and restores on this resource's device (every device for host memory) since
+    /// the adaptor was made: (nanoseconds since then, `"spill"` or `"restore"`, device
+    /// bytes), oldest first ([`super::events`]).
+    pub fn events(&self) -> Vec<(u64, &'static str, usize)> {
+        super::events::events_since(self.first_event, self.device)
+            .into_iter()
+            .map(|e| {
+                let ns = e.at.saturating_duration_since(self.clock.start).as_nanos();
+                (u64::try_from(ns).unwrap_or(u64::MAX), e.kind, e.bytes)
+            })
+            .collect()
     }
 
     /// Live bytes per source over time, one point after each call (thinned past 65,536

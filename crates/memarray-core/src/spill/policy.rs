@@ -14,6 +14,28 @@
 //! arrays may be spilled at all.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Ids are small distinct integers: one multiply spreads them (SipHash costs more than
+/// the rest of an access).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 /// Which expert chooses victims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +50,7 @@ pub enum Expert {
 #[derive(Debug, Default)]
 struct Recency {
     tick: u64,
-    last_use: HashMap<u64, u64>,
+    last_use: IdMap<u64>,
     by_time: BTreeMap<u64, u64>,
 }
 
@@ -89,7 +111,11 @@ impl Shadow {
         }
         self.misses += 1.0;
         while self.ids.len() >= capacity.max(1) {
-            let Some(victim) = self.ids.order(self.expert).next() else {
+            let victim = match self.expert {
+                Expert::Lru => self.ids.by_time.first_key_value(),
+                Expert::Mru => self.ids.by_time.last_key_value(),
+            };
+            let Some((_, &victim)) = victim else {
                 break;
             };
             self.ids.remove(victim);

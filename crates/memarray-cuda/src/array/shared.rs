@@ -92,7 +92,7 @@ impl SpillTarget for Cell {
         {
             Ok(bytes) => {
                 let device = raw.device_id();
-                spill::left_device(&mut raw.spill_note, device);
+                spill::left_device(&mut raw.spill_note, device, bytes);
                 SpillOutcome::Spilled { bytes }
             }
             // The array keeps its device copy (nothing was freed): try another.
@@ -206,7 +206,7 @@ impl SharedArray {
         let bytes = raw.spill_to_host(d.stream()?, &|n| d.host_for(n))?;
         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         d.note_spilled(self.cell.id, bytes, ns);
-        spill::left_device(&mut raw.spill_note, device);
+        spill::left_device(&mut raw.spill_note, device, bytes);
         raw.spill_note.registered = Some(device);
         Ok(())
     }
