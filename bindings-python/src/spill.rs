@@ -35,7 +35,7 @@ impl PyMemArray {
     #[pyo3(signature = (stream=None))]
     fn prefetch(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
-        self.with_detached(py, |raw| raw.restore(stream, false, None))
+        self.with_detached(py, |raw| raw.prefetch(stream, None))
             .py()
     }
 

@@ -49,6 +49,8 @@ pub(crate) struct SpillNote {
     pub(crate) registered: Option<u32>,
     /// Nanoseconds of a restore the registry has not been told of yet.
     pub(crate) restored_ns: Option<u64>,
+    /// That restore was a prefetch (ahead of use).
+    pub(crate) ahead: bool,
     /// The host copy was made by a spill (it counts against the host budget).
     pub(crate) host_from_spill: bool,
     /// Device bytes this array adds to its device's resident count now.
@@ -171,7 +173,7 @@ thread_local! {
 enum Event {
     Listed(u32, u64, usize, Weak<dyn SpillTarget>),
     Touched(u32, u64),
-    Restored(u32, u64, usize, u64, Weak<dyn SpillTarget>),
+    Restored(u32, u64, usize, u64, bool, Weak<dyn SpillTarget>),
     Forgot(u32, u64),
 }
 
@@ -193,10 +195,9 @@ fn push(e: Event) {
             // A use right after the array's last event changes no order: skip it.
             if let (Some(Event::Touched(_, id)), Some(last)) = (&e, p.0.last())
                 && match last {
-                    Event::Listed(_, l, ..) | Event::Touched(_, l) | Event::Restored(_, l, ..) => {
-                        l == id
-                    }
-                    Event::Forgot(..) => false,
+                    Event::Listed(_, l, ..) | Event::Touched(_, l) => l == id,
+                    // A use after a prefetch is news: the array is no longer ahead.
+                    Event::Restored(..) | Event::Forgot(..) => false,
                 }
             {
                 e = None;
@@ -278,9 +279,13 @@ fn apply(events: Vec<Event>) {
                     d.registry.touch(id);
                 }
             }
-            Event::Restored(dev, id, bytes, ns, target) => {
+            Event::Restored(dev, id, bytes, ns, ahead, target) => {
                 if let Some(d) = device_spill(dev) {
-                    d.registry.restored(id, bytes, ns);
+                    if ahead {
+                        d.registry.restored_ahead(id, bytes, ns);
+                    } else {
+                        d.registry.restored(id, bytes, ns);
+                    }
                     d.list(id, target);
                 }
             }
@@ -558,7 +563,8 @@ pub(crate) fn after_access(
     note.counted = nbytes;
     if let Some(ns) = note.restored_ns.take() {
         memarray_core::resource::events::note_event("restore", device, nbytes);
-        push(Event::Restored(device, id, nbytes, ns, target()));
+        let ahead = std::mem::take(&mut note.ahead);
+        push(Event::Restored(device, id, nbytes, ns, ahead, target()));
     } else if note.registered == Some(device) {
         push(Event::Touched(device, id));
     } else {

@@ -63,11 +63,14 @@ struct State {
     policy: SpillPolicy,
     resident: HashMap<u64, usize>,
     spilled: HashMap<u64, usize>,
+    /// Restored ahead of use (a prefetch) and not used since: victims of last resort.
+    ahead: HashSet<u64>,
     stats: SpillStatistics,
 }
 
 impl State {
     fn spilled(&mut self, id: u64, bytes: usize, ns: u64) {
+        self.ahead.remove(&id);
         if let Some(b) = self.resident.remove(&id) {
             self.stats.resident_bytes -= b as u64;
         }
@@ -122,6 +125,7 @@ impl SpillRegistry {
     pub fn touch(&self, id: u64) -> bool {
         let mut st = self.lock();
         if st.resident.contains_key(&id) {
+            st.ahead.remove(&id);
             st.policy.touch(id);
             return true;
         }
@@ -137,12 +141,14 @@ impl SpillRegistry {
         if let Some(b) = st.spilled.remove(&id) {
             st.stats.current_spilled_bytes -= b as u64;
         }
+        st.ahead.remove(&id);
         st.policy.remove(id);
     }
 
     /// Spilled array `id` is back on the device with `bytes`; restoring took `ns`.
     pub fn restored(&self, id: u64, bytes: usize, ns: u64) {
         let mut st = self.lock();
+        st.ahead.remove(&id);
         if let Some(b) = st.spilled.remove(&id) {
             st.stats.current_spilled_bytes -= b as u64;
         }
@@ -183,6 +189,13 @@ impl SpillRegistry {
         st.policy.spilled(id, expert);
     }
 
+    /// Spilled array `id` is back ahead of its use (a prefetch): until it is used, other
+    /// arrays are spilled before it.
+    pub fn restored_ahead(&self, id: u64, bytes: usize, ns: u64) {
+        self.restored(id, bytes, ns);
+        self.lock().ahead.insert(id);
+    }
+
     /// Whether array `id` is spilled now.
     pub fn is_spilled(&self, id: u64) -> bool {
         self.lock().spilled.contains_key(&id)
@@ -211,8 +224,10 @@ impl SpillRegistry {
         while freed < need {
             let choice = {
                 let mut st = self.lock();
-                st.policy
-                    .choose(|id| Some(id) != keep && !tried.contains(&id))
+                let State { policy, ahead, .. } = &mut *st;
+                policy
+                    .choose(|id| Some(id) != keep && !tried.contains(&id) && !ahead.contains(&id))
+                    .or_else(|| policy.choose(|id| Some(id) != keep && !tried.contains(&id)))
             };
             let Some((id, expert)) = choice else { break };
             tried.insert(id);
@@ -415,5 +430,35 @@ mod tests {
                 .unwrap();
             fake.free(p);
         }
+    }
+
+    #[test]
+    fn an_array_prefetched_ahead_of_use_goes_last() {
+        struct Record(Mutex<Vec<u64>>);
+        impl Spiller for Record {
+            fn try_spill(&self, id: u64) -> SpillOutcome {
+                if id == 1 {
+                    return SpillOutcome::Busy;
+                }
+                self.0.lock().unwrap().push(id);
+                SpillOutcome::Spilled { bytes: 10 }
+            }
+        }
+        let reg = SpillRegistry::new(None);
+        reg.register(1, 10);
+        reg.register(3, 10);
+        reg.note_spilled(3, 10, 0);
+        reg.restored_ahead(3, 10, 0);
+        reg.register(2, 10);
+        // LRU order 1 (busy), 3 (ahead: passed over), 2.
+        let r = Record(Mutex::new(Vec::new()));
+        assert_eq!(reg.make_room(10, None, &r), 10);
+        assert_eq!(*r.0.lock().unwrap(), vec![2]);
+        // Nothing else left: the one ahead goes after all.
+        assert_eq!(reg.make_room(10, None, &r), 10);
+        assert_eq!(*r.0.lock().unwrap(), vec![2, 3]);
+        // A use clears the mark.
+        reg.restored(3, 10, 0);
+        assert!(reg.touch(3));
     }
 }

@@ -70,6 +70,18 @@ impl RawArray {
         Ok(())
     }
 
+    /// [`Self::restore`] without waiting, ahead of use: until its next use, other arrays
+    /// spill before it (a scan that prefetches the next array does not lose it to the
+    /// room its own prefetch makes).
+    pub fn prefetch(&mut self, stream: Option<StreamRef>, token: Option<LockToken>) -> Result<()> {
+        let was = self.spilled;
+        self.restore(stream, false, token)?;
+        if was {
+            self.spill_note.ahead = true;
+        }
+        Ok(())
+    }
+
     /// Why the array cannot be spilled now, if it cannot (locked, not resident on a
     /// device, exported, in use). Never blocks.
     pub(crate) fn spill_refusal(&self) -> Option<&'static str> {
