@@ -52,16 +52,32 @@ fn main() -> memarray_cuda::Result<()> {
         }
         t.elapsed().as_nanos() as f64 / n as f64
     };
+    let raw_only = || -> memarray_cuda::Result<f64> {
+        let t = Instant::now();
+        for _ in 0..n {
+            let a = RawArray::empty_on(DType::F32, &[1 << 18], Location::Device(0), None, None)?;
+            drop(a);
+        }
+        Ok(t.elapsed().as_nanos() as f64 / n as f64)
+    };
     make_drop()?;
     let (mut off, mut on, mut call_off, mut call_on) = (vec![], vec![], vec![], vec![]);
+    let (mut raw_off, mut raw_on) = (vec![], vec![]);
     for _ in 0..7 {
         off.push(make_drop()?);
         call_off.push(call());
+        raw_off.push(raw_only()?);
         spill::enable(0, SpillSettings::default())?;
         on.push(make_drop()?);
         call_on.push(call());
+        raw_on.push(raw_only()?);
         spill::disable(0);
     }
+    let (raw_off, raw_on) = (median(raw_off), median(raw_on));
+    println!(
+        "make + drop the bare RawArray (never listed): off {raw_off:.0} ns, on {raw_on:.0} ns ({:+.0} ns)",
+        raw_on - raw_off
+    );
     let (off, on, call_off, call_on) = (median(off), median(on), median(call_off), median(call_on));
     println!(
         "make + drop a 1 MiB device array: off {off:.0} ns, on {on:.0} ns ({:+.0} ns, {:.3}x)",
