@@ -94,10 +94,15 @@ def memarray_mode(cupy, memarray, spill, n, count, budget, passes, prefetch):
         for a in arrays
     )
     moved = (after["spilled_bytes"] - before["spilled_bytes"]) / passes
-    del arrays
+    arrays.clear()
     spill.disable(0)
-    return {"pass_s": t, "runs": runs, "ok": ok, "spilled_gib_per_pass": moved / 2**30,
-            "skipped_busy": after["skipped_busy"]}
+    return {
+        "pass_s": t,
+        "runs": runs,
+        "ok": ok,
+        "spilled_gib_per_pass": moved / 2**30,
+        "skipped_busy": after["skipped_busy"],
+    }
 
 
 def offload_mode(cupy, n, count, passes):
@@ -126,7 +131,8 @@ def offload_mode(cupy, n, count, passes):
         one_pass()
     t, runs = median_time(one_pass, passes)
     ok = all(float(h[:: n // 64].min()) == done[0] == float(h[:: n // 64].max()) for h in host)
-    del host, dev
+    host.clear()
+    dev.clear()
     return {"pass_s": t, "runs": runs, "ok": ok}
 
 
@@ -159,8 +165,11 @@ def no_pressure_cost(memarray, spill, repeats=7):
                 sink.append(time.perf_counter() - t0)
                 if enabled:
                     spill.disable(0)
-        out[name] = {"on_s": statistics.median(on), "off_s": statistics.median(off),
-                     "ratio": statistics.median(on) / statistics.median(off)}
+        out[name] = {
+            "on_s": statistics.median(on),
+            "off_s": statistics.median(off),
+            "ratio": statistics.median(on) / statistics.median(off),
+        }
     return out
 
 
@@ -184,11 +193,15 @@ def main():
     dev = cupy.cuda.Device(0)
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     up, down = pinned_bandwidth(cupy, args.chunk_mib * MIB)
-    print(f"device: {name}; data {data / 2**30:.1f} GiB in {count} x {args.chunk_mib} MiB; "
-          f"pinned H2D {up:.1f} GB/s, D2H {down:.1f} GB/s (same run)")
+    print(
+        f"device: {name}; data {data / 2**30:.1f} GiB in {count} x {args.chunk_mib} MiB; "
+        f"pinned H2D {up:.1f} GB/s, D2H {down:.1f} GB/s (same run)"
+    )
     offload = offload_mode(cupy, n, count, args.passes)
-    print(f"offload (double-buffered CuPy loop): {offload['pass_s'] * 1e3:.1f} ms/pass"
-          f"{'' if offload['ok'] else '  WRONG VALUES'}")
+    print(
+        f"offload (double-buffered CuPy loop): {offload['pass_s'] * 1e3:.1f} ms/pass"
+        f"{'' if offload['ok'] else '  WRONG VALUES'}"
+    )
     rows = []
     misses = []
     for f in [float(v) for v in args.factors.split(",")]:
@@ -201,18 +214,22 @@ def main():
         row["bound_s"] = spill_gib / up + spill_gib / down
         rows.append(row)
         t, p = row["transparent"], row["prefetch"]
-        print(f"{f:.1f}x budget {budget / 2**30:.2f} GiB: transparent {t['pass_s'] * 1e3:.1f} ms"
-              f", prefetch {p['pass_s'] * 1e3:.1f} ms, bound {row['bound_s'] * 1e3:.1f} ms, "
-              f"offload {offload['pass_s'] * 1e3:.1f} ms; spilled/pass "
-              f"{t['spilled_gib_per_pass']:.2f} / {p['spilled_gib_per_pass']:.2f} GiB")
+        print(
+            f"{f:.1f}x budget {budget / 2**30:.2f} GiB: transparent {t['pass_s'] * 1e3:.1f} ms"
+            f", prefetch {p['pass_s'] * 1e3:.1f} ms, bound {row['bound_s'] * 1e3:.1f} ms, "
+            f"offload {offload['pass_s'] * 1e3:.1f} ms; spilled/pass "
+            f"{t['spilled_gib_per_pass']:.2f} / {p['spilled_gib_per_pass']:.2f} GiB"
+        )
         for mode in ("transparent", "prefetch"):
             if not row[mode]["ok"]:
                 misses.append(f"{f}x {mode}: wrong values")
         if f in (2.0, 4.0):
             r1 = t["pass_s"] / offload["pass_s"]
             r2 = p["pass_s"] / row["bound_s"]
-            for label, r, lim in ((f"{f:.0f}x transparent / offload", r1, 1.0),
-                                  (f"{f:.0f}x prefetch / bound", r2, 1.25)):
+            for label, r, lim in (
+                (f"{f:.0f}x transparent / offload", r1, 1.0),
+                (f"{f:.0f}x prefetch / bound", r2, 1.25),
+            ):
                 status = "ok" if r <= lim else "MISS"
                 print(f"  {label}: {r:.2f} (limit {lim}) {status}")
                 if status == "MISS":
@@ -220,15 +237,26 @@ def main():
     cost = no_pressure_cost(memarray, spill)
     for k, v in cost.items():
         status = "ok" if v["ratio"] <= 1.02 else "MISS"
-        print(f"no pressure, spilling on / off, {k}: {v['on_s'] * 1e3:.2f} / "
-              f"{v['off_s'] * 1e3:.2f} ms = {v['ratio']:.3f} (limit 1.02) {status}")
+        print(
+            f"no pressure, spilling on / off, {k}: {v['on_s'] * 1e3:.2f} / "
+            f"{v['off_s'] * 1e3:.2f} ms = {v['ratio']:.3f} (limit 1.02) {status}"
+        )
         if status == "MISS":
             misses.append(f"no-pressure {k}")
     if not offload["ok"]:
         misses.append("offload: wrong values")
-    result = {"device": name, "pinned_h2d_gbs": up, "pinned_d2h_gbs": down,
-              "data_bytes": data, "chunk_mib": args.chunk_mib, "passes": args.passes,
-              "offload": offload, "rows": rows, "no_pressure": cost, "misses": misses}
+    result = {
+        "device": name,
+        "pinned_h2d_gbs": up,
+        "pinned_d2h_gbs": down,
+        "data_bytes": data,
+        "chunk_mib": args.chunk_mib,
+        "passes": args.passes,
+        "offload": offload,
+        "rows": rows,
+        "no_pressure": cost,
+        "misses": misses,
+    }
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)

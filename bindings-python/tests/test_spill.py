@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 from children import child_stdout, run_child
+from test_interop import _peer
 
 import memarray
 import memarray.spill as spill
-from test_interop import _peer
 
 # ---------------------------------------------------------------- CPU
 

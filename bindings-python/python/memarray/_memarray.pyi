@@ -27,6 +27,7 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "CudaUnavailableError",
     "DLPackContext",
+    "DeviceScope",
     "HostBytes",
     "IpcHandle",
     "LockError",
@@ -38,6 +39,13 @@ __all__ = [
     "_ipc_handle_from_bytes",
     "_last_batch_profile",
     "_resources",
+    "_spill_allow",
+    "_spill_disable",
+    "_spill_enable",
+    "_spill_evict",
+    "_spill_from_env",
+    "_spill_settings",
+    "_spill_statistics",
     "cuda",
     "distributed",
     "empty",
@@ -505,7 +513,7 @@ class _InteropModule:
 
 _interop: _InteropModule
 
-
+@final
 class DeviceScope:
     """The scope ``MemArray.device_view`` returns: the array stays on its device inside."""
     def __enter__(self) -> DeviceScope: ...

@@ -120,8 +120,9 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
         at = [t for t, k in events if k == kind]
         if at:
             # Spills and restores (memarray.spill) as ticks along the bottom.
-            ax1.plot(at, [0] * len(at), "|", color=color, markersize=14,
-                     label=f"{kind} ({len(at)})")
+            ax1.plot(
+                at, [0] * len(at), "|", color=color, markersize=14, label=f"{kind} ({len(at)})"
+            )
     if (used and times) or events:
         ax1.legend(loc="upper left")
     ax1.set_xlabel("seconds")

@@ -161,7 +161,7 @@ pub enum ArrayError {
          any operation through a mutable reference or a SharedArray restores it)"
     )]
     Spilled,
-    /// A spill asked for by name ([`crate::spill::evict`]) that cannot happen now.
+    /// A spill asked for by name ([`crate::array::SharedArray::evict`]) that cannot happen now.
     #[error("the array cannot be spilled now: {reason}")]
     NotSpillable {
         /// Why, in words.

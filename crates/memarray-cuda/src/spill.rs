@@ -2,14 +2,15 @@
 //!
 //! With spilling enabled on a device ([`enable`], or `MEMARRAY_SPILL` and friends read
 //! once, [`enable_from_env`]), the device-resident arrays shared through
-//! [`SharedArray`] (every Python array) are listed in that device's
+//! [`SharedArray`](crate::array::SharedArray) (every Python array) are listed in that device's
 //! [`SpillRegistry`]. When a device allocation through memarray would take the listed
 //! arrays past the device budget, or fails for lack of memory after the caches and the
 //! other libraries gave theirs back ([`memarray_core::resource::allocate_with_relief`]),
 //! arrays chosen by the [`memarray_core::spill::SpillPolicy`] move their data to their
 //! host copy (made on demand: pinned within the host budget, in a file beyond it when a
 //! spill directory is set) and free their device buffer. A spilled array keeps its
-//! place ([`RawArray::location`] names the device, [`RawArray::is_spilled`] says where the
+//! place ([`RawArray::location`](crate::RawArray::location) names the device,
+//! [`RawArray::is_spilled`](crate::RawArray::is_spilled) says where the
 //! data is) and every operation that needs its device data restores it first.
 //!
 //! Victims are never locked, exported (a live DLPack consumer, CUDA Array Interface
@@ -155,9 +156,12 @@ fn with_device<R>(device: u32, f: impl FnOnce(&Arc<DeviceSpill>) -> R) -> Option
     }
 }
 
+/// One device in a thread's cached view: unasked yet, or what the shared map said.
+type Cached = Option<Option<Arc<DeviceSpill>>>;
+
 thread_local! {
     /// This thread's view of `DEVICES`, valid while `GENERATION` is unchanged.
-    static LOOKUP: RefCell<(u64, Vec<Option<Option<Arc<DeviceSpill>>>>)> =
+    static LOOKUP: RefCell<(u64, Vec<Cached>)> =
         const { RefCell::new((u64::MAX, Vec::new())) };
     /// Registry events of this thread not yet applied (see [`Event`]).
     static PENDING: RefCell<Batch> = const { RefCell::new(Batch(Vec::new())) };
@@ -351,10 +355,8 @@ pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
 /// budget check before memarray's own allocations only where a device has a budget.
 fn install_hooks(budgets: bool) {
     pressure::set_spill_hooks(
-        Some(Arc::new(|device, need| relieve(device, need))),
-        budgets.then(|| -> pressure::BudgetHook {
-            Arc::new(|device, bytes| make_room(device, bytes))
-        }),
+        Some(Arc::new(relieve)),
+        budgets.then(|| -> pressure::BudgetHook { Arc::new(make_room) }),
     );
 }
 
