@@ -206,6 +206,9 @@ fn exports_and_locks_pin_and_device_paths_restore() {
             pinned.evict().unwrap();
             pinned.with(|r| r.ipc_handle(None)).unwrap();
             assert!(!pinned.state().is_spilled());
+            // Another process may map it now: it stays resident for good.
+            let err = pinned.evict().unwrap_err().to_string();
+            assert!(err.contains("IPC"), "{err}");
             // A locked array does not spill; moving a spilled array to the host costs no copy.
             let locked = array_on_device(MIB / 4, 2);
             let token = locked.try_lock().unwrap();

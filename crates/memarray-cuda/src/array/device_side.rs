@@ -520,6 +520,12 @@ impl DeviceSide {
         if self.foreign {
             return Some("its device memory belongs to another library (a zero-copy import)");
         }
+        if b.ipc.get().is_some() {
+            return Some(
+                "its device memory was shared with other processes (an IPC handle), which may \
+                 still map it",
+            );
+        }
         if Arc::strong_count(b) > 1 {
             return Some(
                 "its device memory is exported (a DLPack consumer, a CUDA Array Interface \
