@@ -60,7 +60,38 @@ fn main() -> memarray_cuda::Result<()> {
         }
         Ok(t.elapsed().as_nanos() as f64 / n as f64)
     };
+    // The two halves apart: wrapping made arrays, and dropping them.
+    let phases = || -> memarray_cuda::Result<(f64, f64)> {
+        let m = 2000;
+        let raws: Vec<RawArray> = (0..m)
+            .map(|_| RawArray::empty_on(DType::F32, &[1 << 18], Location::Device(0), None, None))
+            .collect::<memarray_cuda::Result<_>>()?;
+        let t = Instant::now();
+        let shared: Vec<SharedArray> = raws.into_iter().map(SharedArray::new).collect();
+        let wrap = t.elapsed().as_nanos() as f64 / m as f64;
+        let t = Instant::now();
+        drop(shared);
+        Ok((wrap, t.elapsed().as_nanos() as f64 / m as f64))
+    };
     make_drop()?;
+    let (mut wrap_off, mut wrap_on, mut drop_off, mut drop_on) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..7 {
+        let (w, d) = phases()?;
+        wrap_off.push(w);
+        drop_off.push(d);
+        spill::enable(0, SpillSettings::default())?;
+        let (w, d) = phases()?;
+        wrap_on.push(w);
+        drop_on.push(d);
+        spill::disable(0);
+    }
+    println!(
+        "wrap a made array: off {:.0} ns, on {:.0} ns; drop it: off {:.0} ns, on {:.0} ns",
+        median(wrap_off),
+        median(wrap_on),
+        median(drop_off),
+        median(drop_on)
+    );
     let (mut off, mut on, mut call_off, mut call_on) = (vec![], vec![], vec![], vec![]);
     let (mut raw_off, mut raw_on) = (vec![], vec![]);
     for _ in 0..7 {
