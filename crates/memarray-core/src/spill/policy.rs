@@ -7,19 +7,19 @@
 //! insertion policy): two shadow caches of array ids only, one LRU and one MRU, each as
 //! large (in arrays) as what is resident now, replay every access; their misses decay with
 //! a window of about 64 accesses, and the expert whose shadow missed less chooses the next
-//! victim. Deterministic, O(log n) per access. The traces in the tests below show both
+//! victim. Deterministic, O(1) per access. The traces in the tests below show both
 //! workloads.
 //!
 //! The policy sees array ids only; the registry ([`super::SpillRegistry`]) decides which
 //! arrays may be spilled at all.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Ids are small distinct integers: one multiply spreads them (SipHash costs more than
 /// the rest of an access).
 #[derive(Default)]
-struct IdHasher(u64);
+pub(super) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -35,7 +35,8 @@ impl Hasher for IdHasher {
     }
 }
 
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+pub(super) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+pub(super) type IdSet = std::collections::HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// Which expert chooses victims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,27 +47,83 @@ pub enum Expert {
     Mru,
 }
 
-/// Ids ordered by last use.
+/// Ids ordered by last use: a doubly linked list in a slab, indexed by id, so a use, a
+/// removal and the oldest or newest are O(1).
 #[derive(Debug, Default)]
 struct Recency {
-    tick: u64,
-    last_use: IdMap<u64>,
-    by_time: BTreeMap<u64, u64>,
+    index: IdMap<u32>,
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    /// Least recently used.
+    head: Option<u32>,
+    /// Most recently used.
+    tail: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    id: u64,
+    prev: Option<u32>,
+    next: Option<u32>,
 }
 
 impl Recency {
-    fn touch(&mut self, id: u64) {
-        self.tick += 1;
-        if let Some(old) = self.last_use.insert(id, self.tick) {
-            self.by_time.remove(&old);
+    fn contains(&self, id: u64) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let Node { prev, next, .. } = self.nodes[i as usize];
+        match prev {
+            Some(p) => self.nodes[p as usize].next = next,
+            None => self.head = next,
         }
-        self.by_time.insert(self.tick, id);
+        match next {
+            Some(n) => self.nodes[n as usize].prev = prev,
+            None => self.tail = prev,
+        }
+    }
+
+    fn push_newest(&mut self, i: u32) {
+        self.nodes[i as usize].prev = self.tail;
+        self.nodes[i as usize].next = None;
+        match self.tail {
+            Some(t) => self.nodes[t as usize].next = Some(i),
+            None => self.head = Some(i),
+        }
+        self.tail = Some(i);
+    }
+
+    fn touch(&mut self, id: u64) {
+        if let Some(&i) = self.index.get(&id) {
+            self.unlink(i);
+            self.push_newest(i);
+            return;
+        }
+        let node = Node {
+            id,
+            prev: None,
+            next: None,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 arrays")
+            }
+        };
+        self.index.insert(id, i);
+        self.push_newest(i);
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        match self.last_use.remove(&id) {
-            Some(t) => {
-                self.by_time.remove(&t);
+        match self.index.remove(&id) {
+            Some(i) => {
+                self.unlink(i);
+                self.free.push(i);
                 true
             }
             None => false,
@@ -74,15 +131,32 @@ impl Recency {
     }
 
     fn len(&self) -> usize {
-        self.last_use.len()
+        self.index.len()
+    }
+
+    /// The id `expert` evicts first.
+    fn first(&self, expert: Expert) -> Option<u64> {
+        let i = match expert {
+            Expert::Lru => self.head,
+            Expert::Mru => self.tail,
+        }?;
+        Some(self.nodes[i as usize].id)
     }
 
     /// Candidates in `expert`'s eviction order.
-    fn order(&self, expert: Expert) -> Box<dyn Iterator<Item = u64> + '_> {
-        match expert {
-            Expert::Lru => Box::new(self.by_time.values().copied()),
-            Expert::Mru => Box::new(self.by_time.values().rev().copied()),
-        }
+    fn order(&self, expert: Expert) -> impl Iterator<Item = u64> + '_ {
+        let mut at = match expert {
+            Expert::Lru => self.head,
+            Expert::Mru => self.tail,
+        };
+        std::iter::from_fn(move || {
+            let n = self.nodes[at? as usize];
+            at = match expert {
+                Expert::Lru => n.next,
+                Expert::Mru => n.prev,
+            };
+            Some(n.id)
+        })
     }
 }
 
@@ -105,17 +179,13 @@ impl Shadow {
 
     fn access(&mut self, id: u64, capacity: usize) {
         self.misses *= DECAY;
-        if self.ids.last_use.contains_key(&id) {
+        if self.ids.contains(id) {
             self.ids.touch(id);
             return;
         }
         self.misses += 1.0;
         while self.ids.len() >= capacity.max(1) {
-            let victim = match self.expert {
-                Expert::Lru => self.ids.by_time.first_key_value(),
-                Expert::Mru => self.ids.by_time.last_key_value(),
-            };
-            let Some((_, &victim)) = victim else {
+            let Some(victim) = self.ids.first(self.expert) else {
                 break;
             };
             self.ids.remove(victim);
@@ -173,7 +243,7 @@ impl SpillPolicy {
     }
 
     fn access(&mut self, id: u64) {
-        let capacity = self.resident.len() + usize::from(!self.resident.last_use.contains_key(&id));
+        let capacity = self.resident.len() + usize::from(!self.resident.contains(id));
         for s in &mut self.shadows {
             s.access(id, capacity);
         }
@@ -200,7 +270,7 @@ impl SpillPolicy {
 
     /// Whether `id` is resident as far as the policy knows.
     pub fn is_resident(&self, id: u64) -> bool {
-        self.resident.last_use.contains_key(&id)
+        self.resident.contains(id)
     }
 
     /// The next victim among resident arrays that `allowed` accepts, and the expert that

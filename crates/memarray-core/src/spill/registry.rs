@@ -7,11 +7,11 @@
 //! try-lock only, skipping it when busy, so a thread that holds an array's lock while it
 //! asks for room cannot deadlock with another doing the same.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use super::policy::SpillPolicy;
+use super::policy::{IdMap, IdSet, SpillPolicy};
 
 /// What a [`Spiller`] did with a victim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,10 +61,10 @@ pub struct SpillStatistics {
 #[derive(Debug, Default)]
 struct State {
     policy: SpillPolicy,
-    resident: HashMap<u64, usize>,
-    spilled: HashMap<u64, usize>,
+    resident: IdMap<usize>,
+    spilled: IdMap<usize>,
     /// Restored ahead of use (a prefetch) and not used since: victims of last resort.
-    ahead: HashSet<u64>,
+    ahead: IdSet,
     stats: SpillStatistics,
 }
 
@@ -257,6 +257,7 @@ impl SpillRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::ptr::NonNull;
     use std::sync::Arc;
 
