@@ -1,6 +1,6 @@
 """Draws benches/spill.py's JSON: time per pass against data / device budget.
 
-    python3 benches/plot_spill.py spill.json docs/spill.png
+python3 benches/plot_spill.py spill.json docs/spill.png
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(f, [r["transparent"]["pass_s"] * ms for r in rows], "o-", label="memarray, no hints")
     ax.plot(f, [r["prefetch"]["pass_s"] * ms for r in rows], "s-", label="memarray, prefetch next")
-    ax.plot(f, [r["bound_s"] * ms for r in rows], "k--", label="bound: (data - budget) both ways, pinned")
-    ax.axhline(d["offload"]["pass_s"] * ms, color="tab:red", label="double-buffered CuPy offload loop")
+    ax.plot(
+        f,
+        [r["bound_s"] * ms for r in rows],
+        "k--",
+        label="bound: (data - budget) both ways, pinned",
+    )
+    ax.axhline(
+        d["offload"]["pass_s"] * ms, color="tab:red", label="double-buffered CuPy offload loop"
+    )
     ax.set_xlabel("data / device budget")
     ax.set_ylabel("ms per pass (median)")
     gib = d["data_bytes"] / 2**30
