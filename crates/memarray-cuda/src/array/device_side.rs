@@ -552,16 +552,6 @@ impl DeviceSide {
         None
     }
 
-    /// Whether no work is pending or it is done (asked without blocking); when done, the
-    /// pending work is forgotten, as a host wait would.
-    pub(crate) fn idle(&self) -> bool {
-        let done = match self.pending().as_ref() {
-            None => return true,
-            Some(p) => p.stream.is_some() && p.event.is_complete().unwrap_or(false),
-        };
-        done && self.wait_host().is_ok()
-    }
-
     /// Whether the device copy is a producer's memory (a zero-copy import).
     pub(crate) fn is_foreign(&self) -> bool {
         self.foreign

@@ -341,11 +341,8 @@ impl RawArray {
         self.check(token)?;
         if self.spilled {
             match target {
-                // The host copy is current: no copy at all (and it is the array's own now).
-                Location::Host => {
-                    self.spilled = false;
-                    self.spill_note.host_from_spill = false;
-                }
+                // The host copy is current: no copy at all.
+                Location::Host => self.spilled = false,
                 Location::Device(d) if d == self.device_id => {
                     return self.restore(stream, sync, token);
                 }

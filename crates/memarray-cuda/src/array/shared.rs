@@ -135,7 +135,6 @@ impl DerefMut for StateGuard<'_> {
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
         let raw = &mut *self.raw;
-        raw.release_spill_copy();
         let (place, nbytes) = (raw.spill_place(), raw.nbytes());
         let cell = self.cell;
         spill::after_access(cell.id, &mut raw.spill_note, place, nbytes, || {

@@ -61,21 +61,6 @@ impl RawArray {
         )
     }
 
-    /// Gives back a host copy that a spill made, once the array is back on its device and
-    /// the copy up is done (asked without blocking): spilled data costs host memory only
-    /// while it is spilled, and the pinned pool hands the block to the next spill. Called
-    /// after each call on a shared array.
-    pub(crate) fn release_spill_copy(&mut self) {
-        if self.spill_note.host_from_spill
-            && !self.spilled
-            && self.host.is_some()
-            && self.dev.idle()
-        {
-            self.host = None;
-            self.spill_note.host_from_spill = false;
-        }
-    }
-
     /// Fails with [`ArrayError::Spilled`] while the array is spilled (for accessors that
     /// hand out device addresses through `&self` and so cannot restore).
     pub(crate) fn not_spilled(&self) -> Result<()> {
