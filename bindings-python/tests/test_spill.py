@@ -299,3 +299,33 @@ def test_spills_show_in_the_tracking_snapshot_the_log_and_the_plot(tmp_path):
     assert r["kinds"] == ["restore", "spill"] and r["n"] >= 4, r
     assert r["log"] == ["restore", "spill"], r
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.gpu
+def test_a_prefetch_loop_that_runs_ahead_of_the_device_keeps_the_budget():
+    _peer("cupy")
+    out = child_stdout(
+        """
+        import json, cupy, memarray, memarray.spill as spill
+        MiB = 1 << 20
+        budget = 128 * MiB
+        spill.enable(0, device_budget=budget)
+        arrays = [memarray.zeros((4 * MiB,), dtype="float32", device="cuda") for _ in range(16)]
+        for a in arrays:
+            spill.evict(a)  # all on the host: the next pass restores every one
+        pf = memarray.cuda.Stream()
+        worst = 0
+        for p in range(2):
+            for i, a in enumerate(arrays):
+                arrays[(i + 1) % 16].prefetch(stream=pf)
+                x = cupy.from_dlpack(a)
+                x += 1
+                del x
+                worst = max(worst, spill.statistics(0)["resident_bytes"])
+        cupy.cuda.Device().synchronize()
+        ok = all(float(a.to_numpy().min()) == 2.0 == float(a.to_numpy().max()) for a in arrays)
+        print(json.dumps({"worst": worst, "budget": budget, "ok": ok}))
+        """
+    )
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["ok"] and r["worst"] <= r["budget"], r

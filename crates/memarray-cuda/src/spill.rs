@@ -510,7 +510,7 @@ fn relieve(device: u32, need: usize) -> usize {
     match device_spill(device) {
         Some(d) => {
             flush();
-            d.registry.make_room(need as u64, None, &*d) as usize
+            d.make_room_waiting(need as u64, None) as usize
         }
         None => 0,
     }
@@ -614,8 +614,25 @@ impl DeviceSpill {
         let over = (now + bytes as u64).saturating_sub(budget);
         if over > 0 {
             flush();
-            self.registry.make_room(over, keep, self);
+            self.make_room_waiting(over, keep);
         }
+    }
+
+    /// Spills at least `need` bytes if it can. When the victims left are busy with queued
+    /// work (the host ran ahead of the device: a prefetch loop queues copies and kernels
+    /// faster than they run), the device is waited for once and the rest tried again: a
+    /// budget or an allocation is worth that host block.
+    fn make_room_waiting(&self, need: u64, keep: Option<u64>) -> u64 {
+        let busy = self.registry.statistics().skipped_busy;
+        let mut freed = self.registry.make_room(need, keep, self);
+        if freed < need
+            && self.registry.statistics().skipped_busy > busy
+            && let Ok(dev) = Device::get(self.device)
+            && dev.synchronize().is_ok()
+        {
+            freed += self.registry.make_room(need - freed, keep, self);
+        }
+        freed
     }
 
     fn list(&self, id: u64, target: Weak<dyn SpillTarget>) {

@@ -322,3 +322,45 @@ fn sixteen_threads_with_spilling_on() {
         },
     );
 }
+
+#[test]
+fn the_budget_holds_after_every_array_was_evicted_and_prefetched_back() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let chunk = 2 * MIB;
+    let budget = 8 * chunk;
+    with_spill(
+        SpillSettings {
+            device_budget: Some(budget as u64),
+            ..Default::default()
+        },
+        || {
+            let arrays: Vec<SharedArray> = (0..32).map(|k| array_on_device(chunk / 4, k)).collect();
+            for a in &arrays {
+                let _ = a.evict();
+            }
+            let s = spill::statistics(0).unwrap();
+            assert_eq!(s.arrays.resident_bytes, 0, "{s:?}");
+            let stream =
+                memarray_cuda::Stream::new(&memarray_cuda::Device::get(0).unwrap()).unwrap();
+            for pass in 0..2 {
+                for (i, a) in arrays.iter().enumerate() {
+                    arrays[(i + 1) % arrays.len()]
+                        .with(|r| r.prefetch(Some(stream.as_ref()), None))
+                        .unwrap();
+                    a.with(|r| r.add_index_tuple_device(None, None)).unwrap();
+                    let s = spill::statistics(0).unwrap();
+                    assert!(
+                        s.arrays.resident_bytes <= budget as u64,
+                        "pass {pass}, array {i}: {s:?}"
+                    );
+                }
+            }
+            for (k, a) in arrays.iter().enumerate() {
+                check(a, k as u32, 2);
+            }
+        },
+    );
+}
