@@ -41,7 +41,7 @@ LAYERS = {
         ["transfer", "staging", "route", "sync"],
         ["kernel", "ipc", "spill"],
         ["array"],
-        ["nccl"],
+        ["nccl", "launch"],
         ["testing"],
     ],
     "bindings-python/src": [

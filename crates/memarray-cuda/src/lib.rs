@@ -62,6 +62,7 @@ pub mod error;
 pub mod event;
 pub mod ipc;
 pub mod kernel;
+pub mod launch;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod per_device;

@@ -28,6 +28,20 @@ impl RawArray {
             .record(Enqueued::new(stream, Device::get(device)?), None)
     }
 
+    /// The device buffer a kernel on `device` and `stream` uses: the data moved there
+    /// first (restored if spilled; on `stream`, no host wait), `stream` ordered after the
+    /// array's pending work. Checks the lock first.
+    pub(crate) fn kernel_operand(
+        &mut self,
+        device: u32,
+        stream: StreamRef,
+    ) -> Result<std::sync::Arc<crate::buffer::DeviceBuffer>> {
+        self.move_memory(Location::Device(device), Some(stream), false, None)?;
+        let buf = self.dev.current()?;
+        self.dev.order(stream, device)?;
+        Ok(buf)
+    }
+
     /// Makes `op`, which wrote the array's device data, its pending work.
     pub(crate) fn wrote(&mut self, op: Enqueued) -> Result<()> {
         self.dev.record(op, None)

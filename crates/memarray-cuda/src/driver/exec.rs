@@ -21,6 +21,73 @@ pub(crate) unsafe fn module_load_data(image: &CStr) -> Result<CUmodule> {
     Ok(m)
 }
 
+/// Loads a module from an image in memory: PTX text (NUL-terminated), a cubin or a
+/// fatbin; the driver tells them apart.
+///
+/// # Safety
+/// 1. A live context is current on the calling thread; the module belongs to it.
+/// 2. `image` is a complete image of one of those kinds (PTX text ends with its NUL).
+pub(crate) unsafe fn module_load_image(image: &[u8]) -> Result<CUmodule> {
+    init()?;
+    let mut m: CUmodule = std::ptr::null_mut();
+    // SAFETY: items 1 and 2; the driver reads the image during the call.
+    check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut m, image.as_ptr().cast::<c_void>())
+    })?;
+    Ok(m)
+}
+
+/// The sizes in bytes of `f`'s parameters, in order.
+///
+/// # Safety
+/// 1. `f` is a function of a live module.
+pub(crate) unsafe fn param_sizes(f: CUfunction) -> Result<Vec<usize>> {
+    init()?;
+    let mut sizes = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: item 1; out pointers valid. An index past the last parameter is
+        // CUDA_ERROR_INVALID_VALUE, which ends the list.
+        let r = unsafe { sys::cuFuncGetParamInfo(f, sizes.len(), &mut offset, &mut size) };
+        if r == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+            return Ok(sizes);
+        }
+        check("cuFuncGetParamInfo", r)?;
+        sizes.push(size);
+    }
+}
+
+/// Launches `f` on `grid` x `block` with `shared` bytes of dynamic shared memory on `s`.
+///
+/// # Safety
+/// As [`launch_kernel`].
+pub(crate) unsafe fn launch_kernel_3d(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    s: CUstream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    init()?;
+    // SAFETY: as launch_kernel's items 1 to 3; no `extra` array.
+    check("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            f,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            shared,
+            s,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
 /// Unloads a module.
 ///
 /// # Safety

@@ -107,6 +107,7 @@ const ENTRY_POINTS: &[&str] = &[
     "cuMemcpyPeerAsync",
     "cuMemsetD8Async",
     "cuModuleGetFunction",
+    "cuFuncGetParamInfo",
     "cuModuleLoadData",
     "cuModuleUnload",
     "cuOccupancyMaxActiveBlocksPerMultiprocessor",

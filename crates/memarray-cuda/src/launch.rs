@@ -1,0 +1,323 @@
+//! Your own kernels on memarray arrays (issue 17, first piece): a [`Module`] from PTX text,
+//! a cubin or a fatbin, a [`Function`] in it, and [`launch`] with arrays among the
+//! arguments. Each array argument says whether the kernel reads or writes it; it is moved
+//! to the function's device (restored if spilled), the launch stream waits on its pending
+//! work (stream-wait-event, no host block), and after the launch its event is recorded: a
+//! write for written arrays, a read (that the next writer waits for) for read ones. No
+//! manual `record_stream` or event call is needed for correctness.
+//!
+//! A kernel receives an array as its [`memarray_core::Indexer`] by value (`void* data;
+//! uint64_t shape[ndim];`, `kernels-cuda/include/memarray/indexer.cuh`); plain scalars pass
+//! by value. The argument list is checked against the function's parameter sizes
+//! (`cuFuncGetParamInfo`) before anything moves.
+//!
+//! ```no_run
+//! use memarray_core::{DType, Location};
+//! use memarray_cuda::launch::{Arg, Module, launch};
+//! use memarray_cuda::{Device, RawArray, Stream};
+//!
+//! # fn main() -> memarray_cuda::Result<()> {
+//! let device = Device::get(0)?;
+//! let ptx = std::fs::read("my_kernels.ptx").expect("a PTX file");
+//! let f = Module::load(&device, &ptx)?.function("scale_f32_n1")?;
+//! let mut a = RawArray::from_bytes(DType::F32, &[1024], &[0u8; 4096], 0)?;
+//! let stream = Stream::new(&device)?;
+//! // One thread per element, the grid capped at the blocks the device holds at once.
+//! let cfg = f.config_for(a.len());
+//! launch(&f, cfg, Some(stream.as_ref()), &mut [Arg::Write(&mut a), Arg::value(2.0f32)])?;
+//! assert_eq!(a.location(), Location::Device(0));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+use crate::array::RawArray;
+use crate::device::Device;
+use crate::driver::{self, CUfunction, CUmodule};
+use crate::error::{CudaError, Result};
+use crate::event::Enqueued;
+use crate::stream::StreamRef;
+
+/// A loaded module (PTX, cubin or fatbin) of one device; unloaded when the last
+/// [`Function`] of it and the module itself are gone.
+#[derive(Debug)]
+pub struct Module {
+    device: Arc<Device>,
+    raw: CUmodule,
+}
+
+// SAFETY: a CUmodule is a driver handle usable from any thread with its context bound;
+// every use here binds it.
+unsafe impl Send for Module {}
+// SAFETY: as above; the handle is never mutated after loading.
+unsafe impl Sync for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if let Ok(_ctx) = self.device.bind() {
+            // SAFETY: no Function of this module outlives it (each holds an Arc of it).
+            let _ = unsafe { driver::module_unload(self.raw) };
+        }
+    }
+}
+
+impl Module {
+    /// Loads `image` on `device`: PTX text (with or without its closing NUL), a cubin or a
+    /// fatbin. A driver's refusal (bad PTX, an image for another architecture) is the
+    /// driver's error, naming `cuModuleLoadData`.
+    pub fn load(device: &Arc<Device>, image: &[u8]) -> Result<Arc<Module>> {
+        if image.is_empty() {
+            return Err(CudaError::BadSetting {
+                what: "kernel module",
+                detail: "the image is empty (expected PTX text, a cubin or a fatbin)".into(),
+            });
+        }
+        // PTX is text the driver reads up to a NUL: make sure there is one. (Binary images,
+        // ELF cubins and fatbins, start with their magic numbers and carry their length.)
+        let is_text =
+            !image.starts_with(b"\x7fELF") && !image.starts_with(&[0x50, 0xed, 0x55, 0xba]);
+        let owned;
+        let bytes = if is_text && image.last() != Some(&0) {
+            if image.contains(&0) {
+                return Err(CudaError::BadSetting {
+                    what: "kernel module",
+                    detail: "PTX text with a NUL byte inside".into(),
+                });
+            }
+            owned = [image, &[0]].concat();
+            &owned[..]
+        } else {
+            image
+        };
+        let _ctx = device.bind()?;
+        // SAFETY: the context is bound; `bytes` is a whole image (PTX NUL-terminated).
+        let raw = unsafe { driver::module_load_image(bytes)? };
+        Ok(Arc::new(Module {
+            device: device.clone(),
+            raw,
+        }))
+    }
+
+    /// The device the module is loaded on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The kernel `name` (its `extern "C"` name); an error naming it when the module has
+    /// none.
+    pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
+        let c = CString::new(name).map_err(|_| CudaError::BadSetting {
+            what: "kernel name",
+            detail: format!("{name:?} contains a NUL byte"),
+        })?;
+        let _ctx = self.device.bind()?;
+        // SAFETY: the module is live (self) and its context bound.
+        let f = unsafe { driver::module_get_function(self.raw, &c) }.map_err(|e| {
+            CudaError::BadSetting {
+                what: "kernel name",
+                detail: format!("the module has no kernel {name:?} ({e})"),
+            }
+        })?;
+        // SAFETY: f is a function of this live module; the context is bound.
+        let (params, block, blocks_per_sm) = unsafe {
+            let params = driver::param_sizes(f)?;
+            let block = driver::occupancy_block_size(f)?;
+            (params, block, driver::occupancy_blocks_per_sm(f, block)?)
+        };
+        Ok(Function {
+            module: self.clone(),
+            raw: f,
+            name: name.to_string(),
+            params,
+            block,
+            blocks_per_sm,
+        })
+    }
+}
+
+/// A kernel of a [`Module`], with its parameter sizes and occupancy.
+#[derive(Debug, Clone)]
+pub struct Function {
+    module: Arc<Module>,
+    raw: CUfunction,
+    name: String,
+    params: Vec<usize>,
+    block: u32,
+    blocks_per_sm: u32,
+}
+
+// SAFETY: as Module: a driver handle, used with its context bound.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+impl Function {
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sizes in bytes of its parameters, in order.
+    pub fn param_sizes(&self) -> &[usize] {
+        &self.params
+    }
+
+    /// One thread per element of `n`, in blocks of the size that maximises occupancy, the
+    /// grid capped at the blocks the device holds at once (the kernel loops over the
+    /// rest, as the seed's kernel does).
+    pub fn config_for(&self, n: u64) -> LaunchConfig {
+        let block = self.block.max(1);
+        let needed = n.div_ceil(u64::from(block)).max(1);
+        let resident = u64::from(self.module.device.multiprocessor_count().max(1))
+            * u64::from(self.blocks_per_sm.max(1));
+        LaunchConfig {
+            grid: [needed.min(resident) as u32, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+        }
+    }
+}
+
+/// A launch's grid and block (x, y, z) and dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in each dimension.
+    pub grid: [u32; 3],
+    /// Threads per block in each dimension.
+    pub block: [u32; 3],
+    /// Bytes of dynamic shared memory per block.
+    pub shared_bytes: u32,
+}
+
+/// One kernel argument.
+#[derive(Debug)]
+pub enum Arg<'a> {
+    /// An array the kernel only reads (passed as its `Indexer`).
+    Read(&'a mut RawArray),
+    /// An array the kernel writes (passed as its `Indexer`).
+    Write(&'a mut RawArray),
+    /// A plain value's bytes, passed by value.
+    Value(Vec<u8>),
+}
+
+impl Arg<'_> {
+    /// A plain scalar (`f32`, `u64`, a `#[repr(C)]` struct of them without padding),
+    /// passed by value.
+    pub fn value<T: Copy + 'static>(v: T) -> Arg<'static> {
+        // SAFETY: `v` is a live value of `size_of::<T>()` bytes; the bytes are copied.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&raw const v).cast::<u8>(), std::mem::size_of::<T>())
+        };
+        Arg::Value(bytes.to_vec())
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            Arg::Read(a) | Arg::Write(a) => 8 + 8 * a.ndim(),
+            Arg::Value(v) => v.len(),
+        }
+    }
+}
+
+/// Launches `f` with `cfg` on `stream` (the legacy default stream when `None`) with
+/// `args`, ordered after the arrays' pending work and recorded as their pending work
+/// (see the module docs). The argument list must match the kernel's parameters in number
+/// and size; nothing moves when it does not.
+pub fn launch(
+    f: &Function,
+    cfg: LaunchConfig,
+    stream: Option<StreamRef>,
+    args: &mut [Arg<'_>],
+) -> Result<()> {
+    if args.len() != f.params.len() {
+        return Err(CudaError::BadSetting {
+            what: "kernel arguments",
+            detail: format!(
+                "{} takes {} parameters, {} given",
+                f.name,
+                f.params.len(),
+                args.len()
+            ),
+        });
+    }
+    for (i, (a, &size)) in args.iter().zip(&f.params).enumerate() {
+        if a.size() != size {
+            let what = match a {
+                Arg::Read(x) | Arg::Write(x) => {
+                    format!(
+                        "an array of ndim {} (an Indexer of {} bytes)",
+                        x.ndim(),
+                        a.size()
+                    )
+                }
+                Arg::Value(v) => format!("a value of {} bytes", v.len()),
+            };
+            return Err(CudaError::BadSetting {
+                what: "kernel arguments",
+                detail: format!("{} parameter {i} is {size} bytes, given {what}", f.name),
+            });
+        }
+        if let Arg::Read(x) | Arg::Write(x) = a {
+            x.check(None)?;
+        }
+    }
+    if cfg.grid.contains(&0) || cfg.block.contains(&0) {
+        return Err(CudaError::BadSetting {
+            what: "launch configuration",
+            detail: format!(
+                "grid {:?} and block {:?} must be at least 1 each",
+                cfg.grid, cfg.block
+            ),
+        });
+    }
+    let device = f.module.device.clone();
+    let stream = stream.unwrap_or(StreamRef::legacy());
+    let mut values: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for a in args.iter_mut() {
+        match a {
+            Arg::Read(x) | Arg::Write(x) => {
+                let buf = x.kernel_operand(device.id(), stream)?;
+                let mut v = Vec::with_capacity(8 + 8 * x.ndim());
+                v.extend_from_slice(&buf.device_ptr().to_ne_bytes());
+                for &d in x.shape() {
+                    v.extend_from_slice(&(d as u64).to_ne_bytes());
+                }
+                values.push(v);
+            }
+            Arg::Value(v) => values.push(v.clone()),
+        }
+    }
+    let mut params: Vec<*mut c_void> = values
+        .iter_mut()
+        .map(|v| v.as_mut_ptr().cast::<c_void>())
+        .collect();
+    {
+        let _ctx = device.bind()?;
+        // SAFETY: f belongs to this device's live module (held by f); the stream is the
+        // caller's live stream or the legacy one; each parameter buffer holds exactly the
+        // parameter's size (checked above) and the driver copies them during the call; the
+        // arrays' device buffers are the arrays' current data, kept alive by the arrays
+        // whose events record this launch below.
+        unsafe {
+            driver::launch_kernel_3d(
+                f.raw,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_bytes,
+                stream.cu(),
+                &mut params,
+            )?
+        };
+    }
+    let op = Enqueued::new(stream, device);
+    for a in args.iter_mut() {
+        match a {
+            Arg::Write(x) => x.wrote(Enqueued::new(stream, op.device().clone()))?,
+            Arg::Read(x) => x.was_read(&op)?,
+            Arg::Value(_) => {}
+        }
+    }
+    Ok(())
+}
