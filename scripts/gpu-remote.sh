@@ -4,9 +4,10 @@
 # tests sanitize bench transfer npy interop spill-tests spill numba-all demo multi all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
-# Everything runs with MEMARRAY_REQUIRE_GPU=1, so a GPU test that would skip fails.
+# Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
+# skip fails.
 set -uo pipefail
-export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REQUIRE_NCCL=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
+export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REQUIRE_NCCL=1 MEMARRAY_REQUIRE_NVRTC=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/memarray-out}
 LOGS=/tmp/memarray-logs   # one log per binary; combined copies go to $OUT (8 files max)
 mkdir -p "$OUT" "$LOGS"

@@ -39,7 +39,7 @@ LAYERS = {
         ["resource"],
         ["buffer"],
         ["transfer", "staging", "route", "sync"],
-        ["kernel", "ipc", "spill"],
+        ["kernel", "ipc", "spill", "nvrtc"],
         ["array"],
         ["nccl", "launch"],
         ["testing"],

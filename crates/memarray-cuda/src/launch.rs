@@ -100,6 +100,21 @@ impl Module {
         }))
     }
 
+    /// Compiles CUDA C++ `source` with NVRTC for `device`'s architecture (options such as
+    /// `-I<dir>` for `memarray/indexer.cuh`, `-DNAME=...`, `--std=c++17`) and loads it.
+    /// Kernels meant for [`Module::function`] are declared `extern "C"`. Without NVRTC:
+    /// [`CudaError::Unavailable`] naming what was tried; a compile error:
+    /// [`CudaError::BadSetting`] with NVRTC's log.
+    pub fn from_cuda_source(
+        device: &Arc<Device>,
+        source: &str,
+        name: &str,
+        options: &[&str],
+    ) -> Result<Arc<Module>> {
+        let ptx = crate::nvrtc::compile_to_ptx(source, name, options, device.compute_capability())?;
+        Module::load(device, &ptx)
+    }
+
     /// The device the module is loaded on.
     pub fn device(&self) -> &Arc<Device> {
         &self.device

@@ -65,6 +65,7 @@ pub mod kernel;
 pub mod launch;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+mod nvrtc;
 mod per_device;
 pub mod resource;
 mod route;

@@ -103,3 +103,44 @@ fn bad_launches_are_refused_before_anything_moves() {
     assert!(Module::load(&device, b"").is_err());
     assert!(Module::load(&device, b".version 8.0\n.target sm_90\nthis is not ptx").is_err());
 }
+
+#[test]
+fn cuda_source_compiles_at_run_time_and_its_errors_say_why() {
+    let Some(device) = gpu_or_skip() else {
+        return;
+    };
+    let source = r#"
+        struct Ix1 { float* data; unsigned long long shape[1]; };
+        extern "C" __global__ void scale(Ix1 a, float k) {
+            for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < a.shape[0];
+                 i += (unsigned long long)gridDim.x * blockDim.x)
+                a.data[i] *= k;
+        }
+    "#;
+    let module = match Module::from_cuda_source(&device, source, "scale.cu", &[]) {
+        Err(CudaError::Unavailable { reason })
+            if std::env::var("MEMARRAY_REQUIRE_NVRTC").is_err() =>
+        {
+            println!("SKIPPED: {reason}");
+            return;
+        }
+        m => m.unwrap(),
+    };
+    let f = module.function("scale").unwrap();
+    assert_eq!(f.param_sizes(), &[16, 4]);
+    let mut a = ramp(&[1000]);
+    let s = Stream::new(&device).unwrap();
+    launch(
+        &f,
+        f.config_for(1000),
+        Some(s.as_ref()),
+        &mut [Arg::Write(&mut a), Arg::value(3.0f32)],
+    )
+    .unwrap();
+    let got = values(&a);
+    assert!(got.iter().enumerate().all(|(i, &v)| v == 3.0 * i as f32));
+    let e = Module::from_cuda_source(&device, "this is not C++", "bad.cu", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad.cu does not compile"), "{e}");
+}
