@@ -3,6 +3,7 @@
 //! device access `device_view`.
 
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -56,7 +57,7 @@ impl PyMemArray {
         Ok(DeviceScope {
             array: slf.clone().unbind(),
             stream,
-            held: None,
+            held: Mutex::new(None),
         })
     }
 }
@@ -71,17 +72,23 @@ struct Held {
     nbytes: usize,
 }
 
-/// The scope `PyMemArray.device_view` returns (see there).
-#[pyclass(name = "DeviceScope", module = "memarray")]
+/// The scope `PyMemArray.device_view` returns (see there). Frozen: its state sits behind
+/// a mutex of its own, so threads sharing a scope are serialised in Rust.
+#[pyclass(name = "DeviceScope", module = "memarray", frozen)]
 pub struct DeviceScope {
     array: Py<PyMemArray>,
     stream: StreamRef,
-    held: Option<Held>,
+    held: Mutex<Option<Held>>,
 }
 
 impl DeviceScope {
-    fn held(&self) -> PyResult<&Held> {
-        self.held.as_ref().ok_or_else(|| {
+    fn held(&self) -> MutexGuard<'_, Option<Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `f` of what the entered scope holds; ValueError outside the scope.
+    fn with_held<R>(&self, f: impl FnOnce(&Held) -> R) -> PyResult<R> {
+        self.held().as_ref().map(f).ok_or_else(|| {
             PyValueError::new_err(
                 "the device_view scope is not entered (use it in a with statement); its \
                  pointer is valid only inside",
@@ -90,13 +97,15 @@ impl DeviceScope {
     }
 }
 
+fn already_entered() -> PyErr {
+    PyValueError::new_err("the device_view scope is already entered")
+}
+
 #[pymethods]
 impl DeviceScope {
-    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
-        if slf.held.is_some() {
-            return Err(PyValueError::new_err(
-                "the device_view scope is already entered",
-            ));
+    fn __enter__(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        if slf.held().is_some() {
+            return Err(already_entered());
         }
         let py = slf.py();
         let stream = slf.stream;
@@ -121,17 +130,20 @@ impl DeviceScope {
                 })
             })
             .py()?;
-        slf.held = Some(held);
+        {
+            let mut slot = slf.held();
+            if slot.is_some() {
+                // Another thread entered meanwhile: this export is let go.
+                return Err(already_entered());
+            }
+            *slot = Some(held);
+        }
         Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(
-        &mut self,
-        py: Python<'_>,
-        _exc: &Bound<'_, pyo3::types::PyTuple>,
-    ) -> PyResult<bool> {
-        let Some(held) = self.held.take() else {
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        let Some(held) = self.held().take() else {
             return Ok(false);
         };
         let stream = self.stream;
@@ -147,25 +159,25 @@ impl DeviceScope {
     /// The device address of the data (valid inside the scope only).
     #[getter]
     fn ptr(&self) -> PyResult<usize> {
-        Ok(self.held()?.ptr)
+        self.with_held(|h| h.ptr)
     }
 
     /// The array's shape.
     #[getter]
     fn shape(&self) -> PyResult<Vec<usize>> {
-        Ok(self.held()?.shape.clone())
+        self.with_held(|h| h.shape.clone())
     }
 
     /// The array's dtype name.
     #[getter]
     fn dtype(&self) -> PyResult<String> {
-        Ok(self.held()?.dtype.to_string())
+        self.with_held(|h| h.dtype.to_string())
     }
 
     /// Size in bytes.
     #[getter]
     fn nbytes(&self) -> PyResult<usize> {
-        Ok(self.held()?.nbytes)
+        self.with_held(|h| h.nbytes)
     }
 
     /// The stream handle the scope orders work on (1: the legacy default stream).
@@ -177,12 +189,12 @@ impl DeviceScope {
     /// CUDA Array Interface v3 of the data on the scope's stream.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let h = self.held()?;
+        let (shape, dtype, ptr) = self.with_held(|h| (h.shape.clone(), h.dtype, h.ptr))?;
         let d = PyDict::new(py);
         d.set_item("version", 3)?;
-        d.set_item("shape", pyo3::types::PyTuple::new(py, &h.shape)?)?;
-        d.set_item("typestr", h.dtype.typestr())?;
-        d.set_item("data", (h.ptr, false))?;
+        d.set_item("shape", pyo3::types::PyTuple::new(py, &shape)?)?;
+        d.set_item("typestr", dtype.typestr())?;
+        d.set_item("data", (ptr, false))?;
         d.set_item("strides", py.None())?;
         // The stream already waits on the array's work: nothing for the consumer to order.
         d.set_item("stream", py.None())?;

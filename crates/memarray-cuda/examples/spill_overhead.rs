@@ -18,6 +18,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A 1 MiB array made on device 0.
+fn mib() -> memarray_cuda::Result<RawArray> {
+    RawArray::empty_on(DType::F32, &[1 << 18], Location::Device(0), None, None)
+}
+
 fn main() -> memarray_cuda::Result<()> {
     if !memarray_cuda::is_available() {
         println!("SKIPPED: no CUDA device");
@@ -27,24 +32,11 @@ fn main() -> memarray_cuda::Result<()> {
     let make_drop = || -> memarray_cuda::Result<f64> {
         let t = Instant::now();
         for _ in 0..n {
-            let a = SharedArray::new(RawArray::empty_on(
-                DType::F32,
-                &[1 << 18],
-                Location::Device(0),
-                None,
-                None,
-            )?);
-            drop(a);
+            drop(SharedArray::new(mib()?));
         }
         Ok(t.elapsed().as_nanos() as f64 / n as f64)
     };
-    let live = SharedArray::new(RawArray::empty_on(
-        DType::F32,
-        &[1 << 18],
-        Location::Device(0),
-        None,
-        None,
-    )?);
+    let live = SharedArray::new(mib()?);
     let call = || {
         let t = Instant::now();
         for _ in 0..n {
@@ -55,8 +47,7 @@ fn main() -> memarray_cuda::Result<()> {
     let raw_only = || -> memarray_cuda::Result<f64> {
         let t = Instant::now();
         for _ in 0..n {
-            let a = RawArray::empty_on(DType::F32, &[1 << 18], Location::Device(0), None, None)?;
-            drop(a);
+            drop(mib()?);
         }
         Ok(t.elapsed().as_nanos() as f64 / n as f64)
     };
@@ -64,7 +55,7 @@ fn main() -> memarray_cuda::Result<()> {
     let phases = || -> memarray_cuda::Result<(f64, f64)> {
         let m = 2000;
         let raws: Vec<RawArray> = (0..m)
-            .map(|_| RawArray::empty_on(DType::F32, &[1 << 18], Location::Device(0), None, None))
+            .map(|_| mib())
             .collect::<memarray_cuda::Result<_>>()?;
         let t = Instant::now();
         let shared: Vec<SharedArray> = raws.into_iter().map(SharedArray::new).collect();

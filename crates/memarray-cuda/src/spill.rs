@@ -52,8 +52,6 @@ pub(crate) struct SpillNote {
     pub(crate) restored_ns: Option<u64>,
     /// That restore was a prefetch (ahead of use).
     pub(crate) ahead: bool,
-    /// The host copy was made by a spill (it counts against the host budget).
-    pub(crate) host_from_spill: bool,
     /// Device bytes this array adds to its device's resident count now.
     pub(crate) counted: usize,
 }

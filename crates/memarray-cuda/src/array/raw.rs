@@ -600,10 +600,6 @@ impl RawArray {
         std::mem::swap(&mut self.location, &mut other.location);
         std::mem::swap(&mut self.dev, &mut other.dev);
         std::mem::swap(&mut self.spilled, &mut other.spilled);
-        std::mem::swap(
-            &mut self.spill_note.host_from_spill,
-            &mut other.spill_note.host_from_spill,
-        );
         Ok(())
     }
 

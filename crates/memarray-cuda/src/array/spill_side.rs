@@ -111,7 +111,6 @@ impl RawArray {
         };
         if self.host.is_none() {
             self.host = Some(Arc::new(new_host(self.nbytes)?));
-            self.spill_note.host_from_spill = true;
         }
         let host = self.host.clone().ok_or(ArrayError::NoHostCopy)?;
         self.dev.download(&host, self.nbytes, Some(stream))?;

@@ -1,6 +1,6 @@
 //! Modules, occupancy and kernel launch.
 
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_int, c_void};
 
 use cudarc::driver::sys;
 
@@ -12,13 +12,8 @@ use crate::error::Result;
 /// # Safety
 /// 1. A live context is current on the calling thread; the module belongs to it.
 pub(crate) unsafe fn module_load_data(image: &CStr) -> Result<CUmodule> {
-    init()?;
-    let mut m: CUmodule = std::ptr::null_mut();
-    // SAFETY: item 1; `image` is a NUL-terminated PTX string the driver reads during the call.
-    check("cuModuleLoadData", unsafe {
-        sys::cuModuleLoadData(&mut m, image.as_ptr().cast::<c_void>())
-    })?;
-    Ok(m)
+    // SAFETY: item 1; a NUL-terminated PTX text is a whole image.
+    unsafe { module_load_image(image.to_bytes_with_nul()) }
 }
 
 /// Loads a module from an image in memory: PTX text (NUL-terminated), a cubin or a
@@ -155,21 +150,6 @@ pub(crate) unsafe fn launch_kernel(
     s: CUstream,
     params: &mut [*mut c_void],
 ) -> Result<()> {
-    init()?;
-    // SAFETY: items 1 to 3; no dynamic shared memory, no `extra` array.
-    check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            f,
-            grid as c_uint,
-            1,
-            1,
-            block as c_uint,
-            1,
-            1,
-            0,
-            s,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
+    // SAFETY: items 1 to 3, passed on; no dynamic shared memory.
+    unsafe { launch_kernel_3d(f, [grid, 1, 1], [block, 1, 1], 0, s, params) }
 }
