@@ -468,6 +468,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(from_cuda_array_interface, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(staging_config, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(set_staging_config, &cuda)?)?;
+    crate::launch::register(&cuda)?;
     m.add_submodule(&cuda)?;
     Ok(())
 }

@@ -20,6 +20,7 @@ mod element;
 mod errors;
 mod interop;
 mod ipc;
+mod launch;
 mod numpy;
 mod pickle;
 mod resources;

@@ -7,6 +7,10 @@ from __future__ import annotations
 from ._memarray import cuda as _cuda
 
 Stream = _cuda.Stream
+Module = _cuda.Module
+Function = _cuda.Function
+In = _cuda.In
+Out = _cuda.Out
 Event = _cuda.Event
 is_available = _cuda.is_available
 unavailable_reason = _cuda.unavailable_reason
@@ -18,6 +22,10 @@ set_staging_config = _cuda.set_staging_config
 
 __all__ = [
     "Event",
+    "Function",
+    "In",
+    "Module",
+    "Out",
     "Stream",
     "device_count",
     "from_cuda_array_interface",

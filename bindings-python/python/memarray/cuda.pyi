@@ -1,13 +1,19 @@
 """Type stubs for ``memarray.cuda`` (the ``cuda`` submodule of ``memarray._memarray``,
 bindings-python/src/cuda.rs). Stream and Event report ``__module__ == "memarray.cuda"``."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol, Self, final, type_check_only
+
+import numpy as np
 
 from ._memarray import MemArray, _StreamLike
 
 __all__ = [
     "Event",
+    "Function",
+    "In",
+    "Module",
+    "Out",
     "Stream",
     "device_count",
     "from_cuda_array_interface",
@@ -67,3 +73,57 @@ def set_staging_config(
     chunk_bytes: int | None = None,
     direct_below: int | None = None,
 ) -> None: ...
+
+_Dims = int | tuple[int] | tuple[int, int] | tuple[int, int, int]
+
+@final
+class Module:
+    """A loaded kernel module (PTX text, a cubin or a fatbin) of one device."""
+
+    def __new__(cls, image: str | bytes, device_id: int | None = None) -> Self: ...
+    @staticmethod
+    def from_source(
+        source: str,
+        name: str = "kernel.cu",
+        options: Sequence[str] = (),
+        device_id: int | None = None,
+    ) -> Module:
+        """Compiles CUDA C++ with NVRTC (kernels ``extern "C"``) and loads it."""
+    @property
+    def device_id(self) -> int: ...
+    def function(self, name: str) -> Function: ...
+
+@final
+class Function:
+    """A kernel of a Module. ``launch`` passes MemArrays as Indexers, orders the launch
+    after their pending work and records it as their pending work."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def param_sizes(self) -> list[int]: ...
+    def config_for(self, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]: ...
+    def launch(
+        self,
+        *args: MemArray | In | Out | np.generic | bytes,
+        grid: _Dims | None = None,
+        block: _Dims | None = None,
+        shared_bytes: int = 0,
+        stream: _StreamLike | None = None,
+    ) -> None: ...
+
+@final
+class In:
+    """An array the kernel only reads."""
+
+    def __new__(cls, array: MemArray) -> Self: ...
+    @property
+    def array(self) -> MemArray: ...
+
+@final
+class Out:
+    """An array the kernel writes (as a bare MemArray is)."""
+
+    def __new__(cls, array: MemArray) -> Self: ...
+    @property
+    def array(self) -> MemArray: ...

@@ -33,6 +33,8 @@
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
+use memarray_core::LockToken;
+
 use crate::array::RawArray;
 use crate::device::Device;
 use crate::driver::{self, CUfunction, CUmodule};
@@ -227,13 +229,6 @@ impl Arg<'_> {
         };
         Arg::Value(bytes.to_vec())
     }
-
-    fn size(&self) -> usize {
-        match self {
-            Arg::Read(a) | Arg::Write(a) => 8 + 8 * a.ndim(),
-            Arg::Value(v) => v.len(),
-        }
-    }
 }
 
 /// Launches `f` with `cfg` on `stream` (the legacy default stream when `None`) with
@@ -246,37 +241,98 @@ pub fn launch(
     stream: Option<StreamRef>,
     args: &mut [Arg<'_>],
 ) -> Result<()> {
-    if args.len() != f.params.len() {
-        return Err(CudaError::BadSetting {
-            what: "kernel arguments",
-            detail: format!(
-                "{} takes {} parameters, {} given",
-                f.name,
-                f.params.len(),
-                args.len()
-            ),
+    let mut operands = Vec::with_capacity(args.len());
+    let mut params = Vec::with_capacity(args.len());
+    for a in args.iter_mut() {
+        let (array, write) = match a {
+            Arg::Read(x) => (&mut **x, false),
+            Arg::Write(x) => (&mut **x, true),
+            Arg::Value(v) => {
+                params.push(Param::Value(v.clone()));
+                continue;
+            }
+        };
+        params.push(Param::Array(operands.len()));
+        operands.push(Operand {
+            array,
+            write,
+            token: None,
         });
     }
-    for (i, (a, &size)) in args.iter().zip(&f.params).enumerate() {
-        if a.size() != size {
-            let what = match a {
-                Arg::Read(x) | Arg::Write(x) => {
-                    format!(
-                        "an array of ndim {} (an Indexer of {} bytes)",
-                        x.ndim(),
-                        a.size()
-                    )
-                }
-                Arg::Value(v) => format!("a value of {} bytes", v.len()),
-            };
-            return Err(CudaError::BadSetting {
-                what: "kernel arguments",
-                detail: format!("{} parameter {i} is {size} bytes, given {what}", f.name),
-            });
+    launch_indexed(f, cfg, stream, &mut operands, &params)
+}
+
+/// An array operand of [`launch_indexed`]: the array, whether the kernel writes it, and
+/// the token of its lock when the caller holds one.
+#[derive(Debug)]
+pub struct Operand<'a> {
+    /// The array.
+    pub array: &'a mut RawArray,
+    /// Whether the kernel writes it (else it only reads it).
+    pub write: bool,
+    /// The caller's token when the array is locked by it.
+    pub token: Option<LockToken>,
+}
+
+/// One kernel parameter of [`launch_indexed`]: an operand (by its index; one array may
+/// fill several parameters) or a plain value's bytes.
+#[derive(Clone, Debug)]
+pub enum Param {
+    /// The `Indexer` of `operands[i]`.
+    Array(usize),
+    /// A value's bytes, passed by value.
+    Value(Vec<u8>),
+}
+
+/// [`launch`] for bindings, where one array may appear in several parameters (`out = a +
+/// a`): each distinct array is one [`Operand`] (written if any use writes it) and
+/// `params` name them by index. Checks as [`launch`] does, plus each operand's lock
+/// against its token.
+pub fn launch_indexed(
+    f: &Function,
+    cfg: LaunchConfig,
+    stream: Option<StreamRef>,
+    operands: &mut [Operand<'_>],
+    params: &[Param],
+) -> Result<()> {
+    let bad = |detail: String| CudaError::BadSetting {
+        what: "kernel arguments",
+        detail,
+    };
+    if params.len() != f.params.len() {
+        return Err(bad(format!(
+            "{} takes {} parameters, {} given",
+            f.name,
+            f.params.len(),
+            params.len()
+        )));
+    }
+    for (i, (p, &size)) in params.iter().zip(&f.params).enumerate() {
+        let (given, what) = match p {
+            Param::Array(j) => {
+                let Some(op) = operands.get(*j) else {
+                    return Err(bad(format!(
+                        "parameter {i} names operand {j} of {}",
+                        operands.len()
+                    )));
+                };
+                let n = op.array.ndim();
+                (
+                    8 + 8 * n,
+                    format!("an array of ndim {n} (an Indexer of {} bytes)", 8 + 8 * n),
+                )
+            }
+            Param::Value(v) => (v.len(), format!("a value of {} bytes", v.len())),
+        };
+        if given != size {
+            return Err(bad(format!(
+                "{} parameter {i} is {size} bytes, given {what}",
+                f.name
+            )));
         }
-        if let Arg::Read(x) | Arg::Write(x) = a {
-            x.check(None)?;
-        }
+    }
+    for op in operands.iter() {
+        op.array.check(op.token)?;
     }
     if cfg.grid.contains(&0) || cfg.block.contains(&0) {
         return Err(CudaError::BadSetting {
@@ -289,32 +345,30 @@ pub fn launch(
     }
     let device = f.module.device.clone();
     let stream = stream.unwrap_or(StreamRef::legacy());
-    let mut values: Vec<Vec<u8>> = Vec::with_capacity(args.len());
-    for a in args.iter_mut() {
-        match a {
-            Arg::Read(x) | Arg::Write(x) => {
-                let buf = x.kernel_operand(device.id(), stream)?;
-                let mut v = Vec::with_capacity(8 + 8 * x.ndim());
-                v.extend_from_slice(&buf.device_ptr().to_ne_bytes());
-                for &d in x.shape() {
-                    v.extend_from_slice(&(d as u64).to_ne_bytes());
-                }
-                values.push(v);
-            }
-            Arg::Value(v) => values.push(v.clone()),
+    let mut indexers: Vec<Vec<u8>> = Vec::with_capacity(operands.len());
+    for op in operands.iter_mut() {
+        let buf = op.array.kernel_operand(device.id(), stream, op.token)?;
+        let mut v = Vec::with_capacity(8 + 8 * op.array.ndim());
+        v.extend_from_slice(&buf.device_ptr().to_ne_bytes());
+        for &d in op.array.shape() {
+            v.extend_from_slice(&(d as u64).to_ne_bytes());
         }
+        indexers.push(v);
     }
-    let mut params: Vec<*mut c_void> = values
-        .iter_mut()
-        .map(|v| v.as_mut_ptr().cast::<c_void>())
+    let mut raw: Vec<*mut c_void> = params
+        .iter()
+        .map(|p| match p {
+            Param::Array(j) => indexers[*j].as_ptr().cast_mut().cast::<c_void>(),
+            Param::Value(v) => v.as_ptr().cast_mut().cast::<c_void>(),
+        })
         .collect();
     {
         let _ctx = device.bind()?;
         // SAFETY: f belongs to this device's live module (held by f); the stream is the
         // caller's live stream or the legacy one; each parameter buffer holds exactly the
-        // parameter's size (checked above) and the driver copies them during the call; the
-        // arrays' device buffers are the arrays' current data, kept alive by the arrays
-        // whose events record this launch below.
+        // parameter's size (checked above) and the driver only reads them, during the
+        // call; the arrays' device buffers are the arrays' current data, kept alive by the
+        // arrays whose events record this launch below.
         unsafe {
             driver::launch_kernel_3d(
                 f.raw,
@@ -322,16 +376,16 @@ pub fn launch(
                 cfg.block,
                 cfg.shared_bytes,
                 stream.cu(),
-                &mut params,
+                &mut raw,
             )?
         };
     }
     let op = Enqueued::new(stream, device);
-    for a in args.iter_mut() {
-        match a {
-            Arg::Write(x) => x.wrote(Enqueued::new(stream, op.device().clone()))?,
-            Arg::Read(x) => x.was_read(&op)?,
-            Arg::Value(_) => {}
+    for o in operands.iter_mut() {
+        if o.write {
+            o.array.wrote(Enqueued::new(stream, op.device().clone()))?;
+        } else {
+            o.array.was_read(&op)?;
         }
     }
     Ok(())

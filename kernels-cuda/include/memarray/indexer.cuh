@@ -8,10 +8,20 @@
 // Counts and offsets are 64-bit (arrays over 2^31 elements work). unravel() divides in
 // 32 bits whenever dividend and divisor fit, which is several times faster on GPUs.
 // Plain C++ compilers can include this header: __host__/__device__ expand to nothing.
+// NVRTC can too (Module::from_cuda_source with -I kernels-cuda/include).
 #pragma once
 
+#if defined(__CUDACC_RTC__)
+// NVRTC has no C library headers: the two fixed-width types this header uses, as glibc
+// spells them on LP64 (so a source that also includes <cuda/std/cstdint> still agrees).
+#if !defined(_STDINT_H) && !defined(__CUDA_STD_CSTDINT)
+typedef unsigned int uint32_t;
+typedef unsigned long uint64_t;
+#endif
+#else
 #include <stddef.h>
 #include <stdint.h>
+#endif
 
 #if !defined(__CUDACC__)
 #ifndef __host__

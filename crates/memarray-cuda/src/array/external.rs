@@ -35,8 +35,9 @@ impl RawArray {
         &mut self,
         device: u32,
         stream: StreamRef,
+        token: Option<memarray_core::LockToken>,
     ) -> Result<std::sync::Arc<crate::buffer::DeviceBuffer>> {
-        self.move_memory(Location::Device(device), Some(stream), false, None)?;
+        self.move_memory(Location::Device(device), Some(stream), false, token)?;
         let buf = self.dev.current()?;
         self.dev.order(stream, device)?;
         Ok(buf)

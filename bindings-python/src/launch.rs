@@ -1,0 +1,325 @@
+//! `memarray.cuda.Module`, `Function`, `In` and `Out` (issue 17): users' kernels on
+//! MemArrays, ordered by memarray. A thin layer over `memarray_cuda::launch`: arguments
+//! are parsed here (MemArrays, `In(a)` / `Out(a)`, NumPy scalars, bytes), the arrays are
+//! locked in address order with the GIL released, and `launch_indexed` does the rest.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use memarray_cuda::launch::{Function, LaunchConfig, Module, Operand, Param, launch_indexed};
+
+use crate::array::{Locked, PyMemArray};
+use crate::convert;
+use crate::device::device_of;
+use crate::errors::IntoPyResult;
+use crate::stream::parse_move_stream;
+
+/// A loaded kernel module (PTX, cubin or fatbin) of one device.
+///
+/// `Module(image, device_id=0)` loads bytes or a str of PTX; `Module.from_source(source,
+/// name="kernel.cu", options=(), device_id=0)` compiles CUDA C++ with NVRTC (kernels
+/// declared `extern "C"`; CudaUnavailableError without NVRTC, ValueError with NVRTC's log
+/// on a compile error).
+#[pyclass(name = "Module", module = "memarray.cuda", frozen)]
+pub struct PyModule_ {
+    inner: Arc<Module>,
+}
+
+#[pymethods]
+impl PyModule_ {
+    #[new]
+    #[pyo3(signature = (image, device_id=None))]
+    fn new(
+        py: Python<'_>,
+        image: &Bound<'_, PyAny>,
+        device_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let bytes: Vec<u8> = if let Ok(s) = image.extract::<String>() {
+            s.into_bytes()
+        } else if let Ok(b) = image.cast::<PyBytes>() {
+            b.as_bytes().to_vec()
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "Module takes PTX text (str or bytes), a cubin or a fatbin (bytes), got {}",
+                crate::errors::type_name(image)
+            )));
+        };
+        let device = device_of(device_id)?;
+        let inner = py.detach(|| Module::load(&device, &bytes)).py()?;
+        Ok(Self { inner })
+    }
+
+    /// Compiles CUDA C++ `source` with NVRTC for the device's architecture and loads it.
+    #[staticmethod]
+    #[pyo3(signature = (source, name="kernel.cu", options=Vec::new(), device_id=None))]
+    fn from_source(
+        py: Python<'_>,
+        source: &str,
+        name: &str,
+        options: Vec<String>,
+        device_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let device = device_of(device_id)?;
+        let opts: Vec<&str> = options.iter().map(String::as_str).collect();
+        let inner = py
+            .detach(|| Module::from_cuda_source(&device, source, name, &opts))
+            .py()?;
+        Ok(Self { inner })
+    }
+
+    /// The device the module is loaded on.
+    #[getter]
+    fn device_id(&self) -> u32 {
+        self.inner.device().id()
+    }
+
+    /// The kernel `name` (its `extern "C"` name); ValueError naming it when absent.
+    fn function(&self, name: &str) -> PyResult<PyFunction> {
+        Ok(PyFunction {
+            inner: self.inner.function(name).py()?,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Module(device_id={})", self.inner.device().id())
+    }
+}
+
+/// A kernel of a Module.
+///
+/// `f.launch(*args, grid=None, block=None, shared_bytes=0, stream=None)`: each MemArray
+/// argument is passed as its Indexer (`memarray/indexer.cuh`); a bare MemArray or `Out(a)`
+/// is written by the kernel, `In(a)` only read. Scalars are NumPy scalars
+/// (`numpy.float32(2.0)`) or bytes; Python ints and floats are refused (their C type is
+/// ambiguous). Arrays move to the kernel's device, the stream waits on their pending work
+/// and their events record the launch: no manual synchronisation is needed.
+#[pyclass(name = "Function", module = "memarray.cuda", frozen)]
+pub struct PyFunction {
+    inner: Function,
+}
+
+/// `In(a)`: an array the kernel only reads.
+#[pyclass(name = "In", module = "memarray.cuda", frozen)]
+pub struct PyIn {
+    #[pyo3(get)]
+    array: Py<PyMemArray>,
+}
+
+#[pymethods]
+impl PyIn {
+    #[new]
+    fn new(array: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            array: PyMemArray::arg(array, "In")?.clone().unbind(),
+        })
+    }
+}
+
+/// `Out(a)`: an array the kernel writes (the same as passing `a` bare).
+#[pyclass(name = "Out", module = "memarray.cuda", frozen)]
+pub struct PyOut {
+    #[pyo3(get)]
+    array: Py<PyMemArray>,
+}
+
+#[pymethods]
+impl PyOut {
+    #[new]
+    fn new(array: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            array: PyMemArray::arg(array, "Out")?.clone().unbind(),
+        })
+    }
+}
+
+/// A grid or block: an int or a tuple of 1 to 3 ints, each at least 1.
+fn dims(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<[u32; 3]> {
+    let mut out = [1u32; 3];
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        if t.is_empty() || t.len() > 3 {
+            return Err(PyValueError::new_err(format!(
+                "{name} takes 1 to 3 dimensions, got {}",
+                t.len()
+            )));
+        }
+        for (i, d) in t.iter().enumerate() {
+            out[i] = convert::int(&d, name)?;
+        }
+    } else {
+        out[0] = convert::int(obj, name)?;
+    }
+    if out.contains(&0) {
+        return Err(PyValueError::new_err(format!(
+            "{name} {out:?} must be at least 1 in every dimension"
+        )));
+    }
+    Ok(out)
+}
+
+/// A scalar argument's bytes: a NumPy scalar or bytes.
+fn value_bytes(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    let np = obj.py().import("numpy")?;
+    if obj.is_instance(&np.getattr("generic")?)? {
+        return Ok(obj
+            .call_method0("tobytes")?
+            .cast::<PyBytes>()?
+            .as_bytes()
+            .to_vec());
+    }
+    Err(PyTypeError::new_err(format!(
+        "kernel argument {i}: expected a MemArray, In(a), Out(a), a NumPy scalar \
+         (numpy.float32(2.0)) or bytes, got {} (Python ints and floats have no C type: \
+         wrap them in the NumPy type the kernel takes)",
+        crate::errors::type_name(obj)
+    )))
+}
+
+#[pymethods]
+impl PyFunction {
+    /// The kernel's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// The sizes in bytes of its parameters, in order.
+    #[getter]
+    fn param_sizes(&self) -> Vec<usize> {
+        self.inner.param_sizes().to_vec()
+    }
+
+    /// `(grid, block)` for one thread per element of `n`, the grid capped at the blocks
+    /// the device holds at once.
+    fn config_for(&self, n: u64) -> ((u32, u32, u32), (u32, u32, u32)) {
+        let c = self.inner.config_for(n);
+        (
+            (c.grid[0], c.grid[1], c.grid[2]),
+            (c.block[0], c.block[1], c.block[2]),
+        )
+    }
+
+    /// Launches the kernel (see the class docs). Without `grid` and `block`: one thread
+    /// per element of the largest array argument (`config_for`).
+    #[pyo3(signature = (*args, grid=None, block=None, shared_bytes=0, stream=None))]
+    fn launch(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        grid: Option<&Bound<'_, PyAny>>,
+        block: Option<&Bound<'_, PyAny>>,
+        shared_bytes: u32,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let stream = parse_move_stream(stream)?;
+        // Each distinct array once, written if any use writes it; params name them.
+        let mut arrays: Vec<(Bound<'_, PyMemArray>, bool)> = Vec::new();
+        let mut params: Vec<Param> = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            let (array, write) = if let Ok(x) = a.cast::<PyMemArray>() {
+                (x.clone(), true)
+            } else if let Ok(x) = a.cast::<PyIn>() {
+                (x.get().array.bind(py).clone(), false)
+            } else if let Ok(x) = a.cast::<PyOut>() {
+                (x.get().array.bind(py).clone(), true)
+            } else {
+                params.push(Param::Value(value_bytes(&a, i)?));
+                continue;
+            };
+            let at = match arrays.iter().position(|(b, _)| b.is(&array)) {
+                Some(j) => j,
+                None => {
+                    arrays.push((array, false));
+                    arrays.len() - 1
+                }
+            };
+            arrays[at].1 |= write;
+            params.push(Param::Array(at));
+        }
+        // Locked sorts its arrays by address: index the operands in that order.
+        let mut order: Vec<usize> = (0..arrays.len()).collect();
+        order.sort_by_key(|&j| arrays[j].0.get() as *const PyMemArray as usize);
+        let mut rank = vec![0; arrays.len()];
+        for (r, &j) in order.iter().enumerate() {
+            rank[j] = r;
+        }
+        let params: Vec<Param> = params
+            .into_iter()
+            .map(|p| match p {
+                Param::Array(j) => Param::Array(rank[j]),
+                v => v,
+            })
+            .collect();
+        let writes: Vec<bool> = order.iter().map(|&j| arrays[j].1).collect();
+        let refs: Vec<&PyMemArray> = arrays.iter().map(|(a, _)| a.get()).collect();
+        let dims_given = match (grid, block) {
+            (Some(g), Some(b)) => Some((dims(g, "grid")?, dims(b, "block")?)),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give both grid and block, or neither (one thread per element)",
+                ));
+            }
+        };
+        let f = &self.inner;
+        py.detach(|| {
+            let mut locked = Locked::new(&refs);
+            let mut operands: Vec<Operand<'_>> = locked
+                .all_mut()
+                .into_iter()
+                .zip(&writes)
+                .map(|(array, &write)| Operand {
+                    array,
+                    write,
+                    token: None,
+                })
+                .collect();
+            let cfg = match dims_given {
+                Some((grid, block)) => LaunchConfig {
+                    grid,
+                    block,
+                    shared_bytes,
+                },
+                None => {
+                    let n = operands
+                        .iter()
+                        .map(|o| o.array.len())
+                        .max()
+                        .ok_or_else(|| memarray_cuda::CudaError::BadSetting {
+                            what: "launch configuration",
+                            detail: "no array argument to size the grid by: give grid= \
+                                     and block="
+                                .into(),
+                        })?;
+                    LaunchConfig {
+                        shared_bytes,
+                        ..f.config_for(n)
+                    }
+                }
+            };
+            launch_indexed(f, cfg, stream, &mut operands, &params)
+        })
+        .py()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Function({:?}, param_sizes={:?})",
+            self.inner.name(),
+            self.inner.param_sizes()
+        )
+    }
+}
+
+pub fn register(cuda: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
+    cuda.add_class::<PyModule_>()?;
+    cuda.add_class::<PyFunction>()?;
+    cuda.add_class::<PyIn>()?;
+    cuda.add_class::<PyOut>()?;
+    Ok(())
+}
