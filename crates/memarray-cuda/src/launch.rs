@@ -390,3 +390,32 @@ pub fn launch_indexed(
     }
     Ok(())
 }
+
+/// Device access for work memarray does not launch (a CUDA C++ `<<<...>>>` launch, a
+/// library call on the array's memory): the array moves to `device` (restored if
+/// spilled), `stream` waits on its pending work, and the returned buffer holds the data.
+/// Hold the array still (a lock, or `&mut` for the duration) until [`end_access`].
+pub fn begin_access(
+    array: &mut RawArray,
+    device: &Device,
+    stream: StreamRef,
+    token: Option<LockToken>,
+) -> Result<Arc<crate::DeviceBuffer>> {
+    array.kernel_operand(device.id(), stream, token)
+}
+
+/// Ends a [`begin_access`]: the work enqueued on `stream` becomes the array's pending
+/// work, as a write (later reads and writes wait for it) or a read (later writes wait).
+pub fn end_access(
+    array: &mut RawArray,
+    device: Arc<Device>,
+    stream: StreamRef,
+    write: bool,
+) -> Result<()> {
+    let op = Enqueued::new(stream, device);
+    if write {
+        array.wrote(op)
+    } else {
+        array.was_read(&op)
+    }
+}

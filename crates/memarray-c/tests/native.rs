@@ -1,0 +1,128 @@
+//! Compiles `tests/native/test_c.c` (against the shared and the static library) and
+//! `tests/native/test_cpp.cpp` with the system's cc / c++ and runs them; each exits
+//! non-zero on its first failed check. `MEMARRAY_NATIVE_VALGRIND=1` runs them under
+//! valgrind memcheck, failing on any error or definite leak (scripts/valgrind.sh).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>: where cargo put libmemarray.{so,a} (this test runs from deps/).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn compile(compiler: &str, source: &str, out: &str, extra: &[&str], link_static: bool) -> PathBuf {
+    let lib = lib_dir();
+    let exe = lib.join(out);
+    let include = crate_dir().join("include");
+    let indexer = crate_dir().join("../../kernels-cuda/include");
+    let mut cmd = Command::new(compiler);
+    cmd.args(extra)
+        .arg("-Wall")
+        .arg("-Wextra")
+        .arg("-Werror")
+        .arg("-g")
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-I{}", indexer.display()))
+        .arg(crate_dir().join("tests/native").join(source))
+        .arg("-o")
+        .arg(&exe);
+    if link_static {
+        cmd.arg(lib.join("libmemarray.a"))
+            .args(["-lpthread", "-ldl", "-lm"]);
+    } else {
+        cmd.arg(format!("-L{}", lib.display()))
+            .arg("-lmemarray")
+            .arg(format!("-Wl,-rpath,{}", lib.display()));
+    }
+    let r = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{compiler} did not start: {e}"));
+    assert!(
+        r.status.success(),
+        "{compiler} {source} failed:\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    exe
+}
+
+fn run(exe: &Path) {
+    let valgrind = std::env::var("MEMARRAY_NATIVE_VALGRIND").is_ok_and(|v| v == "1");
+    let mut cmd = if valgrind {
+        let mut c = Command::new("valgrind");
+        c.args([
+            "--tool=memcheck",
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+        ])
+        .arg(format!(
+            "--suppressions={}",
+            crate_dir().join("../../scripts/valgrind.supp").display()
+        ))
+        .arg(exe);
+        c
+    } else {
+        Command::new(exe)
+    };
+    let r = cmd.output().expect("the test program starts");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    println!("{stdout}");
+    if valgrind {
+        let summary = stderr
+            .lines()
+            .filter(|l| l.contains("ERROR SUMMARY"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        println!("{}: {summary}", exe.display());
+    }
+    assert!(
+        r.status.success(),
+        "{} failed ({}):\n{stdout}\n{}",
+        exe.display(),
+        r.status,
+        &stderr[stderr.len().saturating_sub(4000)..]
+    );
+}
+
+#[test]
+fn the_c_tests_pass_against_the_shared_library() {
+    run(&compile(
+        "cc",
+        "test_c.c",
+        "test_c_shared",
+        &["-std=c11"],
+        false,
+    ));
+}
+
+#[test]
+fn the_c_tests_pass_against_the_static_library() {
+    run(&compile(
+        "cc",
+        "test_c.c",
+        "test_c_static",
+        &["-std=c11"],
+        true,
+    ));
+}
+
+#[test]
+fn the_cpp_tests_pass() {
+    run(&compile(
+        "c++",
+        "test_cpp.cpp",
+        "test_cpp",
+        &["-std=c++17", "-pthread"],
+        false,
+    ));
+}

@@ -1,0 +1,295 @@
+/* The C ABI's host paths, and its refusals of bad input (run by tests/native.rs, under
+ * valgrind in CI). Exits non-zero on the first failed check. Without a GPU, device calls
+ * must fail with MEMARRAY_STATUS_CUDA_UNAVAILABLE; with one, they must work. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memarray.h"
+
+static int checks = 0;
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        ++checks;                                                                    \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, #cond, memarray_last_error());                         \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+#define OK(call) CHECK((call) == MEMARRAY_STATUS_OK)
+/* The call fails with `status` and a message containing `text`. */
+#define FAILS(call, status, text)                                \
+    do {                                                         \
+        CHECK((call) == (status));                               \
+        CHECK(strstr(memarray_last_error(), (text)) != NULL);    \
+    } while (0)
+
+static void arrays_round_trip(void) {
+    uint64_t shape[2] = {3, 4};
+    float data[12], back[12];
+    for (int i = 0; i < 12; ++i) data[i] = (float)i * 0.5f;
+    memarray_array* a = NULL;
+    OK(memarray_array_from_data(MEMARRAY_DTYPE_F32, 2, shape, data, sizeof data, &a));
+    CHECK(strcmp(memarray_last_error(), "") == 0);
+    memarray_array_info info;
+    OK(memarray_array_get_info(a, &info));
+    CHECK(info.dtype == MEMARRAY_DTYPE_F32 && info.itemsize == 4 && info.ndim == 2);
+    CHECK(info.shape[0] == 3 && info.shape[1] == 4 && info.shape[2] == 0);
+    CHECK(info.size == 12 && info.nbytes == 48 && info.location == MEMARRAY_HOST);
+    CHECK(info.lock_holder == 0 && !info.spilled);
+    OK(memarray_array_read(a, back, sizeof back, 0));
+    CHECK(memcmp(data, back, sizeof data) == 0);
+
+    /* The host indexer points at the data, C order. */
+    memarray_indexer ix;
+    OK(memarray_array_host_indexer(a, 0, &ix));
+    CHECK(ix.ndim == 2 && ix.shape[0] == 3 && ix.shape[1] == 4);
+    ((float*)ix.data)[1 * 4 + 2] = 42.0f;
+    OK(memarray_array_read(a, back, sizeof back, 0));
+    CHECK(back[6] == 42.0f);
+
+    /* Writes replace the whole array; wrong sizes change nothing. */
+    for (int i = 0; i < 12; ++i) data[i] = -(float)i;
+    OK(memarray_array_write(a, data, sizeof data, 0));
+    FAILS(memarray_array_write(a, data, 47, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "47");
+    FAILS(memarray_array_read(a, back, 4, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
+    OK(memarray_array_read(a, back, sizeof back, 0));
+    CHECK(memcmp(data, back, sizeof data) == 0);
+
+    /* Locks: other callers are refused until the holder unlocks. */
+    uint64_t token = 0;
+    OK(memarray_array_lock(a, &token));
+    CHECK(token != 0);
+    OK(memarray_array_get_info(a, &info));
+    CHECK(info.lock_holder == token);
+    FAILS(memarray_array_write(a, data, sizeof data, 0), MEMARRAY_STATUS_LOCKED, "lock");
+    FAILS(memarray_array_host_indexer(a, 0, &ix), MEMARRAY_STATUS_LOCKED, "lock");
+    FAILS(memarray_array_lock(a, &token), MEMARRAY_STATUS_LOCKED, "lock");
+    FAILS(memarray_array_unlock(a, token + 1000), MEMARRAY_STATUS_LOCKED, "");
+    OK(memarray_array_write(a, data, sizeof data, token));
+    OK(memarray_array_host_indexer(a, token, &ix));
+    OK(memarray_array_unlock(a, token));
+    FAILS(memarray_array_unlock(a, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "token 0");
+    memarray_array_free(a);
+
+    /* Zeros on the host, every dtype; 0-d and empty shapes. */
+    for (int d = MEMARRAY_DTYPE_BOOL; d <= MEMARRAY_DTYPE_C128; ++d) {
+        uint64_t s[3] = {2, 0, 5};
+        OK(memarray_array_zeros(d, 3, s, MEMARRAY_HOST, MEMARRAY_HOST_KIND_PAGEABLE, NULL, NULL, &a));
+        OK(memarray_array_get_info(a, &info));
+        CHECK(info.dtype == d && info.size == 0 && info.nbytes == 0);
+        memarray_array_free(a);
+    }
+    int64_t scalar = -1;
+    OK(memarray_array_zeros(MEMARRAY_DTYPE_I64, 0, NULL, MEMARRAY_HOST, MEMARRAY_HOST_KIND_AUTO, NULL, NULL, &a));
+    OK(memarray_array_read(a, &scalar, 8, 0));
+    CHECK(scalar == 0);
+    memarray_array_free(a);
+}
+
+static void bad_input_is_refused(void) {
+    uint64_t shape[1] = {4};
+    int32_t v[4] = {1, 2, 3, 4};
+    memarray_array* a = NULL;
+    FAILS(memarray_array_zeros(99, 1, shape, MEMARRAY_HOST, 0, NULL, NULL, &a), MEMARRAY_STATUS_WRONG_DTYPE, "dtype 99");
+    FAILS(memarray_array_zeros(-1, 1, shape, MEMARRAY_HOST, 0, NULL, NULL, &a), MEMARRAY_STATUS_WRONG_DTYPE, "dtype -1");
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_I32, 1, shape, MEMARRAY_HOST, 7, NULL, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "host_kind 7");
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_I32, 1, NULL, MEMARRAY_HOST, 0, NULL, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "shape is NULL");
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_I32, 33, shape, MEMARRAY_HOST, 0, NULL, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "ndim 33");
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_I32, 1, shape, -5, 0, NULL, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "location -5");
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_I32, 1, shape, MEMARRAY_HOST, 0, NULL, NULL, NULL),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "out is NULL");
+    uint64_t huge[2] = {UINT64_MAX / 2, 4};
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_I32, 2, huge, MEMARRAY_HOST, 0, NULL, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "");
+    FAILS(memarray_array_from_data(MEMARRAY_DTYPE_I32, 1, shape, v, 15, &a), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
+    FAILS(memarray_array_from_data(MEMARRAY_DTYPE_I32, 1, shape, NULL, 16, &a), MEMARRAY_STATUS_INVALID_ARGUMENT,
+          "data is NULL");
+    CHECK(a == NULL); /* never written on failure */
+
+    FAILS(memarray_array_get_info(NULL, NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "array is NULL");
+    FAILS(memarray_array_move(NULL, MEMARRAY_HOST, NULL, true, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "array is NULL");
+    FAILS(memarray_array_lock(NULL, NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "NULL");
+    FAILS(memarray_array_read(NULL, v, 16, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "NULL");
+    FAILS(memarray_access_begin(NULL, 0, NULL, true, 0, NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "NULL");
+    FAILS(memarray_access_end(NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "access is NULL");
+    FAILS(memarray_launch(NULL, NULL, NULL, NULL, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "function is NULL");
+    FAILS(memarray_array_from_dlpack(NULL, NULL, &a), MEMARRAY_STATUS_INVALID_ARGUMENT, "tensor is NULL");
+    FAILS(memarray_resource_limiting(NULL, 10, NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "NULL");
+    memarray_array_free(NULL);
+    memarray_stream_free(NULL);
+    memarray_resource_free(NULL);
+    memarray_module_free(NULL);
+    memarray_function_free(NULL);
+
+    OK(memarray_array_from_data(MEMARRAY_DTYPE_I32, 1, shape, v, sizeof v, &a));
+    memarray_indexer ix;
+    FAILS(memarray_array_host_indexer(a, 0, NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "out is NULL");
+    FAILS(memarray_array_read(a, NULL, 16, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "dst is NULL");
+    FAILS(memarray_array_move(a, -7, NULL, true, 0), MEMARRAY_STATUS_INVALID_ARGUMENT, "location -7");
+    OK(memarray_array_host_indexer(a, 0, &ix));
+    memarray_array_free(a);
+}
+
+static int deleted = 0;
+static void count_delete(struct DLManagedTensorVersioned* self) {
+    ++deleted;
+    free(self->dl_tensor.shape);
+    free(self->dl_tensor.data);
+    free(self);
+}
+
+static void dlpack_both_ways(void) {
+    /* Out: a versioned tensor over the array's host memory, alive past the array. */
+    uint64_t shape[2] = {2, 3};
+    double data[6] = {1, 2, 3, 4, 5, 6};
+    memarray_array* a = NULL;
+    OK(memarray_array_from_data(MEMARRAY_DTYPE_F64, 2, shape, data, sizeof data, &a));
+    struct DLManagedTensorVersioned* t = NULL;
+    OK(memarray_array_to_dlpack(a, NULL, 0, &t));
+    CHECK(t->version.major == 1 && t->deleter != NULL);
+    CHECK(t->dl_tensor.ndim == 2 && t->dl_tensor.shape[0] == 2 && t->dl_tensor.shape[1] == 3);
+    CHECK(t->dl_tensor.dtype.code == kDLFloat && t->dl_tensor.dtype.bits == 64);
+    CHECK(t->dl_tensor.device.device_type == kDLCPU);
+    memarray_array_free(a);
+    CHECK(((double*)t->dl_tensor.data)[5] == 6.0);
+    /* In again: shared zero-copy (writes through one are seen by the other). */
+    OK(memarray_array_from_dlpack(t, NULL, &a));
+    double* p = (double*)t->dl_tensor.data;
+    p[0] = 100.0;
+    double back[6];
+    OK(memarray_array_read(a, back, sizeof back, 0));
+    CHECK(back[0] == 100.0 && back[5] == 6.0);
+    memarray_array_free(a); /* runs the tensor's deleter */
+
+    /* A foreign tensor: its deleter runs exactly once, when the array lets go. */
+    struct DLManagedTensorVersioned* f = calloc(1, sizeof *f);
+    f->version.major = 1;
+    f->deleter = count_delete;
+    f->dl_tensor.data = calloc(4, sizeof(int32_t));
+    ((int32_t*)f->dl_tensor.data)[3] = 7;
+    f->dl_tensor.device.device_type = kDLCPU;
+    f->dl_tensor.ndim = 1;
+    f->dl_tensor.shape = malloc(sizeof(int64_t));
+    f->dl_tensor.shape[0] = 4;
+    f->dl_tensor.dtype.code = kDLInt;
+    f->dl_tensor.dtype.bits = 32;
+    f->dl_tensor.dtype.lanes = 1;
+    OK(memarray_array_from_dlpack(f, NULL, &a));
+    CHECK(deleted == 0);
+    int32_t got[4];
+    OK(memarray_array_read(a, got, sizeof got, 0));
+    CHECK(got[3] == 7);
+    memarray_array_free(a);
+    CHECK(deleted == 1);
+
+    /* A malformed one is refused, and still ended. */
+    f = calloc(1, sizeof *f);
+    f->version.major = 1;
+    f->deleter = count_delete;
+    f->dl_tensor.data = calloc(4, 1);
+    f->dl_tensor.device.device_type = kDLCPU;
+    f->dl_tensor.ndim = 1;
+    f->dl_tensor.shape = malloc(sizeof(int64_t));
+    f->dl_tensor.shape[0] = -3;
+    f->dl_tensor.dtype.code = kDLInt;
+    f->dl_tensor.dtype.bits = 8;
+    f->dl_tensor.dtype.lanes = 1;
+    a = NULL;
+    CHECK(memarray_array_from_dlpack(f, NULL, &a) != MEMARRAY_STATUS_OK);
+    CHECK(a == NULL && deleted == 2);
+}
+
+static void resources_limit_and_count(void) {
+    memarray_resource *host = NULL, *stats = NULL, *limited = NULL, *pool = NULL;
+    OK(memarray_resource_host(&host));
+    OK(memarray_resource_statistics(host, &stats));
+    OK(memarray_resource_limiting(stats, 1000, &limited));
+    OK(memarray_resource_pool(host, MEMARRAY_HOST, 1 << 20, &pool));
+    memarray_statistics s;
+    FAILS(memarray_resource_get_statistics(host, &s), MEMARRAY_STATUS_INVALID_ARGUMENT, "counts nothing");
+
+    uint64_t small[1] = {100}, big[1] = {300};
+    memarray_array *a = NULL, *b = NULL, *c = NULL;
+    OK(memarray_array_zeros(MEMARRAY_DTYPE_F32, 1, small, MEMARRAY_HOST, 0, limited, NULL, &a));
+    OK(memarray_resource_get_statistics(stats, &s));
+    CHECK(s.current_count == 1 && s.current_bytes >= 400);
+    /* 400 + 1200 bytes exceed the 1000-byte limit. */
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_F32, 1, big, MEMARRAY_HOST, 0, limited, NULL, &b),
+          MEMARRAY_STATUS_OUT_OF_MEMORY, "");
+    CHECK(b == NULL);
+    OK(memarray_array_zeros(MEMARRAY_DTYPE_F32, 1, big, MEMARRAY_HOST, 0, pool, NULL, &c));
+    memarray_resource_free(limited); /* the array keeps its resource */
+    memarray_array_free(a);
+    OK(memarray_resource_get_statistics(stats, &s));
+    CHECK(s.current_count == 0 && s.total_count == 1 && s.peak_bytes >= 400);
+    memarray_array_free(c);
+    memarray_resource_free(pool);
+    memarray_resource_free(stats);
+    memarray_resource_free(host);
+}
+
+static void device_calls(void) {
+    int n = memarray_device_count();
+    memarray_stream* s = NULL;
+    memarray_resource* r = NULL;
+    memarray_module* m = NULL;
+    uint64_t shape[1] = {8};
+    memarray_array* a = NULL;
+    if (n == 0) {
+        /* No GPU: every device call says so. */
+        FAILS(memarray_stream_create(0, &s), MEMARRAY_STATUS_CUDA_UNAVAILABLE, "");
+        FAILS(memarray_resource_device(0, &r), MEMARRAY_STATUS_CUDA_UNAVAILABLE, "");
+        FAILS(memarray_module_load(0, "x", 1, &m), MEMARRAY_STATUS_CUDA_UNAVAILABLE, "");
+        FAILS(memarray_array_zeros(MEMARRAY_DTYPE_F32, 1, shape, 0, 0, NULL, NULL, &a),
+              MEMARRAY_STATUS_CUDA_UNAVAILABLE, "");
+        OK(memarray_array_zeros(MEMARRAY_DTYPE_F32, 1, shape, MEMARRAY_HOST, 0, NULL, NULL, &a));
+        FAILS(memarray_array_move(a, 0, NULL, true, 0), MEMARRAY_STATUS_CUDA_UNAVAILABLE, "");
+        memarray_access* acc = NULL;
+        FAILS(memarray_access_begin(a, 0, NULL, true, 0, &acc), MEMARRAY_STATUS_CUDA_UNAVAILABLE, "");
+        memarray_array_info info;
+        OK(memarray_array_get_info(a, &info));
+        CHECK(info.lock_holder == 0); /* a failed begin leaves no lock behind */
+        memarray_array_free(a);
+        printf("no CUDA device: device calls refused as expected\n");
+        return;
+    }
+    /* A GPU: a round trip through the device on a stream of memarray's. */
+    OK(memarray_stream_create(0, &s));
+    CHECK(memarray_stream_handle(s) != NULL);
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8];
+    OK(memarray_array_from_data(MEMARRAY_DTYPE_F32, 1, shape, v, sizeof v, &a));
+    OK(memarray_array_move(a, 0, s, false, 0));
+    memarray_indexer ix;
+    FAILS(memarray_array_host_indexer(a, 0, &ix), MEMARRAY_STATUS_WRONG_LOCATION, "");
+    OK(memarray_array_read(a, back, sizeof back, 0));
+    CHECK(memcmp(v, back, sizeof v) == 0);
+    memarray_access* acc = NULL;
+    OK(memarray_access_begin(a, 0, s, false, 0, &acc));
+    OK(memarray_access_indexer(acc, &ix));
+    CHECK(ix.data != NULL && ix.ndim == 1 && ix.shape[0] == 8);
+    FAILS(memarray_array_move(a, MEMARRAY_HOST, NULL, true, 0), MEMARRAY_STATUS_LOCKED, "");
+    OK(memarray_access_end(acc));
+    OK(memarray_array_move(a, MEMARRAY_HOST, NULL, true, 0));
+    memarray_array_free(a);
+    memarray_stream_free(s);
+    FAILS(memarray_module_load(0, "not ptx", 7, &m), MEMARRAY_STATUS_CUDA, "");
+    FAILS(memarray_stream_create(n + 3, &s), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
+    printf("%d CUDA device(s): device round trip passed\n", n);
+}
+
+int main(void) {
+    CHECK(memarray_version() >= 100);
+    arrays_round_trip();
+    bad_input_is_refused();
+    dlpack_both_ways();
+    resources_limit_and_count();
+    device_calls();
+    printf("test_c: %d checks passed\n", checks);
+    return 0;
+}
