@@ -51,7 +51,9 @@ case "$cmd" in
     venv
     rm -f target/crashproof.txt
     # The venv installs matplotlib: its plot tests must run, not skip.
-    MEMARRAY_REQUIRE_PLOT=1 "$VENV/bin/python" -m pytest bindings-python/tests -q
+    # The C extension test builds against the libmemarray.so cargo test just built.
+    MEMARRAY_REQUIRE_PLOT=1 MEMARRAY_C_LIB_DIR="$PWD/target/debug" \
+      "$VENV/bin/python" -m pytest bindings-python/tests -q
     echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
     echo "== docs: the Python blocks of README.md, docs/python-guide.md, docs/memory-manager.md and docs/spilling.md"
     "$VENV/bin/python" scripts/doc_blocks.py
@@ -59,11 +61,11 @@ case "$cmd" in
   lint)
     cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings
     # Without the nccl feature too (the Python crate turns it on for the whole workspace).
-    cargo clippy -p memarray-core -p memarray-cuda -p memarray-dlpack --all-targets -- -D warnings
+    cargo clippy -p memarray-core -p memarray-cuda -p memarray-dlpack -p memarray-c --all-targets -- -D warnings
     cargo fmt --all --check
     python3 scripts/layering.py
     # Intra-doc links resolve and the docs build warning-free with every feature.
-    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p memarray-core -p memarray-cuda -p memarray-dlpack \
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p memarray-core -p memarray-cuda -p memarray-dlpack -p memarray-c \
       --features memarray-cuda/nccl
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches scripts

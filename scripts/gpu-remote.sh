@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer npy interop spill-tests spill numba-all demo multi all. `multi` is the 2-GPU check (issue 9): it
+# tests sanitize bench transfer npy interop spill-tests spill numba-all demo capi multi all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
 # skip fails.
 set -uo pipefail
 export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REQUIRE_NCCL=1 MEMARRAY_REQUIRE_NVRTC=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
+# The C ABI's library, for the C/C++ tests, the examples and the extension test.
+export MEMARRAY_C_LIB_DIR=$PWD/gpu-run/lib
 OUT=${OUT:-/tmp/memarray-out}
 LOGS=/tmp/memarray-logs   # one log per binary; combined copies go to $OUT (8 files max)
 mkdir -p "$OUT" "$LOGS"
@@ -130,6 +132,22 @@ interop() {
     || echo "!! allocation targets missed"
 }
 
+capi() {
+  # Issue 17: the C++/CUDA particle step built with CMake + nvcc against libmemarray.so,
+  # checked against NumPy, and run under compute-sanitizer memcheck (a smaller case).
+  echo "== C/C++ examples (CMake, nvcc)"
+  rm -rf /tmp/memarray-cpp && mkdir -p /tmp/memarray-cpp/out
+  cmake -S examples/cpp -B /tmp/memarray-cpp -DMEMARRAY_LIB_DIR="$MEMARRAY_C_LIB_DIR" \
+    -DPython3_EXECUTABLE="$(command -v python3)" >"$LOGS/cmake.log" 2>&1 \
+    && cmake --build /tmp/memarray-cpp -j 8 >>"$LOGS/cmake.log" 2>&1 || { tail -n 30 "$LOGS/cmake.log"; fail cmake; }
+  /tmp/memarray-cpp/particles /tmp/memarray-cpp/out 1000000 64 10 || fail particles
+  python3 examples/cpp/check_particles.py /tmp/memarray-cpp/out 1000000 64 10 || fail check_particles
+  compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/memarray-cpp/particles /tmp/memarray-cpp/out 20000 16 3 \
+    2>&1 | tail -n 3 || fail "memcheck particles"
+  python3 examples/cpp/check_particles.py /tmp/memarray-cpp/out 20000 16 3 || fail check_particles_small
+  ls /tmp/memarray-cpp/memarray_ext*.so >/dev/null 2>&1 || fail "the extension was not built by CMake"
+}
+
 demo() {
   echo "== demo and examples"
   python3 examples/demo.py || fail demo
@@ -144,6 +162,7 @@ while [ $# -gt 0 ]; do
     sanitize) sanitize ;;
     bench) bench ;;
     demo) demo ;;
+    capi) capi ;;
     multi) multi ;;
     transfer) shift; transfer "$@"; break ;;
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
@@ -155,8 +174,8 @@ while [ $# -gt 0 ]; do
       python3 -m pytest bindings-python/tests/test_spill.py -q -rs -p no:cacheprovider 2>&1 | tail -n 40 || fail "pytest spill" ;;
     spill) python3 benches/spill.py --json "$OUT/spill.json" 2>&1 | tee "$OUT/spill.log"; [ "${PIPESTATUS[0]}" = 0 ] || fail "spill bench" ;;
     numba-all) python3 scripts/numba_compare.py --all 2>&1 | tee "$OUT/numba_all.log" || fail "numba all" ;;
-    all) tests; demo; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|spill-tests|spill|numba-all|demo|multi|all]... | transfer [args]"; exit 2 ;;
+    all) tests; demo; capi; sanitize; interop; spill; bench ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|spill-tests|spill|numba-all|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

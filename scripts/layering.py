@@ -44,6 +44,13 @@ LAYERS = {
         ["nccl", "launch"],
         ["testing"],
     ],
+    "crates/memarray-c/src": [
+        ["error"],
+        ["stream"],
+        ["resource"],
+        ["array"],
+        ["access", "dlpack", "kernel"],
+    ],
     "bindings-python/src": [
         ["errors", "convert", "dtype", "strided"],
         ["device"],
@@ -62,6 +69,7 @@ LAYERS = {
             "batch",
             "distributed",
             "cuda",
+            "launch",
             "spill",
         ],
         ["dlpack"],

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=gpu-run
 rm -rf "$STAGE"
-mkdir -p "$STAGE/bin" "$STAGE/bench" "$STAGE/examples" "$STAGE/wheels"
+mkdir -p "$STAGE/bin" "$STAGE/bench" "$STAGE/examples" "$STAGE/wheels" "$STAGE/lib"
 
 # Executables from cargo's JSON messages: "<kind> <name> <path>" per line.
 executables() {
@@ -39,12 +39,17 @@ echo "== building benches and examples"
   | executables | while read -r kind name path; do
       if [ "$kind" = bench ]; then cp "$path" "$STAGE/bench/$name"; fi
     done
-{ cargo build --release -p memarray-cuda --features nccl --examples --message-format=json 2>/dev/null || true; } \
+{ cargo build --release -p memarray-cuda -p memarray-c --features memarray-cuda/nccl --examples --message-format=json 2>/dev/null || true; } \
   | executables | while read -r kind name path; do
       if [ "$kind" = example ]; then cp "$path" "$STAGE/examples/$name"; fi
     done
 # Whole symbol tables out: the staged tree must stay under the device tool's 64 MiB.
 strip "$STAGE"/bin/* "$STAGE"/bench/* "$STAGE"/examples/* 2>/dev/null || true
+echo "== building the C ABI (libmemarray.so; the static library is tested in CI only: too big to carry)"
+mkdir -p "$STAGE/lib"
+cargo build --release -q -p memarray-c
+cp target/release/libmemarray.so "$STAGE/lib/"
+strip --strip-debug "$STAGE/lib/libmemarray.so"
 
 echo "== building the abi3 wheel"
 [ -x .venv/bin/maturin ] || ./dev.sh venv

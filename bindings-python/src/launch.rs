@@ -20,7 +20,7 @@ use crate::stream::parse_move_stream;
 /// A loaded kernel module (PTX, cubin or fatbin) of one device.
 ///
 /// `Module(image, device_id=0)` loads bytes or a str of PTX; `Module.from_source(source,
-/// name="kernel.cu", options=(), device_id=0)` compiles CUDA C++ with NVRTC (kernels
+/// name="kernel.cu", options=None, device_id=0)` compiles CUDA C++ with NVRTC (kernels
 /// declared `extern "C"`; CudaUnavailableError without NVRTC, ValueError with NVRTC's log
 /// on a compile error).
 #[pyclass(name = "Module", module = "memarray.cuda", frozen)]
@@ -54,15 +54,16 @@ impl PyModule_ {
 
     /// Compiles CUDA C++ `source` with NVRTC for the device's architecture and loads it.
     #[staticmethod]
-    #[pyo3(signature = (source, name="kernel.cu", options=Vec::new(), device_id=None))]
+    #[pyo3(signature = (source, name="kernel.cu", options=None, device_id=None))]
     fn from_source(
         py: Python<'_>,
         source: &str,
         name: &str,
-        options: Vec<String>,
+        options: Option<Vec<String>>,
         device_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let device = device_of(device_id)?;
+        let options = options.unwrap_or_default();
         let opts: Vec<&str> = options.iter().map(String::as_str).collect();
         let inner = py
             .detach(|| Module::from_cuda_source(&device, source, name, &opts))

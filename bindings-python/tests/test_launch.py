@@ -9,11 +9,11 @@ import pathlib
 
 import numpy as np
 import pytest
+from children import assert_clean, run_child
+from test_interop import _peer
 
 import memarray
 import memarray.cuda as mc
-from children import assert_clean, run_child
-from test_interop import _peer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PTX = (ROOT / "crates/memarray-cuda/ptx/add_index_f32.ptx").read_bytes()

@@ -85,7 +85,7 @@ class Module:
     def from_source(
         source: str,
         name: str = "kernel.cu",
-        options: Sequence[str] = (),
+        options: Sequence[str] | None = None,
         device_id: int | None = None,
     ) -> Module:
         """Compiles CUDA C++ with NVRTC (kernels ``extern "C"``) and loads it."""

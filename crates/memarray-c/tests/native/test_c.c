@@ -234,6 +234,72 @@ static void resources_limit_and_count(void) {
     memarray_resource_free(host);
 }
 
+/* The seed's kernel (PTX from MEMARRAY_TEST_PTX) as a user module: a launch on a stream
+ * other than the array's orders itself; bad argument lists are refused. */
+static void launch_a_user_kernel(void) {
+    const char* path = getenv("MEMARRAY_TEST_PTX");
+    CHECK(path != NULL);
+    FILE* f = fopen(path, "rb");
+    CHECK(f != NULL);
+    static char ptx[1 << 20];
+    size_t len = fread(ptx, 1, sizeof ptx, f);
+    fclose(f);
+    memarray_module* m = NULL;
+    memarray_function* fn = NULL;
+    OK(memarray_module_load(0, ptx, len, &m));
+    FAILS(memarray_module_function(m, "no_such_kernel", &fn), MEMARRAY_STATUS_INVALID_ARGUMENT, "no_such_kernel");
+    OK(memarray_module_function(m, "add_index_f32_n2", &fn));
+    memarray_module_free(m); /* the function keeps it loaded */
+    size_t count = 0, sizes[4];
+    OK(memarray_function_params(fn, &count, sizes, 4));
+    CHECK(count == 1 && sizes[0] == 24);
+
+    enum { R = 37, C = 29 };
+    static float v[R * C], back[R * C];
+    for (int i = 0; i < R * C; ++i) v[i] = (float)i;
+    uint64_t shape[2] = {R, C};
+    memarray_array* a = NULL;
+    memarray_stream *s1 = NULL, *s2 = NULL;
+    OK(memarray_stream_create(0, &s1));
+    OK(memarray_stream_create(0, &s2));
+    OK(memarray_array_from_data(MEMARRAY_DTYPE_F32, 2, shape, v, sizeof v, &a));
+    OK(memarray_array_move(a, 0, s1, false, 0));
+    memarray_launch_config cfg;
+    OK(memarray_function_config_for(fn, R * C, &cfg));
+    memarray_kernel_arg arg = {MEMARRAY_ARG_KIND_WRITE, a, 0, NULL, 0};
+    OK(memarray_launch(fn, &cfg, s2, &arg, 1));
+    OK(memarray_launch(fn, &cfg, s1, &arg, 1));
+    OK(memarray_array_read(a, back, sizeof back, 0));
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) CHECK(back[r * C + c] == (float)(r * C + c) + 2.0f * (float)(r + c));
+
+    /* Refusals: count, sizes, kinds, a locked array, a zero grid. */
+    float k = 1.0f;
+    memarray_kernel_arg two[2] = {arg, {MEMARRAY_ARG_KIND_VALUE, NULL, 0, &k, 4}};
+    FAILS(memarray_launch(fn, &cfg, s2, two, 2), MEMARRAY_STATUS_INVALID_ARGUMENT, "takes 1 parameters, 2 given");
+    memarray_kernel_arg val = {MEMARRAY_ARG_KIND_VALUE, NULL, 0, &k, 4};
+    FAILS(memarray_launch(fn, &cfg, s2, &val, 1), MEMARRAY_STATUS_INVALID_ARGUMENT, "parameter 0 is 24 bytes");
+    memarray_kernel_arg bad = {7, a, 0, NULL, 0};
+    FAILS(memarray_launch(fn, &cfg, s2, &bad, 1), MEMARRAY_STATUS_INVALID_ARGUMENT, "kind 7");
+    memarray_kernel_arg none = {MEMARRAY_ARG_KIND_READ, NULL, 0, NULL, 0};
+    FAILS(memarray_launch(fn, &cfg, s2, &none, 1), MEMARRAY_STATUS_INVALID_ARGUMENT, "array is NULL");
+    uint64_t token = 0;
+    OK(memarray_array_lock(a, &token));
+    FAILS(memarray_launch(fn, &cfg, s2, &arg, 1), MEMARRAY_STATUS_LOCKED, "");
+    arg.token = token; /* the holder may launch */
+    OK(memarray_launch(fn, &cfg, s2, &arg, 1));
+    OK(memarray_array_unlock(a, token));
+    memarray_launch_config zero = cfg;
+    zero.grid[0] = 0;
+    arg.token = 0;
+    FAILS(memarray_launch(fn, &zero, s2, &arg, 1), MEMARRAY_STATUS_INVALID_ARGUMENT, "at least 1");
+    FAILS(memarray_module_load(0, NULL, 10, &m), MEMARRAY_STATUS_INVALID_ARGUMENT, "image is NULL");
+    memarray_function_free(fn);
+    memarray_array_free(a);
+    memarray_stream_free(s1);
+    memarray_stream_free(s2);
+}
+
 static void device_calls(void) {
     int n = memarray_device_count();
     memarray_stream* s = NULL;
@@ -279,6 +345,7 @@ static void device_calls(void) {
     memarray_array_free(a);
     memarray_stream_free(s);
     FAILS(memarray_module_load(0, "not ptx", 7, &m), MEMARRAY_STATUS_CUDA, "");
+    launch_a_user_kernel();
     FAILS(memarray_stream_create(n + 3, &s), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
     printf("%d CUDA device(s): device round trip passed\n", n);
 }
