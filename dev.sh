@@ -57,6 +57,8 @@ case "$cmd" in
     echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
     echo "== docs: the Python blocks of README.md, docs/python-guide.md, docs/memory-manager.md and docs/spilling.md"
     "$VENV/bin/python" scripts/doc_blocks.py
+    echo "== docs: the C and C++ blocks of docs/c-cpp-guide.md"
+    MEMARRAY_C_LIB_DIR="$PWD/target/debug" "$VENV/bin/python" scripts/doc_blocks_c.py
     ;;
   lint)
     cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings

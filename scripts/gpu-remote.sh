@@ -50,6 +50,7 @@ tests() {
   tail -n 25 "$OUT/pytest.log"
   echo "== doc blocks (GPU ones included)"
   python3 scripts/doc_blocks.py 2>&1 | tail -n 30 || fail "doc blocks"
+  python3 scripts/doc_blocks_c.py 2>&1 | tail -n 10 || fail "C/C++ doc blocks"
 }
 
 sanitize() {

@@ -67,8 +67,8 @@ impl Drop for Module {
 
 impl Module {
     /// Loads `image` on `device`: PTX text (with or without its closing NUL), a cubin or a
-    /// fatbin. A driver's refusal (bad PTX, an image for another architecture) is the
-    /// driver's error, naming `cuModuleLoadData`.
+    /// fatbin. A driver's refusal (bad PTX, an image for another architecture) is
+    /// [`CudaError::BadSetting`] with the driver's error, naming `cuModuleLoadData`.
     pub fn load(device: &Arc<Device>, image: &[u8]) -> Result<Arc<Module>> {
         if image.is_empty() {
             return Err(CudaError::BadSetting {
@@ -95,7 +95,15 @@ impl Module {
         };
         let _ctx = device.bind()?;
         // SAFETY: the context is bound; `bytes` is a whole image (PTX NUL-terminated).
-        let raw = unsafe { driver::module_load_image(bytes)? };
+        let raw = unsafe { driver::module_load_image(bytes) }.map_err(|e| match e {
+            // The image is the caller's input: the driver's refusal of it is a bad
+            // argument, not a device failure.
+            CudaError::Driver { .. } if !e.is_out_of_memory() => CudaError::BadSetting {
+                what: "kernel module",
+                detail: format!("the driver refused the image ({e})"),
+            },
+            e => e,
+        })?;
         Ok(Arc::new(Module {
             device: device.clone(),
             raw,

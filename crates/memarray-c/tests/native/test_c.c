@@ -344,7 +344,7 @@ static void device_calls(void) {
     OK(memarray_array_move(a, MEMARRAY_HOST, NULL, true, 0));
     memarray_array_free(a);
     memarray_stream_free(s);
-    FAILS(memarray_module_load(0, "not ptx", 7, &m), MEMARRAY_STATUS_CUDA, "");
+    FAILS(memarray_module_load(0, "not ptx", 7, &m), MEMARRAY_STATUS_INVALID_ARGUMENT, "kernel module");
     launch_a_user_kernel();
     FAILS(memarray_stream_create(n + 3, &s), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
     printf("%d CUDA device(s): device round trip passed\n", n);
