@@ -45,6 +45,8 @@ case "$cmd" in
     ;;
   test)
     mkdir -p target
+    # The C ABI's tests link libmemarray.so / .a, which `cargo test` alone does not emit.
+    cargo build -q -p memarray-c
     cargo test --workspace --exclude memarray-python --features memarray-cuda/nccl "$@" 2>&1 | tee target/cargo-test.log
     echo "== cargo summary: $(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6; i+=$8} END {printf "%d passed; %d failed; %d ignored", p, f, i}');" \
       "$(grep -c '^SKIPPED: no CUDA device' target/cargo-test.log) of the passed returned early with SKIPPED: no CUDA device"

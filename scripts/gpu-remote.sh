@@ -147,6 +147,7 @@ capi() {
     2>&1 | tail -n 3 || fail "memcheck particles"
   python3 examples/cpp/check_particles.py /tmp/memarray-cpp/out 20000 16 3 || fail check_particles_small
   ls /tmp/memarray-cpp/memarray_ext*.so >/dev/null 2>&1 || fail "the extension was not built by CMake"
+  /tmp/memarray-cpp/saxpy || fail saxpy
 }
 
 demo() {

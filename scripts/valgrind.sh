@@ -46,6 +46,7 @@ for b in "${bins[@]}"; do
 done
 # The C ABI's C and C++ tests (issue 17), compiled by tests/native.rs and run under
 # valgrind there (each program's ERROR SUMMARY is printed; any error fails the test).
+cargo build -q -p memarray-c
 if MEMARRAY_NATIVE_VALGRIND=1 cargo test -q -p memarray-c --test native -- --nocapture \
   --test-threads=1 >target/valgrind-native.out 2>&1; then
   :

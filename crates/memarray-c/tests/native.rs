@@ -30,6 +30,17 @@ fn lib_dir() -> PathBuf {
 
 fn compile(compiler: &str, source: &str, out: &str, extra: &[&str], link_static: bool) -> PathBuf {
     let lib = lib_dir();
+    let wanted = lib.join(if link_static {
+        "libmemarray.a"
+    } else {
+        "libmemarray.so"
+    });
+    assert!(
+        wanted.exists(),
+        "{} is missing: `cargo build -p memarray-c` makes it (`cargo test` alone does not; \
+         ./dev.sh test builds it first)",
+        wanted.display()
+    );
     let exe = std::env::temp_dir().join(format!("memarray-{}-{out}", std::process::id()));
     let include = crate_dir().join("include");
     let indexer = crate_dir().join("../../kernels-cuda/include");
@@ -41,7 +52,11 @@ fn compile(compiler: &str, source: &str, out: &str, extra: &[&str], link_static:
         .arg("-g")
         .arg(format!("-I{}", include.display()))
         .arg(format!("-I{}", indexer.display()))
-        .arg(crate_dir().join("tests/native").join(source))
+        .arg(if source.starts_with("examples/") {
+            crate_dir().join("../..").join(source)
+        } else {
+            crate_dir().join("tests/native").join(source)
+        })
         .arg("-o")
         .arg(&exe);
     if link_static {
@@ -144,6 +159,17 @@ fn the_cpp_tests_pass() {
         "test_cpp.cpp",
         "test_cpp",
         &["-std=c++17", "-pthread"],
+        false,
+    ));
+}
+
+#[test]
+fn the_c_example_runs() {
+    run(&compile(
+        "cc",
+        "examples/c/saxpy.c",
+        "saxpy",
+        &["-std=c11"],
         false,
     ));
 }

@@ -1,6 +1,7 @@
 /* The C ABI's host paths, and its refusals of bad input (run by tests/native.rs, under
  * valgrind in CI). Exits non-zero on the first failed check. Without a GPU, device calls
  * must fail with MEMARRAY_STATUS_CUDA_UNAVAILABLE; with one, they must work. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,12 @@ static void resources_limit_and_count(void) {
 /* The seed's kernel (PTX from MEMARRAY_TEST_PTX) as a user module: a launch on a stream
  * other than the array's orders itself; bad argument lists are refused. */
 static void launch_a_user_kernel(void) {
+    /* A missing NVRTC is a clear status (NVRTC is looked for once, on first use). */
+    setenv("MEMARRAY_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so", 1);
+    memarray_module* nv = NULL;
+    FAILS(memarray_module_from_source(0, "extern \"C\" __global__ void k() {}", "k.cu", NULL, 0, &nv),
+          MEMARRAY_STATUS_CUDA_UNAVAILABLE, "/nonexistent/libnvrtc.so");
+    CHECK(nv == NULL);
     const char* path = getenv("MEMARRAY_TEST_PTX");
     CHECK(path != NULL);
     FILE* f = fopen(path, "rb");
