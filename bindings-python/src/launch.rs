@@ -1,7 +1,7 @@
 //! `memarray.cuda.Module`, `Function`, `In` and `Out` (issue 17): users' kernels on
 //! MemArrays, ordered by memarray. A thin layer over `memarray_cuda::launch`: arguments
-//! are parsed here (MemArrays, `In(a)` / `Out(a)`, NumPy scalars, bytes), the arrays are
-//! locked in address order with the GIL released, and `launch_indexed` does the rest.
+//! are parsed here (MemArrays, `In(a)` / `Out(a)`, NumPy scalars, bytes) and
+//! `launch_shared` (with the GIL released) locks each distinct array once and launches.
 
 use std::sync::Arc;
 
@@ -9,9 +9,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use memarray_cuda::launch::{Function, LaunchConfig, Module, Operand, Param, launch_indexed};
+use memarray_cuda::launch::{Function, LaunchConfig, Module, SharedArg, launch_shared};
 
-use crate::array::{Locked, PyMemArray};
+use crate::array::PyMemArray;
 use crate::convert;
 use crate::device::device_of;
 use crate::errors::IntoPyResult;
@@ -218,9 +218,8 @@ impl PyFunction {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let stream = parse_move_stream(stream)?;
-        // Each distinct array once, written if any use writes it; params name them.
         let mut arrays: Vec<(Bound<'_, PyMemArray>, bool)> = Vec::new();
-        let mut params: Vec<Param> = Vec::with_capacity(args.len());
+        let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
             let (array, write) = if let Ok(x) = a.cast::<PyMemArray>() {
                 (x.clone(), true)
@@ -229,83 +228,58 @@ impl PyFunction {
             } else if let Ok(x) = a.cast::<PyOut>() {
                 (x.get().array.bind(py).clone(), true)
             } else {
-                params.push(Param::Value(value_bytes(&a, i)?));
+                values.push(Some(value_bytes(&a, i)?));
                 continue;
             };
-            let at = match arrays.iter().position(|(b, _)| b.is(&array)) {
-                Some(j) => j,
-                None => {
-                    arrays.push((array, false));
-                    arrays.len() - 1
+            arrays.push((array, write));
+            values.push(None);
+        }
+        let cfg = match (grid, block) {
+            (Some(g), Some(b)) => LaunchConfig {
+                grid: dims(g, "grid")?,
+                block: dims(b, "block")?,
+                shared_bytes,
+            },
+            (None, None) => {
+                // Sized by the largest array (its length read now: a concurrent swap only
+                // changes how many threads loop over it).
+                let n = arrays
+                    .iter()
+                    .map(|(a, _)| a.get().peek(py, |raw| raw.len()))
+                    .max()
+                    .ok_or_else(|| {
+                        PyValueError::new_err(
+                            "no array argument to size the grid by: give grid= and block=",
+                        )
+                    })?;
+                LaunchConfig {
+                    shared_bytes,
+                    ..self.inner.config_for(n)
                 }
-            };
-            arrays[at].1 |= write;
-            params.push(Param::Array(at));
-        }
-        // Locked sorts its arrays by address: index the operands in that order.
-        let mut order: Vec<usize> = (0..arrays.len()).collect();
-        order.sort_by_key(|&j| arrays[j].0.get() as *const PyMemArray as usize);
-        let mut rank = vec![0; arrays.len()];
-        for (r, &j) in order.iter().enumerate() {
-            rank[j] = r;
-        }
-        let params: Vec<Param> = params
-            .into_iter()
-            .map(|p| match p {
-                Param::Array(j) => Param::Array(rank[j]),
-                v => v,
-            })
-            .collect();
-        let writes: Vec<bool> = order.iter().map(|&j| arrays[j].1).collect();
-        let refs: Vec<&PyMemArray> = arrays.iter().map(|(a, _)| a.get()).collect();
-        let dims_given = match (grid, block) {
-            (Some(g), Some(b)) => Some((dims(g, "grid")?, dims(b, "block")?)),
-            (None, None) => None,
+            }
             _ => {
                 return Err(PyValueError::new_err(
                     "give both grid and block, or neither (one thread per element)",
                 ));
             }
         };
-        let f = &self.inner;
-        py.detach(|| {
-            let mut locked = Locked::new(&refs);
-            let mut operands: Vec<Operand<'_>> = locked
-                .all_mut()
-                .into_iter()
-                .zip(&writes)
-                .map(|(array, &write)| Operand {
-                    array,
-                    write,
-                    token: None,
-                })
-                .collect();
-            let cfg = match dims_given {
-                Some((grid, block)) => LaunchConfig {
-                    grid,
-                    block,
-                    shared_bytes,
-                },
+        let mut next_array = arrays.iter();
+        let list: Vec<SharedArg<'_>> = values
+            .into_iter()
+            .map(|v| match v {
+                Some(bytes) => SharedArg::Value(bytes),
                 None => {
-                    let n = operands
-                        .iter()
-                        .map(|o| o.array.len())
-                        .max()
-                        .ok_or_else(|| memarray_cuda::CudaError::BadSetting {
-                            what: "launch configuration",
-                            detail: "no array argument to size the grid by: give grid= \
-                                     and block="
-                                .into(),
-                        })?;
-                    LaunchConfig {
-                        shared_bytes,
-                        ..f.config_for(n)
+                    let (a, write) = next_array.next().expect("one array per None");
+                    SharedArg::Array {
+                        array: &a.get().shared,
+                        write: *write,
+                        token: None,
                     }
                 }
-            };
-            launch_indexed(f, cfg, stream, &mut operands, &params)
-        })
-        .py()
+            })
+            .collect();
+        let f = &self.inner;
+        py.detach(|| launch_shared(f, cfg, stream, &list)).py()
     }
 
     fn __repr__(&self) -> String {

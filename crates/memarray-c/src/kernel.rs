@@ -4,7 +4,7 @@
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::Arc;
 
-use memarray_cuda::launch::{Function, LaunchConfig, Module, Operand, Param, launch_indexed};
+use memarray_cuda::launch::{Function, LaunchConfig, Module, SharedArg, launch_shared};
 
 use crate::array::{memarray_array, token_of};
 use crate::error::{Error, Result, check_out, guard, memarray_status, non_null, write_out};
@@ -277,14 +277,7 @@ pub unsafe extern "C" fn memarray_launch(
         };
         // SAFETY: the caller's contract.
         let stream = unsafe { stream_arg(stream) };
-        // Distinct arrays (by their shared state), each with its strongest use.
-        struct Use<'a> {
-            array: &'a memarray_cuda::array::SharedArray,
-            write: bool,
-            token: u64,
-        }
-        let mut uses: Vec<Use<'_>> = Vec::new();
-        let mut params: Vec<Param> = Vec::with_capacity(args.len());
+        let mut list: Vec<SharedArg<'_>> = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
             let write = match a.kind {
                 0 => false,
@@ -294,7 +287,7 @@ pub unsafe extern "C" fn memarray_launch(
                     let v = unsafe {
                         crate::array::bytes_arg(a.value, a.size, &format!("argument {i}: value"))
                     }?;
-                    params.push(Param::Value(v.to_vec()));
+                    list.push(SharedArg::Value(v.to_vec()));
                     continue;
                 }
                 k => {
@@ -308,57 +301,18 @@ pub unsafe extern "C" fn memarray_launch(
                 .ok_or_else(|| Error::arg(format!("argument {i}: array is NULL")))?
                 .inner
                 .as_ref();
-            let at = match uses.iter().position(|u| std::ptr::eq(u.array, array)) {
-                Some(j) => {
-                    if a.token != 0 && uses[j].token != 0 && a.token != uses[j].token {
-                        return Err(Error::arg(format!(
-                            "argument {i}: the array is passed twice with different tokens"
-                        )));
-                    }
-                    uses[j].token = uses[j].token.max(a.token);
-                    j
-                }
-                None => {
-                    uses.push(Use {
-                        array,
-                        write: false,
-                        token: a.token,
-                    });
-                    uses.len() - 1
-                }
-            };
-            uses[at].write |= write;
-            params.push(Param::Array(at));
+            list.push(SharedArg::Array {
+                array,
+                write,
+                token: token_of(a.token),
+            });
         }
-        // Lock each array's state in address order (two launches over overlapping sets
-        // cannot deadlock), then index the operands in that order.
-        let mut order: Vec<usize> = (0..uses.len()).collect();
-        order.sort_by_key(|&j| uses[j].array as *const _ as usize);
-        let mut rank = vec![0; uses.len()];
-        for (r, &j) in order.iter().enumerate() {
-            rank[j] = r;
-        }
-        for p in &mut params {
-            if let Param::Array(j) = p {
-                *j = rank[*j];
-            }
-        }
-        let mut guards: Vec<_> = order.iter().map(|&j| uses[j].array.state()).collect();
-        let mut operands: Vec<Operand<'_>> = guards
-            .iter_mut()
-            .zip(&order)
-            .map(|(g, &j)| Operand {
-                array: g,
-                write: uses[j].write,
-                token: token_of(uses[j].token),
-            })
-            .collect();
         let cfg = LaunchConfig {
             grid: c.grid,
             block: c.block,
             shared_bytes: c.shared_bytes,
         };
-        launch_indexed(&f.inner, cfg, stream, &mut operands, &params)?;
+        launch_shared(&f.inner, cfg, stream, &list)?;
         Ok(())
     })
 }

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use memarray_core::LockToken;
 
-use crate::array::RawArray;
+use crate::array::{RawArray, SharedArray};
 use crate::device::Device;
 use crate::driver::{self, CUfunction, CUmodule};
 use crate::error::{CudaError, Result};
@@ -397,6 +397,101 @@ pub fn launch_indexed(
         }
     }
     Ok(())
+}
+
+/// One argument of [`launch_shared`].
+#[derive(Debug)]
+pub enum SharedArg<'a> {
+    /// An array the kernel reads or writes, with the token of its lock when the caller
+    /// holds one.
+    Array {
+        /// The array.
+        array: &'a SharedArray,
+        /// Whether the kernel writes it.
+        write: bool,
+        /// The caller's lock token, if the array is locked by the caller.
+        token: Option<LockToken>,
+    },
+    /// A value's bytes, passed by value.
+    Value(Vec<u8>),
+}
+
+/// [`launch`] over shared arrays, as the bindings hold them: one array may appear in
+/// several arguments (it is written if any use writes it); each distinct array's state is
+/// locked once, in address order, so launches over overlapping sets cannot deadlock.
+/// The same array passed with two different tokens is refused.
+pub fn launch_shared(
+    f: &Function,
+    cfg: LaunchConfig,
+    stream: Option<StreamRef>,
+    args: &[SharedArg<'_>],
+) -> Result<()> {
+    struct Use<'a> {
+        array: &'a SharedArray,
+        write: bool,
+        token: Option<LockToken>,
+    }
+    let mut uses: Vec<Use<'_>> = Vec::new();
+    let mut params: Vec<Param> = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        let &SharedArg::Array {
+            array,
+            write,
+            token,
+        } = a
+        else {
+            if let SharedArg::Value(v) = a {
+                params.push(Param::Value(v.clone()));
+            }
+            continue;
+        };
+        let at = match uses.iter().position(|u| std::ptr::eq(u.array, array)) {
+            Some(j) => {
+                if token.is_some() && uses[j].token.is_some() && token != uses[j].token {
+                    return Err(CudaError::BadSetting {
+                        what: "kernel arguments",
+                        detail: format!(
+                            "argument {i}: the array is passed twice with different tokens"
+                        ),
+                    });
+                }
+                uses[j].token = uses[j].token.or(token);
+                j
+            }
+            None => {
+                uses.push(Use {
+                    array,
+                    write: false,
+                    token,
+                });
+                uses.len() - 1
+            }
+        };
+        uses[at].write |= write;
+        params.push(Param::Array(at));
+    }
+    let mut order: Vec<usize> = (0..uses.len()).collect();
+    order.sort_by_key(|&j| std::ptr::from_ref(uses[j].array) as usize);
+    let mut rank = vec![0; uses.len()];
+    for (r, &j) in order.iter().enumerate() {
+        rank[j] = r;
+    }
+    for p in &mut params {
+        if let Param::Array(j) = p {
+            *j = rank[*j];
+        }
+    }
+    let mut states: Vec<_> = order.iter().map(|&j| uses[j].array.state()).collect();
+    let mut operands: Vec<Operand<'_>> = states
+        .iter_mut()
+        .zip(&order)
+        .map(|(state, &j)| Operand {
+            array: state,
+            write: uses[j].write,
+            token: uses[j].token,
+        })
+        .collect();
+    launch_indexed(f, cfg, stream, &mut operands, &params)
 }
 
 /// Device access for work memarray does not launch (a CUDA C++ `<<<...>>>` launch, a
