@@ -55,7 +55,7 @@ LAYERS = {
         ["errors", "convert", "dtype", "strided"],
         ["device"],
         ["stream"],
-        ["resources"],
+        ["resources", "host_pool"],
         ["interop"],
         ["array"],
         [

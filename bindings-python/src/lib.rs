@@ -18,6 +18,7 @@ mod dlpack;
 mod dtype;
 mod element;
 mod errors;
+mod host_pool;
 mod interop;
 mod ipc;
 mod launch;
@@ -90,6 +91,7 @@ impl Drop for HeldBuffer<'_> {
 #[pymodule]
 fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    host_pool::check_env()?;
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<dlpack::DLPackContext>()?;
     m.add_function(wrap_pyfunction!(dlpack::exchange::from_dlpack, m)?)?;
@@ -105,6 +107,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
     m.add_class::<pickle::HostBytes>()?;
+    m.add_class::<host_pool::HostBlock>()?;
     m.add_function(wrap_pyfunction!(pickle::_from_pickle, m)?)?;
     m.add("LockError", py.get_type::<errors::LockError>())?;
     m.add(

@@ -28,8 +28,18 @@ impl PyMemArray {
             let (dtype, shape) = self.layout(py);
             // For `out`, everything is read from a plain ndarray view of it: a subclass's
             // own `shape`, `dtype` or `flags` may lie (issue 13, item 3).
+            let nbytes = shape.iter().product::<usize>() * dtype.size();
             let dest = match out {
                 Some(o) => check_out_array(py, o, dtype, &shape)?,
+                // 1 MiB and up: a block from the pool of faulted-in host memory, owned by
+                // the NumPy array (its base), returned to the pool when it is collected.
+                None if nbytes >= crate::host_pool::POOL_MIN_BYTES
+                    && let Some(block) = crate::host_pool::block(nbytes)? =>
+                {
+                    np.getattr("frombuffer")?
+                        .call1((Bound::new(py, block)?, numpy_dtype(py, dtype)?))?
+                        .call_method1("reshape", (PyTuple::new(py, &shape)?,))?
+                }
                 None => np
                     .getattr("empty")?
                     .call1((PyTuple::new(py, &shape)?, numpy_dtype(py, dtype)?))?,

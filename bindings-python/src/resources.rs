@@ -581,6 +581,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     r.add_function(wrap_pyfunction!(tracking, &r)?)?;
     r.add_function(wrap_pyfunction!(set_default, &r)?)?;
     r.add_function(wrap_pyfunction!(get_default, &r)?)?;
+    r.add_function(wrap_pyfunction!(crate::host_pool::release_numpy_pool, &r)?)?;
+    r.add_function(wrap_pyfunction!(
+        crate::host_pool::numpy_pool_statistics,
+        &r
+    )?)?;
     m.add_submodule(&r)?;
     Ok(())
 }

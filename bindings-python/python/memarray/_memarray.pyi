@@ -28,6 +28,7 @@ __all__ = [
     "CudaUnavailableError",
     "DLPackContext",
     "DeviceScope",
+    "HostBlock",
     "HostBytes",
     "IpcHandle",
     "LockError",
@@ -306,6 +307,14 @@ class HostBytes:
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+@final
+class HostBlock:
+    """Writable host memory a NumPy array from ``to_numpy()`` owns (its base); back to
+    memarray's NumPy block pool when the array is collected."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 def _from_pickle(
     data: Any,
     dtype: str,
@@ -452,6 +461,10 @@ class _ResourcesModule:
     def set_default(r: _Resource, device_id: int) -> None: ...
     @staticmethod
     def get_default(device_id: int) -> _Resource: ...
+    @staticmethod
+    def release_numpy_pool() -> int: ...
+    @staticmethod
+    def numpy_pool_statistics() -> dict[str, int] | None: ...
 
 _resources: _ResourcesModule
 

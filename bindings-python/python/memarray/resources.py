@@ -60,8 +60,10 @@ __all__ = [
     "Statistics",
     "Tracking",
     "get_default_resource",
+    "numpy_pool_statistics",
     "plot",
     "pressure_statistics",
+    "release_numpy_pool",
     "set_default_resource",
     "snapshot",
     "statistics",
@@ -409,6 +411,20 @@ def pressure_statistics() -> dict:
     (``libraries``: torch, cupy, rmm) the ``calls`` made to release its cache and the
     ``released_bytes`` it reported."""
     return _memarray._interop.pressure_stats()
+
+
+def release_numpy_pool() -> int:
+    """Hands the cached blocks of memarray's NumPy block pool back to the system and
+    returns the bytes released. ``to_numpy()`` of 1 MiB and more takes its NumPy array's
+    memory from that pool (faulted in on reuse: no page-fault cost on the copy); the pool
+    keeps at most ``MEMARRAY_NUMPY_POOL`` free bytes (default 2 GiB; 0 turns it off)."""
+    return _r.release_numpy_pool()
+
+
+def numpy_pool_statistics() -> dict | None:
+    """The NumPy block pool's ``cached_bytes`` (free), ``used_bytes``, ``hits`` and
+    ``misses``; None when ``MEMARRAY_NUMPY_POOL=0``."""
+    return _r.numpy_pool_statistics()
 
 
 def plot(snapshot_or_log, path, top: int = 10) -> str:
