@@ -66,13 +66,12 @@ LAYERS = {
             "ipc",
             "pickle",
             "born",
-            "batch",
             "distributed",
             "cuda",
             "launch",
             "spill",
         ],
-        ["dlpack"],
+        ["dlpack", "batch"],
     ],
 }
 

@@ -1,39 +1,87 @@
 //! `memarray.move_many`: many arrays moved in one call.
 
-use pyo3::prelude::*;
+use std::sync::Arc;
 
-use memarray_cuda::RawArray;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use memarray_core::HostBuffer;
+use memarray_cuda::{RawArray, StreamRef};
 
 use crate::array::{Locked, PyMemArray};
 use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
 
-/// move_many(arrays, device, stream=None)
+/// move_many(arrays, device, stream=None) -> list[MemArray]
 /// --
 ///
-/// Moves every MemArray in `arrays` to `device` ("cpu", "cuda", "cuda:N", an int, a
-/// DLPack pair) in one pass: small pageable arrays are packed into one pinned buffer, the
-/// copies go to the driver as one batch, and the call waits once. When it returns every
-/// array is at `device`. If any array is locked (LockError), nothing moves. The GIL is
-/// released throughout. The same array may appear more than once.
+/// Moves every array in `arrays` to `device` ("cpu", "cuda", "cuda:N", an int, a DLPack
+/// pair) in one pass and returns them as MemArrays, in order. MemArrays move in place (and
+/// come back as themselves); NumPy arrays and other DLPack producers are imported without a
+/// wrapping call each (NumPy's zero-copy), moved, and returned as new MemArrays that no
+/// longer hold the producer's host memory once they are on a device. Small pageable arrays
+/// are packed into one pinned buffer, the copies go to the driver as one batch, and the
+/// call waits once. If any MemArray is locked (LockError), nothing moves. The GIL is
+/// released throughout the copies. The same array may appear more than once.
 #[pyfunction]
 #[pyo3(signature = (arrays, device, stream=None))]
-pub fn move_many(
-    py: Python<'_>,
-    arrays: &Bound<'_, PyAny>,
-    device: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
+pub fn move_many<'py>(
+    py: Python<'py>,
+    arrays: &Bound<'py, PyAny>,
+    device: &Bound<'py, PyAny>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
     let target = parse_device(Some(device))?;
     let stream = parse_move_stream(stream)?;
-    let mut refs: Vec<Bound<'_, PyMemArray>> = Vec::new();
+    let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
+    // Which of them memarray made here (imports), by position in `refs`.
+    let mut made: Vec<bool> = Vec::new();
     for item in arrays.try_iter()? {
-        refs.push(PyMemArray::arg(&item?, "move_many")?.clone());
+        let item = item?;
+        if let Ok(a) = item.cast::<PyMemArray>() {
+            refs.push(a.clone());
+            made.push(false);
+            continue;
+        }
+        let raw = import_item(py, &item)?;
+        refs.push(Bound::new(py, PyMemArray::from(raw))?);
+        made.push(true);
     }
     let arrays: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
-    py.detach(|| RawArray::move_many(&mut Locked::new(&arrays).all_mut(), target, stream))
-        .py()
+    let released: Vec<Arc<HostBuffer>> = py
+        .detach(|| -> memarray_cuda::Result<_> {
+            RawArray::move_many(&mut Locked::new(&arrays).all_mut(), target, stream)?;
+            // The copies are done (move_many waits): imports let go of the producers'
+            // memory, which is dropped below with the GIL held (NumPy's deleter).
+            Ok(arrays
+                .iter()
+                .zip(&made)
+                .filter(|&(_, &m)| m)
+                .filter_map(|(a, _)| a.shared.state().take_host_copy())
+                .collect())
+        })
+        .py()?;
+    drop(released);
+    PyList::new(py, refs)
+}
+
+/// A non-MemArray item of `move_many` as an array over its memory (zero-copy where the
+/// producer allows, as `from_dlpack`).
+fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
+    if let Some(t) = crate::dlpack::take_numpy(item)? {
+        return crate::dlpack::import_tensor(py, t, None, StreamRef::legacy());
+    }
+    if !item.hasattr("__dlpack__")? {
+        return Err(PyTypeError::new_err(format!(
+            "move_many takes MemArrays, NumPy arrays and DLPack producers, got {}",
+            crate::errors::type_name(item)
+        )));
+    }
+    let cap = crate::dlpack::request_capsule(item)?;
+    let t = crate::dlpack::take_capsule(&cap)?;
+    crate::dlpack::import_tensor(py, t, None, StreamRef::legacy())
 }
 
 /// _last_batch_profile() -> dict

@@ -73,7 +73,7 @@ def test_move_many_on_the_host_and_bad_input():
         assert a.device == "cpu"
         np.testing.assert_array_equal(a.to_numpy(), np.full(5, i))
     with pytest.raises(TypeError, match="MemArray"):
-        memarray.move_many([arrays[0], np.zeros(3)], "cpu")
+        memarray.move_many([arrays[0], [1, 2, 3]], "cpu")
     with pytest.raises(ValueError, match="unknown device"):
         memarray.move_many(arrays, "tpu")
     memarray.move_many([], "cpu")
@@ -277,3 +277,37 @@ def test_bad_staging_environment_is_a_clear_error(var, value):
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     assert out.startswith("ERR") and (var in out or "chunk_bytes" in out), out
     assert "OK 2" in out  # set_staging_config replaces the bad setting
+
+
+def test_move_many_takes_numpy_arrays_and_returns_memarrays():
+    xs = [np.full((3, 4), i, dtype=np.float32) for i in range(5)]
+    m = memarray.asarray(np.arange(6, dtype=np.int64))
+    out = memarray.move_many([xs[0], m, xs[1], xs[2], m], "cpu")
+    assert len(out) == 5 and out[1] is m and out[4] is m
+    assert all(isinstance(a, memarray.MemArray) for a in out)
+    # On the host an imported NumPy array is shared, as asarray shares it.
+    out[0][0, 0] = 42.0
+    assert xs[0][0, 0] == 42.0
+    with pytest.raises(TypeError, match="move_many takes MemArrays, NumPy arrays"):
+        memarray.move_many([xs[0], "not an array"], "cpu")
+    with m.get_dlpack(memarray.dlpack.kDLCPU):
+        with pytest.raises(memarray.LockError):
+            memarray.move_many([xs[3], m], "cpu")
+
+
+@pytest.mark.gpu
+def test_move_many_of_numpy_arrays_gives_independent_device_arrays():
+    xs = [np.random.default_rng(i).random((i + 1, 7)) for i in range(200)]
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: the staged path, not the batch
+    out = memarray.move_many([*xs, big], "cuda")
+    assert all(a.device == "cuda:0" for a in out)
+    for x, a in zip(xs, out[:-1], strict=True):
+        np.testing.assert_array_equal(a.to_numpy(), x)
+    np.testing.assert_array_equal(out[-1].to_numpy(), big)
+    # The device arrays no longer use the NumPy memory: changing it changes nothing.
+    xs[0][...] = -1.0
+    big[...] = -1.0
+    assert (out[0].to_numpy() != -1.0).all() and (out[-1].to_numpy() != -1.0).all()
+    # And back to the host they get buffers of their own.
+    memarray.move_many(out[:3], "cpu")
+    assert not np.shares_memory(np.asarray(out[1]), xs[1])

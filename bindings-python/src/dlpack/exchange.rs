@@ -375,6 +375,10 @@ pub fn from_dlpack(
     obj: &Bound<'_, PyAny>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
+    // NumPy arrays, the commonest producer: its capsule, trusted (no mapping checks).
+    if let Some(t) = super::take_numpy(obj)? {
+        return super::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into);
+    }
     // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
     // `__dlpack__` call; the producer's current work stream orders its work.
     if let Some(api) = api_of(obj)? {

@@ -387,6 +387,51 @@ pub(crate) fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'p
     }
 }
 
+static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
+    pyo3::sync::PyOnceLock::new();
+
+/// The tensor of an exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be
+/// anyone's), taken through its versioned capsule without the mapping checks
+/// ([`ImportedTensor::from_versioned_trusted`]: NumPy's pointers are its own live
+/// memory); `None` for any other object, or a NumPy that gives no versioned capsule.
+/// Host data: no stream, no `__dlpack_device__` call.
+pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTensor>> {
+    let py = obj.py();
+    let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
+        Ok(py
+            .import("numpy")?
+            .getattr("ndarray")?
+            .cast_into::<pyo3::types::PyType>()?
+            .unbind())
+    })?;
+    if !obj.get_type().is(ndarray.bind(py)) {
+        return Ok(None);
+    }
+    let kwargs = MAX_VERSION_KW.get_or_try_init(py, || -> PyResult<_> {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("max_version", (1, 3))?;
+        Ok(d.unbind())
+    })?;
+    let cap = obj.call_method(pyo3::intern!(py, "__dlpack__"), (), Some(kwargs.bind(py)))?;
+    let raw = cap.as_ptr();
+    // SAFETY: raw is a live object; the capsule API checks type and name, setting no
+    // error when IsValid fails.
+    unsafe {
+        if ffi::PyCapsule_IsValid(raw, NAME_VERSIONED.as_ptr()) != 1 {
+            return take_capsule(&cap).map(Some);
+        }
+        let p = ffi::PyCapsule_GetPointer(raw, NAME_VERSIONED.as_ptr());
+        let p = NonNull::new(p.cast::<DLManagedTensorVersioned>())
+            .ok_or_else(|| PyBufferError::new_err("DLPack capsule holds a null tensor"))?;
+        if ffi::PyCapsule_SetName(raw, USED_VERSIONED.as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        // An exact ndarray's capsule describes NumPy's own live memory.
+        ImportedTensor::from_versioned_trusted(p).py().map(Some)
+    }
+}
+
 /// Imports a taken tensor; CUDA data is ordered after `producer`. Sharing the memory
 /// (C-contiguous, writable, non-empty, no copy asked) only wraps it: cheaper with the GIL
 /// held than releasing it. A copy, an empty array's allocation and a refusal (whose

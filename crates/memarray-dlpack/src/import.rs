@@ -103,7 +103,7 @@ impl ImportedTensor {
         // SAFETY: `p` is valid for reads (item 1); `DLTensor` is `Copy`.
         let dl = unsafe { (*p.as_ptr()).dl_tensor };
         // SAFETY: `dl` is the valid tensor of item 1.
-        unsafe { Self::from_parts(owned, &dl, 0, None) }
+        unsafe { Self::from_parts(owned, &dl, 0, None, true) }
     }
 
     /// Takes over a `DLManagedTensorVersioned` (a `"dltensor_versioned"` capsule's pointer).
@@ -128,7 +128,35 @@ impl ImportedTensor {
     pub unsafe fn from_versioned(
         p: NonNull<DLManagedTensorVersioned>,
     ) -> Result<Self, DlpackError> {
-        check_struct_mapped(p.as_ptr() as u64, size_of::<DLManagedTensorVersioned>())?;
+        // SAFETY: the caller's contract.
+        unsafe { Self::versioned(p, true) }
+    }
+
+    /// [`ImportedTensor::from_versioned`] without the checks that the struct, shape,
+    /// strides and host data are mapped (up to four `msync` calls, most of an import's
+    /// cost), for tensors from a producer the caller knows (NumPy's exact `ndarray`):
+    /// every other check runs.
+    ///
+    /// # Safety
+    /// As [`ImportedTensor::from_versioned`], and every pointer in the tensor (and its host
+    /// data, for `data + byte_offset` over the layout's span) is mapped.
+    pub unsafe fn from_versioned_trusted(
+        p: NonNull<DLManagedTensorVersioned>,
+    ) -> Result<Self, DlpackError> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::versioned(p, false) }
+    }
+
+    /// # Safety
+    /// As [`ImportedTensor::from_versioned`]; with `!check_mapped`, as
+    /// [`ImportedTensor::from_versioned_trusted`].
+    unsafe fn versioned(
+        p: NonNull<DLManagedTensorVersioned>,
+        check_mapped: bool,
+    ) -> Result<Self, DlpackError> {
+        if check_mapped {
+            check_struct_mapped(p.as_ptr() as u64, size_of::<DLManagedTensorVersioned>())?;
+        }
         let owned = Owned::Versioned(p);
         // SAFETY: `version` is the first field in every major version (item 1).
         let version = unsafe { (*p.as_ptr()).version };
@@ -144,7 +172,7 @@ impl ImportedTensor {
         let (flags, dl) = unsafe { ((*p.as_ptr()).flags, (*p.as_ptr()).dl_tensor) };
         let version = Some((version.major, version.minor));
         // SAFETY: `dl` is the valid tensor of item 1.
-        unsafe { Self::from_parts(owned, &dl, flags, version) }
+        unsafe { Self::from_parts(owned, &dl, flags, version, check_mapped) }
     }
 
     /// Validates `dl` and copies its fields. The shape and strides arrays must be mapped
@@ -158,6 +186,7 @@ impl ImportedTensor {
         dl: &DLTensor,
         flags: u64,
         version: Option<(u32, u32)>,
+        check_mapped: bool,
     ) -> Result<Self, DlpackError> {
         let device = Device::from_dl(dl.device)?;
         let (code, bits, lanes) = (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes);
@@ -180,7 +209,7 @@ impl ImportedTensor {
             &[]
         } else if dl.shape.is_null() {
             return Err(DlpackError::NullShape { ndim });
-        } else if !layout::host_range_mapped(dl.shape as u64, (ndim * 8) as u64) {
+        } else if check_mapped && !layout::host_range_mapped(dl.shape as u64, (ndim * 8) as u64) {
             return Err(DlpackError::Unmapped {
                 address: dl.shape as u64,
                 span: (ndim * 8) as u64,
@@ -206,7 +235,7 @@ impl ImportedTensor {
             Vec::new()
         } else if dl.strides.is_null() {
             shape::c_strides(&shape)
-        } else if !layout::host_range_mapped(dl.strides as u64, (ndim * 8) as u64) {
+        } else if check_mapped && !layout::host_range_mapped(dl.strides as u64, (ndim * 8) as u64) {
             return Err(DlpackError::Unmapped {
                 address: dl.strides as u64,
                 span: (ndim * 8) as u64,
@@ -220,10 +249,12 @@ impl ImportedTensor {
         // Host-accessible memory must be mapped here: a forged pointer or stride would
         // otherwise fault on the first read (issue 13, item 5). Device memory is checked
         // by the CUDA layer, which can ask the driver.
-        if matches!(
-            device.kind,
-            DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged
-        ) && !shape.contains(&0)
+        if check_mapped
+            && matches!(
+                device.kind,
+                DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged
+            )
+            && !shape.contains(&0)
         {
             let address = (data as u64).wrapping_add(dl.byte_offset);
             let span = layout::span_bytes(&shape, &strides, dtype.size()) as u64;

@@ -481,6 +481,17 @@ impl RawArray {
         }
     }
 
+    /// Takes the host copy out of an array whose current data is on a device after a
+    /// synchronous move (nothing pending reads it), so the array stops holding that memory:
+    /// `move_many` lets go of the NumPy arrays it imported. `None` when the data is on the
+    /// host or spilled. A later move to the host makes a new host buffer.
+    pub fn take_host_copy(&mut self) -> Option<Arc<HostBuffer>> {
+        if self.spilled || self.location == Location::Host {
+            return None;
+        }
+        self.host.take()
+    }
+
     /// The host bytes, after pending work. Fails unless the current data is on the host.
     pub fn host_bytes(&self, token: Option<LockToken>) -> Result<&[u8]> {
         self.host_ready(token)?;
