@@ -1,14 +1,19 @@
-"""Sweeps the staged pipeline's settings (lanes x slot size) per direction and size.
+"""Sweeps the staged pipeline's settings (lanes x slot size) per direction and size, with
+the driver's own pageable copy (staging off) as the reference at each size.
 
-    python3 benches/staging_sweep.py
+    python3 benches/staging_sweep.py [--json PATH] [--quick]
 
-Prints GB/s (medians of 7) of `a.read_numpy_array(x)` (to the device) and
-`a.to_numpy(out=y)` (to the host) for pageable NumPy arrays of 64 MiB, 256 MiB and
-1 GiB; the defaults in memarray_cuda::staging come from runs of this sweep.
+Prints GB/s (medians) of `a.read_numpy_array(x)` (to the device) and `a.to_numpy(out=y)`
+(to the host) for pageable NumPy arrays of 1 MiB to 1 GiB. For each size and direction
+it names the best cell and the driver's rate; the defaults in memarray_cuda::staging
+(threads, chunk_bytes, lane_min_bytes, direct_below) come from runs of this sweep
+(docs/benchmarks.md, "Pageable transfers").
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 
@@ -16,10 +21,11 @@ import numpy as np
 
 import memarray
 
-MiB = 1 << 20
+KiB, MiB = 1 << 10, 1 << 20
 
 
-def gbps(fn, n, reps=7) -> float:
+def gbps(fn, n) -> float:
+    reps = max(5, min(60, (512 * MiB) // n))
     fn()
     memarray.cuda.synchronize()
     samples = []
@@ -32,33 +38,63 @@ def gbps(fn, n, reps=7) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quick", action="store_true", help="fewer cells")
+    args = ap.parse_args()
     if not memarray.cuda.is_available():
         print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
         return
     before = memarray.cuda.staging_config()
-    grid = {
-        "to_device": [(t, c) for t in (6, 8, 12) for c in (2, 4, 8)],
-        "to_host": [(t, c) for t in (12, 16) for c in (1, 2, 4, 8)],
-    }
-    for n in (64 * MiB, 256 * MiB, 1024 * MiB):
+    threads = (1, 2, 4, 8, 16) if args.quick else (1, 2, 3, 4, 6, 8, 12, 16)
+    chunks = (256 * KiB, 1 * MiB, 4 * MiB)
+    if not args.quick:
+        chunks = (256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB)
+    sizes = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB)
+    results = []
+    for n in sizes:
         x = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
         y = np.empty_like(x)
+        y[...] = 0  # faulted in: the sweep measures copies, not first touch
         a = memarray.empty((n,), "u1", device="cuda")
-        for direction, cells in grid.items():
-            for threads, chunk in cells:
-                memarray.cuda.set_staging_config(
-                    direction, threads=threads, chunk_bytes=chunk * MiB
-                )
-                if direction == "to_device":
-                    r = gbps(lambda: a.read_numpy_array(x), n)  # noqa: B023
-                else:
-                    r = gbps(lambda: a.to_numpy(out=y), n)  # noqa: B023
-                print(
-                    f"{n // MiB:5d} MiB {direction:9s} threads {threads:2d} "
-                    f"chunk {chunk} MiB: {r:6.2f} GB/s",
-                    flush=True,
-                )
+        for direction in ("to_device", "to_host"):
+            run = (
+                (lambda: a.read_numpy_array(x))  # noqa: B023
+                if direction == "to_device"
+                else (lambda: a.to_numpy(out=y))  # noqa: B023
+            )
+            # The driver's own pageable copy: staging off for this size.
+            memarray.cuda.set_staging_config(direction, direct_below=n + 1)
+            driver = gbps(run, n)
+            cells = []
+            for t in threads:
+                for c in chunks:
+                    if c > n:
+                        continue
+                    memarray.cuda.set_staging_config(
+                        direction, threads=t, chunk_bytes=c, direct_below=0
+                    )
+                    cells.append((gbps(run, n), t, c))
             memarray.cuda.set_staging_config(direction, **before[direction])
+            best = max(cells)
+            results.append(
+                {
+                    "bytes": n,
+                    "direction": direction,
+                    "driver_gbps": driver,
+                    "cells": [{"gbps": g, "threads": t, "chunk": c} for g, t, c in cells],
+                }
+            )
+            top = sorted(cells, reverse=True)[:3]
+            tops = ", ".join(f"{g:5.1f} ({t} x {c // KiB} KiB)" for g, t, c in top)
+            print(
+                f"{n // MiB:5d} MiB {direction:9s} driver {driver:5.1f} GB/s; staged best: "
+                f"{tops}; best/driver {best[0] / driver:4.2f}",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"staging_before": before, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

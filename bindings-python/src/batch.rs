@@ -6,7 +6,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use memarray_core::HostBuffer;
+use memarray_core::{HostBuffer, Location};
+use memarray_cuda::array::Fill;
 use memarray_cuda::{RawArray, StreamRef};
 
 use crate::array::{Locked, PyMemArray};
@@ -65,6 +66,61 @@ pub fn move_many<'py>(
         .py()?;
     drop(released);
     PyList::new(py, refs)
+}
+
+/// _numpy_to_device(obj, device) -> MemArray | None
+/// --
+///
+/// `asarray(x, device=...)`'s fast path for an exact, C-contiguous NumPy array bound for a
+/// CUDA device: a device-born array filled from the NumPy memory in one call (no Python
+/// steps in between); None for anything else (the general path takes it).
+#[pyfunction]
+pub fn _numpy_to_device(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    device: &Bound<'_, PyAny>,
+) -> PyResult<Option<PyMemArray>> {
+    let Location::Device(id) = parse_device(Some(device))? else {
+        return Ok(None);
+    };
+    let Some(t) = crate::dlpack::take_numpy(obj)? else {
+        return Ok(None);
+    };
+    if !t.is_c_contiguous() {
+        return Ok(None);
+    }
+    let (dtype, shape, nbytes) = (t.dtype(), t.shape().to_vec(), t.nbytes());
+    let src: &[u8] = if nbytes == 0 {
+        &[]
+    } else {
+        // SAFETY: a validated C-contiguous host tensor: nbytes bytes at data(), alive
+        // while `t` is (dropped below, after the copy).
+        unsafe { std::slice::from_raw_parts(t.data().cast::<u8>(), nbytes) }
+    };
+    let fill = || -> memarray_cuda::Result<RawArray> {
+        let mut raw = RawArray::born_with(
+            dtype,
+            &shape,
+            Location::Device(id),
+            Fill::Unset,
+            None,
+            None,
+            None,
+        )?;
+        if nbytes > 0 {
+            raw.write_all(src, None)?; // returns once `src` has been read
+        }
+        Ok(raw)
+    };
+    // Small copies cost less than a GIL hand-off.
+    let raw = if nbytes >= crate::host_pool::POOL_MIN_BYTES {
+        py.detach(fill)
+    } else {
+        fill()
+    }
+    .py()?;
+    drop(t);
+    Ok(Some(raw.into()))
 }
 
 /// A non-MemArray item of `move_many` as an array over its memory (zero-copy where the

@@ -19,6 +19,7 @@ from ._memarray import (
     MemArray,
     __version__,
     _device_pair,
+    _numpy_to_device,
     empty,
     from_dlpack,
     from_ipc_handle,
@@ -90,6 +91,11 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
         import numpy as np
 
         return from_dlpack(np.asarray(obj), copy=copy)
+    if copy is not False:
+        # An exact NumPy array for a device: one call (issue 18's small-call path).
+        fast = _numpy_to_device(obj, device)
+        if fast is not None:
+            return fast
     target = _device_pair(device)
     if not isinstance(obj, MemArray) and not _on_device(obj):
         if copy is False:
