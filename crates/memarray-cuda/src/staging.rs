@@ -66,28 +66,30 @@ pub enum Direction {
 }
 
 impl StagingConfig {
-    /// The measured default for `dir` (H100 host, 16 cores; `benches/staging_sweep.py`
-    /// and `benches/transfer.py`, docs/benchmarks.md, "Pageable transfers"). Host to
-    /// device: 6 lanes of 4 MiB slots (37.8 / 44.2 / 48.4 GB/s at 64 MiB / 256 MiB /
-    /// 1 GiB, at or near the best of 6-12 lanes x 2-8 MiB; more lanes' memcpy competes
-    /// with the DMA engine's reads of host memory), direct below 8 MiB (staged uploads
-    /// ran at 0.78-0.97x the driver's at 1 MiB and 0.74-1.23x at 4 MiB, 1.4-2.0x at
-    /// 16 MiB). Device to host: one lane per core up to 16,
-    /// 2 MiB slots (40.4 / 45.4 / 48.5 GB/s, the best of 12-16 lanes x 1-8 MiB), direct
-    /// below 1 MiB (a staged 256 KiB download ran at 0.84-0.87x; at 1 MiB staging is
-    /// 1.1-1.6x faster).
+    /// The measured default for `dir` (H100 host, 16 cores; `benches/staging_sweep.py
+    /// --quick`, 2026-11-24, docs/benchmarks.md, "Pageable transfers, round three"). Both
+    /// ways: one lane per core up to 16 (16 lanes were the best cell at every size from
+    /// 16 MiB up: to the device 24.0 / 31.2 / 37.4 / 47.6 GB/s at 16 MiB / 64 MiB /
+    /// 256 MiB / 1 GiB against 12.0 / 6.3 / 6.4 / 6.8 for the driver's own pageable
+    /// copy; an earlier sweep on another host had favoured 6). Slots: 4 MiB to the
+    /// device, 1 MiB to the host (the best cells there up to 256 MiB). Direct below
+    /// 2 MiB to the device (at 1 MiB the driver's copy, 10.3 GB/s, beat every staged
+    /// cell, 9.5 at best; at 4 MiB staging won, 13.4 against 10.4) and below 1 MiB to the
+    /// host (at 1 MiB staging won, 9.6 against 7.2). `plan` halves the lanes for copies
+    /// too short to give each two chunks.
     pub fn default_for(dir: Direction) -> Self {
+        let lanes = std::thread::available_parallelism()
+            .map_or(8, |n| n.get())
+            .clamp(1, 16);
         match dir {
             Direction::ToDevice => StagingConfig {
-                threads: 6,
+                threads: lanes,
                 chunk_bytes: 4 << 20,
-                direct_below: 8 << 20,
+                direct_below: 2 << 20,
             },
             Direction::ToHost => StagingConfig {
-                threads: std::thread::available_parallelism()
-                    .map_or(8, |n| n.get())
-                    .clamp(1, 16),
-                chunk_bytes: 2 << 20,
+                threads: lanes,
+                chunk_bytes: 1 << 20,
                 direct_below: 1 << 20,
             },
         }

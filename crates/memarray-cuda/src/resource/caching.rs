@@ -452,24 +452,14 @@ impl CachingPool {
     /// Gives cached blocks back upstream until at most `target` bytes stay cached;
     /// returns the bytes released. Only whole segments (one free block) of large memory
     /// can go back.
+    /// Gives cached memory back until at most `target` bytes stay cached: whole free
+    /// segments first, largest first (the big idle blocks a burst left behind), then
+    /// small blocks (cheap to keep, and the likeliest to be asked for again: trimming
+    /// them first made a 1 MiB pinned array cost a cuMemHostAlloc each time while a 1 GiB
+    /// segment sat in the cache).
     fn trim_to(&self, st: &mut State, target: usize) -> usize {
         let mut released = 0usize;
         let host_memory = self.upstream.is_accessible_from(Location::Host);
-        let small: Vec<((usize, Tag), Vec<usize>)> = st.small_free.drain().collect();
-        let mut keep: Vec<((usize, Tag), Vec<usize>)> = Vec::new();
-        for ((class, tag), mut addrs) in small {
-            while st.stats.cached_bytes > target as u64 {
-                let Some(a) = addrs.pop() else { break };
-                self.give_back(a, class, tag, host_memory);
-                st.stats.cached_bytes -= class as u64;
-                st.stats.upstream_bytes -= class as u64;
-                released += class;
-            }
-            if !addrs.is_empty() {
-                keep.push(((class, tag), addrs));
-            }
-        }
-        st.small_free.extend(keep);
         // A segment can go back when every block in it is free, whatever streams they
         // were freed on.
         let mut by_segment: HashMap<usize, (bool, Vec<(usize, LargeBlock)>)> = HashMap::new();
@@ -478,15 +468,19 @@ impl CachingPool {
             e.0 &= b.free;
             e.1.push((a, b));
         }
-        for (segment, (all_free, blocks)) in by_segment {
+        let mut free_segments: Vec<(usize, usize, Vec<(usize, LargeBlock)>)> = by_segment
+            .into_iter()
+            .filter(|(_, (all_free, _))| *all_free)
+            .filter_map(|(segment, (_, blocks))| {
+                st.segments
+                    .get(&segment)
+                    .map(|&size| (size, segment, blocks))
+            })
+            .collect();
+        free_segments.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (size, segment, blocks) in free_segments {
             if st.stats.cached_bytes <= target as u64 {
                 break;
-            }
-            let Some(&size) = st.segments.get(&segment) else {
-                continue;
-            };
-            if !all_free {
-                continue;
             }
             let mut tags: Vec<Tag> = blocks.iter().map(|(_, b)| b.tag).collect();
             tags.sort_unstable();
@@ -511,6 +505,26 @@ impl CachingPool {
             st.stats.upstream_bytes -= size as u64;
             released += size;
         }
+        if st.stats.cached_bytes <= target as u64 {
+            return released;
+        }
+        let mut small: Vec<((usize, Tag), Vec<usize>)> = st.small_free.drain().collect();
+        // Largest classes first, as above.
+        small.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let mut keep: Vec<((usize, Tag), Vec<usize>)> = Vec::new();
+        for ((class, tag), mut addrs) in small {
+            while st.stats.cached_bytes > target as u64 {
+                let Some(a) = addrs.pop() else { break };
+                self.give_back(a, class, tag, host_memory);
+                st.stats.cached_bytes -= class as u64;
+                st.stats.upstream_bytes -= class as u64;
+                released += class;
+            }
+            if !addrs.is_empty() {
+                keep.push(((class, tag), addrs));
+            }
+        }
+        st.small_free.extend(keep);
         released
     }
 
@@ -732,6 +746,26 @@ mod tests {
             upstream.statistics().current_bytes,
             pool.statistics().cached_bytes
         );
+    }
+
+    #[test]
+    fn trimming_gives_back_big_idle_segments_before_small_blocks() {
+        let pool = CachingPool::host(Arc::new(HostResource), 64 << 20);
+        let big = pool.allocate(64 << 20, 256, None).unwrap();
+        let small = pool.allocate(4096, 256, None).unwrap();
+        // SAFETY (both frees): freed once, with the arguments they were allocated with.
+        unsafe { pool.deallocate(big, 64 << 20, 256, None) }; // 64 MiB cached: at the limit
+        unsafe { pool.deallocate(small, 4096, 256, None) }; // over it: trim
+        let cached = pool.statistics().cached_bytes;
+        assert!(
+            cached < 1 << 20,
+            "the 64 MiB segment went back ({cached} cached)"
+        );
+        let again = pool.allocate(4096, 256, None).unwrap();
+        assert_eq!(again, small, "the small block stayed cached");
+        assert_eq!(pool.statistics().hits, 1);
+        // SAFETY: as above.
+        unsafe { pool.deallocate(again, 4096, 256, None) };
     }
 
     #[test]
