@@ -468,7 +468,9 @@ impl CachingPool {
             e.0 &= b.free;
             e.1.push((a, b));
         }
-        let mut free_segments: Vec<(usize, usize, Vec<(usize, LargeBlock)>)> = by_segment
+        // (size, base, blocks) of each segment whose blocks are all free.
+        type FreeSegment = (usize, usize, Vec<(usize, LargeBlock)>);
+        let mut free_segments: Vec<FreeSegment> = by_segment
             .into_iter()
             .filter(|(_, (all_free, _))| *all_free)
             .filter_map(|(segment, (_, blocks))| {
