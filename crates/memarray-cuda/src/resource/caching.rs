@@ -512,7 +512,7 @@ impl CachingPool {
         }
         let mut small: Vec<((usize, Tag), Vec<usize>)> = st.small_free.drain().collect();
         // Largest classes first, as above.
-        small.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        small.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
         let mut keep: Vec<((usize, Tag), Vec<usize>)> = Vec::new();
         for ((class, tag), mut addrs) in small {
             while st.stats.cached_bytes > target as u64 {
