@@ -755,9 +755,11 @@ mod tests {
         let pool = CachingPool::host(Arc::new(HostResource), 64 << 20);
         let big = pool.allocate(64 << 20, 256, None).unwrap();
         let small = pool.allocate(4096, 256, None).unwrap();
-        // SAFETY (both frees): freed once, with the arguments they were allocated with.
-        unsafe { pool.deallocate(big, 64 << 20, 256, None) }; // 64 MiB cached: at the limit
-        unsafe { pool.deallocate(small, 4096, 256, None) }; // over it: trim
+        // 64 MiB cached: at the limit; then over it, which trims.
+        // SAFETY: freed once, with the arguments it was allocated with.
+        unsafe { pool.deallocate(big, 64 << 20, 256, None) };
+        // SAFETY: as above.
+        unsafe { pool.deallocate(small, 4096, 256, None) };
         let cached = pool.statistics().cached_bytes;
         assert!(
             cached < 1 << 20,
