@@ -394,7 +394,7 @@ static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
 /// The tensor of an exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be
 /// anyone's), taken through its versioned capsule without the mapping checks
 /// ([`ImportedTensor::from_versioned_trusted`]: NumPy's pointers are its own live
-/// memory); `None` for any other object, or a NumPy that gives no versioned capsule.
+/// memory); `None` for any other object, or an array NumPy cannot export.
 /// Host data: no stream, no `__dlpack_device__` call.
 pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTensor>> {
     let py = obj.py();
@@ -413,7 +413,12 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTens
         d.set_item("max_version", (1, 3))?;
         Ok(d.unbind())
     })?;
-    let cap = obj.call_method(pyo3::intern!(py, "__dlpack__"), (), Some(kwargs.bind(py)))?;
+    // A dtype NumPy cannot export (bfloat16 from ml_dtypes) raises: the general path
+    // (a copy through NumPy, or its own error) takes it.
+    let Ok(cap) = obj.call_method(pyo3::intern!(py, "__dlpack__"), (), Some(kwargs.bind(py)))
+    else {
+        return Ok(None);
+    };
     let raw = cap.as_ptr();
     // SAFETY: raw is a live object; the capsule API checks type and name, setting no
     // error when IsValid fails.
