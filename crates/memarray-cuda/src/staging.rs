@@ -66,26 +66,25 @@ pub enum Direction {
 }
 
 impl StagingConfig {
-    /// The measured default for `dir` (H100 host, 16 cores; `benches/staging_sweep.py
-    /// --quick`, 2026-11-24, docs/benchmarks.md, "Pageable transfers, round three"). Both
-    /// ways: one lane per core up to 16 (16 lanes were the best cell at every size from
-    /// 16 MiB up: to the device 24.0 / 31.2 / 37.4 / 47.6 GB/s at 16 MiB / 64 MiB /
-    /// 256 MiB / 1 GiB against 12.0 / 6.3 / 6.4 / 6.8 for the driver's own pageable
-    /// copy; an earlier sweep on another host had favoured 6). Slots: 4 MiB to the
-    /// device, 1 MiB to the host (the best cells there up to 256 MiB). Direct below
-    /// 2 MiB to the device (at 1 MiB the driver's copy, 10.3 GB/s, beat every staged
-    /// cell, 9.5 at best; at 4 MiB staging won, 13.4 against 10.4) and below 1 MiB to the
-    /// host (at 1 MiB staging won, 9.6 against 7.2). `plan` halves the lanes for copies
-    /// too short to give each two chunks.
+    /// The measured default for `dir` (H100 host, 16 cores; two runs of
+    /// `benches/staging_sweep.py --quick`, 2026-11-24, docs/benchmarks.md, "Pageable
+    /// transfers, round three"). To the device: 8 lanes of 4 MiB slots (the best cell at
+    /// 64 MiB, 256 MiB and 1 GiB in the second run: 35.1 / 44.1 / 48.7 GB/s against
+    /// 8.1 / 7.2 / 7.7 for the driver's own pageable copy; 16 lanes led in the first run
+    /// by less than the runs differ), direct below 1 MiB (staged 11.9 against the
+    /// driver's 10.3 at 1 MiB). To the host: one lane per core up to 16, 1 MiB slots,
+    /// direct below 1 MiB (16 lanes led from 16 MiB up; staged 11.7 against 9.2 at
+    /// 1 MiB). Short copies use fewer lanes: at least 1 MiB a lane to the device,
+    /// 256 KiB to the host.
     pub fn default_for(dir: Direction) -> Self {
         let lanes = std::thread::available_parallelism()
             .map_or(8, |n| n.get())
             .clamp(1, 16);
         match dir {
             Direction::ToDevice => StagingConfig {
-                threads: lanes,
+                threads: lanes.min(8),
                 chunk_bytes: 4 << 20,
-                direct_below: 2 << 20,
+                direct_below: 1 << 20,
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
@@ -116,13 +115,25 @@ impl StagingConfig {
         Ok(self)
     }
 
-    /// Lanes and chunk size for a copy of `len` bytes: at least two chunks per lane where
-    /// the size allows, so that copying and DMA overlap within each lane.
-    fn plan(self, len: usize) -> (usize, usize) {
-        let per_lane = len.div_ceil(self.threads * 2);
+    /// Lanes and chunk size for a copy of `len` bytes: at least `lane_min` bytes per lane
+    /// (waking a lane costs more than it copies below that) and at least two chunks per
+    /// lane where the size allows, so that copying and DMA overlap within each lane.
+    fn plan(self, len: usize, lane_min: usize) -> (usize, usize) {
+        let threads = self.threads.min(len / lane_min.max(1)).max(1);
+        let per_lane = len.div_ceil(threads * 2);
         let chunk = per_lane.clamp(MIN_CHUNK, self.chunk_bytes);
         let chunks = len.div_ceil(chunk);
-        (self.threads.min(chunks.div_ceil(2)).max(1), chunk)
+        (threads.min(chunks.div_ceil(2)).max(1), chunk)
+    }
+}
+
+/// The fewest bytes a lane is given (`benches/staging_sweep.py`, 2026-11-24, H100 host):
+/// to the device the best cells had 2 lanes at 1 MiB and 4 at 4 MiB (1 MiB a lane); to
+/// the host 4 lanes at 1 MiB and 8-16 at 4 MiB (256-512 KiB a lane).
+fn lane_min(dir: Direction) -> usize {
+    match dir {
+        Direction::ToDevice => 1 << 20,
+        Direction::ToHost => 256 << 10,
     }
 }
 
@@ -383,7 +394,7 @@ fn run(
     host: HostSide<'_>,
     dev: u64,
 ) -> Result<()> {
-    let (lanes, chunk) = cfg.plan(len);
+    let (lanes, chunk) = cfg.plan(len, lane_min(dir));
     let stage = stage_of(device, dir);
     let mut guard = stage.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(old) = guard.as_ref()
@@ -632,20 +643,34 @@ mod tests {
             chunk_bytes: 4 << 20,
             direct_below: 0,
         };
-        assert_eq!(c.plan(1 << 30), (8, 4 << 20));
-        let (lanes, chunk) = c.plan(16 << 20);
+        assert_eq!(c.plan(1 << 30, 0), (8, 4 << 20));
+        let (lanes, chunk) = c.plan(16 << 20, 0);
         assert_eq!((lanes, chunk), (8, 1 << 20));
-        let (lanes, chunk) = c.plan(300 << 10);
+        let (lanes, chunk) = c.plan(300 << 10, 0);
         assert_eq!(chunk, MIN_CHUNK);
         assert_eq!(lanes, 3);
         for len in [1usize, 4095, 65536, 1 << 20, (1 << 30) + 17] {
-            let (lanes, chunk) = c.plan(len);
+            let (lanes, chunk) = c.plan(len, 0);
             let covered: usize = (0..lanes)
                 .flat_map(|l| i_chunks(lanes, chunk, len, l))
                 .map(|(_, n)| n)
                 .sum();
             assert_eq!(covered, len, "len {len}");
         }
+    }
+
+    #[test]
+    fn small_copies_wake_fewer_lanes() {
+        let c = StagingConfig {
+            threads: 16,
+            chunk_bytes: 4 << 20,
+            direct_below: 0,
+        };
+        assert_eq!(c.plan(1 << 20, 1 << 20).0, 1);
+        assert_eq!(c.plan(4 << 20, 1 << 20).0, 4);
+        assert_eq!(c.plan(1 << 30, 1 << 20).0, 16);
+        assert_eq!(c.plan(1 << 20, 256 << 10).0, 4);
+        assert_eq!(c.plan(100, 256 << 10), (1, MIN_CHUNK));
     }
 
     #[test]
