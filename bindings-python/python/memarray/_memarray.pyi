@@ -39,6 +39,7 @@ __all__ = [
     "_interop",
     "_ipc_handle_from_bytes",
     "_last_batch_profile",
+    "_numpy_to_device",
     "_resources",
     "_spill_allow",
     "_spill_disable",
