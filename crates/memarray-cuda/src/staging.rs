@@ -71,8 +71,10 @@ impl StagingConfig {
     /// transfers, round three"). To the device: 8 lanes of 4 MiB slots (the best cell at
     /// 64 MiB, 256 MiB and 1 GiB in the second run: 35.1 / 44.1 / 48.7 GB/s against
     /// 8.1 / 7.2 / 7.7 for the driver's own pageable copy; 16 lanes led in the first run
-    /// by less than the runs differ), direct below 1 MiB (staged 11.9 against the
-    /// driver's 10.3 at 1 MiB). To the host: one lane per core up to 16, 1 MiB slots,
+    /// by less than the runs differ), direct below 2 MiB (at 1 MiB the two runs
+    /// disagreed: staged 9.5 and 11.9 against the driver's 10.3, and a single-lane staged
+    /// 1 MiB ran at 0.82x torch in `transfer.py`; at 4 MiB staging won both times). To
+    /// the host: one lane per core up to 16, 1 MiB slots,
     /// direct below 1 MiB (16 lanes led from 16 MiB up; staged 11.7 against 9.2 at
     /// 1 MiB). Short copies use fewer lanes: at least 1 MiB a lane to the device,
     /// 256 KiB to the host.
@@ -84,7 +86,7 @@ impl StagingConfig {
             Direction::ToDevice => StagingConfig {
                 threads: lanes.min(8),
                 chunk_bytes: 4 << 20,
-                direct_below: 1 << 20,
+                direct_below: 2 << 20,
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
