@@ -160,43 +160,64 @@ impl HostBlock {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("null Py_buffer"));
-        }
-        const FORMAT: &CStr = c"B";
-        let buf = &slf.get().buffer;
-        // SAFETY: view is the Py_buffer CPython passed in; the block lives as long as
-        // `obj` (a new strong reference to slf, released by CPython with the view).
-        // ndim 1: `shape` and `strides` point at the view's own `len` and `itemsize`.
-        unsafe {
-            (*view).buf = buf.as_mut_ptr().cast::<c_void>();
-            (*view).len = buf.len() as ffi::Py_ssize_t;
-            (*view).readonly = 0;
-            (*view).itemsize = 1;
-            (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {
-                FORMAT.as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
-                &raw mut (*view).len
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &raw mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-            (*view).obj = slf.into_any().into_ptr();
-        }
-        Ok(())
+        let (ptr, len) = (slf.get().buffer.as_mut_ptr(), slf.get().buffer.len());
+        // SAFETY: CPython's view; the block lives as long as `slf`, which the view holds.
+        unsafe { fill_bytes_view(view, flags, slf.into_any(), ptr, len, false) }
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// Fills `view` as a C-contiguous, 1-d buffer of `len` unsigned bytes at `ptr`, owned
+/// by `owner` (a strong reference the view keeps until CPython releases it); a writable
+/// request on a `readonly` buffer is refused.
+///
+/// # Safety
+/// `view` is null or the `Py_buffer` CPython passed to `__getbuffer__`; `ptr` holds
+/// `len` bytes (writable unless `readonly`) for as long as `owner` lives.
+pub(crate) unsafe fn fill_bytes_view(
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+    owner: Bound<'_, PyAny>,
+    ptr: *mut u8,
+    len: usize,
+    readonly: bool,
+) -> PyResult<()> {
+    if view.is_null() {
+        return Err(PyBufferError::new_err("null Py_buffer"));
+    }
+    if readonly && flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+        return Err(PyBufferError::new_err("the bytes are read-only"));
+    }
+    const FORMAT: &CStr = c"B";
+    // SAFETY: view is CPython's (caller's contract); ndim 1: `shape` and `strides` point
+    // at the view's own `len` and `itemsize` fields; `obj` keeps `owner` and so `ptr`.
+    unsafe {
+        (*view).buf = ptr.cast::<c_void>();
+        (*view).len = len as ffi::Py_ssize_t;
+        (*view).readonly = c_int::from(readonly);
+        (*view).itemsize = 1;
+        (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {
+            FORMAT.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+            &raw mut (*view).len
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+            &raw mut (*view).itemsize
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).suboffsets = std::ptr::null_mut();
+        (*view).internal = std::ptr::null_mut();
+        (*view).obj = owner.into_ptr();
+    }
+    Ok(())
 }
 
 /// release_numpy_pool() -> int

@@ -9,10 +9,10 @@
 //! and that device exist there, else on the host. A locked array refuses to pickle with
 //! `LockError`. Unpickling validates dtype, shape and payload size before it allocates.
 
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::c_int;
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
@@ -43,44 +43,9 @@ impl HostBytes {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("null Py_buffer"));
-        }
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("pickled array bytes are read-only"));
-        }
-        const FORMAT: &CStr = c"B";
-        let buf = &slf.get().buffer;
-        // SAFETY: view is the Py_buffer CPython passed in; buf lives as long as `obj`
-        // (a new strong reference to slf, released by CPython with the view). ndim 1 with
-        // shape and strides left null means a contiguous run of `len` bytes; `len` is a
-        // field of the view itself, which is where `shape` may point.
-        unsafe {
-            (*view).buf = buf.as_mut_ptr().cast::<c_void>();
-            (*view).len = buf.len() as ffi::Py_ssize_t;
-            (*view).readonly = 1;
-            (*view).itemsize = 1;
-            (*view).format = if flags & ffi::PyBUF_FORMAT != 0 {
-                FORMAT.as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
-                &raw mut (*view).len
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &raw mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-            (*view).obj = slf.into_any().into_ptr();
-        }
-        Ok(())
+        let (ptr, len) = (slf.get().buffer.as_mut_ptr(), slf.get().buffer.len());
+        // SAFETY: CPython's view; the buffer lives as long as `slf`, which the view holds.
+        unsafe { crate::host_pool::fill_bytes_view(view, flags, slf.into_any(), ptr, len, true) }
     }
 }
 
