@@ -452,7 +452,8 @@ impl CachingPool {
     /// Gives cached blocks back upstream until at most `target` bytes stay cached;
     /// returns the bytes released. Only whole segments (one free block) of large memory
     /// can go back.
-    /// Gives cached memory back until at most `target` bytes stay cached: whole free
+    /// Gives cached memory back until at most `target` bytes stay cached, not counting
+    /// free parts of segments still partly in use (they cannot go back): whole free
     /// segments first, largest first (the big idle blocks a burst left behind), then
     /// small blocks (cheap to keep, and the likeliest to be asked for again: trimming
     /// them first made a 1 MiB pinned array cost a cuMemHostAlloc each time while a 1 GiB
@@ -470,6 +471,17 @@ impl CachingPool {
         }
         // (size, base, blocks) of each segment whose blocks are all free.
         type FreeSegment = (usize, usize, Vec<(usize, LargeBlock)>);
+        // Free parts of segments still partly in use cannot go back: the target applies
+        // to the rest (else each free over the threshold gave back the small block it had
+        // just cached, and the next allocation of that size went upstream again).
+        let stuck: u64 = by_segment
+            .values()
+            .filter(|(all_free, _)| !*all_free)
+            .flat_map(|(_, blocks)| blocks.iter())
+            .filter(|(_, b)| b.free)
+            .map(|(_, b)| b.size as u64)
+            .sum();
+        let target = (target as u64).saturating_add(stuck);
         let mut free_segments: Vec<FreeSegment> = by_segment
             .into_iter()
             .filter(|(_, (all_free, _))| *all_free)
@@ -481,7 +493,7 @@ impl CachingPool {
             .collect();
         free_segments.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for (size, segment, blocks) in free_segments {
-            if st.stats.cached_bytes <= target as u64 {
+            if st.stats.cached_bytes <= target {
                 break;
             }
             let mut tags: Vec<Tag> = blocks.iter().map(|(_, b)| b.tag).collect();
@@ -507,7 +519,7 @@ impl CachingPool {
             st.stats.upstream_bytes -= size as u64;
             released += size;
         }
-        if st.stats.cached_bytes <= target as u64 {
+        if st.stats.cached_bytes <= target {
             return released;
         }
         let mut small: Vec<((usize, Tag), Vec<usize>)> = st.small_free.drain().collect();
@@ -515,7 +527,7 @@ impl CachingPool {
         small.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
         let mut keep: Vec<((usize, Tag), Vec<usize>)> = Vec::new();
         for ((class, tag), mut addrs) in small {
-            while st.stats.cached_bytes > target as u64 {
+            while st.stats.cached_bytes > target {
                 let Some(a) = addrs.pop() else { break };
                 self.give_back(a, class, tag, host_memory);
                 st.stats.cached_bytes -= class as u64;
@@ -770,6 +782,30 @@ mod tests {
         assert_eq!(pool.statistics().hits, 1);
         // SAFETY: as above.
         unsafe { pool.deallocate(again, 4096, 256, None) };
+    }
+
+    #[test]
+    fn free_parts_of_used_segments_do_not_push_small_blocks_out() {
+        let pool = CachingPool::host(Arc::new(HostResource), 2 << 20);
+        // Each 3 MiB block takes a 4 MiB segment whose free 1 MiB tail stays cached: 5 MiB
+        // cached that no trim can give back while the blocks live.
+        let big: Vec<_> = (0..5)
+            .map(|_| pool.allocate(3 << 20, 256, None).unwrap())
+            .collect();
+        let small = pool.allocate(4096, 256, None).unwrap();
+        // SAFETY: freed once, with the arguments it was allocated with.
+        unsafe { pool.deallocate(small, 4096, 256, None) };
+        assert!(pool.statistics().cached_bytes > 2 << 20);
+        let again = pool.allocate(4096, 256, None).unwrap();
+        assert_eq!(again, small, "the small block stayed cached");
+        assert_eq!(pool.statistics().hits, 1);
+        // SAFETY: as above, for every block.
+        unsafe {
+            pool.deallocate(again, 4096, 256, None);
+            for p in big {
+                pool.deallocate(p, 3 << 20, 256, None);
+            }
+        }
     }
 
     #[test]
