@@ -57,5 +57,5 @@ fi
 grep -E "ERROR SUMMARY|checks passed" target/valgrind-native.out | sed 's/^/valgrind native: /'
 native=$(grep -h "ERROR SUMMARY" target/valgrind-native.out | awk '{s += $5} END {print s + 0}')
 total=$((total + native))
-echo "== valgrind summary: ${#bins[@]} test binaries and 3 C/C++ programs, $total errors"
+echo "== valgrind summary: ${#bins[@]} test binaries and $(grep -c "ERROR SUMMARY" target/valgrind-native.out) C/C++ programs, $total errors"
 exit $status
