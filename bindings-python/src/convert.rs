@@ -153,26 +153,29 @@ pub(crate) fn seconds(secs: f64, name: &str) -> PyResult<Duration> {
 }
 
 pub(crate) fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    let items: Vec<Bound<'_, PyAny>> =
-        if shape.is_instance_of::<PyInt>() || shape.hasattr("__index__")? {
-            vec![shape.clone()]
-        } else {
-            let it = shape.try_iter().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "shape must be an int or a sequence of ints, not {}",
-                    crate::errors::type_name(shape)
-                ))
-            })?;
-            let mut items = Vec::new();
-            for d in it {
-                items.push(d?);
-                // Bounded: an endless iterator is refused, not followed forever.
-                if items.len() > 1024 {
-                    break;
-                }
+    // A tuple first: asking it for `__index__` raises and catches an AttributeError inside
+    // CPython, most of a small `empty((n,), ...)` call's cost.
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(t) = shape.cast::<pyo3::types::PyTuple>() {
+        t.iter().take(1025).collect()
+    } else if shape.is_instance_of::<PyInt>() || shape.hasattr("__index__")? {
+        vec![shape.clone()]
+    } else {
+        let it = shape.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "shape must be an int or a sequence of ints, not {}",
+                crate::errors::type_name(shape)
+            ))
+        })?;
+        let mut items = Vec::new();
+        for d in it {
+            items.push(d?);
+            // Bounded: an endless iterator is refused, not followed forever.
+            if items.len() > 1024 {
+                break;
             }
-            items
-        };
+        }
+        items
+    };
     if items.len() > MAX_NDIM {
         let n = items.len();
         let n = if n > 1024 {
