@@ -125,12 +125,14 @@ def test_spilled_arrays_read_from_the_host_and_come_back_on_every_path():
         except ValueError as e:
             r["pinned"] = "exported" in str(e)
         r["allowed"] = spill.allow(a)
+        memarray.cuda.synchronize()  # evict refuses an array with queued work (a restore)
         spill.evict(a)
         # DLPack (a capsule) restores too.
         cap = a.__dlpack__()
         r["after_dlpack"] = a.spilled
         del cap
         # prefetch, then a device view pins while open.
+        memarray.cuda.synchronize()
         spill.evict(a)
         s = memarray.cuda.Stream()
         a.prefetch(stream=s)
@@ -141,6 +143,7 @@ def test_spilled_arrays_read_from_the_host_and_come_back_on_every_path():
                 spill.evict(a); r["view_pins"] = False
             except ValueError:
                 r["view_pins"] = True
+        memarray.cuda.synchronize()
         spill.evict(a)
         r["after_view"] = a.spilled
         a.move_memory(memarray.dlpack.kDLCPU)
