@@ -90,6 +90,21 @@ fn type_code(code: &str) -> Option<DType> {
     })
 }
 
+static NDARRAY: PyOnceLock<Py<pyo3::types::PyType>> = PyOnceLock::new();
+
+/// `numpy.ndarray`, looked up once.
+pub fn ndarray_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
+    Ok(NDARRAY
+        .get_or_try_init(py, || -> PyResult<_> {
+            Ok(py
+                .import("numpy")?
+                .getattr("ndarray")?
+                .cast_into::<pyo3::types::PyType>()?
+                .unbind())
+        })?
+        .bind(py))
+}
+
 static NP_DTYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
 static NP_SCALAR_TYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
 

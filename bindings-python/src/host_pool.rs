@@ -81,6 +81,29 @@ struct HugePageHost;
 
 const HUGE: usize = 2 << 20;
 
+impl HugePageHost {
+    /// The alignment a block of `bytes` gets: 2 MiB from 2 MiB up.
+    fn align(bytes: usize, align: usize) -> usize {
+        if bytes >= HUGE {
+            align.max(HUGE)
+        } else {
+            align
+        }
+    }
+
+    /// Asks for transparent huge pages over a fresh block of 2 MiB and more.
+    fn advise(p: NonNull<u8>, bytes: usize) -> NonNull<u8> {
+        if bytes >= HUGE {
+            // SAFETY: [p, p + bytes) is memory just allocated, 2 MiB-aligned; madvise
+            // only changes how the kernel backs it (a failure leaves 4 KiB pages).
+            unsafe {
+                libc::madvise(p.as_ptr().cast(), bytes, libc::MADV_HUGEPAGE);
+            }
+        }
+        p
+    }
+}
+
 impl MemoryResource for HugePageHost {
     fn allocate(
         &self,
@@ -88,16 +111,8 @@ impl MemoryResource for HugePageHost {
         align: usize,
         stream: Option<RawStream>,
     ) -> memarray_core::Result<NonNull<u8>> {
-        let huge = bytes >= HUGE;
-        let p = HostResource.allocate(bytes, if huge { align.max(HUGE) } else { align }, stream)?;
-        if huge {
-            // SAFETY: [p, p + bytes) is memory just allocated, 2 MiB-aligned; madvise
-            // only changes how the kernel backs it (a failure leaves 4 KiB pages).
-            unsafe {
-                libc::madvise(p.as_ptr().cast(), bytes, libc::MADV_HUGEPAGE);
-            }
-        }
-        Ok(p)
+        let p = HostResource.allocate(bytes, Self::align(bytes, align), stream)?;
+        Ok(Self::advise(p, bytes))
     }
 
     fn allocate_zeroed(
@@ -106,10 +121,8 @@ impl MemoryResource for HugePageHost {
         align: usize,
         stream: Option<RawStream>,
     ) -> memarray_core::Result<NonNull<u8>> {
-        let p = self.allocate(bytes, align, stream)?;
-        // SAFETY: `bytes` writable bytes were just allocated at p.
-        unsafe { std::ptr::write_bytes(p.as_ptr(), 0, bytes) };
-        Ok(p)
+        let p = HostResource.allocate_zeroed(bytes, Self::align(bytes, align), stream)?;
+        Ok(Self::advise(p, bytes))
     }
 
     unsafe fn deallocate(
@@ -119,13 +132,8 @@ impl MemoryResource for HugePageHost {
         align: usize,
         stream: Option<RawStream>,
     ) {
-        let align = if bytes >= HUGE {
-            align.max(HUGE)
-        } else {
-            align
-        };
         // SAFETY: the caller's contract; allocate used the same size and alignment.
-        unsafe { HostResource.deallocate(ptr, bytes, align, stream) }
+        unsafe { HostResource.deallocate(ptr, bytes, Self::align(bytes, align), stream) }
     }
 
     fn kind(&self) -> MemoryKind {

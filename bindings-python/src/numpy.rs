@@ -260,15 +260,7 @@ fn check_out_array<'py>(
     dtype: DType,
     shape: &[usize],
 ) -> PyResult<Bound<'py, PyAny>> {
-    static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
-    let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
-        Ok(py
-            .import("numpy")?
-            .getattr("ndarray")?
-            .cast_into::<pyo3::types::PyType>()?
-            .unbind())
-    })?;
-    let ndarray = ndarray.bind(py);
+    let ndarray = crate::dtype::ndarray_type(py)?;
     if !out.is_instance(ndarray)? {
         return Err(PyTypeError::new_err(format!(
             "out must be a numpy.ndarray, not {}",

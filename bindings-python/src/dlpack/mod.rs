@@ -387,7 +387,6 @@ pub(crate) fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'p
     }
 }
 
-static NDARRAY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
 static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
     pyo3::sync::PyOnceLock::new();
 
@@ -398,14 +397,7 @@ static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
 /// Host data: no stream, no `__dlpack_device__` call.
 pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTensor>> {
     let py = obj.py();
-    let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
-        Ok(py
-            .import("numpy")?
-            .getattr("ndarray")?
-            .cast_into::<pyo3::types::PyType>()?
-            .unbind())
-    })?;
-    if !obj.get_type().is(ndarray.bind(py)) {
+    if !obj.get_type().is(crate::dtype::ndarray_type(py)?) {
         return Ok(None);
     }
     let kwargs = MAX_VERSION_KW.get_or_try_init(py, || -> PyResult<_> {

@@ -283,10 +283,15 @@ pub unsafe extern "C" fn memarray_launch(
                 0 => false,
                 1 => true,
                 2 => {
-                    // SAFETY: the caller's contract.
-                    let v = unsafe {
-                        crate::array::bytes_arg(a.value, a.size, &format!("argument {i}: value"))
-                    }?;
+                    if a.value.is_null() && a.size > 0 {
+                        return Err(Error::arg(format!(
+                            "argument {i}: value is NULL with {} bytes",
+                            a.size
+                        )));
+                    }
+                    // SAFETY: the caller's contract; not NULL when there are bytes (the
+                    // message is built only on that error, not on every launch).
+                    let v = unsafe { crate::array::bytes_arg(a.value, a.size, "value") }?;
                     list.push(SharedArg::Value(v.to_vec()));
                     continue;
                 }
