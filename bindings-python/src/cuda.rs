@@ -251,8 +251,10 @@ fn span_bytes(shape: &[usize], strides: &[i64], size: usize) -> PyResult<usize> 
 /// --
 ///
 /// The staged-copy settings for pageable host memory, per direction (`"to_device"`,
-/// `"to_host"`): `threads` (host threads per copy), `chunk_bytes` (pinned slot size) and
-/// `direct_below` (smaller copies go straight to the driver).
+/// `"to_host"`): `threads` (host threads per copy), `chunk_bytes` (pinned slot size),
+/// `direct_below` (smaller copies go straight to the driver), `lane_min` (fewest bytes
+/// a thread is given: short copies use fewer threads) and `short_below` (smaller copies
+/// take the short path: threads only copy host memory, one thread issues the DMA).
 #[pyfunction]
 fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
@@ -262,6 +264,8 @@ fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         d.set_item("threads", c.threads)?;
         d.set_item("chunk_bytes", c.chunk_bytes)?;
         d.set_item("direct_below", c.direct_below)?;
+        d.set_item("lane_min", c.lane_min)?;
+        d.set_item("short_below", c.short_below)?;
         out.set_item(name, d)?;
     }
     Ok(out)
@@ -272,19 +276,21 @@ const DIRECTIONS: [(&str, memarray_cuda::staging::Direction); 2] = [
     ("to_host", memarray_cuda::staging::Direction::ToHost),
 ];
 
-/// set_staging_config(direction=None, threads=None, chunk_bytes=None, direct_below=None)
+/// set_staging_config(direction=None, threads=None, chunk_bytes=None, direct_below=None, lane_min=None, short_below=None)
 /// --
 ///
 /// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both", the
 /// default);
 /// those not given stay. Out-of-range values raise ValueError and change nothing.
 #[pyfunction]
-#[pyo3(signature = (direction=None, threads=None, chunk_bytes=None, direct_below=None))]
+#[pyo3(signature = (direction=None, threads=None, chunk_bytes=None, direct_below=None, lane_min=None, short_below=None))]
 fn set_staging_config(
     direction: Option<&Bound<'_, PyAny>>,
     threads: Option<&Bound<'_, PyAny>>,
     chunk_bytes: Option<&Bound<'_, PyAny>>,
     direct_below: Option<&Bound<'_, PyAny>>,
+    lane_min: Option<&Bound<'_, PyAny>>,
+    short_below: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     use memarray_cuda::staging::{Direction, StagingConfig, config, set_config};
     let direction = match direction.filter(|d| !d.is_none()) {
@@ -294,6 +300,8 @@ fn set_staging_config(
     let threads: Option<usize> = convert::opt_int(threads, "threads")?;
     let chunk_bytes: Option<usize> = convert::opt_int(chunk_bytes, "chunk_bytes")?;
     let direct_below: Option<usize> = convert::opt_int(direct_below, "direct_below")?;
+    let lane_min: Option<usize> = convert::opt_int(lane_min, "lane_min")?;
+    let short_below: Option<usize> = convert::opt_int(short_below, "short_below")?;
     let dirs: &[Direction] = match direction.as_str() {
         "to_device" => &[Direction::ToDevice],
         "to_host" => &[Direction::ToHost],
@@ -314,6 +322,8 @@ fn set_staging_config(
                 threads: threads.unwrap_or(c.threads),
                 chunk_bytes: chunk_bytes.unwrap_or(c.chunk_bytes),
                 direct_below: direct_below.unwrap_or(c.direct_below),
+                lane_min: lane_min.unwrap_or(c.lane_min),
+                short_below: short_below.unwrap_or(c.short_below),
             },
         ));
     }

@@ -87,7 +87,13 @@ def _restore_staging(before):
 def test_staging_settings_round_trip_and_bad_values():
     before = memarray.cuda.staging_config()
     assert set(before) == {"to_device", "to_host"}
-    assert set(before["to_host"]) == {"threads", "chunk_bytes", "direct_below"}
+    assert set(before["to_host"]) == {
+        "threads",
+        "chunk_bytes",
+        "direct_below",
+        "lane_min",
+        "short_below",
+    }
     try:
         memarray.cuda.set_staging_config("to_host", threads=3)
         now = memarray.cuda.staging_config()
@@ -96,7 +102,17 @@ def test_staging_settings_round_trip_and_bad_values():
         memarray.cuda.set_staging_config(chunk_bytes=1 << 20)
         now = memarray.cuda.staging_config()
         assert now["to_host"]["chunk_bytes"] == now["to_device"]["chunk_bytes"] == 1 << 20
-        for bad in ({"threads": 0}, {"threads": 65}, {"chunk_bytes": 1024}):
+        memarray.cuda.set_staging_config("to_device", lane_min=0)
+        now = memarray.cuda.staging_config()
+        assert now["to_device"]["lane_min"] == 0
+        assert now["to_host"]["lane_min"] == before["to_host"]["lane_min"]
+        for bad in (
+            {"threads": 0},
+            {"threads": 65},
+            {"chunk_bytes": 1024},
+            {"lane_min": (1 << 30) + 1},
+            {"short_below": (64 << 20) + 1},
+        ):
             with pytest.raises(ValueError, match="staging"):
                 memarray.cuda.set_staging_config(**bad)
         with pytest.raises(ValueError, match="direction"):

@@ -72,6 +72,8 @@ def set_staging_config(
     threads: int | None = None,
     chunk_bytes: int | None = None,
     direct_below: int | None = None,
+    lane_min: int | None = None,
+    short_below: int | None = None,
 ) -> None: ...
 
 _Dims = int | tuple[int] | tuple[int, int] | tuple[int, int, int]

@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
@@ -53,7 +54,20 @@ pub struct StagingConfig {
     pub chunk_bytes: usize,
     /// Copies of fewer bytes go straight to the driver.
     pub direct_below: usize,
+    /// Fewest bytes a lane is given: a short copy wakes `len / lane_min` lanes at most
+    /// (below some size, handing a lane its chunks costs more than it saves).
+    pub lane_min: usize,
+    /// Copies of fewer bytes (and at least `direct_below`) take the short path: the lanes
+    /// only copy host memory, in pieces, into one pinned buffer, and the calling thread
+    /// issues every DMA on the caller's stream as the pieces are ready. No lane stream,
+    /// no event per chunk: at 1-4 MiB the driver calls of the lane pipeline cost as much
+    /// as the copy. At most [`MAX_SHORT`].
+    pub short_below: usize,
 }
+
+/// Largest `short_below` (each device keeps two pinned buffers of `short_below` bytes
+/// per direction once a short copy ran).
+pub const MAX_SHORT: usize = 64 << 20;
 
 /// Which way a staged copy goes; each way has its own settings and its own lanes (an
 /// upload and a download can run at once, one per copy engine).
@@ -87,11 +101,15 @@ impl StagingConfig {
                 threads: lanes.min(8),
                 chunk_bytes: 4 << 20,
                 direct_below: 2 << 20,
+                lane_min: 1 << 20,
+                short_below: 0,
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
                 chunk_bytes: 1 << 20,
                 direct_below: 1 << 20,
+                lane_min: 256 << 10,
+                short_below: 0,
             },
         }
     }
@@ -107,6 +125,19 @@ impl StagingConfig {
                 self.threads
             )));
         }
+        if self.lane_min > 1 << 30 {
+            return Err(bad(format!(
+                "lane_min = {} (accepted: 0 to {})",
+                self.lane_min,
+                1 << 30
+            )));
+        }
+        if self.short_below > MAX_SHORT {
+            return Err(bad(format!(
+                "short_below = {} (accepted: 0 to {MAX_SHORT})",
+                self.short_below
+            )));
+        }
         if self.chunk_bytes < MIN_CHUNK || self.chunk_bytes > 1 << 30 {
             return Err(bad(format!(
                 "chunk_bytes = {} (accepted: {MIN_CHUNK} to {})",
@@ -118,24 +149,14 @@ impl StagingConfig {
     }
 
     /// Lanes and chunk size for a copy of `len` bytes: at least `lane_min` bytes per lane
-    /// (waking a lane costs more than it copies below that) and at least two chunks per
+    /// and at least two chunks per
     /// lane where the size allows, so that copying and DMA overlap within each lane.
-    fn plan(self, len: usize, lane_min: usize) -> (usize, usize) {
-        let threads = self.threads.min(len / lane_min.max(1)).max(1);
+    fn plan(self, len: usize) -> (usize, usize) {
+        let threads = self.threads.min(len / self.lane_min.max(1)).max(1);
         let per_lane = len.div_ceil(threads * 2);
         let chunk = per_lane.clamp(MIN_CHUNK, self.chunk_bytes);
         let chunks = len.div_ceil(chunk);
         (threads.min(chunks.div_ceil(2)).max(1), chunk)
-    }
-}
-
-/// The fewest bytes a lane is given (`benches/staging_sweep.py`, 2026-11-24, H100 host):
-/// to the device the best cells had 2 lanes at 1 MiB and 4 at 4 MiB (1 MiB a lane); to
-/// the host 4 lanes at 1 MiB and 8-16 at 4 MiB (256-512 KiB a lane).
-fn lane_min(dir: Direction) -> usize {
-    match dir {
-        Direction::ToDevice => 1 << 20,
-        Direction::ToHost => 256 << 10,
     }
 }
 
@@ -346,8 +367,14 @@ struct Stage {
     start: Event,
 }
 
-/// A device's stage for one direction, made on first use.
-type StageSlot = Arc<Mutex<Option<Stage>>>;
+/// A device's stages for one direction, made on first use: one staged copy at a time.
+#[derive(Default)]
+struct Stages {
+    lanes: Option<Stage>,
+    short: Option<Short>,
+}
+
+type StageSlot = Arc<Mutex<Stages>>;
 
 fn stage_of(device: &Arc<Device>, dir: Direction) -> StageSlot {
     static STAGES: OnceLock<Mutex<HashMap<(u32, Direction), StageSlot>>> = OnceLock::new();
@@ -396,9 +423,16 @@ fn run(
     host: HostSide<'_>,
     dev: u64,
 ) -> Result<()> {
-    let (lanes, chunk) = cfg.plan(len, lane_min(dir));
+    if len == 0 {
+        return Ok(());
+    }
     let stage = stage_of(device, dir);
-    let mut guard = stage.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut stages = stage.lock().unwrap_or_else(PoisonError::into_inner);
+    if len < cfg.short_below {
+        return run_short(&mut stages.short, device, cfg, len, stream, dir, host, dev);
+    }
+    let (lanes, chunk) = cfg.plan(len);
+    let guard = &mut stages.lanes;
     if let Some(old) = guard.as_ref()
         && old.chunk != cfg.chunk_bytes
     {
@@ -443,6 +477,283 @@ fn run(
         }
     }
     Ok(())
+}
+
+/// The short path's pinned buffers (used in turn, so one copy's memcpy can overlap the
+/// previous copy's DMA) and the events of its pieces.
+struct Short {
+    cap: usize,
+    bufs: [Slot; 2],
+    next: usize,
+    /// One per piece of a copy to the host, recorded after the piece's DMA.
+    landed: Vec<Event>,
+}
+
+/// Smallest piece of a short copy: each DMA call costs about 2 us of the caller's time
+/// (`examples/staging_cost.rs`), as long as a 128 KiB copy at 55 GB/s.
+const MIN_PIECE: usize = 256 << 10;
+
+/// Pieces of a short copy of `len` bytes: two per lane where each is at least
+/// [`MIN_PIECE`] (the DMA of the first pieces overlaps the copy of the last), otherwise
+/// fewer. Returns (piece bytes, pieces, lanes).
+fn short_plan(cfg: StagingConfig, len: usize) -> (usize, usize, usize) {
+    let lanes = cfg.threads.min(len / cfg.lane_min.max(1)).max(1);
+    let piece = len
+        .div_ceil(2 * lanes)
+        .max(MIN_PIECE.min(len.div_ceil(lanes)))
+        .next_multiple_of(4096);
+    (piece, len.div_ceil(piece).max(1), lanes)
+}
+
+/// The short path (see [`StagingConfig::short_below`]): piece `k` belongs to lane
+/// `k % lanes` (the same thread copies the same part of a buffer from call to call, so
+/// repeated copies find it in that core's cache), each piece claimed once; whoever waits
+/// for an unclaimed piece copies it (so a lane that never starts costs time, not a
+/// deadlock). Only the calling thread talks to the driver.
+#[allow(clippy::too_many_arguments)]
+fn run_short(
+    slot: &mut Option<Short>,
+    device: &Arc<Device>,
+    cfg: StagingConfig,
+    len: usize,
+    stream: StreamRef,
+    dir: Direction,
+    host: HostSide<'_>,
+    dev: u64,
+) -> Result<()> {
+    if slot.as_ref().is_some_and(|s| s.cap < len) {
+        let old = slot.take().expect("checked");
+        for b in &old.bufs {
+            b.done.synchronize()?;
+        }
+    }
+    let sh = match slot.take() {
+        Some(sh) => slot.insert(sh),
+        None => {
+            let cap = cfg.short_below.max(len);
+            let pool = crate::resource::pinned_pool(device);
+            let buf = || -> Result<Slot> {
+                Ok(Slot {
+                    // SAFETY: a piece of the buffer is only read after a copy into it has
+                    // written it.
+                    buf: unsafe { HostBuffer::uninit_in(cap, pool.clone())? },
+                    done: Event::new(device)?,
+                })
+            };
+            slot.insert(Short {
+                cap,
+                bufs: [buf()?, buf()?],
+                next: 0,
+                landed: Vec::new(),
+            })
+        }
+    };
+    let (piece, pieces, lanes) = short_plan(cfg, len);
+    let b = sh.next;
+    sh.next ^= 1;
+    let _ctx = device.bind()?;
+    // The buffer's last DMA (two copies ago) is done before it is written again.
+    sh.bufs[b].done.synchronize()?;
+    while sh.landed.len() < pieces {
+        sh.landed.push(Event::new(device)?);
+    }
+    let flags = || (0..pieces).map(|_| AtomicBool::new(false)).collect();
+    let work = ShortJob {
+        buf: sh.bufs[b].buf.as_mut_ptr() as usize,
+        piece,
+        pieces,
+        lanes,
+        len,
+        dir,
+        host,
+        claimed: flags(),
+        ready: flags(),
+        copied: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+    };
+    let landed = &sh.landed;
+    let copied = parallel(lanes, &|i| {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| match (i, dir) {
+            (0, Direction::ToDevice) => work.issue_uploads(dev, stream),
+            (0, Direction::ToHost) => work.drain_downloads(dev, stream, landed),
+            _ => work.lane(i),
+        }))
+        .unwrap_or_else(|_| Err(panicked()));
+        if r.is_err() {
+            // Nobody waits for pieces that will not come.
+            work.failed.store(true, Ordering::Release);
+        }
+        r
+    });
+    // Whatever was issued, the buffer is reused only after it.
+    sh.bufs[b].done.record(stream)?;
+    copied
+}
+
+/// One short copy, shared by its lanes.
+struct ShortJob<'a> {
+    /// The pinned buffer.
+    buf: usize,
+    piece: usize,
+    pieces: usize,
+    lanes: usize,
+    len: usize,
+    dir: Direction,
+    host: HostSide<'a>,
+    /// The piece's host copy has an owner.
+    claimed: Vec<AtomicBool>,
+    /// To the device: the piece is in the buffer. To the host: its DMA has landed.
+    ready: Vec<AtomicBool>,
+    /// Pieces copied on the host.
+    copied: AtomicUsize,
+    /// A lane or the caller failed: everyone stops waiting.
+    failed: AtomicBool,
+}
+
+impl ShortJob<'_> {
+    fn span(&self, k: usize) -> (usize, usize) {
+        let off = k * self.piece;
+        (off, self.piece.min(self.len - off))
+    }
+
+    fn claim(&self, k: usize) -> bool {
+        !self.claimed[k].swap(true, Ordering::AcqRel)
+    }
+
+    /// Copies piece `k` (claimed by this thread) between the user's memory and the pinned
+    /// buffer, then marks it: ready to the device, or counted to the host.
+    fn copy(&self, k: usize) -> Result<()> {
+        let (off, n) = self.span(k);
+        // SAFETY: the buffer holds at least `len` bytes; piece `k` is claimed by this
+        // thread alone, and no DMA touches it now (to the device: its DMA is issued only
+        // after `ready`; to the host: its DMA has landed).
+        let pinned = unsafe { std::slice::from_raw_parts_mut((self.buf + off) as *mut u8, n) };
+        match (self.dir, self.host) {
+            (Direction::ToDevice, HostSide::Fill(fill)) => fill(off, pinned)?,
+            // SAFETY: `host + off .. + n` lies in the caller's memory (pieces tile
+            // [0, len)), borrowed for the whole copy.
+            (Direction::ToDevice, HostSide::Memory(host)) => unsafe {
+                std::ptr::copy_nonoverlapping((host + off) as *const u8, pinned.as_mut_ptr(), n)
+            },
+            // SAFETY: as above; the caller's destination is borrowed exclusively.
+            (Direction::ToHost, HostSide::Memory(host)) => unsafe {
+                std::ptr::copy_nonoverlapping(pinned.as_ptr(), (host + off) as *mut u8, n)
+            },
+            (Direction::ToHost, HostSide::Fill(_)) => {
+                return Err(CudaError::BadSetting {
+                    what: "staged copy",
+                    detail: "a download needs a host destination".into(),
+                });
+            }
+        }
+        match self.dir {
+            Direction::ToDevice => self.ready[k].store(true, Ordering::Release),
+            Direction::ToHost => {
+                self.copied.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lane `i` (not the caller): its own pieces, in order (to the host, once landed).
+    fn lane(&self, i: usize) -> Result<()> {
+        for k in (i..self.pieces).step_by(self.lanes) {
+            if self.dir == Direction::ToHost && !self.wait(|| self.ready[k].load(Ordering::Acquire))
+            {
+                return Ok(()); // the caller failed and says so
+            }
+            if self.claim(k) {
+                self.copy(k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits (spinning, then sleeping in short steps) until `ok()`; false if the copy
+    /// failed meanwhile.
+    fn wait(&self, ok: impl Fn() -> bool) -> bool {
+        let failed = || self.failed.load(Ordering::Acquire);
+        if spin_until(|| ok() || failed()) && !failed() {
+            return true;
+        }
+        while !ok() {
+            if failed() {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        true
+    }
+
+    /// The caller, to the device: copies its own pieces and issues each piece's DMA on
+    /// `stream` in order as soon as it is in the buffer; a piece nobody has claimed when
+    /// its turn comes, it copies itself.
+    fn issue_uploads(&self, dev: u64, stream: StreamRef) -> Result<()> {
+        let mut mine = (0..self.pieces).step_by(self.lanes).peekable();
+        for k in 0..self.pieces {
+            while mine.next_if(|&m| m <= k).is_some() {}
+            while !self.ready[k].load(Ordering::Acquire) {
+                if self.claim(k) {
+                    self.copy(k)?;
+                } else if let Some(m) = mine.next() {
+                    if self.claim(m) {
+                        self.copy(m)?;
+                    }
+                } else if !self.wait(|| self.ready[k].load(Ordering::Acquire)) {
+                    return Ok(()); // a lane failed: its error is the copy's
+                }
+            }
+            let (off, n) = self.span(k);
+            // SAFETY: piece `k` of the pinned buffer is written and stays unwritten until
+            // the buffer's `done` event (recorded after this DMA) completes; the device
+            // range was checked by the caller.
+            unsafe {
+                driver::memcpy_htod_async(
+                    dev + off as u64,
+                    (self.buf + off) as *const u8,
+                    n,
+                    stream.cu(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The caller, to the host: issues every piece's DMA on `stream` with an event after
+    /// each, then marks pieces landed in order, copying its own and unclaimed landed
+    /// pieces in between.
+    fn drain_downloads(&self, dev: u64, stream: StreamRef, landed: &[Event]) -> Result<()> {
+        for (k, event) in landed.iter().enumerate().take(self.pieces) {
+            let (off, n) = self.span(k);
+            // SAFETY: the host reads piece `k` only after `landed[k]` completes; the
+            // device range was checked by the caller.
+            unsafe {
+                driver::memcpy_dtoh_async(
+                    (self.buf + off) as *mut u8,
+                    dev + off as u64,
+                    n,
+                    stream.cu(),
+                )?;
+            }
+            event.record(stream)?;
+        }
+        for (k, event) in landed.iter().enumerate().take(self.pieces) {
+            event.synchronize()?;
+            self.ready[k].store(true, Ordering::Release);
+            if k % self.lanes == 0 && self.claim(k) {
+                self.copy(k)?;
+            }
+        }
+        // Pieces of lanes that have not started yet.
+        for k in 0..self.pieces {
+            if self.claim(k) {
+                self.copy(k)?;
+            }
+        }
+        // Until every lane is done (a lane that failed returns its error).
+        self.wait(|| self.copied.load(Ordering::Acquire) == self.pieces);
+        Ok(())
+    }
 }
 
 /// The chunks (offset, length) lane `lane` of `lanes` copies.
@@ -555,72 +866,206 @@ impl LaneJob<'_> {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Persistent worker threads, one per lane beyond the caller's.
-fn workers(n: usize) -> Vec<mpsc::Sender<Job>> {
-    static POOL: OnceLock<Mutex<Vec<mpsc::Sender<Job>>>> = OnceLock::new();
-    let mut pool = POOL
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    while pool.len() < n {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let spawned = std::thread::Builder::new()
-            .name(format!("memarray-staging-{}", pool.len() + 1))
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            });
-        if spawned.is_err() {
-            break; // fewer workers: the caller's thread takes the rest
+/// How long a worker (and a caller waiting for its workers) spins before it sleeps. Waking
+/// a sleeping thread costs 10-50 us (the core may be in a deep idle state), as long as a
+/// staged copy of 1 MiB takes; copies that follow each other within this window find
+/// their lanes awake.
+pub const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Spins until `ready()` or [`SPIN`] has passed; whether `ready()` held.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
         }
-        pool.push(tx);
+        if start.elapsed() >= SPIN {
+            return ready();
+        }
     }
-    pool[..n.min(pool.len())].to_vec()
+}
+
+/// A persistent worker: a one-job mailbox and the thread that empties it.
+struct Worker {
+    job: Mutex<Option<Job>>,
+    pending: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Worker {
+    fn give(&self, job: Job) {
+        *self.job.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+        self.pending.store(true, Ordering::Release);
+        // Cheap unless the worker sleeps (then one futex wake).
+        self.thread.unpark();
+    }
+
+    fn serve(&self) {
+        loop {
+            if !spin_until(|| self.pending.load(Ordering::Acquire)) {
+                // A `give` between the check and `park` leaves the unpark token, so
+                // `park` returns at once.
+                std::thread::park();
+                continue;
+            }
+            self.pending.store(false, Ordering::Relaxed);
+            let job = self
+                .job
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(job) = job {
+                job();
+            }
+        }
+    }
+}
+
+/// Most worker threads in the process (concurrent copies share them; a lane with no
+/// worker left runs on the caller's thread).
+const MAX_WORKERS: usize = 2 * MAX_THREADS;
+
+/// The idle workers, and how many exist.
+struct Pool {
+    idle: Vec<Arc<Worker>>,
+    started: usize,
+}
+
+fn pool() -> &'static Mutex<Pool> {
+    static POOL: OnceLock<Mutex<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        Mutex::new(Pool {
+            idle: Vec::new(),
+            started: 0,
+        })
+    })
+}
+
+/// Up to `n` idle workers, starting threads while fewer than [`MAX_WORKERS`] exist. Each
+/// serves one caller at a time: concurrent copies (an upload and a download, two
+/// devices) get disjoint workers, and a job that itself runs `parallel` cannot wait on
+/// its own thread.
+fn take_workers(n: usize) -> Vec<Arc<Worker>> {
+    let mut p = pool().lock().unwrap_or_else(PoisonError::into_inner);
+    let keep = p.idle.len().saturating_sub(n);
+    let mut got = p.idle.split_off(keep);
+    while got.len() < n && p.started < MAX_WORKERS {
+        match start_worker(p.started + 1) {
+            Some(w) => {
+                p.started += 1;
+                got.push(w);
+            }
+            None => break, // fewer workers: the caller's thread takes the rest
+        }
+    }
+    got
+}
+
+fn give_back(workers: Vec<Arc<Worker>>) {
+    pool()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .idle
+        .extend(workers);
+}
+
+fn start_worker(number: usize) -> Option<Arc<Worker>> {
+    let (tx, rx) = mpsc::channel::<Arc<Worker>>();
+    let handle = std::thread::Builder::new()
+        .name(format!("memarray-staging-{number}"))
+        .spawn(move || {
+            if let Ok(w) = rx.recv() {
+                w.serve();
+            }
+        })
+        .ok()?;
+    let w = Arc::new(Worker {
+        job: Mutex::new(None),
+        pending: AtomicBool::new(false),
+        thread: handle.thread().clone(),
+    });
+    tx.send(w.clone()).ok()?;
+    Some(w)
+}
+
+/// Counts finished jobs; the waiter spins for [`SPIN`], then sleeps on the condvar.
+struct Latch {
+    left: AtomicUsize,
+    error: Mutex<Option<CudaError>>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Latch {
+    fn done(&self, r: Result<()>) {
+        if let Err(e) = r {
+            self.error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert(e);
+        }
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock: a waiter between its check and its wait cannot miss this.
+            let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            self.cv.notify_all();
+        }
+    }
+
+    fn wait(&self) -> Option<CudaError> {
+        if !spin_until(|| self.left.load(Ordering::Acquire) == 0) {
+            let mut g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            while self.left.load(Ordering::Acquire) > 0 {
+                g = self.cv.wait(g).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
 }
 
 /// Runs `f(0)` .. `f(n - 1)`, `f(0)` on this thread and the others on workers, and
 /// returns once all have finished: the first error, or a panic turned into one.
 pub(crate) fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
-    let senders = workers(n.saturating_sub(1));
-    let latch = Arc::new((Mutex::new((0usize, None::<CudaError>)), Condvar::new()));
+    let run = |i: usize| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| f(i))).unwrap_or_else(|_| Err(panicked()))
+    };
+    if n <= 1 {
+        return (0..n).try_for_each(run);
+    }
+    let helpers = take_workers(n - 1);
+    let latch = Arc::new(Latch {
+        left: AtomicUsize::new(helpers.len()),
+        error: Mutex::new(None),
+        lock: Mutex::new(()),
+        cv: Condvar::new(),
+    });
     // SAFETY: `f` is only used by jobs that finish before this function returns (the
-    // latch below waits for every job sent), so extending its lifetime is sound.
+    // latch below waits for every job given), so extending its lifetime is sound.
     let f_static: &'static (dyn Fn(usize) -> Result<()> + Sync) = unsafe { std::mem::transmute(f) };
-    let mut sent = 0;
-    let mut inline = vec![0usize];
-    for i in 1..n {
+    for (k, w) in helpers.iter().enumerate() {
         let latch = latch.clone();
-        let job: Job = Box::new(move || {
+        let i = k + 1;
+        w.give(Box::new(move || {
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| f_static(i)))
                 .unwrap_or_else(|_| Err(panicked()));
-            let (m, cv) = &*latch;
-            let mut g = m.lock().unwrap_or_else(PoisonError::into_inner);
-            g.0 += 1;
-            if let Err(e) = r {
-                g.1.get_or_insert(e);
-            }
-            cv.notify_all();
-        });
-        match senders.get(i - 1).map(|tx| tx.send(job)) {
-            Some(Ok(())) => sent += 1,
-            _ => inline.push(i),
-        }
+            latch.done(r);
+        }));
     }
+    // Lane 0 and any lanes no worker could be started for run here.
     let mut first = None;
-    for i in inline {
-        let r =
-            std::panic::catch_unwind(AssertUnwindSafe(|| f(i))).unwrap_or_else(|_| Err(panicked()));
-        if let Err(e) = r {
+    for i in std::iter::once(0).chain(helpers.len() + 1..n) {
+        if let Err(e) = run(i) {
             first.get_or_insert(e);
         }
     }
-    let (m, cv) = &*latch;
-    let mut g = m.lock().unwrap_or_else(PoisonError::into_inner);
-    while g.0 < sent {
-        g = cv.wait(g).unwrap_or_else(PoisonError::into_inner);
-    }
-    match first.or(g.1.take()) {
+    let theirs = latch.wait();
+    give_back(helpers);
+    match first.or(theirs) {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -644,15 +1089,17 @@ mod tests {
             threads: 8,
             chunk_bytes: 4 << 20,
             direct_below: 0,
+            lane_min: 0,
+            short_below: 0,
         };
-        assert_eq!(c.plan(1 << 30, 0), (8, 4 << 20));
-        let (lanes, chunk) = c.plan(16 << 20, 0);
+        assert_eq!(c.plan(1 << 30), (8, 4 << 20));
+        let (lanes, chunk) = c.plan(16 << 20);
         assert_eq!((lanes, chunk), (8, 1 << 20));
-        let (lanes, chunk) = c.plan(300 << 10, 0);
+        let (lanes, chunk) = c.plan(300 << 10);
         assert_eq!(chunk, MIN_CHUNK);
         assert_eq!(lanes, 3);
         for len in [1usize, 4095, 65536, 1 << 20, (1 << 30) + 17] {
-            let (lanes, chunk) = c.plan(len, 0);
+            let (lanes, chunk) = c.plan(len);
             let covered: usize = (0..lanes)
                 .flat_map(|l| i_chunks(lanes, chunk, len, l))
                 .map(|(_, n)| n)
@@ -667,12 +1114,49 @@ mod tests {
             threads: 16,
             chunk_bytes: 4 << 20,
             direct_below: 0,
+            lane_min: 1 << 20,
+            short_below: 0,
         };
-        assert_eq!(c.plan(1 << 20, 1 << 20).0, 1);
-        assert_eq!(c.plan(4 << 20, 1 << 20).0, 4);
-        assert_eq!(c.plan(1 << 30, 1 << 20).0, 16);
-        assert_eq!(c.plan(1 << 20, 256 << 10).0, 4);
-        assert_eq!(c.plan(100, 256 << 10), (1, MIN_CHUNK));
+        assert_eq!(c.plan(1 << 20).0, 1);
+        assert_eq!(c.plan(4 << 20).0, 4);
+        assert_eq!(c.plan(1 << 30).0, 16);
+        let c = StagingConfig {
+            lane_min: 256 << 10,
+            ..c
+        };
+        assert_eq!(c.plan(1 << 20).0, 4);
+        assert_eq!(c.plan(100), (1, MIN_CHUNK));
+    }
+
+    #[test]
+    fn short_plans_tile_the_copy_in_pieces_of_at_least_256_kib() {
+        let c = StagingConfig {
+            threads: 4,
+            chunk_bytes: 1 << 20,
+            direct_below: 0,
+            lane_min: 256 << 10,
+            short_below: MAX_SHORT,
+        };
+        // Two pieces a lane where they stay >= 256 KiB, else one.
+        assert_eq!(short_plan(c, 4 << 20), (512 << 10, 8, 4));
+        assert_eq!(short_plan(c, 1 << 20), (256 << 10, 4, 4));
+        assert_eq!(short_plan(c, 512 << 10), (256 << 10, 2, 2));
+        assert_eq!(short_plan(c, 100), (4096, 1, 1));
+        for len in [
+            1usize,
+            4095,
+            300 << 10,
+            (1 << 20) + 3,
+            (7 << 20) + 11,
+            MAX_SHORT - 1,
+        ] {
+            let (piece, pieces, lanes) = short_plan(c, len);
+            assert!(piece % 4096 == 0 && lanes <= 4, "len {len}");
+            assert!(
+                piece * pieces >= len && piece * (pieces - 1) < len,
+                "len {len}"
+            );
+        }
     }
 
     #[test]
@@ -704,6 +1188,10 @@ mod tests {
                 chunk_bytes: 1024,
                 ..before
             },
+            StagingConfig {
+                lane_min: (1 << 30) + 1,
+                ..before
+            },
         ] {
             let e = set_config(Direction::ToHost, bad).unwrap_err();
             assert!(matches!(e, CudaError::BadSetting { .. }), "{e}");
@@ -728,6 +1216,46 @@ mod tests {
         }
         let mut short = vec![0u8; 3];
         assert!(copy_host(&mut short, &[1, 2, 3, 4]).is_err());
+    }
+
+    #[test]
+    fn parallel_calls_nest_run_concurrently_and_wake_sleeping_workers() {
+        use std::sync::atomic::AtomicUsize;
+        let total = AtomicUsize::new(0);
+        // Nested: a lane that itself runs `parallel` gets other workers, not itself.
+        parallel(3, &|_| {
+            parallel(3, &|_| {
+                total.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+        })
+        .unwrap();
+        assert_eq!(total.load(Ordering::SeqCst), 9);
+        // Concurrent callers get disjoint workers; each index runs once per call.
+        std::thread::scope(|sc| {
+            for _ in 0..6 {
+                sc.spawn(|| {
+                    for _ in 0..50 {
+                        parallel(4, &|_| {
+                            total.fetch_add(1, Ordering::SeqCst);
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(total.load(Ordering::SeqCst), 9 + 6 * 50 * 4);
+        // Workers past their spin sleep, and a job wakes them.
+        std::thread::sleep(SPIN * 5);
+        parallel(4, &|_| {
+            total.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(total.load(Ordering::SeqCst), 9 + 1200 + 4);
+        let p = pool().lock().unwrap();
+        assert!(p.started <= MAX_WORKERS && p.idle.len() <= p.started);
     }
 
     #[test]

@@ -22,7 +22,8 @@ const SIZES: [usize; 9] = [
     (67 << 20) + 11,
 ];
 
-/// Settings are process-wide: tests that change them hold this.
+/// Settings are process-wide: every test holds this (move_many and the mirror read the
+/// thresholds that other tests change).
 static SETTINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
@@ -43,6 +44,22 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
             threads: 3,
             chunk_bytes: staging::MIN_CHUNK,
             direct_below: 0,
+            lane_min: 0,
+            short_below: 0,
+        }),
+        // The short path: every size below 64 MiB, on one lane and on three.
+        Some(StagingConfig {
+            threads: 1,
+            direct_below: 0,
+            short_below: staging::MAX_SHORT,
+            ..before[0]
+        }),
+        Some(StagingConfig {
+            threads: 3,
+            chunk_bytes: staging::MIN_CHUNK,
+            direct_below: 0,
+            lane_min: 0,
+            short_below: staging::MAX_SHORT,
         }),
     ] {
         for (d, b) in dirs.iter().zip(before) {
@@ -77,6 +94,7 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
 #[test]
 fn gpu_staged_copies_out_of_range_are_refused() {
     let Some(dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let s = Stream::new(&dev).unwrap();
     let pool = resource::default_resource(&dev).unwrap();
     let d = DeviceBuffer::zeroed(&dev, 1 << 20, pool, s.as_ref()).unwrap();
@@ -84,6 +102,61 @@ fn gpu_staged_copies_out_of_range_are_refused() {
     assert!(staging::upload(&d, 0, &big, s.as_ref()).is_err());
     let mut out = vec![0u8; 1 << 20];
     assert!(staging::download(&mut out, &d, 1, s.as_ref()).is_err());
+}
+
+#[test]
+fn gpu_staged_fill_errors_and_panics_end_the_copy_on_both_paths() {
+    let Some(dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let before = staging::config(Direction::ToDevice).unwrap();
+    let s = Stream::new(&dev).unwrap();
+    let pool = resource::default_resource(&dev).unwrap();
+    let n = 6 << 20;
+    let d = DeviceBuffer::zeroed(&dev, n, pool, s.as_ref()).unwrap();
+    for short_below in [0, staging::MAX_SHORT] {
+        staging::set_config(
+            Direction::ToDevice,
+            StagingConfig {
+                threads: 4,
+                direct_below: 0,
+                lane_min: 0,
+                short_below,
+                ..before
+            },
+        )
+        .unwrap();
+        let fails = |off: usize, buf: &mut [u8]| {
+            if off >= n / 2 {
+                return Err(memarray_cuda::CudaError::BadSetting {
+                    what: "test fill",
+                    detail: format!("refused at {off}"),
+                });
+            }
+            buf.fill(1);
+            Ok(())
+        };
+        let e = staging::upload_with(&d, 0, n, &fails, s.as_ref()).unwrap_err();
+        assert!(e.to_string().contains("refused at"), "{e}");
+        let panics = |off: usize, buf: &mut [u8]| {
+            assert!(off < n / 2, "fill panics");
+            buf.fill(2);
+            Ok(())
+        };
+        let e = staging::upload_with(&d, 0, n, &panics, s.as_ref()).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+        // The pipeline still works afterwards, with every byte in place.
+        let fill = |off: usize, buf: &mut [u8]| {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = ((off + i) % 253) as u8;
+            }
+            Ok(())
+        };
+        drop(staging::upload_with(&d, 0, n, &fill, s.as_ref()).unwrap());
+        let mut back = vec![0u8; n];
+        staging::download(&mut back, &d, 0, s.as_ref()).unwrap();
+        assert!(back.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
+    }
+    staging::set_config(Direction::ToDevice, before).unwrap();
 }
 
 #[test]
@@ -113,6 +186,7 @@ fn gpu_staged_copies_from_many_threads_stay_correct() {
 #[test]
 fn gpu_mirror_moves_of_pageable_arrays_are_staged_and_exact() {
     let Some(_dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     for n in [(1usize << 20) + 3, (40 << 20) + 1] {
         let data = random_bytes(n, n as u64);
         let mut a = RawArray::zeros_in(DType::U8, &[n], 0, HostKind::Pageable).unwrap();
@@ -134,6 +208,7 @@ fn gpu_mirror_moves_of_pageable_arrays_are_staged_and_exact() {
 #[test]
 fn gpu_move_many_moves_every_array_both_ways() {
     let Some(_dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let kinds = [HostKind::Pageable, HostKind::Pinned];
     let mut arrays: Vec<RawArray> = (0..300usize)
         .map(|i| {
@@ -188,6 +263,7 @@ fn gpu_move_many_moves_every_array_both_ways() {
 #[test]
 fn gpu_move_many_with_a_locked_array_moves_nothing() {
     let Some(_dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let mut a = RawArray::zeros(DType::F32, &[16], 0).unwrap();
     let mut b = RawArray::zeros(DType::F32, &[16], 0).unwrap();
     let t = b.try_lock().unwrap();
@@ -200,6 +276,7 @@ fn gpu_move_many_with_a_locked_array_moves_nothing() {
 #[test]
 fn gpu_move_many_packs_new_arrays_into_one_block_that_outlives_any_of_them() {
     let Some(_dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let sizes: Vec<usize> = (0..200).map(|i| 4000 + 37 * i).collect();
     let data: Vec<Vec<u8>> = sizes
         .iter()
