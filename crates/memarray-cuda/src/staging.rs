@@ -80,18 +80,16 @@ pub enum Direction {
 }
 
 impl StagingConfig {
-    /// The measured default for `dir` (H100 host, 16 cores; two runs of
-    /// `benches/staging_sweep.py --quick`, 2026-11-24, docs/benchmarks.md, "Pageable
-    /// transfers, round three"). To the device: 8 lanes of 4 MiB slots (the best cell at
-    /// 64 MiB, 256 MiB and 1 GiB in the second run: 35.1 / 44.1 / 48.7 GB/s against
-    /// 8.1 / 7.2 / 7.7 for the driver's own pageable copy; 16 lanes led in the first run
-    /// by less than the runs differ), direct below 2 MiB (at 1 MiB the two runs
-    /// disagreed: staged 9.5 and 11.9 against the driver's 10.3, and a single-lane staged
-    /// 1 MiB ran at 0.82x torch in `transfer.py`; at 4 MiB staging won both times). To
-    /// the host: one lane per core up to 16, 1 MiB slots,
-    /// direct below 1 MiB (16 lanes led from 16 MiB up; staged 11.7 against 9.2 at
-    /// 1 MiB). Short copies use fewer lanes: at least 1 MiB a lane to the device,
-    /// 256 KiB to the host.
+    /// The measured default for `dir` (H100 hosts, 16 cores, 2026-11-24; docs/benchmarks.md,
+    /// "Pageable transfers, round four"). Both ways staged from 1 MiB: there the short
+    /// path ran at 16.6 GB/s to the device and 13.0 to the host against the driver's 9.9
+    /// and 7.1 (`benches/staging_sweep.py --quick`). To the device: the short path below
+    /// 8 MiB (streamed stores: 26.9 GB/s at 4 MiB against 15.5 before,
+    /// `examples/staging_cost.rs`), then 8 lanes of at least 1 MiB in 4 MiB slots (8 and
+    /// 16 lanes within 7% of each other at 64 MiB and 1 GiB, 8 ahead at 64 MiB in two
+    /// runs of one process). To the host: the short path below 16 MiB (at 16 MiB:
+    /// 34.1-36.9 against 27.6 with lane streams), then one lane per core up to 16, at
+    /// least 256 KiB each, in 1 MiB slots.
     pub fn default_for(dir: Direction) -> Self {
         let lanes = std::thread::available_parallelism()
             .map_or(8, |n| n.get())
@@ -100,16 +98,16 @@ impl StagingConfig {
             Direction::ToDevice => StagingConfig {
                 threads: lanes.min(8),
                 chunk_bytes: 4 << 20,
-                direct_below: 2 << 20,
+                direct_below: 1 << 20,
                 lane_min: 1 << 20,
-                short_below: 0,
+                short_below: 8 << 20,
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
                 chunk_bytes: 1 << 20,
                 direct_below: 1 << 20,
                 lane_min: 256 << 10,
-                short_below: 0,
+                short_below: 16 << 20,
             },
         }
     }
@@ -493,11 +491,16 @@ struct Short {
 /// (`examples/staging_cost.rs`), as long as a 128 KiB copy at 55 GB/s.
 const MIN_PIECE: usize = 256 << 10;
 
-/// Pieces of a short copy of `len` bytes: two per lane where each is at least
-/// [`MIN_PIECE`] (the DMA of the first pieces overlaps the copy of the last), otherwise
-/// fewer. Returns (piece bytes, pieces, lanes).
+/// Most lanes of a short copy: with 16 the sweep's 1 MiB copies sometimes took 500 us
+/// (threads spinning on every core), and 8 did as well as 16 from 2 to 16 MiB.
+const MAX_SHORT_LANES: usize = 8;
+
+/// Pieces of a short copy of `len` bytes: a lane per [`MIN_PIECE`], at most
+/// [`MAX_SHORT_LANES`] (`lane_min` is the lane path's), two pieces per lane where each
+/// is at least [`MIN_PIECE`] (the DMA of the first pieces overlaps the copy of the last),
+/// otherwise fewer. Returns (piece bytes, pieces, lanes).
 fn short_plan(cfg: StagingConfig, len: usize) -> (usize, usize, usize) {
-    let lanes = cfg.threads.min(len / cfg.lane_min.max(1)).max(1);
+    let lanes = cfg.threads.min(MAX_SHORT_LANES).min(len / MIN_PIECE).max(1);
     let piece = len
         .div_ceil(2 * lanes)
         .max(MIN_PIECE.min(len.div_ceil(lanes)))
@@ -633,7 +636,7 @@ impl ShortJob<'_> {
             // SAFETY: `host + off .. + n` lies in the caller's memory (pieces tile
             // [0, len)), borrowed for the whole copy.
             (Direction::ToDevice, HostSide::Memory(host)) => unsafe {
-                std::ptr::copy_nonoverlapping((host + off) as *const u8, pinned.as_mut_ptr(), n)
+                copy_to_pinned(pinned.as_mut_ptr(), (host + off) as *const u8, n)
             },
             // SAFETY: as above; the caller's destination is borrowed exclusively.
             (Direction::ToHost, HostSide::Memory(host)) => unsafe {
@@ -1071,6 +1074,40 @@ pub(crate) fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Re
     }
 }
 
+/// Copies `n` bytes into pinned memory that only the DMA engine reads next, with
+/// non-temporal stores on x86-64: the destination lines are not read for ownership first
+/// (a DMA read has just taken them out of the CPU's caches, so each would be fetched
+/// from memory), so the copy moves two bytes of memory traffic per byte instead of three.
+///
+/// # Safety
+/// 1. `src` is valid for reads and `dst` for writes of `n` bytes; they do not overlap.
+unsafe fn copy_to_pinned(dst: *mut u8, src: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if n >= 4096 {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = dst.align_offset(16).min(n);
+        // SAFETY: item 1; `head`, the 64-byte blocks and the tail tile [0, n) of both
+        // ranges; stores through `d` are 16-byte aligned (the head aligned it).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let (mut d, mut s, mut left) = (dst.add(head), src.add(head), n - head);
+            while left >= 64 {
+                let v = [0, 16, 32, 48].map(|o| _mm_loadu_si128(s.add(o).cast::<__m128i>()));
+                for (o, x) in [0, 16, 32, 48].into_iter().zip(v) {
+                    _mm_stream_si128(d.add(o).cast::<__m128i>(), x);
+                }
+                (d, s, left) = (d.add(64), s.add(64), left - 64);
+            }
+            std::ptr::copy_nonoverlapping(s, d, left);
+            // The streamed stores are visible before the DMA is issued.
+            _mm_sfence();
+        }
+        return;
+    }
+    // SAFETY: item 1.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
+}
+
 fn panicked() -> CudaError {
     CudaError::BadSetting {
         what: "staged copy",
@@ -1134,7 +1171,7 @@ mod tests {
             threads: 4,
             chunk_bytes: 1 << 20,
             direct_below: 0,
-            lane_min: 256 << 10,
+            lane_min: 8 << 20,
             short_below: MAX_SHORT,
         };
         // Two pieces a lane where they stay >= 256 KiB, else one.
@@ -1142,6 +1179,10 @@ mod tests {
         assert_eq!(short_plan(c, 1 << 20), (256 << 10, 4, 4));
         assert_eq!(short_plan(c, 512 << 10), (256 << 10, 2, 2));
         assert_eq!(short_plan(c, 100), (4096, 1, 1));
+        // Lanes: at most 8 whatever `threads` says.
+        let wide = StagingConfig { threads: 64, ..c };
+        assert_eq!(short_plan(wide, 1 << 20).2, 4);
+        assert_eq!(short_plan(wide, 32 << 20).2, MAX_SHORT_LANES);
         for len in [
             1usize,
             4095,
@@ -1197,6 +1238,23 @@ mod tests {
             assert!(matches!(e, CudaError::BadSetting { .. }), "{e}");
         }
         assert_eq!(config(Direction::ToHost).unwrap(), before);
+    }
+
+    #[test]
+    fn streamed_copies_are_exact_at_every_length_and_alignment() {
+        let src: Vec<u8> = (0..70_000).map(|i| (i * 13 % 251) as u8).collect();
+        for len in [0usize, 1, 15, 4095, 4096, 4097, 4096 + 63, 65_536 + 7] {
+            for (so, dof) in [(0, 0), (3, 0), (0, 5), (7, 9)] {
+                let mut dst = vec![0u8; len + dof + 8];
+                // SAFETY: both ranges lie in their vectors and do not overlap.
+                unsafe { copy_to_pinned(dst.as_mut_ptr().add(dof), src.as_ptr().add(so), len) };
+                assert!(
+                    dst[dof..dof + len] == src[so..so + len],
+                    "len {len} at {so}/{dof}"
+                );
+                assert!(dst[..dof].iter().chain(&dst[dof + len..]).all(|&b| b == 0));
+            }
+        }
     }
 
     #[test]
