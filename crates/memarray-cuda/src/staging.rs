@@ -571,14 +571,14 @@ fn run_short(
         host,
         claimed: flags(),
         ready: flags(),
+        landed: &sh.landed,
         copied: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
     };
-    let landed = &sh.landed;
     let copied = parallel(lanes, &|i| {
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| match (i, dir) {
             (0, Direction::ToDevice) => work.issue_uploads(dev, stream),
-            (0, Direction::ToHost) => work.drain_downloads(dev, stream, landed),
+            (0, Direction::ToHost) => work.drain_downloads(dev, stream),
             _ => work.lane(i),
         }))
         .unwrap_or_else(|_| Err(panicked()));
@@ -605,8 +605,11 @@ struct ShortJob<'a> {
     host: HostSide<'a>,
     /// The piece's host copy has an owner.
     claimed: Vec<AtomicBool>,
-    /// To the device: the piece is in the buffer. To the host: its DMA has landed.
+    /// To the device: the piece is in the buffer. To the host: its DMA and the event
+    /// after it (`landed`) are queued.
     ready: Vec<AtomicBool>,
+    /// To the host: one event per piece, recorded after its DMA.
+    landed: &'a [Event],
     /// Pieces copied on the host.
     copied: AtomicUsize,
     /// A lane or the caller failed: everyone stops waiting.
@@ -661,9 +664,12 @@ impl ShortJob<'_> {
     /// Lane `i` (not the caller): its own pieces, in order (to the host, once landed).
     fn lane(&self, i: usize) -> Result<()> {
         for k in (i..self.pieces).step_by(self.lanes) {
-            if self.dir == Direction::ToHost && !self.wait(|| self.ready[k].load(Ordering::Acquire))
-            {
-                return Ok(()); // the caller failed and says so
+            if self.dir == Direction::ToHost {
+                if !self.wait(|| self.ready[k].load(Ordering::Acquire)) {
+                    return Ok(()); // the caller failed and says so
+                }
+                // Each lane waits for its own piece's DMA: nobody relays it.
+                self.landed[k].synchronize()?;
             }
             if self.claim(k) {
                 self.copy(k)?;
@@ -676,7 +682,7 @@ impl ShortJob<'_> {
     /// failed meanwhile.
     fn wait(&self, ok: impl Fn() -> bool) -> bool {
         let failed = || self.failed.load(Ordering::Acquire);
-        if spin_until(|| ok() || failed()) && !failed() {
+        if spin_then_yield_until(|| ok() || failed()) && !failed() {
             return true;
         }
         while !ok() {
@@ -723,10 +729,10 @@ impl ShortJob<'_> {
     }
 
     /// The caller, to the host: issues every piece's DMA on `stream` with an event after
-    /// each, then marks pieces landed in order, copying its own and unclaimed landed
-    /// pieces in between.
-    fn drain_downloads(&self, dev: u64, stream: StreamRef, landed: &[Event]) -> Result<()> {
-        for (k, event) in landed.iter().enumerate().take(self.pieces) {
+    /// each (a lane starts waiting for its piece as soon as it is queued), then copies
+    /// its own pieces and any no lane has claimed.
+    fn drain_downloads(&self, dev: u64, stream: StreamRef) -> Result<()> {
+        for (k, event) in self.landed.iter().enumerate().take(self.pieces) {
             let (off, n) = self.span(k);
             // SAFETY: the host reads piece `k` only after `landed[k]` completes; the
             // device range was checked by the caller.
@@ -739,18 +745,16 @@ impl ShortJob<'_> {
                 )?;
             }
             event.record(stream)?;
-        }
-        for (k, event) in landed.iter().enumerate().take(self.pieces) {
-            event.synchronize()?;
             self.ready[k].store(true, Ordering::Release);
-            if k % self.lanes == 0 && self.claim(k) {
-                self.copy(k)?;
-            }
         }
-        // Pieces of lanes that have not started yet.
-        for k in 0..self.pieces {
-            if self.claim(k) {
-                self.copy(k)?;
+        // Its own pieces, then those of lanes that have not started yet.
+        let mine = (0..self.pieces).step_by(self.lanes);
+        for k in mine.chain(0..self.pieces) {
+            if !self.claimed[k].load(Ordering::Acquire) {
+                self.landed[k].synchronize()?;
+                if self.claim(k) {
+                    self.copy(k)?;
+                }
             }
         }
         // Until every lane is done (a lane that failed returns its error).
@@ -875,6 +879,13 @@ type Job = Box<dyn FnOnce() + Send>;
 /// their lanes awake.
 pub const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// How long a thread waiting inside a copy (for a piece, a DMA, its lanes) yields the
+/// core between checks once [`SPIN`] has passed, before it sleeps: a lane descheduled
+/// for a moment must not send every other waiter to sleep (on the device's virtual
+/// machines a sleeping thread took hundreds of microseconds to wake, and copies of
+/// 1-4 MiB fell from 60 us to 500 us).
+const YIELD: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Spins until `ready()` or [`SPIN`] has passed; whether `ready()` held.
 fn spin_until(ready: impl Fn() -> bool) -> bool {
     let start = std::time::Instant::now();
@@ -889,6 +900,22 @@ fn spin_until(ready: impl Fn() -> bool) -> bool {
             return ready();
         }
     }
+}
+
+/// [`spin_until`], then yields the core between checks until [`YIELD`] has passed;
+/// whether `ready()` held.
+fn spin_then_yield_until(ready: impl Fn() -> bool) -> bool {
+    if spin_until(&ready) {
+        return true;
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < YIELD {
+        if ready() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    ready()
 }
 
 /// A persistent worker: a one-job mailbox and the thread that empties it.
@@ -1018,7 +1045,7 @@ impl Latch {
     }
 
     fn wait(&self) -> Option<CudaError> {
-        if !spin_until(|| self.left.load(Ordering::Acquire) == 0) {
+        if !spin_then_yield_until(|| self.left.load(Ordering::Acquire) == 0) {
             let mut g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
             while self.left.load(Ordering::Acquire) > 0 {
                 g = self.cv.wait(g).unwrap_or_else(PoisonError::into_inner);
