@@ -491,16 +491,23 @@ struct Short {
 /// (`examples/staging_cost.rs`), as long as a 128 KiB copy at 55 GB/s.
 const MIN_PIECE: usize = 256 << 10;
 
-/// Most lanes of a short copy: with 16 the sweep's 1 MiB copies sometimes took 500 us
-/// (threads spinning on every core), and 8 did as well as 16 from 2 to 16 MiB.
+/// Lanes of a short copy below 16 MiB: 4 led or tied at 1, 2 and 4 MiB both ways (H200
+/// sweep, 2026-11-24), and copies of 2-4 MiB on 8 lanes sometimes took 500 us (a lane
+/// descheduled while the others wait).
+const SMALL_SHORT_LANES: usize = 4;
+
+/// Most lanes of a short copy: one per 2 MiB from 16 MiB (8 lanes led at 16 MiB: 29.8 /
+/// 34.0 GB/s against 27.5 / 26.0 with 4).
 const MAX_SHORT_LANES: usize = 8;
 
-/// Pieces of a short copy of `len` bytes: a lane per [`MIN_PIECE`], at most
-/// [`MAX_SHORT_LANES`] (`lane_min` is the lane path's), two pieces per lane where each
-/// is at least [`MIN_PIECE`] (the DMA of the first pieces overlaps the copy of the last),
-/// otherwise fewer. Returns (piece bytes, pieces, lanes).
+/// Pieces of a short copy of `len` bytes: a lane per [`MIN_PIECE`] up to
+/// [`SMALL_SHORT_LANES`], or one per 2 MiB up to [`MAX_SHORT_LANES`] (`lane_min` is the
+/// lane path's); two pieces per lane where each is at least [`MIN_PIECE`] (the DMA of
+/// the first pieces overlaps the copy of the last), otherwise fewer. Returns (piece
+/// bytes, pieces, lanes).
 fn short_plan(cfg: StagingConfig, len: usize) -> (usize, usize, usize) {
-    let lanes = cfg.threads.min(MAX_SHORT_LANES).min(len / MIN_PIECE).max(1);
+    let want = (len / MIN_PIECE).min(SMALL_SHORT_LANES).max(len >> 21);
+    let lanes = cfg.threads.min(MAX_SHORT_LANES).min(want).max(1);
     let piece = len
         .div_ceil(2 * lanes)
         .max(MIN_PIECE.min(len.div_ceil(lanes)))
@@ -1206,9 +1213,12 @@ mod tests {
         assert_eq!(short_plan(c, 1 << 20), (256 << 10, 4, 4));
         assert_eq!(short_plan(c, 512 << 10), (256 << 10, 2, 2));
         assert_eq!(short_plan(c, 100), (4096, 1, 1));
-        // Lanes: at most 8 whatever `threads` says.
+        // Lanes: one per 256 KiB up to 4, one per 2 MiB up to 8, whatever `threads` says.
         let wide = StagingConfig { threads: 64, ..c };
+        assert_eq!(short_plan(wide, 512 << 10).2, 2);
         assert_eq!(short_plan(wide, 1 << 20).2, 4);
+        assert_eq!(short_plan(wide, 8 << 20).2, 4);
+        assert_eq!(short_plan(wide, 12 << 20).2, 6);
         assert_eq!(short_plan(wide, 32 << 20).2, MAX_SHORT_LANES);
         for len in [
             1usize,
