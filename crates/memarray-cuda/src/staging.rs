@@ -236,15 +236,14 @@ pub fn upload(
     let device = dst.device();
     let cfg = config(Direction::ToDevice)?;
     let src_addr = src.as_ptr() as usize;
-    run(
-        device,
-        cfg,
-        src.len(),
+    let t = Transfer {
+        len: src.len(),
         stream,
-        Direction::ToDevice,
-        HostSide::Memory(src_addr),
-        d,
-    )?;
+        dir: Direction::ToDevice,
+        host: HostSide::Memory(src_addr),
+        dev: d,
+    };
+    run(device, cfg, t)?;
     Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
@@ -263,15 +262,14 @@ pub fn upload_with(
     let d = dst.range(dst_offset, len)?;
     let device = dst.device();
     let cfg = config(Direction::ToDevice)?;
-    run(
-        device,
-        cfg,
+    let t = Transfer {
         len,
         stream,
-        Direction::ToDevice,
-        HostSide::Fill(fill),
-        d,
-    )?;
+        dir: Direction::ToDevice,
+        host: HostSide::Fill(fill),
+        dev: d,
+    };
+    run(device, cfg, t)?;
     Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
@@ -288,15 +286,14 @@ pub fn download(
     let device = src.device();
     let cfg = config(Direction::ToHost)?;
     let dst_addr = dst.as_mut_ptr() as usize;
-    run(
-        device,
-        cfg,
-        dst.len(),
+    let t = Transfer {
+        len: dst.len(),
         stream,
-        Direction::ToHost,
-        HostSide::Memory(dst_addr),
-        s,
-    )
+        dir: Direction::ToHost,
+        host: HostSide::Memory(dst_addr),
+        dev: s,
+    };
+    run(device, cfg, t)
 }
 
 /// Host copies of at least this many bytes are split across threads ([`copy_host`]).
@@ -385,18 +382,26 @@ fn stage_of(device: &Arc<Device>, dir: Direction) -> StageSlot {
         .clone()
 }
 
+impl Slot {
+    /// Two slots of `bytes` pinned bytes from the device's pinned pool.
+    fn pair(device: &Arc<Device>, bytes: usize) -> Result<[Slot; 2]> {
+        let pool = crate::resource::pinned_pool(device);
+        let slot = || -> Result<Slot> {
+            Ok(Slot {
+                // SAFETY: a slot's bytes are only read after a copy into them has written
+                // them.
+                buf: unsafe { HostBuffer::uninit_in(bytes, pool.clone())? },
+                done: Event::new(device)?,
+            })
+        };
+        Ok([slot()?, slot()?])
+    }
+}
+
 fn make_lane(device: &Arc<Device>, chunk: usize) -> Result<Lane> {
-    let pool = crate::resource::pinned_pool(device);
-    let slot = || -> Result<Slot> {
-        Ok(Slot {
-            // SAFETY: a slot's bytes are only read after a copy into it has written them.
-            buf: unsafe { HostBuffer::uninit_in(chunk, pool.clone())? },
-            done: Event::new(device)?,
-        })
-    };
     Ok(Lane {
         stream: Stream::new(device)?,
-        slots: [slot()?, slot()?],
+        slots: Slot::pair(device, chunk)?,
     })
 }
 
@@ -410,24 +415,33 @@ enum HostSide<'a> {
     Fill(&'a (dyn Fn(usize, &mut [u8]) -> Result<()> + Sync)),
 }
 
-/// Runs a staged copy of `len` bytes between `host` and device address `dev` (both
-/// checked by the caller) on `lanes` lanes.
-fn run(
-    device: &Arc<Device>,
-    cfg: StagingConfig,
+/// One staged copy: `len` bytes between `host` and device address `dev` (both checked by
+/// the caller), ordered on `stream`.
+#[derive(Clone, Copy)]
+struct Transfer<'a> {
     len: usize,
     stream: StreamRef,
     dir: Direction,
-    host: HostSide<'_>,
+    host: HostSide<'a>,
     dev: u64,
-) -> Result<()> {
+}
+
+/// Runs a staged copy: the short path below `cfg.short_below`, lanes otherwise.
+fn run(device: &Arc<Device>, cfg: StagingConfig, t: Transfer<'_>) -> Result<()> {
+    let Transfer {
+        len,
+        stream,
+        dir,
+        host,
+        dev,
+    } = t;
     if len == 0 {
         return Ok(());
     }
     let stage = stage_of(device, dir);
     let mut stages = stage.lock().unwrap_or_else(PoisonError::into_inner);
     if len < cfg.short_below {
-        return run_short(&mut stages.short, device, cfg, len, stream, dir, host, dev);
+        return run_short(&mut stages.short, device, cfg, t);
     }
     let (lanes, chunk) = cfg.plan(len);
     let guard = &mut stages.lanes;
@@ -520,17 +534,19 @@ fn short_plan(cfg: StagingConfig, len: usize) -> (usize, usize, usize) {
 /// repeated copies find it in that core's cache), each piece claimed once; whoever waits
 /// for an unclaimed piece copies it (so a lane that never starts costs time, not a
 /// deadlock). Only the calling thread talks to the driver.
-#[allow(clippy::too_many_arguments)]
 fn run_short(
     slot: &mut Option<Short>,
     device: &Arc<Device>,
     cfg: StagingConfig,
-    len: usize,
-    stream: StreamRef,
-    dir: Direction,
-    host: HostSide<'_>,
-    dev: u64,
+    t: Transfer<'_>,
 ) -> Result<()> {
+    let Transfer {
+        len,
+        stream,
+        dir,
+        host,
+        dev,
+    } = t;
     if slot.as_ref().is_some_and(|s| s.cap < len) {
         let old = slot.take().expect("checked");
         for b in &old.bufs {
@@ -541,18 +557,9 @@ fn run_short(
         Some(sh) => slot.insert(sh),
         None => {
             let cap = cfg.short_below.max(len);
-            let pool = crate::resource::pinned_pool(device);
-            let buf = || -> Result<Slot> {
-                Ok(Slot {
-                    // SAFETY: a piece of the buffer is only read after a copy into it has
-                    // written it.
-                    buf: unsafe { HostBuffer::uninit_in(cap, pool.clone())? },
-                    done: Event::new(device)?,
-                })
-            };
             slot.insert(Short {
                 cap,
-                bufs: [buf()?, buf()?],
+                bufs: Slot::pair(device, cap)?,
                 next: 0,
                 landed: Vec::new(),
             })
