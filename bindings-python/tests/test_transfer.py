@@ -111,7 +111,7 @@ def test_staging_settings_round_trip_and_bad_values():
             {"threads": 65},
             {"chunk_bytes": 1024},
             {"lane_min": (1 << 30) + 1},
-            {"short_below": (64 << 20) + 1},
+            {"short_below": (1 << 30) + 1},
         ):
             with pytest.raises(ValueError, match="staging"):
                 memarray.cuda.set_staging_config(**bad)

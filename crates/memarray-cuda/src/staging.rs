@@ -65,9 +65,9 @@ pub struct StagingConfig {
     pub short_below: usize,
 }
 
-/// Largest `short_below` (each device keeps two pinned buffers of `short_below` bytes
-/// per direction once a short copy ran).
-pub const MAX_SHORT: usize = 64 << 20;
+/// Largest `short_below`. A device keeps, per direction, pinned buffers of the largest
+/// short copy so far rounded up to a power of two: two to the device, one to the host.
+pub const MAX_SHORT: usize = 1 << 30;
 
 /// Which way a staged copy goes; each way has its own settings and its own lanes (an
 /// upload and a download can run at once, one per copy engine).
@@ -84,12 +84,13 @@ impl StagingConfig {
     /// "Pageable transfers, round four"). Both ways staged from 1 MiB: there the short
     /// path ran at 16.6 GB/s to the device and 13.0 to the host against the driver's 9.9
     /// and 7.1 (`benches/staging_sweep.py --quick`). To the device: the short path below
-    /// 8 MiB (streamed stores: 26.9 GB/s at 4 MiB against 15.5 before,
-    /// `examples/staging_cost.rs`), then 8 lanes of at least 1 MiB in 4 MiB slots (8 and
-    /// 16 lanes within 7% of each other at 64 MiB and 1 GiB, 8 ahead at 64 MiB in two
-    /// runs of one process). To the host: the short path below 16 MiB (at 16 MiB:
-    /// 34.1-36.9 against 27.6 with lane streams), then one lane per core up to 16, at
-    /// least 256 KiB each, in 1 MiB slots.
+    /// 32 MiB (streamed stores: 26.9 GB/s at 4 MiB against 15.5 before,
+    /// `examples/staging_cost.rs`; at 16 MiB 31.3-33.2 against 23.6-25.0 with lanes, at
+    /// 64 MiB lanes led, 33.3-35.6 against 31.4-31.8), then 8 lanes of at least 1 MiB in
+    /// 4 MiB slots (8 and 16 lanes within 7% of each other at 64 MiB and 1 GiB). To the
+    /// host: the short path below 128 MiB (at 64 MiB 35.6-37.3 against 30.0-30.7 with
+    /// lanes, at 256 MiB lanes led, 30.0-40.1 against 24.1-25.2), then one lane per core
+    /// up to 16, at least 256 KiB each, in 1 MiB slots.
     pub fn default_for(dir: Direction) -> Self {
         let lanes = std::thread::available_parallelism()
             .map_or(8, |n| n.get())
@@ -100,14 +101,14 @@ impl StagingConfig {
                 chunk_bytes: 4 << 20,
                 direct_below: 1 << 20,
                 lane_min: 1 << 20,
-                short_below: 8 << 20,
+                short_below: 32 << 20,
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
                 chunk_bytes: 1 << 20,
                 direct_below: 1 << 20,
                 lane_min: 256 << 10,
-                short_below: 16 << 20,
+                short_below: 128 << 20,
             },
         }
     }
@@ -383,25 +384,21 @@ fn stage_of(device: &Arc<Device>, dir: Direction) -> StageSlot {
 }
 
 impl Slot {
-    /// Two slots of `bytes` pinned bytes from the device's pinned pool.
-    fn pair(device: &Arc<Device>, bytes: usize) -> Result<[Slot; 2]> {
-        let pool = crate::resource::pinned_pool(device);
-        let slot = || -> Result<Slot> {
-            Ok(Slot {
-                // SAFETY: a slot's bytes are only read after a copy into them has written
-                // them.
-                buf: unsafe { HostBuffer::uninit_in(bytes, pool.clone())? },
-                done: Event::new(device)?,
-            })
-        };
-        Ok([slot()?, slot()?])
+    /// A slot of `bytes` pinned bytes from the device's pinned pool.
+    fn new(device: &Arc<Device>, bytes: usize) -> Result<Slot> {
+        Ok(Slot {
+            // SAFETY: a slot's bytes are only read after a copy into them has written
+            // them.
+            buf: unsafe { HostBuffer::uninit_in(bytes, crate::resource::pinned_pool(device))? },
+            done: Event::new(device)?,
+        })
     }
 }
 
 fn make_lane(device: &Arc<Device>, chunk: usize) -> Result<Lane> {
     Ok(Lane {
         stream: Stream::new(device)?,
-        slots: Slot::pair(device, chunk)?,
+        slots: [Slot::new(device, chunk)?, Slot::new(device, chunk)?],
     })
 }
 
@@ -495,7 +492,9 @@ fn run(device: &Arc<Device>, cfg: StagingConfig, t: Transfer<'_>) -> Result<()> 
 /// previous copy's DMA) and the events of its pieces.
 struct Short {
     cap: usize,
-    bufs: [Slot; 2],
+    /// Two to the device (one copy's memcpy overlaps the previous copy's DMA), one to
+    /// the host (a download has drained its buffer before it returns).
+    bufs: Vec<Slot>,
     next: usize,
     /// One per piece of a copy to the host, recorded after the piece's DMA.
     landed: Vec<Event>,
@@ -556,10 +555,16 @@ fn run_short(
     let sh = match slot.take() {
         Some(sh) => slot.insert(sh),
         None => {
-            let cap = cfg.short_below.max(len);
+            // Sized by the copies seen (the next power of two), not by `short_below`: a
+            // process that moves 1 MiB holds 2 MiB of pinned memory here, not 128.
+            let cap = len.next_power_of_two().max(1 << 20);
+            let n = if dir == Direction::ToDevice { 2 } else { 1 };
+            let bufs = (0..n)
+                .map(|_| Slot::new(device, cap))
+                .collect::<Result<_>>()?;
             slot.insert(Short {
                 cap,
-                bufs: Slot::pair(device, cap)?,
+                bufs,
                 next: 0,
                 landed: Vec::new(),
             })
@@ -567,7 +572,7 @@ fn run_short(
     };
     let (piece, pieces, lanes) = short_plan(cfg, len);
     let b = sh.next;
-    sh.next ^= 1;
+    sh.next = (b + 1) % sh.bufs.len();
     let _ctx = device.bind()?;
     // The buffer's last DMA (two copies ago) is done before it is written again.
     sh.bufs[b].done.synchronize()?;
