@@ -81,9 +81,12 @@ pub enum Direction {
 
 impl StagingConfig {
     /// The measured default for `dir` (H100 hosts, 16 cores, 2026-11-24; docs/benchmarks.md,
-    /// "Pageable transfers, round four"). Both ways staged from 1 MiB: there the short
-    /// path ran at 16.6 GB/s to the device and 13.0 to the host against the driver's 9.9
-    /// and 7.1 (`benches/staging_sweep.py --quick`). To the device: the short path below
+    /// "Pageable transfers, round four"). Staged from 64 KiB to the device and 256 KiB to
+    /// the host (`benches/staging_small.py`: `asarray` of 64 KiB 13.6-16.4 us a call
+    /// against 18.7-21.4 direct, `to_numpy(out=)` of 256 KiB 35.0-39.6 against 45.1-45.8;
+    /// at 4 KiB the driver's copy was cheaper both ways, and to the host at 64 KiB); at
+    /// 1 MiB the short path ran at 16.6 GB/s to the device and 13.0 to the host against
+    /// the driver's 9.9 and 7.1 (`benches/staging_sweep.py --quick`). To the device: the short path below
     /// 32 MiB (streamed stores: 26.9 GB/s at 4 MiB against 15.5 before,
     /// `examples/staging_cost.rs`; at 16 MiB 31.3-33.2 against 23.6-25.0 with lanes, at
     /// 64 MiB lanes led, 33.3-35.6 against 31.4-31.8), then 8 lanes of at least 1 MiB in
@@ -99,14 +102,14 @@ impl StagingConfig {
             Direction::ToDevice => StagingConfig {
                 threads: lanes.min(8),
                 chunk_bytes: 4 << 20,
-                direct_below: 1 << 20,
+                direct_below: 64 << 10,
                 lane_min: 1 << 20,
                 short_below: 32 << 20,
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
                 chunk_bytes: 1 << 20,
-                direct_below: 1 << 20,
+                direct_below: 256 << 10,
                 lane_min: 256 << 10,
                 short_below: 128 << 20,
             },

@@ -60,6 +60,11 @@ fn us(t: std::time::Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
+/// `move_many` packs arrays below this size into one batch (the staged pipeline's
+/// direct-copy size when the batch was measured, issue 14; larger arrays are
+/// bandwidth-bound and move on their own).
+pub const BATCH_BELOW: usize = 1 << 20;
+
 impl RawArray {
     /// Moves every array to `target` (the host or a device) in one pass: pageable host
     /// data of small arrays is packed into one pinned buffer from the pinned pool; arrays
@@ -68,10 +73,9 @@ impl RawArray {
     /// last of them drops or moves elsewhere); the remaining copies go to the driver as
     /// one batch (`cuMemcpyBatchAsync` where the driver has it), and the call waits once,
     /// at the end. When it returns every array is at
-    /// `target` with its data complete. Arrays already there are left alone; arrays at
-    /// or above the staged pipeline's direct-copy size (the smaller of the two
-    /// directions'), and moves between devices, take [`RawArray::move_memory`]'s path
-    /// (bandwidth-bound anyway). `stream` orders the
+    /// `target` with its data complete. Arrays already there are left alone; arrays of
+    /// [`BATCH_BELOW`] bytes or more, and moves between devices, take
+    /// [`RawArray::move_memory`]'s path (bandwidth-bound anyway). `stream` orders the
     /// copies after work queued on it (a memarray stream when `None`).
     ///
     /// Every array is checked first (locks): if one is locked nothing moves.
@@ -83,9 +87,7 @@ impl RawArray {
         for a in arrays.iter() {
             a.check(None)?;
         }
-        let big = staging::config(staging::Direction::ToDevice)?
-            .direct_below
-            .min(staging::config(staging::Direction::ToHost)?.direct_below);
+        let big = BATCH_BELOW;
         let mut batch: Vec<&mut RawArray> = Vec::new();
         for a in arrays.iter_mut() {
             if a.spilled {

@@ -20,7 +20,7 @@ mod shared;
 mod spill_side;
 mod typed;
 
-pub use batch::{BatchProfile, last_batch_profile};
+pub use batch::{BATCH_BELOW, BatchProfile, last_batch_profile};
 pub use born::Fill;
 pub use export::{Consumer, ExportBuffer};
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
