@@ -176,11 +176,15 @@ pub(crate) fn host_pointer_is_known(p: *const u8) -> bool {
         return false;
     }
     let mut ty: c_uint = 0;
-    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-    // SAFETY: this attribute writes one unsigned int to the out pointer; an address the
-    // driver does not know is CUDA_ERROR_INVALID_VALUE, not undefined behaviour.
-    let r = unsafe { sys::cuPointerGetAttribute((&raw mut ty).cast::<c_void>(), attr, p as u64) };
-    r == sys::CUresult::CUDA_SUCCESS
+    let mut attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    let mut data = (&raw mut ty).cast::<c_void>();
+    // SAFETY: one attribute, whose value (an unsigned int) goes to `ty`. The plural call,
+    // unlike cuPointerGetAttribute, answers an address the driver does not know with
+    // CUDA_SUCCESS and a zero memory type rather than CUDA_ERROR_INVALID_VALUE, which
+    // compute-sanitizer reports as an API error in the user's program on every staged
+    // copy.
+    let r = unsafe { sys::cuPointerGetAttributes(1, &raw mut attr, &raw mut data, p as u64) };
+    r == sys::CUresult::CUDA_SUCCESS && ty != 0
 }
 
 /// Enqueues setting `n` bytes at `p` to `value` on `s`.

@@ -113,6 +113,7 @@ const ENTRY_POINTS: &[&str] = &[
     "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     "cuOccupancyMaxPotentialBlockSize",
     "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
     "cuStreamCreate",
     "cuStreamSynchronize",
     "cuStreamWaitEvent",
@@ -496,5 +497,23 @@ mod tests {
         let listed: std::collections::BTreeSet<String> =
             super::ENTRY_POINTS.iter().map(|s| s.to_string()).collect();
         assert_eq!(called, listed, "driver calls and ENTRY_POINTS differ");
+    }
+
+    #[test]
+    fn gpu_host_pointers_known_to_the_driver_are_told_apart_from_pageable_ones() {
+        let Some(dev) = crate::testing::gpu_or_skip() else {
+            return;
+        };
+        let pinned =
+            memarray_core::HostBuffer::zeroed_in(1 << 20, crate::resource::pinned_pool(&dev))
+                .unwrap();
+        let pageable = vec![1u8; 1 << 20];
+        let _ctx = dev.bind().unwrap();
+        assert!(super::host_pointer_is_known(pinned.as_ptr()));
+        assert!(super::host_pointer_is_known(
+            pinned.as_ptr().wrapping_add(4096)
+        ));
+        assert!(!super::host_pointer_is_known(pageable.as_ptr()));
+        assert!(!super::host_pointer_is_known(std::ptr::null()));
     }
 }
