@@ -177,6 +177,59 @@ def test_from_dlpack_copy_modes():
     np.testing.assert_array_equal(memarray.from_dlpack(strided).to_numpy(), strided)
 
 
+def _ndarray_cases():
+    base = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    misaligned = np.frombuffer(bytearray(4 * 5 + 1), dtype=np.float32, offset=1)
+    ro = np.arange(5, dtype=np.int32)
+    ro.flags.writeable = False
+    return {
+        **{f"dtype {c}": np.arange(6).astype(c) for c in "?bBhHiIlLqQefdFD"},
+        "0-d": np.array(3.5),
+        "empty": np.zeros((0, 4), np.float32),
+        "transposed": base.T,
+        "reversed": base[:, ::-1],
+        "stepped": base[:, :, ::3],
+        "broadcast (stride 0)": np.broadcast_to(np.arange(3.0), (4, 3)),
+        "byte-swapped": np.arange(4, dtype=">f4"),
+        "misaligned": misaligned,
+        "read-only": ro,
+        "33 dimensions": np.zeros((1,) * 33, np.uint8),
+        "long double": np.zeros(2, np.longdouble),
+        "strings": np.array(["a", "b"]),
+        "structured": np.zeros(2, dtype=[("a", "f4"), ("b", "i2")]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_ndarray_cases()))
+def test_from_dlpack_reads_ndarrays_as_their_capsules_say(case):
+    # An exact ndarray is read from its fields, not through `__dlpack__`: every case
+    # gives what the capsule path gives (the same array, or the same kind of error).
+    x = _ndarray_cases()[case]
+
+    def via(make):
+        try:
+            m = make()
+        except Exception as e:  # noqa: BLE001 - the kind of error is what is compared
+            return type(e)
+        return (m.shape, m.dtype, m.to_numpy().tobytes())
+
+    try:
+        cap = x.__dlpack__(max_version=(1, 3))
+    except Exception as e:  # noqa: BLE001
+        capsule_way = type(e)
+    else:
+        capsule_way = via(lambda: memarray.from_dlpack(cap))
+    fields_way = via(lambda: memarray.from_dlpack(x))
+    if isinstance(capsule_way, type) and not isinstance(fields_way, type):
+        # NumPy refuses to export it; the general path may still copy it.
+        np.testing.assert_array_equal(memarray.from_dlpack(x).to_numpy(), x)
+    else:
+        assert fields_way == capsule_way
+    if not isinstance(fields_way, type) and x.flags.writeable and x.flags.c_contiguous and x.size:
+        m = memarray.from_dlpack(x)
+        assert np.asarray(m).ctypes.data == x.ctypes.data, "shared, not copied"
+
+
 def test_from_dlpack_refuses_garbage():
     with pytest.raises(TypeError):
         memarray.from_dlpack(42)

@@ -161,6 +161,21 @@ def test_pageable_round_trip_through_every_entry_point(n):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 4096, 60 << 10])
+def test_small_uploads_let_the_caller_reuse_its_array_at_once(n):
+    # Below direct_below the upload returns once the driver has staged the bytes, before
+    # the DMA: the NumPy array is overwritten at once, and every reader sees the old bytes.
+    for seed in range(20):
+        src = _bytes(n, seed)
+        want = src.copy()
+        a = memarray.asarray(src, device="cuda")
+        src[:] = 0xA5
+        b = memarray.asarray(src, device="cuda")
+        np.testing.assert_array_equal(a.to_numpy(), want)
+        assert (b.to_numpy() == 0xA5).all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_staged_paths_keep_every_dtype(dtype):
     src = init_array((513, 1031), dtype)  # > 256 KiB for 1-byte types too

@@ -7,6 +7,7 @@
 //! is unchanged (never consumed). Deleters drop Rust owners only, so they need no GIL.
 
 pub(crate) mod exchange;
+mod ndarray;
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
@@ -391,7 +392,8 @@ static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
     pyo3::sync::PyOnceLock::new();
 
 /// The tensor of an exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be
-/// anyone's), taken through its versioned capsule without the mapping checks
+/// anyone's): read from its fields ([`ndarray::view`]) where it can be, else taken through
+/// its versioned capsule without the mapping checks
 /// ([`ImportedTensor::from_versioned_trusted`]: NumPy's pointers are its own live
 /// memory); `None` for any other object, or an array NumPy cannot export.
 /// Host data: no stream, no `__dlpack_device__` call.
@@ -399,6 +401,9 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTens
     let py = obj.py();
     if !obj.get_type().is(crate::dtype::ndarray_type(py)?) {
         return Ok(None);
+    }
+    if let Some(t) = ndarray::view(obj)? {
+        return Ok(Some(t));
     }
     let kwargs = MAX_VERSION_KW.get_or_try_init(py, || -> PyResult<_> {
         let d = pyo3::types::PyDict::new(py);

@@ -44,12 +44,20 @@ pub(crate) fn host(
     if by_size(dir, len)? == Route::Direct {
         return Ok(Route::Direct);
     }
-    let _ctx = device.bind()?;
-    Ok(if driver::host_pointer_is_known(ptr) {
+    Ok(if driver_knows(device, ptr)? {
         Route::Direct
     } else {
         Route::Staged
     })
+}
+
+/// Whether the driver knows the host memory at `ptr` (pinned, registered or managed, by
+/// memarray or another library): DMA then reads it in place, after the call returns.
+/// Memory it does not know is pageable: the driver stages it before a host-to-device
+/// copy returns.
+pub(crate) fn driver_knows(device: &Device, ptr: *const u8) -> Result<bool> {
+    let _ctx = device.bind()?;
+    Ok(driver::host_pointer_is_known(ptr))
 }
 
 /// The route by size alone: for bytes that do not exist yet (a file read into the

@@ -131,9 +131,10 @@ pub unsafe fn enqueue(
 }
 
 /// Copies the host bytes `src` to `dst[dst_offset..]`, after the work queued on `stream`,
-/// by the route `route` picks: staged (returns once `src` has been read, with the
-/// operation to record) or the driver's direct copy (returns once it has completed,
-/// `None`). `kind` is the source buffer's resource kind, where known.
+/// by the route `route` picks: staged, or the driver's copy of pageable memory (both
+/// return once `src` has been read, with the operation to record), or the driver's copy
+/// of memory it knows (returns once the copy has completed, `None`). `kind` is the source
+/// buffer's resource kind, where known.
 pub fn upload(
     dst: &DeviceBuffer,
     dst_offset: usize,
@@ -150,6 +151,21 @@ pub fn upload(
         src.len(),
     )? {
         Route::Staged => staging::upload(dst, dst_offset, src, stream),
+        Route::Direct
+            if !src.is_empty()
+                && kind.is_none_or(|k| !route::kind_is_direct(k))
+                && !route::driver_knows(dst.device(), src.as_ptr())? =>
+        {
+            // Pageable memory: the driver has copied every byte of `src` into its own
+            // staging memory when the call returns (CUDA's memcpy synchronisation rules),
+            // so the DMA may run on while the caller reuses `src`; the caller orders
+            // later work after the returned copy. (A known pointer is read in place.)
+            // SAFETY: `src` is read before the call returns (above), while borrowed.
+            let op = unsafe {
+                transfer::copy_htod_raw(dst, dst_offset, src.as_ptr(), src.len(), stream)
+            }?;
+            Ok(Some(op))
+        }
         Route::Direct => {
             // copy_htod waits for the stream: the copy is complete.
             let _complete = transfer::copy_htod(dst, dst_offset, src, stream)?;

@@ -5,6 +5,7 @@ mod common;
 
 use common::random_bytes;
 use memarray_core::{DType, Location};
+use memarray_cuda::array::Fill;
 use memarray_cuda::staging::{self, Direction, StagingConfig};
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, HostKind, RawArray, Stream, resource};
@@ -343,4 +344,51 @@ fn gpu_move_many_packs_new_arrays_into_one_block_that_outlives_any_of_them() {
     clone.read_all(&mut v, None).unwrap();
     assert!(v == data[7]);
     drop(fresh);
+}
+
+#[test]
+fn gpu_small_pageable_uploads_may_reuse_their_source_at_once() {
+    // Below `direct_below` the driver copies pageable memory without a wait for the DMA
+    // (it has staged the bytes when the call returns): the caller's buffer is clobbered
+    // at once, and every later reader (the legacy stream, another stream, the host) sees
+    // the uploaded bytes.
+    let Some(dev) = gpu_or_skip() else { return };
+    let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let below = staging::config(Direction::ToDevice).unwrap().direct_below;
+    let other = Stream::new(&dev).unwrap();
+    for (k, n) in [1usize, 7, 4096, below.saturating_sub(1).max(1)]
+        .into_iter()
+        .enumerate()
+    {
+        for round in 0..40u64 {
+            let mut src = random_bytes(n, round * 7 + k as u64 + 1);
+            let want = src.clone();
+            // Default (legacy stream, lazy ordering) and an owned stream (recorded event).
+            let stream = (round % 2 == 1).then(|| other.as_ref());
+            let mut a = RawArray::born_with(
+                DType::U8,
+                &[n],
+                Location::Device(0),
+                Fill::Unset,
+                None,
+                None,
+                stream,
+            )
+            .unwrap();
+            a.write_all(&src, None).unwrap();
+            src.fill(0xA5);
+            drop(src);
+            let mut out = vec![0u8; n];
+            if round % 4 < 2 {
+                a.read_all(&mut out, None).unwrap();
+            } else {
+                // Read on a stream the upload did not run on.
+                let s = Stream::new(&dev).unwrap();
+                a.move_memory(Location::Host, Some(s.as_ref()), true, None)
+                    .unwrap();
+                out.copy_from_slice(a.host_bytes(None).unwrap());
+            }
+            assert!(out == want, "n={n} round={round}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Import: a validated, borrowed view of a foreign managed tensor that calls the producer's
 //! deleter exactly once, when dropped or when validation fails.
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::slice;
@@ -16,11 +17,22 @@ use crate::error::DlpackError;
 use crate::export::{call_deleter_unversioned, call_deleter_versioned};
 use crate::layout;
 
-/// An owned managed-tensor pointer of either kind; dropping it calls the deleter once.
-#[derive(Debug)]
+/// What keeps an import's memory alive: a managed-tensor pointer of either kind, whose
+/// deleter runs once on drop, or the owner of a [`ImportedTensor::from_host_view`] view.
 enum Owned {
     Unversioned(NonNull<DLManagedTensor>),
     Versioned(NonNull<DLManagedTensorVersioned>),
+    View { _owner: Box<dyn Any + Send> },
+}
+
+impl std::fmt::Debug for Owned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owned::Unversioned(p) => f.debug_tuple("Unversioned").field(p).finish(),
+            Owned::Versioned(p) => f.debug_tuple("Versioned").field(p).finish(),
+            Owned::View { .. } => f.write_str("View"),
+        }
+    }
 }
 
 impl Drop for Owned {
@@ -31,6 +43,8 @@ impl Drop for Owned {
             Owned::Unversioned(p) => unsafe { call_deleter_unversioned(p) },
             // SAFETY: as above.
             Owned::Versioned(p) => unsafe { call_deleter_versioned(p) },
+            // The owner drops with `self`.
+            Owned::View { .. } => {}
         }
     }
 }
@@ -145,6 +159,46 @@ impl ImportedTensor {
     ) -> Result<Self, DlpackError> {
         // SAFETY: the caller's contract.
         unsafe { Self::versioned(p, false) }
+    }
+
+    /// A host tensor described field by field rather than by a managed tensor: the same
+    /// checks as [`from_versioned_trusted`](Self::from_versioned_trusted) (no mapping
+    /// checks), with `owner` keeping the memory alive until this drops. For producers
+    /// whose layout the caller reads directly (an exact NumPy `ndarray`'s fields), which
+    /// skips the producer's `__dlpack__` call and its capsule. `version` is `None`.
+    ///
+    /// # Errors
+    /// As [`from_versioned`](Self::from_versioned) for the shape, strides, data and dtype;
+    /// `owner` is then dropped.
+    ///
+    /// # Safety
+    /// 1. `shape` and `strides` (in elements) have the same length.
+    /// 2. `data` is mapped host memory over the layout's span, live while `owner` is.
+    pub unsafe fn from_host_view(
+        data: *mut c_void,
+        dtype: DType,
+        shape: &[i64],
+        strides: &[i64],
+        read_only: bool,
+        owner: Box<dyn Any + Send>,
+    ) -> Result<Self, DlpackError> {
+        let (code, bits, lanes) = dtype.dlpack();
+        let dl = DLTensor {
+            data,
+            device: Device::CPU.to_dl(),
+            ndim: i32::try_from(shape.len()).unwrap_or(i32::MAX),
+            dtype: dlpack_rs::ffi::DLDataType { code, bits, lanes },
+            shape: shape.as_ptr().cast_mut(),
+            strides: strides.as_ptr().cast_mut(),
+            byte_offset: 0,
+        };
+        let flags = if read_only {
+            DLPACK_FLAG_BITMASK_READ_ONLY
+        } else {
+            0
+        };
+        // SAFETY: `dl` describes `shape.len()` entries of shape and strides (item 1).
+        unsafe { Self::from_parts(Owned::View { _owner: owner }, &dl, flags, None, false) }
     }
 
     /// # Safety

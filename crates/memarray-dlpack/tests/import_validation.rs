@@ -422,3 +422,60 @@ fn issue13_item5_offsets_and_strides_past_user_space_are_refused() {
     });
     assert_eq!(t.strides(), &[4, 1]);
 }
+
+#[test]
+fn host_views_keep_their_owner_and_refuse_what_capsules_refuse() {
+    use std::sync::Arc;
+    let data = Arc::new(vec![0f32; 12]);
+    let ptr = data.as_ptr().cast_mut().cast();
+    // A transposed 3 x 4 view: accepted, owner kept until the import drops.
+    // SAFETY: shape and strides of equal length over the vector's 12 floats, alive while
+    // the owner (a clone of the Arc) is.
+    let t = unsafe {
+        ImportedTensor::from_host_view(
+            ptr,
+            DType::F32,
+            &[4, 3],
+            &[1, 4],
+            true,
+            Box::new(data.clone()),
+        )
+    }
+    .unwrap();
+    assert_eq!(
+        (t.shape(), t.strides(), t.dtype()),
+        (&[4usize, 3][..], &[1i64, 4][..], DType::F32)
+    );
+    assert!(t.read_only() && !t.is_c_contiguous() && t.version().is_none());
+    assert_eq!(t.device().kind, DeviceType::Cpu);
+    assert_eq!(Arc::strong_count(&data), 2);
+    drop(t);
+    assert_eq!(
+        Arc::strong_count(&data),
+        1,
+        "the owner drops with the import"
+    );
+    // Refusals drop the owner too.
+    let misaligned = data.as_ptr().cast::<u8>().wrapping_add(1).cast_mut().cast();
+    for (p, shape, strides, want) in [
+        (misaligned, [3i64], [1i64], "Misaligned"),
+        (ptr, [-1], [1], "NegativeShape"),
+        (ptr, [3], [-1], "NegativeStride"),
+        (ptr, [3], [0], "OverlappingStrides"),
+    ] {
+        // SAFETY: as above; the layouts are refused before any read.
+        let err = unsafe {
+            ImportedTensor::from_host_view(
+                p,
+                DType::F32,
+                &shape,
+                &strides,
+                false,
+                Box::new(data.clone()),
+            )
+        }
+        .unwrap_err();
+        assert!(format!("{err:?}").starts_with(want), "{err:?}");
+        assert_eq!(Arc::strong_count(&data), 1, "{want}: owner dropped");
+    }
+}

@@ -63,10 +63,10 @@ pub(crate) struct DeviceSide {
     /// Whether a buffer here is a producer's memory (a shared import): freeing it hands
     /// it back to the producer, so the host waits for queued work first.
     foreign: bool,
-    /// An import whose producer's work is on this device's legacy default stream, not yet
-    /// captured in an event: the event is recorded there on first use ([`Self::settle`]),
-    /// which orders after the producer's work just as well, and an import dropped unused
-    /// never pays for one.
+    /// Work on this device's legacy default stream not yet captured in an event (an
+    /// import's producer work, or memarray's own upload of pageable memory): the event is
+    /// recorded there on first use ([`Self::settle`]), which orders after that work just
+    /// as well, and an array dropped unused never pays for one.
     lazy: Mutex<Option<Arc<Device>>>,
 }
 
@@ -98,6 +98,17 @@ impl Drop for DeviceSide {
                 let _ = self.wait_host();
             }
             return;
+        }
+        // Lazy work on the legacy stream: a buffer freed on that stream is ordered after
+        // it already; one freed elsewhere waits for its event.
+        let lazy = self.lazy.get_mut().map(|l| l.is_some()).unwrap_or(true);
+        if lazy
+            && self
+                .buffer
+                .iter()
+                .any(|b| b.free_stream() != StreamRef::legacy())
+        {
+            self.settle();
         }
         let pending = self
             .pending
@@ -253,6 +264,17 @@ impl DeviceSide {
     /// stream is per device: the same handle on another device is another stream, which
     /// must wait too, with that device bound.
     pub(super) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
+        // Lazy work is on this device's legacy stream: later work there follows it.
+        if stream == StreamRef::legacy()
+            && self
+                .lazy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(|d| d.id() == device_id)
+        {
+            return Ok(());
+        }
         if let Some(p) = self.pending().as_ref()
             && (p.stream != Some(stream) || p.event.device().id() != device_id)
         {
@@ -532,14 +554,8 @@ impl DeviceSide {
                  pointer, an IPC handle or an on_device scope holds it)",
             );
         }
-        if self
-            .lazy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-        {
-            return Some("work is still queued on it");
-        }
+        // Memarray's own lazy upload: its event, recorded now, tells whether it is done.
+        self.settle();
         let busy = self
             .pending
             .lock()
@@ -592,9 +608,23 @@ impl DeviceSide {
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
         match sync::upload(&dst, offset, value, None, stream)? {
-            Some(op) => self.record(op, None),
+            Some(op) => self.record_legacy_lazily(op),
             None => Ok(()),
         }
+    }
+
+    /// As [`Self::record`], except that a copy on the legacy default stream with nothing
+    /// pending before it is kept as [`Self::lazy`] ordering: the event is recorded on
+    /// first use (a small upload then costs no event).
+    fn record_legacy_lazily(&mut self, op: Enqueued) -> Result<()> {
+        let lazy = self.lazy.get_mut().unwrap_or_else(|e| e.into_inner());
+        let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
+        if op.stream() != StreamRef::legacy() || pending.is_some() || lazy.is_some() {
+            return self.record(op, None);
+        }
+        *lazy = Some(op.device().clone());
+        self.last_stream = None;
+        Ok(())
     }
 
     /// Writes `len` bytes that `fill(offset, buf)` produces at `offset` of the device copy,
