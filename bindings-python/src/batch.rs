@@ -126,6 +126,9 @@ pub fn _numpy_to_device(
 /// A non-MemArray item of `move_many` as an array over its memory (zero-copy where the
 /// producer allows, as `from_dlpack`).
 fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
+    if let Some(raw) = crate::dlpack::share_numpy(item)? {
+        return Ok(raw);
+    }
     if let Some(t) = crate::dlpack::take_numpy(item)? {
         return crate::dlpack::import_tensor(py, t, None, StreamRef::legacy());
     }

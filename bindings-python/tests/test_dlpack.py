@@ -230,6 +230,28 @@ def test_from_dlpack_reads_ndarrays_as_their_capsules_say(case):
         assert np.asarray(m).ctypes.data == x.ctypes.data, "shared, not copied"
 
 
+def test_from_dlpack_of_numpy_holds_the_array_until_it_goes():
+    import gc
+    import sys
+
+    x = np.arange(1000, dtype=np.float32)
+    before = sys.getrefcount(x)
+    m = memarray.from_dlpack(x)
+    assert sys.getrefcount(x) == before + 1, "the MemArray holds one reference"
+    addr = x.ctypes.data
+    del x
+    gc.collect()
+    np.testing.assert_array_equal(m.to_numpy(), np.arange(1000, dtype=np.float32))
+    assert np.asarray(m).ctypes.data == addr
+    y = np.arange(8.0)
+    before = sys.getrefcount(y)
+    ms = [memarray.from_dlpack(y) for _ in range(3)]
+    assert sys.getrefcount(y) == before + 3
+    del ms, m
+    gc.collect()
+    assert sys.getrefcount(y) == before
+
+
 def test_from_dlpack_refuses_garbage():
     with pytest.raises(TypeError):
         memarray.from_dlpack(42)

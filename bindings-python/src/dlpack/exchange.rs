@@ -375,7 +375,13 @@ pub fn from_dlpack(
     obj: &Bound<'_, PyAny>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
-    // NumPy arrays, the commonest producer: its capsule, trusted (no mapping checks).
+    // NumPy arrays, the commonest producer: shared as they are where they can be, else
+    // their fields or capsule, trusted (no mapping checks).
+    if copy != Some(true)
+        && let Some(raw) = super::share_numpy(obj)?
+    {
+        return Ok(raw.into());
+    }
     if let Some(t) = super::take_numpy(obj)? {
         return super::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into);
     }

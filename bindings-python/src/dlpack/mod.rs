@@ -391,6 +391,16 @@ pub(crate) fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'p
 static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
     pyo3::sync::PyOnceLock::new();
 
+/// An array sharing the memory of an exact `numpy.ndarray` that can be shared as it is
+/// ([`ndarray::share`]); `None` for anything else (then [`take_numpy`] and
+/// [`import_tensor`] decide).
+pub(crate) fn share_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<RawArray>> {
+    if !obj.get_type().is(crate::dtype::ndarray_type(obj.py())?) {
+        return Ok(None);
+    }
+    Ok(ndarray::share(obj))
+}
+
 /// The tensor of an exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be
 /// anyone's): read from its fields ([`ndarray::view`]) where it can be, else taken through
 /// its versioned capsule without the mapping checks

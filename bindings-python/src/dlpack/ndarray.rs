@@ -6,11 +6,13 @@
 //! elements) is left to the `__dlpack__` path, which keeps NumPy's own rules.
 
 use std::ffi::{c_char, c_int, c_long, c_void};
+use std::ptr::NonNull;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use memarray_core::{DType, MAX_NDIM};
+use memarray_core::{DType, HostBuffer, MAX_NDIM, MemoryKind};
+use memarray_cuda::array::RawArray;
 use memarray_dlpack::ImportedTensor;
 
 use crate::errors::IntoPyResult;
@@ -78,60 +80,112 @@ fn dtype_of(type_num: c_int, kind: u8) -> Option<DType> {
     (kind == expected_kind).then_some(dtype)
 }
 
-/// The tensor of `obj`, an exact `numpy.ndarray` (the caller checked its type), read from
-/// its fields and owning a reference to it; `None` when the `__dlpack__` path must decide.
-///
-/// # Errors
-/// The import's own checks (misaligned data, more than `MAX_NDIM` dimensions), as the
-/// `__dlpack__` path raises them.
-pub(crate) fn view(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTensor>> {
-    // SAFETY: `obj` is an exact ndarray (caller), whose object starts with these fields;
+/// The layout of an exact ndarray, read from its fields: data, dtype, shape and strides
+/// in elements, writability. `None` where the `__dlpack__` path must decide.
+struct Layout {
+    data: *mut c_char,
+    dtype: DType,
+    ndim: usize,
+    shape: [i64; MAX_NDIM],
+    strides: [i64; MAX_NDIM],
+    read_only: bool,
+}
+
+fn layout(obj: &Bound<'_, PyAny>) -> Option<Layout> {
+    // SAFETY: `obj` is an exact ndarray (callers), whose object starts with these fields;
     // they stay valid while we hold the GIL and a reference.
     let a = unsafe { &*obj.as_ptr().cast::<ArrayFields>() };
     // SAFETY: every ndarray has a descr.
     let d = unsafe { &*a.descr };
-    let Some(dtype) = dtype_of(d.type_num, d.kind as u8) else {
-        return Ok(None);
-    };
+    let dtype = dtype_of(d.type_num, d.kind as u8)?;
     let native = if cfg!(target_endian = "little") {
         b'<'
     } else {
         b'>'
     };
     if !matches!(d.byteorder as u8, b'=' | b'|') && d.byteorder as u8 != native {
-        return Ok(None);
+        return None;
     }
-    let Ok(ndim) = usize::try_from(a.nd) else {
-        return Ok(None);
+    let ndim = usize::try_from(a.nd).ok().filter(|&n| n <= MAX_NDIM)?;
+    let mut out = Layout {
+        data: a.data,
+        dtype,
+        ndim,
+        shape: [0; MAX_NDIM],
+        strides: [0; MAX_NDIM],
+        read_only: a.flags & WRITEABLE == 0,
     };
-    if ndim > MAX_NDIM {
-        return Ok(None);
-    }
-    let (mut shape, mut strides) = ([0i64; MAX_NDIM], [0i64; MAX_NDIM]);
     let item = dtype.size() as isize;
     for i in 0..ndim {
         // SAFETY: an ndarray's dimensions and strides hold nd entries.
         let (extent, stride) = unsafe { (*a.dimensions.add(i), *a.strides.add(i)) };
         if stride % item != 0 {
-            return Ok(None);
+            return None;
         }
-        shape[i] = extent as i64;
-        strides[i] = (stride / item) as i64;
+        out.shape[i] = extent as i64;
+        out.strides[i] = (stride / item) as i64;
     }
-    let read_only = a.flags & WRITEABLE == 0;
+    Some(out)
+}
+
+/// The tensor of `obj`, an exact `numpy.ndarray` (the caller checked its type), read from
+/// its fields and owning a reference to it; `None` when the `__dlpack__` path must decide.
+///
+/// # Errors
+/// The import's own checks (misaligned data, negative or overlapping strides), as the
+/// `__dlpack__` path raises them.
+pub(crate) fn view(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTensor>> {
+    let Some(l) = layout(obj) else {
+        return Ok(None);
+    };
     let owner: Box<dyn std::any::Any + Send> = Box::new(obj.clone().unbind());
     // SAFETY: shape and strides of equal length; NumPy's data spans its layout and lives
     // while the array does, which `owner` keeps.
     unsafe {
         ImportedTensor::from_host_view(
-            a.data.cast::<c_void>(),
-            dtype,
-            &shape[..ndim],
-            &strides[..ndim],
-            read_only,
+            l.data.cast::<c_void>(),
+            l.dtype,
+            &l.shape[..l.ndim],
+            &l.strides[..l.ndim],
+            l.read_only,
             owner,
         )
     }
     .py()
     .map(Some)
+}
+
+/// A MemArray sharing the memory of `obj`, an exact `numpy.ndarray` (the caller checked
+/// its type), when it can be shared as it is: writable, C-contiguous, non-empty and
+/// element-aligned, of a dtype memarray stores. The array owns a reference to `obj`.
+/// `None` for anything else: the tensor path decides (a copy, or its error). This is
+/// `from_dlpack(x)`'s whole path for the common case: no tensor, no checks it would
+/// only repeat.
+pub(crate) fn share(obj: &Bound<'_, PyAny>) -> Option<RawArray> {
+    let l = layout(obj)?;
+    if l.read_only || !(l.data as usize).is_multiple_of(l.dtype.align()) {
+        return None;
+    }
+    let mut shape = [0usize; MAX_NDIM];
+    for (s, &e) in shape.iter_mut().zip(&l.shape[..l.ndim]) {
+        *s = usize::try_from(e).ok().filter(|&e| e > 0)?;
+    }
+    let shape = &shape[..l.ndim];
+    if !memarray_core::shape::is_c_contiguous(shape, &l.strides[..l.ndim]) {
+        return None;
+    }
+    let nbytes = memarray_core::shape::checked_nbytes(shape, l.dtype.size()).ok()?;
+    let ptr = NonNull::new(l.data.cast::<u8>())?;
+    // SAFETY: NumPy's C-contiguous data is `nbytes` readable and writable bytes at `ptr`
+    // (checked writable above), alive while the array is, which the owner keeps; NumPy
+    // frees it only when the array goes.
+    let host = unsafe {
+        HostBuffer::from_foreign(
+            ptr,
+            nbytes,
+            MemoryKind::Host,
+            Box::new(obj.clone().unbind()),
+        )
+    };
+    RawArray::from_host_buffer(l.dtype, shape, host, 0).ok()
 }

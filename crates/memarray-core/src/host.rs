@@ -37,6 +37,14 @@ unsafe impl Send for HostBuffer {}
 // SAFETY: shared access only hands out raw pointers or `&[u8]` under &self.
 unsafe impl Sync for HostBuffer {}
 
+/// One `HostResource` for every foreign buffer's copies (an import costs no allocation
+/// for it).
+fn shared_host() -> Arc<dyn MemoryResource> {
+    static HOST: std::sync::LazyLock<Arc<HostResource>> =
+        std::sync::LazyLock::new(|| Arc::new(HostResource));
+    HOST.clone()
+}
+
 impl HostBuffer {
     /// `len` zeroed bytes from the default pageable [`HostResource`].
     pub fn zeroed(len: usize) -> Result<Self> {
@@ -86,7 +94,7 @@ impl HostBuffer {
             ptr,
             len,
             align: 1,
-            resource: Arc::new(ForeignMemory::new(ptr, kind, owner, Arc::new(HostResource))),
+            resource: Arc::new(ForeignMemory::new(ptr, kind, owner, shared_host())),
         }
     }
 
