@@ -666,6 +666,9 @@ impl ShortJob<'_> {
                 copy_to_pinned(pinned.as_mut_ptr(), (host + off) as *const u8, n)
             },
             // SAFETY: as above; the caller's destination is borrowed exclusively.
+            // (Streamed stores into the caller's memory lost here and on the lane path:
+            // 4 MiB 14.5-16.0 against 16.3-19.0 GB/s, 1 GiB 27.8-33.1 against 38.9-41.9;
+            // H100, 2026-11-24.)
             (Direction::ToHost, HostSide::Memory(host)) => unsafe {
                 std::ptr::copy_nonoverlapping(pinned.as_ptr(), (host + off) as *mut u8, n)
             },
