@@ -48,15 +48,10 @@ const WRITEABLE: c_int = 0x0400;
 /// The dtype of a builtin NumPy type number, checked against its kind character; `None`
 /// for the rest (long double, objects, strings, user dtypes such as bfloat16).
 fn dtype_of(type_num: c_int, kind: u8) -> Option<DType> {
-    let long = if size_of::<c_long>() == 8 {
-        DType::I64
+    let (long, ulong) = if size_of::<c_long>() == 8 {
+        (DType::I64, DType::U64)
     } else {
-        DType::I32
-    };
-    let ulong = if size_of::<c_long>() == 8 {
-        DType::U64
-    } else {
-        DType::U32
+        (DType::I32, DType::U32)
     };
     let (dtype, expected_kind) = match type_num {
         0 => (DType::Bool, b'b'),
