@@ -83,7 +83,8 @@ pub fn _numpy_to_device(
     let Location::Device(id) = parse_device(Some(device))? else {
         return Ok(None);
     };
-    let Some(t) = crate::dlpack::take_numpy(obj)? else {
+    // Not shared: only its bytes are read.
+    let Some(crate::dlpack::NumpyImport::Tensor(t)) = crate::dlpack::take_numpy(obj, false)? else {
         return Ok(None);
     };
     if !t.is_c_contiguous() {
@@ -126,11 +127,8 @@ pub fn _numpy_to_device(
 /// A non-MemArray item of `move_many` as an array over its memory (zero-copy where the
 /// producer allows, as `from_dlpack`).
 fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
-    if let Some(raw) = crate::dlpack::share_numpy(item)? {
-        return Ok(raw);
-    }
-    if let Some(t) = crate::dlpack::take_numpy(item)? {
-        return crate::dlpack::import_tensor(py, t, None, StreamRef::legacy());
+    if let Some(n) = crate::dlpack::take_numpy(item, true)? {
+        return n.import(py, None);
     }
     if !item.hasattr("__dlpack__")? {
         return Err(PyTypeError::new_err(format!(

@@ -108,15 +108,33 @@ pub fn ndarray_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>>
 static NP_DTYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
 static NP_SCALAR_TYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
 
-/// The dtype of a NumPy dtype object or scalar type memarray made or knows (`np.float32`,
-/// `np.dtype("int8")`) by identity: the common case costs no NumPy call (about 2 us
-/// saved per array constructor).
-fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
+/// The dtype whose NumPy dtype object `obj` is, by identity: NumPy's builtin dtypes are
+/// singletons that every array of the type shares (`np.dtype("float32")`, an array's
+/// `dtype`), so the common case costs no NumPy call. `None` for any other object (a
+/// foreign byte order, `np.longlong` where `int64` is `long`: the caller's slow path).
+pub(crate) fn numpy_dtype_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
     let py = obj.py();
     if NP_DTYPES.get(py).is_none() {
         numpy_dtype(py, DType::F64)?; // fills the table
     }
-    let dtypes = NP_DTYPES.get(py);
+    // A missing entry (bfloat16 without ml_dtypes) is None, which is no dtype.
+    if obj.is_none() {
+        return Ok(None);
+    }
+    Ok(NP_DTYPES
+        .get(py)
+        .and_then(|all| all.iter().position(|t| t.as_ptr() == obj.as_ptr()))
+        .map(|i| DType::ALL[i]))
+}
+
+/// The dtype of a NumPy dtype object or scalar type memarray made or knows (`np.float32`,
+/// `np.dtype("int8")`) by identity: the common case costs no NumPy call (about 2 us
+/// saved per array constructor).
+fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
+    if let Some(d) = numpy_dtype_of(obj)? {
+        return Ok(Some(d));
+    }
+    let py = obj.py();
     let scalars = NP_SCALAR_TYPES.get_or_try_init(py, || -> PyResult<_> {
         let np = py.import("numpy")?;
         DType::ALL
@@ -133,18 +151,11 @@ fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
             })
             .collect()
     })?;
-    for (i, d) in DType::ALL.iter().enumerate() {
-        let is_scalar = scalars
-            .get(i)
-            .is_some_and(|t| obj.is(t.bind(py)) && !t.is_none(py));
-        let is_dtype = dtypes
-            .and_then(|v| v.get(i))
-            .is_some_and(|t| obj.is(t.bind(py)) && !t.is_none(py));
-        if is_scalar || is_dtype {
-            return Ok(Some(*d));
-        }
-    }
-    Ok(None)
+    Ok(DType::ALL
+        .iter()
+        .zip(scalars)
+        .find(|(_, t)| !t.is_none(py) && obj.is(t.bind(py)))
+        .map(|(d, _)| *d))
 }
 
 /// The NumPy dtype object for `d` (bfloat16 needs `ml_dtypes`).

@@ -377,13 +377,8 @@ pub fn from_dlpack(
 ) -> PyResult<PyMemArray> {
     // NumPy arrays, the commonest producer: shared as they are where they can be, else
     // their fields or capsule, trusted (no mapping checks).
-    if copy != Some(true)
-        && let Some(raw) = super::share_numpy(obj)?
-    {
-        return Ok(raw.into());
-    }
-    if let Some(t) = super::take_numpy(obj)? {
-        return super::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into);
+    if let Some(n) = super::take_numpy(obj, copy != Some(true))? {
+        return n.import(py, copy).map(Into::into);
     }
     // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
     // `__dlpack__` call; the producer's current work stream orders its work.

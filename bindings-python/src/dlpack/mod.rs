@@ -391,29 +391,42 @@ pub(crate) fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'p
 static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
     pyo3::sync::PyOnceLock::new();
 
-/// An array sharing the memory of an exact `numpy.ndarray` that can be shared as it is
-/// ([`ndarray::share`]); `None` for anything else (then [`take_numpy`] and
-/// [`import_tensor`] decide).
-pub(crate) fn share_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<RawArray>> {
-    if !obj.get_type().is(crate::dtype::ndarray_type(obj.py())?) {
-        return Ok(None);
-    }
-    Ok(ndarray::share(obj))
+/// An exact `numpy.ndarray` taken for import (see [`take_numpy`]).
+pub(crate) enum NumpyImport {
+    /// Its memory, shared as it is: the import is done.
+    Shared(RawArray),
+    /// Its tensor, for [`import_tensor`] (a copy, a refusal, or sharing after all).
+    Tensor(ImportedTensor),
 }
 
-/// The tensor of an exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be
-/// anyone's): read from its fields ([`ndarray::view`]) where it can be, else taken through
-/// its versioned capsule without the mapping checks
+impl NumpyImport {
+    /// The array, as `from_dlpack(x, copy=copy)` makes it.
+    pub(crate) fn import(self, py: Python<'_>, copy: Option<bool>) -> PyResult<RawArray> {
+        match self {
+            NumpyImport::Shared(raw) => Ok(raw),
+            NumpyImport::Tensor(t) => import_tensor(py, t, copy, StreamRef::legacy()),
+        }
+    }
+}
+
+/// An exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be anyone's), read
+/// from its fields ([`ndarray::layout`]) where it can be: with `share`, an array that can
+/// be shared as it is comes back [`NumpyImport::Shared`] ([`ndarray::share`]), anything
+/// else as a tensor ([`ndarray::view`]). Arrays the fields do not describe go through
+/// their versioned capsule without the mapping checks
 /// ([`ImportedTensor::from_versioned_trusted`]: NumPy's pointers are its own live
-/// memory); `None` for any other object, or an array NumPy cannot export.
-/// Host data: no stream, no `__dlpack_device__` call.
-pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTensor>> {
+/// memory). `None` for any other object, or an array NumPy cannot export. Host data: no
+/// stream, no `__dlpack_device__` call.
+pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option<NumpyImport>> {
     let py = obj.py();
     if !obj.get_type().is(crate::dtype::ndarray_type(py)?) {
         return Ok(None);
     }
-    if let Some(t) = ndarray::view(obj)? {
-        return Ok(Some(t));
+    if let Some(l) = ndarray::layout(obj)? {
+        if share && let Some(raw) = ndarray::share(obj, &l) {
+            return Ok(Some(NumpyImport::Shared(raw)));
+        }
+        return ndarray::view(obj, &l).map(|t| Some(NumpyImport::Tensor(t)));
     }
     let kwargs = MAX_VERSION_KW.get_or_try_init(py, || -> PyResult<_> {
         let d = pyo3::types::PyDict::new(py);
@@ -431,7 +444,7 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTens
     // error when IsValid fails.
     unsafe {
         if ffi::PyCapsule_IsValid(raw, NAME_VERSIONED.as_ptr()) != 1 {
-            return take_capsule(&cap).map(Some);
+            return take_capsule(&cap).map(|t| Some(NumpyImport::Tensor(t)));
         }
         let p = ffi::PyCapsule_GetPointer(raw, NAME_VERSIONED.as_ptr());
         let p = NonNull::new(p.cast::<DLManagedTensorVersioned>())
@@ -440,7 +453,8 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>) -> PyResult<Option<ImportedTens
             return Err(PyErr::fetch(py));
         }
         // An exact ndarray's capsule describes NumPy's own live memory.
-        ImportedTensor::from_versioned_trusted(p).py().map(Some)
+        let t = ImportedTensor::from_versioned_trusted(p).py()?;
+        Ok(Some(NumpyImport::Tensor(t)))
     }
 }
 

@@ -378,6 +378,11 @@ fn gpu_small_pageable_uploads_may_reuse_their_source_at_once() {
             a.write_all(&src, None).unwrap();
             src.fill(0xA5);
             drop(src);
+            if stream.is_none() {
+                // Lazy work on the legacy stream: pending, yet a drop need not wait (no
+                // host copy to free; the device buffer is freed on that stream).
+                assert!(a.has_pending_work() && !a.drop_may_wait(), "n={n}");
+            }
             let mut out = vec![0u8; n];
             if round % 4 < 2 {
                 a.read_all(&mut out, None).unwrap();
@@ -391,4 +396,14 @@ fn gpu_small_pageable_uploads_may_reuse_their_source_at_once() {
             assert!(out == want, "n={n} round={round}");
         }
     }
+    // With a host copy the drop waits for the lazy upload before freeing it: callers
+    // holding a lock (Python's GIL) are told so.
+    let mut a = RawArray::zeros_in(DType::U8, &[4096], 0, HostKind::Pageable).unwrap();
+    a.move_memory(Location::Device(0), None, true, None)
+        .unwrap();
+    a.write_all(&[7u8; 4096], None).unwrap();
+    assert!(a.has_host_copy() && a.has_pending_work() && a.drop_may_wait());
+    let mut out = vec![0u8; 4096];
+    a.read_all(&mut out, None).unwrap();
+    assert!(out.iter().all(|&b| b == 7));
 }

@@ -317,9 +317,10 @@ impl RawArray {
     }
 
     /// Whether dropping the array may block the host for pending work (callers holding
-    /// Python's GIL release it around such a drop).
+    /// Python's GIL release it around such a drop): recorded work, and with a host copy
+    /// any work at all (the drop waits for it before freeing that copy).
     pub fn drop_may_wait(&self) -> bool {
-        self.dev.drop_may_wait()
+        self.dev.drop_may_wait() || (self.host.is_some() && self.dev.has_pending())
     }
 
     /// Blocks the host until all work enqueued on this array has finished.
