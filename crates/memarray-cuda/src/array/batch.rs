@@ -87,7 +87,6 @@ impl RawArray {
         for a in arrays.iter() {
             a.check(None)?;
         }
-        let big = BATCH_BELOW;
         let mut batch: Vec<&mut RawArray> = Vec::new();
         for a in arrays.iter_mut() {
             if a.spilled {
@@ -99,7 +98,7 @@ impl RawArray {
                 continue;
             }
             let batchable = a.nbytes > 0
-                && a.nbytes < big
+                && a.nbytes < BATCH_BELOW
                 && match (a.location, target) {
                     (Location::Host, Location::Device(_)) => true,
                     (Location::Device(d), Location::Host) => match batch.first() {
