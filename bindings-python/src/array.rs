@@ -1,5 +1,6 @@
 //! `memarray.MemArray`: the Python face of [`RawArray`] (any dtype, ndim 0..=32).
 
+use crate::fork::Detach;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
@@ -97,8 +98,7 @@ pub(crate) fn drop_detached<T: Send>(value: T) {
         let in_flight = PyErr::take(py);
         // Releasing the GIL while the interpreter finalizes could hand it to a daemon
         // thread that is being torn down: free in place then.
-        let finalizing = IS_FINALIZING
-            .get_or_try_init(py, || -> PyResult<_> {
+        let finalizing = crate::fork::once(&IS_FINALIZING, py, || -> PyResult<_> {
                 Ok(py.import("sys")?.getattr("is_finalizing")?.unbind())
             })
             .and_then(|f| f.bind(py).call0()?.extract::<bool>())
@@ -106,7 +106,7 @@ pub(crate) fn drop_detached<T: Send>(value: T) {
         if finalizing {
             drop(value);
         } else {
-            py.detach(move || drop(value));
+            py.detach_section(move || drop(value));
         }
         if let Some(e) = in_flight {
             e.restore(py);
@@ -195,7 +195,7 @@ impl PyMemArray {
         {
             return f(&mut raw);
         }
-        py.detach(|| f(&mut self.shared.state()))
+        py.detach_section(|| f(&mut self.shared.state()))
     }
 
     /// Runs a short call `f` that may wait for pending device work (an export, a host
@@ -224,7 +224,7 @@ impl PyMemArray {
         py: Python<'_>,
         f: impl FnOnce(&mut RawArray) -> R + Send,
     ) -> R {
-        py.detach(|| f(&mut self.shared.state()))
+        py.detach_section(|| f(&mut self.shared.state()))
     }
 
     /// dtype and shape, read together.
@@ -283,7 +283,7 @@ impl PyMemArray {
         let host = crate::resources::resource_arg(host_resource)?;
         let device = crate::resources::resource_arg(device_resource)?;
         let raw = py
-            .detach(|| -> memarray_cuda::Result<RawArray> {
+            .detach_section(|| -> memarray_cuda::Result<RawArray> {
                 let mut raw = match (host, kind) {
                     (Some(h), _) => RawArray::zeros_with(dtype, &shape, device_id, h, None)?,
                     (None, Some(kind)) => RawArray::zeros_in(dtype, &shape, device_id, kind)?,
@@ -449,7 +449,7 @@ impl PyMemArray {
     /// Swaps contents with `other` without copying; both must be unlocked.
     fn swap(&self, py: Python<'_>, other: &Bound<'_, Self>) -> PyResult<()> {
         let other = other.get();
-        py.detach(|| self.shared.swap(&other.shared)).py()
+        py.detach_section(|| self.shared.swap(&other.shared)).py()
     }
 }
 

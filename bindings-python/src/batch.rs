@@ -1,5 +1,6 @@
 //! `memarray.move_many`: many arrays moved in one call.
 
+use crate::fork::Detach;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyTypeError;
@@ -52,7 +53,7 @@ pub fn move_many<'py>(
     }
     let arrays: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
     let released: Vec<Arc<HostBuffer>> = py
-        .detach(|| -> memarray_cuda::Result<_> {
+        .detach_section(|| -> memarray_cuda::Result<_> {
             RawArray::move_many(&mut Locked::new(&arrays).all_mut(), target, stream)?;
             // The copies are done (move_many waits): imports let go of the producers'
             // memory, which is dropped below with the GIL held (NumPy's deleter).
@@ -115,7 +116,7 @@ pub fn _numpy_to_device(
     };
     // Small copies cost less than a GIL hand-off.
     let raw = if nbytes >= crate::host_pool::POOL_MIN_BYTES {
-        py.detach(fill)
+        py.detach_section(fill)
     } else {
         fill()
     }

@@ -2,6 +2,7 @@
 //! `RawArray::{empty_on, zeros_on, full_on}`. A device-born array has no host buffer
 //! until its first move to the host; `zeros` there is a memset.
 
+use crate::fork::Detach;
 use pyo3::prelude::*;
 
 use memarray_core::Location;
@@ -44,7 +45,7 @@ fn args(
 /// The new array, made with the GIL released.
 fn born(py: Python<'_>, a: Args, fill: Fill<'_>) -> PyResult<PyMemArray> {
     let raw = py
-        .detach(|| {
+        .detach_section(|| {
             RawArray::born_with(
                 a.dtype,
                 &a.shape,
@@ -145,7 +146,7 @@ pub fn load(
     let kind = host_kind_arg(host_memory)?;
     let path = crate::convert::path(path, "path")?;
     let raw = py
-        .detach(|| RawArray::load_npy(&path, location, kind))
+        .detach_section(|| RawArray::load_npy(&path, location, kind))
         .py()?;
     Ok(raw.into())
 }

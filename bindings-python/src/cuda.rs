@@ -1,6 +1,7 @@
 //! `memarray.cuda`: availability, streams, events, and GPU interop (CUDA Array
 //! Interface export and import, DLPack import of device tensors).
 
+use crate::fork::Detach;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
@@ -47,7 +48,7 @@ fn device_count() -> PyResult<u32> {
 #[pyo3(signature = (device_id=None))]
 fn synchronize(py: Python<'_>, device_id: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let d = device_of(device_id)?;
-    py.detach(|| d.synchronize()).py()
+    py.detach_section(|| d.synchronize()).py()
 }
 
 static TYPESTRS: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();

@@ -3,6 +3,7 @@
 //! `memarray.gather`. Every call that may block (communicator setup, the first collective
 //! connecting peers, waits for arrays) runs with the GIL released.
 
+use crate::fork::Detach;
 use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ impl PyComm {
     ) -> PyResult<()> {
         let a = PyMemArray::arg(array, call)?.get();
         let comm: &Comm = &self.comm;
-        py.detach(|| {
+        py.detach_section(|| {
             let mut g = a.shared.state();
             // A spilled array comes back before the collective reads or writes it.
             g.restore(None, false, None)?;
@@ -73,7 +74,7 @@ impl PyComm {
             PyMemArray::arg(out, call)?.get(),
         );
         let comm: &Comm = &self.comm;
-        py.detach(|| {
+        py.detach_section(|| {
             let mut locked = Locked::new(&[a, o]);
             match locked.pair_mut(a, o) {
                 Some((a, o)) => {
@@ -242,7 +243,7 @@ fn load(py: Python<'_>, path: Option<&Bound<'_, PyAny>>) -> PyResult<(PathBuf, (
         Some(p) => Some(convert::path(p, "path")?),
         None => None,
     };
-    let info = py.detach(|| nccl::load(path.as_deref())).py()?;
+    let info = py.detach_section(|| nccl::load(path.as_deref())).py()?;
     Ok((info.path, info.version))
 }
 
@@ -255,7 +256,7 @@ fn is_loaded() -> bool {
 /// A new NCCL unique id (128 bytes).
 #[pyfunction]
 fn unique_id(py: Python<'_>) -> PyResult<Bound<'_, PyBytes>> {
-    let id = py.detach(UniqueId::new).py()?;
+    let id = py.detach_section(UniqueId::new).py()?;
     Ok(PyBytes::new(py, &id.to_bytes()))
 }
 
@@ -273,7 +274,7 @@ fn exchange_id_file<'py>(
     // Infinity waits forever; NaN and negatives are a ValueError, never a panic.
     let timeout = convert::seconds(timeout, "timeout")?;
     let id = py
-        .detach(|| UniqueId::exchange_file(&path, rank, timeout))
+        .detach_section(|| UniqueId::exchange_file(&path, rank, timeout))
         .py()?;
     Ok(PyBytes::new(py, &id.to_bytes()))
 }
@@ -297,7 +298,7 @@ fn init_rank(
     }
     .py()?;
     let comm = py
-        .detach(|| Comm::init_rank(device, size, rank, &id))
+        .detach_section(|| Comm::init_rank(device, size, rank, &id))
         .py()?;
     Ok(PyComm {
         comm: ManuallyDrop::new(Arc::new(comm)),
@@ -311,7 +312,7 @@ fn init_all<'py>(py: Python<'py>, devices: &Bound<'py, PyAny>) -> PyResult<Bound
         .try_iter()?
         .map(|d| convert::int(&d?, "devices entry"))
         .collect::<PyResult<_>>()?;
-    let comms = py.detach(|| Comm::init_all(&devices)).py()?;
+    let comms = py.detach_section(|| Comm::init_all(&devices)).py()?;
     let out = PyList::empty(py);
     for c in comms {
         let comm = ManuallyDrop::new(Arc::new(c));
@@ -329,7 +330,7 @@ fn group_start() -> PyResult<()> {
 /// ncclGroupEnd (this thread): launches the group's collectives (GIL released).
 #[pyfunction]
 fn group_end(py: Python<'_>) -> PyResult<()> {
-    py.detach(nccl::group_end).py()
+    py.detach_section(nccl::group_end).py()
 }
 
 /// scatter(array, devices)
@@ -356,7 +357,7 @@ pub fn scatter<'py>(
             }
         }
     }
-    let parts = py.detach(|| a.shared.state().scatter(&ids, None)).py()?;
+    let parts = py.detach_section(|| a.shared.state().scatter(&ids, None)).py()?;
     let out = PyList::empty(py);
     for p in parts {
         out.append(Py::new(py, PyMemArray::from(p))?)?;
@@ -386,7 +387,7 @@ pub fn gather(
     }
     let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
     let out = py
-        .detach(|| {
+        .detach_section(|| {
             let locked = Locked::new(&parts);
             // Every part was locked above; `get` finds each.
             let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();

@@ -94,8 +94,7 @@ static NDARRAY: PyOnceLock<Py<pyo3::types::PyType>> = PyOnceLock::new();
 
 /// `numpy.ndarray`, looked up once.
 pub fn ndarray_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
-    Ok(NDARRAY
-        .get_or_try_init(py, || -> PyResult<_> {
+    Ok(crate::fork::once(&NDARRAY, py, || -> PyResult<_> {
             Ok(py
                 .import("numpy")?
                 .getattr("ndarray")?
@@ -127,6 +126,18 @@ pub(crate) fn numpy_dtype_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> 
         .map(|i| DType::ALL[i]))
 }
 
+/// Fills the NumPy tables when NumPy is loaded (before a fork: a child that filled them
+/// itself would import `ml_dtypes`, and hang on the import lock of a parent thread that was
+/// importing it when the process forked).
+pub fn fill_tables(py: Python<'_>) -> PyResult<()> {
+    if py.import("sys")?.getattr("modules")?.contains("numpy")? {
+        numpy_dtype(py, DType::F64)?;
+        ndarray_type(py)?;
+        known_dtype(&py.None().into_bound(py))?;
+    }
+    Ok(())
+}
+
 /// The dtype of a NumPy dtype object or scalar type memarray made or knows (`np.float32`,
 /// `np.dtype("int8")`) by identity: the common case costs no NumPy call (about 2 us
 /// saved per array constructor).
@@ -135,7 +146,7 @@ fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
         return Ok(Some(d));
     }
     let py = obj.py();
-    let scalars = NP_SCALAR_TYPES.get_or_try_init(py, || -> PyResult<_> {
+    let scalars = crate::fork::once(&NP_SCALAR_TYPES, py, || -> PyResult<_> {
         let np = py.import("numpy")?;
         DType::ALL
             .iter()
@@ -160,7 +171,7 @@ fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
 
 /// The NumPy dtype object for `d` (bfloat16 needs `ml_dtypes`).
 pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>> {
-    let all = NP_DTYPES.get_or_try_init(py, || -> PyResult<_> {
+    let all = crate::fork::once(&NP_DTYPES, py, || -> PyResult<_> {
         let np = py.import("numpy")?;
         DType::ALL
             .iter()

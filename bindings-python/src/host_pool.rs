@@ -12,6 +12,7 @@
 //! the default; `0` turns the pool off: `np.empty` as before). `memarray.resources.
 //! release_numpy_pool()` hands the cached blocks back to the system.
 
+use crate::fork::Detach;
 use std::ffi::{CStr, c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
@@ -236,7 +237,7 @@ pub(crate) unsafe fn fill_bytes_view(
 #[pyfunction]
 pub fn release_numpy_pool(py: Python<'_>) -> u64 {
     match pool() {
-        Some(p) => py.detach(|| p.release_cached()) as u64,
+        Some(p) => py.detach_section(|| p.release_cached()) as u64,
         None => 0,
     }
 }

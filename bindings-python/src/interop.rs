@@ -4,6 +4,7 @@
 //! and a resource over Python callables (RMM's device resources).
 //! `memarray/torch.py`, `memarray/rmm.py` and `memarray/_pressure.py` are the Python half.
 
+use crate::fork::Detach;
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::ptr::NonNull;
@@ -96,7 +97,10 @@ pub unsafe extern "C-unwind" fn memarray_torch_malloc(
     device: c_int,
     stream: *mut c_void,
 ) -> *mut c_void {
-    let got = std::panic::catch_unwind(|| torch_alloc(size, device, stream as usize));
+    let got = std::panic::catch_unwind(|| {
+        let _section = crate::fork::foreign_section();
+        torch_alloc(size, device, stream as usize)
+    });
     let message = match got {
         Ok(Ok(p)) => return p as *mut c_void,
         Ok(Err(m)) => m,
@@ -152,7 +156,10 @@ pub unsafe extern "C" fn memarray_torch_free(
     _device: c_int,
     _stream: *mut c_void,
 ) {
-    let _ = std::panic::catch_unwind(|| torch_release(ptr as usize, size));
+    let _ = std::panic::catch_unwind(|| {
+        let _section = crate::fork::foreign_section();
+        torch_release(ptr as usize, size)
+    });
 }
 
 /// Adds `stream` to the streams a torch block's free waits for; False if `ptr` is not a
@@ -424,7 +431,7 @@ impl Pinning {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        py.detach(|| drop(r));
+        py.detach_section(|| drop(r));
     }
 }
 
@@ -471,7 +478,7 @@ fn pin(
     // the owner alive while pinned (Numba's PinnedMemory holds it), and the Python wrapper
     // holds it too.
     let reg = py
-        .detach(|| unsafe {
+        .detach_section(|| unsafe {
             memarray_cuda::resource::HostRegistration::new(&dev, ptr, size, flags)
         })
         .map_err(crate::errors::cuda_err)?;

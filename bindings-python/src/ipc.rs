@@ -2,6 +2,7 @@
 //! arrays shared between processes (over `memarray_cuda::ipc`). Handles pickle (the 157
 //! serialised bytes plus dtype and shape), so they travel through `multiprocessing`.
 
+use crate::fork::Detach;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -92,7 +93,7 @@ pub fn _ipc_handle_from_bytes(
 pub fn from_ipc_handle(py: Python<'_>, handle: &PyIpcHandle) -> PyResult<PyMemArray> {
     let (h, dtype, shape) = (handle.handle, handle.dtype, handle.shape.clone());
     let raw = py
-        .detach(|| RawArray::from_ipc_handle(&h, dtype, &shape))
+        .detach_section(|| RawArray::from_ipc_handle(&h, dtype, &shape))
         .py()?;
     Ok(raw.into())
 }

@@ -3,6 +3,7 @@
 //! are parsed here (MemArrays, `In(a)` / `Out(a)`, NumPy scalars, bytes) and
 //! `launch_shared` (with the GIL released) locks each distinct array once and launches.
 
+use crate::fork::Detach;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -48,7 +49,7 @@ impl PyModule_ {
             )));
         };
         let device = device_of(device_id)?;
-        let inner = py.detach(|| Module::load(&device, &bytes)).py()?;
+        let inner = py.detach_section(|| Module::load(&device, &bytes)).py()?;
         Ok(Self { inner })
     }
 
@@ -66,7 +67,7 @@ impl PyModule_ {
         let options = options.unwrap_or_default();
         let opts: Vec<&str> = options.iter().map(String::as_str).collect();
         let inner = py
-            .detach(|| Module::from_cuda_source(&device, source, name, &opts))
+            .detach_section(|| Module::from_cuda_source(&device, source, name, &opts))
             .py()?;
         Ok(Self { inner })
     }
@@ -279,7 +280,7 @@ impl PyFunction {
             })
             .collect();
         let f = &self.inner;
-        py.detach(|| launch_shared(f, cfg, stream, &list)).py()
+        py.detach_section(|| launch_shared(f, cfg, stream, &list)).py()
     }
 
     fn __repr__(&self) -> String {

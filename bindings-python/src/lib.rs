@@ -18,6 +18,7 @@ mod dlpack;
 mod dtype;
 mod element;
 mod errors;
+mod fork;
 mod host_pool;
 mod interop;
 mod ipc;
@@ -123,5 +124,6 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     interop::register(m)?;
     distributed::register(m)?;
     spill::register(m)?;
+    fork::register(m)?;
     Ok(())
 }

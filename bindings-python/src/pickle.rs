@@ -9,6 +9,7 @@
 //! and that device exist there, else on the host. A locked array refuses to pickle with
 //! `LockError`. Unpickling validates dtype, shape and payload size before it allocates.
 
+use crate::fork::Detach;
 use std::ffi::c_int;
 use std::sync::Arc;
 
@@ -131,7 +132,7 @@ pub fn _from_pickle(
         )));
     }
     let raw = py
-        .detach(|| -> memarray_cuda::Result<RawArray> {
+        .detach_section(|| -> memarray_cuda::Result<RawArray> {
             let mut raw = match kind {
                 Some(kind) => RawArray::zeros_in(dtype, &shape, device_id, kind)
                     .or_else(|_| RawArray::zeros(dtype, &shape, device_id))?,

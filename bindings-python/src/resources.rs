@@ -2,6 +2,7 @@
 //! ones (`Statistics(Pool(Device(0)))`), and the per-device default that arrays' device
 //! buffers come from. `memarray/resources.py` wraps these in classes.
 
+use crate::fork::Detach;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -110,7 +111,7 @@ impl PyResource {
     /// Gives cached memory back (pools below); returns the bytes released.
     fn release_cached(&self, py: Python<'_>) -> usize {
         let r = self.resource();
-        py.detach(|| r.release_cached())
+        py.detach_section(|| r.release_cached())
     }
 
     /// The counters of a Statistics resource (current / peak / total bytes and counts,
@@ -197,7 +198,7 @@ impl PyResource {
                 self.handle.resource().name()
             )));
         };
-        let (live, timeline, events) = py.detach(|| (t.live(), t.timeline(), t.events()));
+        let (live, timeline, events) = py.detach_section(|| (t.live(), t.timeline(), t.events()));
         let d = PyDict::new(py);
         d.set_item("resource", t.name())?;
         d.set_item("source", t.source().name())?;
@@ -266,7 +267,7 @@ impl PyResource {
         let source = parse_source(source)?;
         let r = self.resource();
         let ptr = py
-            .detach(|| {
+            .detach_section(|| {
                 attributed(source, || {
                     allocate_with_relief(&*r, bytes, ALIGN, stream, false)
                         .map(|p| p.as_ptr() as usize)
@@ -396,7 +397,7 @@ impl Allocation {
         let stream = crate::stream::parse_move_stream(stream)?
             .map(RawStream::from)
             .or(self.stream);
-        py.detach(|| self.release(stream));
+        py.detach_section(|| self.release(stream));
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 //! `memarray_cuda::spill`, and the array's side: `spilled`, `prefetch` and the scoped
 //! device access `device_view`.
 
+use crate::fork::Detach;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
@@ -234,7 +235,7 @@ fn _spill_enable(
         host_budget: bytes_arg(host_budget, "host_budget")?,
         file_dir,
     };
-    py.detach(|| spill::enable(device, settings)).py()
+    py.detach_section(|| spill::enable(device, settings)).py()
 }
 
 /// Turns spilling off for `device`.
@@ -290,7 +291,7 @@ fn _spill_statistics<'py>(
 fn _spill_evict(py: Python<'_>, a: &Bound<'_, PyAny>) -> PyResult<()> {
     let a = PyMemArray::arg(a, "evict")?.get();
     // Pointers handed out through __cuda_array_interface__ pin the array until allowed.
-    py.detach(|| a.shared.evict()).py()
+    py.detach_section(|| a.shared.evict()).py()
 }
 
 /// Forgets the CUDA Array Interface pointers `a` handed out, so it may spill; returns
@@ -307,7 +308,7 @@ fn _spill_allow(a: &Bound<'_, PyAny>) -> PyResult<usize> {
 /// Applies `MEMARRAY_SPILL` and friends once; a bad value is a ValueError.
 #[pyfunction]
 fn _spill_from_env(py: Python<'_>) -> PyResult<()> {
-    py.detach(spill::enable_from_env)
+    py.detach_section(spill::enable_from_env)
         .map_err(PyValueError::new_err)
 }
 

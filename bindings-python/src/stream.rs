@@ -5,6 +5,7 @@
 //! (returns `(version, handle)`: `cuda.core` streams, newer CuPy), or a torch / CuPy
 //! stream object (its `cuda_stream` / `ptr`).
 
+use crate::fork::Detach;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -167,7 +168,7 @@ impl PyStream {
     /// Blocks until all work on the stream is done.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let s = &self.stream;
-        py.detach(|| s.synchronize()).py()
+        py.detach_section(|| s.synchronize()).py()
     }
 
     /// Makes later work on this stream wait for `event` (no host block).
@@ -222,7 +223,7 @@ impl PyEvent {
     /// Blocks until the recorded work is done.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let e = &self.event;
-        py.detach(|| e.synchronize()).py()
+        py.detach_section(|| e.synchronize()).py()
     }
 
     /// Whether the recorded work is done.

@@ -9,6 +9,7 @@
 pub(crate) mod exchange;
 mod ndarray;
 
+use crate::fork::Detach;
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
@@ -428,7 +429,7 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
         }
         return ndarray::view(obj, &l).map(|t| Some(NumpyImport::Tensor(t)));
     }
-    let kwargs = MAX_VERSION_KW.get_or_try_init(py, || -> PyResult<_> {
+    let kwargs = crate::fork::once(&MAX_VERSION_KW, py, || -> PyResult<_> {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("max_version", (1, 3))?;
         Ok(d.unbind())
@@ -472,7 +473,7 @@ pub(crate) fn import_tensor(
     if shares {
         return import_with(t, copy, producer);
     }
-    py.detach(|| import_with(t, copy, producer))
+    py.detach_section(|| import_with(t, copy, producer))
 }
 
 fn import_with(t: ImportedTensor, copy: Option<bool>, producer: StreamRef) -> PyResult<RawArray> {

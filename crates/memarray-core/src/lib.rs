@@ -32,6 +32,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod fork;
 pub mod host;
 pub mod indexer;
 pub mod lock;

@@ -985,10 +985,12 @@ impl Worker {
 /// worker left runs on the caller's thread).
 const MAX_WORKERS: usize = 2 * MAX_THREADS;
 
-/// The idle workers, and how many exist.
+/// The idle workers, and how many exist, in the fork generation that started them (a
+/// forked child has none of its parent's threads: it starts its own).
 struct Pool {
     idle: Vec<Arc<Worker>>,
     started: usize,
+    generation: u64,
 }
 
 fn pool() -> &'static Mutex<Pool> {
@@ -997,6 +999,7 @@ fn pool() -> &'static Mutex<Pool> {
         Mutex::new(Pool {
             idle: Vec::new(),
             started: 0,
+            generation: memarray_core::fork::generation(),
         })
     })
 }
@@ -1007,6 +1010,13 @@ fn pool() -> &'static Mutex<Pool> {
 /// its own thread.
 fn take_workers(n: usize) -> Vec<Arc<Worker>> {
     let mut p = pool().lock().unwrap_or_else(PoisonError::into_inner);
+    let generation = memarray_core::fork::generation();
+    if p.generation != generation {
+        // The parent's workers do not exist here; their handles are dropped unused.
+        p.idle.clear();
+        p.started = 0;
+        p.generation = generation;
+    }
     let keep = p.idle.len().saturating_sub(n);
     let mut got = p.idle.split_off(keep);
     while got.len() < n && p.started < MAX_WORKERS {
@@ -1022,11 +1032,11 @@ fn take_workers(n: usize) -> Vec<Arc<Worker>> {
 }
 
 fn give_back(workers: Vec<Arc<Worker>>) {
-    pool()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .idle
-        .extend(workers);
+    let mut p = pool().lock().unwrap_or_else(PoisonError::into_inner);
+    // Workers of a parent (a fork happened while they were lent) are not kept.
+    if p.generation == memarray_core::fork::generation() {
+        p.idle.extend(workers);
+    }
 }
 
 fn start_worker(number: usize) -> Option<Arc<Worker>> {
@@ -1339,6 +1349,34 @@ mod tests {
         }
         let mut short = vec![0u8; 3];
         assert!(copy_host(&mut short, &[1, 2, 3, 4]).is_err());
+    }
+
+    #[test]
+    fn issue26_item1_a_forked_child_starts_its_own_workers() {
+        use std::sync::atomic::AtomicUsize;
+        // The parent has idle workers; a child inherits their handles, not their threads.
+        parallel(4, &|_| Ok(())).unwrap();
+        // SAFETY: the child runs Rust code of this crate, then _exit (no harness code).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: ends the child if the work below hangs (the old pool handed jobs to
+            // threads that do not exist in a child).
+            unsafe { libc::alarm(10) };
+            let total = AtomicUsize::new(0);
+            let ok = parallel(4, &|_| {
+                total.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .is_ok();
+            let code = if ok && total.load(Ordering::SeqCst) == 4 { 0 } else { 1 };
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "the child's parallel work hung or failed: status {status}");
     }
 
     #[test]

@@ -1,0 +1,144 @@
+"""Fork safety (issue 26, item 1): a process forked while other threads are inside memarray
+(releasing the NumPy block pool, copying arrays out, allocating through Tracking, filling
+the dtype table) gets a child whose memarray works: no lock, once-cell or worker thread is
+inherited half-held. Each scenario runs in a fresh interpreter; each child has an alarm, so
+a hang is a failed child, not a hung run."""
+
+from __future__ import annotations
+
+from children import child_stdout
+
+CHURN = """
+import os, signal, sys, threading
+import numpy as np
+import memarray
+from memarray import resources
+
+stop = threading.Event()
+tracked = resources.Tracking(resources.Host(), stacks=True)
+
+def release():
+    while not stop.is_set():
+        resources.release_numpy_pool()
+
+def to_numpy():
+    a = memarray.MemArray([1 << 18], np.float32)  # 1 MiB: the block pool
+    while not stop.is_set():
+        a.to_numpy()
+
+def track():
+    while not stop.is_set():
+        tracked.allocate(4096).free()
+
+def dtypes():
+    names = ["float16", "int8", "complex128", "bool", "uint64"]
+    i = 0
+    while not stop.is_set():
+        memarray.zeros((3,), names[i % len(names)]).to_numpy()
+        i += 1
+
+def child_work():
+    signal.alarm(20)
+    a = memarray.MemArray([1 << 18], np.float32)
+    for _ in range(3):
+        assert a.to_numpy().nbytes == 1 << 20
+    resources.release_numpy_pool()
+    tracked.allocate(1 << 16).free()
+    b = memarray.asarray(np.arange(1 << 20, dtype=np.float64))
+    assert float(b.to_numpy().sum()) == float((1 << 20) * ((1 << 20) - 1) // 2)
+    # The host thread pool: a parallel .npy load in the child.
+    path = f"/tmp/memarray-fork-{os.getpid()}.npy"
+    np.save(path, np.arange(1 << 22, dtype=np.float32))
+    try:
+        assert memarray.load(path).to_numpy()[-1] == (1 << 22) - 1
+    finally:
+        os.unlink(path)
+"""
+
+
+def test_issue26_item1_os_fork_under_churn_never_hangs_a_child():
+    out = child_stdout(
+        CHURN
+        + """
+threads = [threading.Thread(target=f) for f in (release, to_numpy, track, dtypes, release)]
+for t in threads:
+    t.start()
+bad = []
+for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 60):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child_work()
+        except BaseException as e:
+            print("child failed:", repr(e), file=sys.stderr)
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        bad.append(status)
+stop.set()
+for t in threads:
+    t.join()
+print("bad", bad)
+""",
+        timeout=600,
+    )
+    assert "bad []" in out, out
+
+
+def test_issue26_item1_multiprocessing_fork_children_under_churn():
+    out = child_stdout(
+        CHURN
+        + """
+import multiprocessing as mp
+
+def work(i):
+    child_work()
+    return i
+
+if __name__ == "__main__":
+    threads = [threading.Thread(target=f) for f in (release, to_numpy, track, dtypes)]
+    for t in threads:
+        t.start()
+    ctx = mp.get_context("fork")
+    done = []
+    for _ in range(4):
+        with ctx.Pool(4) as p:
+            done += p.map(work, range(8), chunksize=1)
+    stop.set()
+    for t in threads:
+        t.join()
+    print("done", sorted(done) == sorted(list(range(8)) * 4))
+""",
+        timeout=600,
+    )
+    assert "done True" in out, out
+
+
+def test_issue26_item1_fork_while_the_dtype_table_is_first_filled():
+    # A fresh interpreter per round: the table is empty until a thread's first use fills it
+    # (importing ml_dtypes). NumPy is imported first: a child forked while another thread
+    # imports a module hangs on that module's import lock (CPython's rule, not memarray's).
+    for _ in range(5):
+        out = child_stdout(
+            """
+import os, threading
+import numpy
+import memarray
+t = threading.Thread(target=lambda: memarray.zeros((2,), "float16").to_numpy())
+t.start()
+pids = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        import signal
+        signal.alarm(20)
+        ok = memarray.zeros((2,), "int16").to_numpy().sum() == 0
+        os._exit(0 if ok else 3)
+    pids.append(pid)
+t.join()
+print("statuses", [os.waitpid(p, 0)[1] for p in pids])
+""",
+            timeout=300,
+        )
+        assert "statuses [0, 0, 0, 0, 0, 0, 0, 0]" in out, out
