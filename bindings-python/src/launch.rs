@@ -196,18 +196,22 @@ impl PyFunction {
         self.inner.param_sizes().to_vec()
     }
 
-    /// `(grid, block)` for one thread per element of `n`, the grid capped at the blocks
-    /// the device holds at once.
+    /// `(grid, block)` for one thread per element of `n`: every element gets a thread, for
+    /// kernels written as `if (i < n) ...`. The default of `launch`.
     fn config_for(&self, n: u64) -> ((u32, u32, u32), (u32, u32, u32)) {
-        let c = self.inner.config_for(n);
-        (
-            (c.grid[0], c.grid[1], c.grid[2]),
-            (c.block[0], c.block[1], c.block[2]),
-        )
+        dims_of(self.inner.config_for(n))
+    }
+
+    /// `(grid, block)` for a grid-stride kernel (`for (i = ...; i < n; i += gridDim.x *
+    /// blockDim.x)`): the grid capped at the blocks the device holds at once. A
+    /// one-thread-per-element kernel launched this way skips the elements past the grid.
+    fn config_grid_stride(&self, n: u64) -> ((u32, u32, u32), (u32, u32, u32)) {
+        dims_of(self.inner.config_grid_stride(n))
     }
 
     /// Launches the kernel (see the class docs). Without `grid` and `block`: one thread
-    /// per element of the largest array argument (`config_for`).
+    /// per element of the largest array argument (`config_for`); a grid-stride kernel may
+    /// pass `config_grid_stride(n)`'s grid and block instead.
     #[pyo3(signature = (*args, grid=None, block=None, shared_bytes=0, stream=None))]
     fn launch(
         &self,
@@ -290,6 +294,14 @@ impl PyFunction {
             self.inner.param_sizes()
         )
     }
+}
+
+/// A launch configuration's grid and block as Python tuples.
+fn dims_of(c: LaunchConfig) -> ((u32, u32, u32), (u32, u32, u32)) {
+    (
+        (c.grid[0], c.grid[1], c.grid[2]),
+        (c.block[0], c.block[1], c.block[2]),
+    )
 }
 
 pub fn register(cuda: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {

@@ -152,3 +152,32 @@ def test_a_missing_nvrtc_is_a_clear_error():
     )
     assert_clean(r)
     assert "refused:" in r.stdout and "/nonexistent/libnvrtc.so" in r.stdout, r.stdout
+
+
+# One thread per element, no loop: what a newcomer writes first.
+EACH = r"""
+#include <memarray/indexer.cuh>
+extern "C" __global__ void mark(memarray::Indexer<1> o) {
+    uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    if (i < o.len()) static_cast<unsigned char*>(o.data)[i] = 1;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_issue26_item2_the_default_launch_covers_every_element():
+    try:
+        f = mc.Module.from_source(EACH, "mark.cu", [f"-I{INCLUDE}"]).function("mark")
+    except memarray.CudaUnavailableError as e:
+        if os.environ.get("MEMARRAY_REQUIRE_NVRTC") == "1":
+            raise
+        pytest.skip(f"no NVRTC: {e}")
+    n = 2_100_000
+    grid, block = f.config_for(n)
+    assert grid[0] * block[0] >= n
+    sgrid, sblock = f.config_grid_stride(n)
+    assert sgrid[0] <= grid[0] and sblock == block
+    a = memarray.zeros((n,), "uint8", device="cuda")
+    f.launch(a)  # no grid: one thread per element of the largest array
+    touched = int(a.to_numpy().sum())
+    assert touched == n, f"{touched} of {n} elements touched"

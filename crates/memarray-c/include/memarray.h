@@ -436,14 +436,24 @@ memarray_status memarray_function_params(const memarray_function *f,
                                          size_t *sizes,
                                          size_t capacity);
 
-// One thread per element of `n`, in blocks of the size that maximises occupancy, the
-// grid capped at the blocks the device holds at once (the kernel loops over the rest).
+// One thread per element of `n`, in blocks of the size that maximises occupancy: every
+// element gets a thread (kernels written as `if (i < n) ...`).
 //
 // # Safety
 // `f` is live; `out` is writable.
 memarray_status memarray_function_config_for(const memarray_function *f,
                                              uint64_t n,
                                              memarray_launch_config *out);
+
+// A grid-stride configuration for `n` elements: the grid capped at the blocks the device
+// holds at once. Only for kernels that loop (`i += gridDim.x * blockDim.x`): a
+// one-thread-per-element kernel launched this way skips the elements past the grid.
+//
+// # Safety
+// `f` is live; `out` is writable.
+memarray_status memarray_function_config_grid_stride(const memarray_function *f,
+                                                     uint64_t n,
+                                                     memarray_launch_config *out);
 
 // Launches `f` with `*config` on `stream` (NULL: the legacy default stream) with
 // `args[0..nargs)`. Each array argument moves to the kernel's device, the stream waits

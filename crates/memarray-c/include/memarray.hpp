@@ -389,9 +389,16 @@ public:
     Function& operator=(const Function&) = delete;
     ~Function() { memarray_function_free(f_); }
 
+    // One thread per element of n (kernels written as `if (i < n) ...`).
     memarray_launch_config config_for(uint64_t n) const {
         memarray_launch_config c{};
         detail::check(memarray_function_config_for(f_, n, &c));
+        return c;
+    }
+    // The grid capped at the blocks the device holds at once: grid-stride kernels only.
+    memarray_launch_config config_grid_stride(uint64_t n) const {
+        memarray_launch_config c{};
+        detail::check(memarray_function_config_grid_stride(f_, n, &c));
         return c;
     }
     // Launches with arrays (Read{a} / Write{a}) and trivially copyable values, ordered

@@ -95,7 +95,11 @@ impl From<CudaError> for Error {
         let status = match &e {
             CudaError::Core(c) => core_status(c),
             CudaError::Unavailable { .. } => S::CudaUnavailable,
-            CudaError::BadSetting { .. } | CudaError::NoSuchDevice { .. } => S::InvalidArgument,
+            // A resource whose memory the array or device cannot use is the caller's
+            // argument (Python: ValueError), never an allocation failure.
+            CudaError::BadSetting { .. }
+            | CudaError::NoSuchDevice { .. }
+            | CudaError::Inaccessible { .. } => S::InvalidArgument,
             CudaError::Array(
                 ArrayError::NotOnHost { .. }
                 | ArrayError::NotOnDevice { .. }
@@ -190,4 +194,20 @@ pub(crate) fn check_out<T>(out: *mut T, name: &str) -> Result<()> {
         return Err(Error::arg(format!("{name} is NULL")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memarray_core::Location;
+
+    #[test]
+    fn issue26_item3_a_refused_resource_is_an_invalid_argument() {
+        let e = Error::from(CudaError::Inaccessible {
+            resource: "host".into(),
+            location: Location::Device(0),
+        });
+        assert_eq!(e.status, memarray_status::InvalidArgument);
+        assert!(e.message.contains("not accessible from"), "{}", e.message);
+    }
 }

@@ -218,8 +218,8 @@ pub unsafe extern "C" fn memarray_function_params(
     })
 }
 
-/// One thread per element of `n`, in blocks of the size that maximises occupancy, the
-/// grid capped at the blocks the device holds at once (the kernel loops over the rest).
+/// One thread per element of `n`, in blocks of the size that maximises occupancy: every
+/// element gets a thread (kernels written as `if (i < n) ...`).
 ///
 /// # Safety
 /// `f` is live; `out` is writable.
@@ -229,10 +229,39 @@ pub unsafe extern "C" fn memarray_function_config_for(
     n: u64,
     out: *mut memarray_launch_config,
 ) -> memarray_status {
+    // SAFETY: the caller's contract.
+    unsafe { config_out(f, out, |f| f.config_for(n)) }
+}
+
+/// A grid-stride configuration for `n` elements: the grid capped at the blocks the device
+/// holds at once. Only for kernels that loop (`i += gridDim.x * blockDim.x`): a
+/// one-thread-per-element kernel launched this way skips the elements past the grid.
+///
+/// # Safety
+/// `f` is live; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn memarray_function_config_grid_stride(
+    f: *const memarray_function,
+    n: u64,
+    out: *mut memarray_launch_config,
+) -> memarray_status {
+    // SAFETY: the caller's contract.
+    unsafe { config_out(f, out, |f| f.config_grid_stride(n)) }
+}
+
+/// Writes `pick(f)` to `out`.
+///
+/// # Safety
+/// `f` is NULL or live; `out` is NULL or writable.
+unsafe fn config_out(
+    f: *const memarray_function,
+    out: *mut memarray_launch_config,
+    pick: impl Fn(&memarray_cuda::launch::Function) -> memarray_cuda::launch::LaunchConfig,
+) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
         let f = unsafe { non_null(f, "function") }?;
-        let c = f.inner.config_for(n);
+        let c = pick(&f.inner);
         let cfg = memarray_launch_config {
             grid: c.grid,
             block: c.block,

@@ -22,7 +22,8 @@
 //! let f = Module::load(&device, &ptx)?.function("scale_f32_n1")?;
 //! let mut a = RawArray::from_bytes(DType::F32, &[1024], &[0u8; 4096], 0)?;
 //! let stream = Stream::new(&device)?;
-//! // One thread per element, the grid capped at the blocks the device holds at once.
+//! // One thread per element: every element of `a` gets a thread (`if (i < n)` kernels).
+//! // A kernel that loops grid-stride can take `f.config_grid_stride(a.len())` instead.
 //! let cfg = f.config_for(a.len());
 //! launch(&f, cfg, Some(stream.as_ref()), &mut [Arg::Write(&mut a), Arg::value(2.0f32)])?;
 //! assert_eq!(a.location(), Location::Device(0));
@@ -189,20 +190,46 @@ impl Function {
         &self.params
     }
 
-    /// One thread per element of `n`, in blocks of the size that maximises occupancy, the
-    /// grid capped at the blocks the device holds at once (the kernel loops over the
-    /// rest, as the seed's kernel does).
+    /// One thread per element of `n` (the default when no grid is given): `n` rounded up
+    /// to whole blocks of the size that maximises occupancy, so a kernel written as
+    /// `if (i < n) ...` touches every element. The x-dimension holds up to 2^31 - 1
+    /// blocks: with blocks of at least 32 threads that is 68 billion elements, more than
+    /// any device's memory holds of the smallest element.
     pub fn config_for(&self, n: u64) -> LaunchConfig {
-        let block = self.block.max(1);
-        let needed = n.div_ceil(u64::from(block)).max(1);
+        covering(n, self.block)
+    }
+
+    /// A grid-stride configuration: blocks of the occupancy-maximising size, the grid
+    /// capped at the blocks the device holds at once. Only for kernels that loop
+    /// (`for (i = ...; i < n; i += gridDim.x * blockDim.x)`, as the seed's kernel does):
+    /// a one-thread-per-element kernel launched this way skips every element past the
+    /// grid.
+    pub fn config_grid_stride(&self, n: u64) -> LaunchConfig {
         let resident = u64::from(self.module.device.multiprocessor_count().max(1))
             * u64::from(self.blocks_per_sm.max(1));
-        LaunchConfig {
-            grid: [needed.min(resident) as u32, 1, 1],
-            block: [block, 1, 1],
-            shared_bytes: 0,
-        }
+        grid_stride(n, self.block, resident)
     }
+}
+
+/// The largest grid x-dimension CUDA launches.
+const MAX_GRID_X: u64 = (1 << 31) - 1;
+
+/// `n` threads in blocks of `block` (one thread per element).
+fn covering(n: u64, block: u32) -> LaunchConfig {
+    let block = block.max(1);
+    let blocks = n.div_ceil(u64::from(block)).clamp(1, MAX_GRID_X);
+    LaunchConfig {
+        grid: [blocks as u32, 1, 1],
+        block: [block, 1, 1],
+        shared_bytes: 0,
+    }
+}
+
+/// As [`covering`], the grid capped at `resident` blocks (grid-stride kernels).
+fn grid_stride(n: u64, block: u32, resident: u64) -> LaunchConfig {
+    let mut c = covering(n, block);
+    c.grid[0] = c.grid[0].min(resident.clamp(1, MAX_GRID_X) as u32);
+    c
 }
 
 /// A launch's grid and block (x, y, z) and dynamic shared memory.
@@ -520,5 +547,28 @@ pub fn end_access(
         array.wrote(op)
     } else {
         array.was_read(&op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue26_item2_the_default_grid_gives_every_element_a_thread() {
+        // The H100 case: 2,100,000 elements, blocks of 1024, 132 SMs x 2 resident blocks.
+        for (n, block) in [(2_100_000u64, 1024u32), (1, 256), (1 << 35, 32), (1023, 1024)] {
+            let c = covering(n, block);
+            let threads = u64::from(c.grid[0]) * u64::from(c.block[0]);
+            assert!(threads >= n, "{n} elements, {threads} threads");
+            assert!(threads - n < u64::from(block), "one partial block at most");
+            assert_eq!((c.grid[1], c.grid[2], c.block[1], c.block[2]), (1, 1, 1, 1));
+        }
+        assert_eq!(covering(2_100_000, 1024).grid[0], 2051);
+        assert_eq!(covering(0, 128).grid[0], 1); // a grid is at least one block
+        // Grid-stride: capped at the resident blocks, and never above the covering grid.
+        assert_eq!(grid_stride(2_100_000, 1024, 264).grid[0], 264);
+        assert_eq!(grid_stride(1000, 1024, 264).grid[0], 1);
+        assert_eq!(grid_stride(u64::MAX, 1, u64::MAX).grid[0] as u64, MAX_GRID_X);
     }
 }

@@ -273,6 +273,12 @@ static void launch_a_user_kernel(void) {
     OK(memarray_array_move(a, 0, s1, false, 0));
     memarray_launch_config cfg;
     OK(memarray_function_config_for(fn, R * C, &cfg));
+    /* Issue 26 item 2: the default covers every element; grid-stride is capped by name. */
+    memarray_launch_config big, stride;
+    OK(memarray_function_config_for(fn, 2100000, &big));
+    CHECK((uint64_t)big.grid[0] * big.block[0] >= 2100000);
+    OK(memarray_function_config_grid_stride(fn, 2100000, &stride));
+    CHECK(stride.grid[0] >= 1 && stride.grid[0] <= big.grid[0] && stride.block[0] == big.block[0]);
     memarray_kernel_arg arg = {MEMARRAY_ARG_KIND_WRITE, a, 0, NULL, 0};
     OK(memarray_launch(fn, &cfg, s2, &arg, 1));
     OK(memarray_launch(fn, &cfg, s1, &arg, 1));
@@ -354,6 +360,14 @@ static void device_calls(void) {
     FAILS(memarray_module_load(0, "not ptx", 7, &m), MEMARRAY_STATUS_INVALID_ARGUMENT, "kernel module");
     launch_a_user_kernel();
     FAILS(memarray_stream_create(n + 3, &s), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
+    /* Issue 26 item 3: refusing a host resource as a device's default, and as an array's
+     * device resource, is INVALID_ARGUMENT (it was OUT_OF_MEMORY and FAILED). */
+    memarray_resource* host = NULL;
+    OK(memarray_resource_host(&host));
+    FAILS(memarray_set_default_resource(0, host), MEMARRAY_STATUS_INVALID_ARGUMENT, "not accessible");
+    FAILS(memarray_array_zeros(MEMARRAY_DTYPE_F32, 1, shape, 0, 0, host, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "not accessible");
+    memarray_resource_free(host);
     printf("%d CUDA device(s): device round trip passed\n", n);
 }
 

@@ -77,18 +77,16 @@ pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>>
 /// keep theirs: each holds its resource). Returns the previous default, if one was chosen.
 ///
 /// `r` must serve memory `device` can use ([`MemoryResource::is_accessible_from`] its
-/// location): anything else is [`CudaError::Core`] `Alloc`.
+/// location): anything else is [`CudaError::Inaccessible`].
 pub fn set_default_resource(
     device: &Arc<Device>,
     r: Arc<dyn MemoryResource>,
 ) -> Result<Option<Arc<dyn MemoryResource>>> {
     if !r.is_accessible_from(device.location()) {
-        return Err(CudaError::Core(CoreError::Alloc {
-            bytes: 0,
-            align: 0,
+        return Err(CudaError::Inaccessible {
             resource: r.name().to_string(),
-            reason: format!("its memory is not accessible from {}", device.location()),
-        }));
+            location: device.location(),
+        });
     }
     let mut w = DEFAULTS
         .get(device.id())
