@@ -357,7 +357,9 @@ pub fn scatter<'py>(
             }
         }
     }
-    let parts = py.detach_section(|| a.shared.state().scatter(&ids, None)).py()?;
+    let parts = py
+        .detach_section(|| a.shared.state().scatter(&ids, None))
+        .py()?;
     let out = PyList::empty(py);
     for p in parts {
         out.append(Py::new(py, PyMemArray::from(p))?)?;

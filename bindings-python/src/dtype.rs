@@ -95,13 +95,13 @@ static NDARRAY: PyOnceLock<Py<pyo3::types::PyType>> = PyOnceLock::new();
 /// `numpy.ndarray`, looked up once.
 pub fn ndarray_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
     Ok(crate::fork::once(&NDARRAY, py, || -> PyResult<_> {
-            Ok(py
-                .import("numpy")?
-                .getattr("ndarray")?
-                .cast_into::<pyo3::types::PyType>()?
-                .unbind())
-        })?
-        .bind(py))
+        Ok(py
+            .import("numpy")?
+            .getattr("ndarray")?
+            .cast_into::<pyo3::types::PyType>()?
+            .unbind())
+    })?
+    .bind(py))
 }
 
 static NP_DTYPES: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();

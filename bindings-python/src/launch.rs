@@ -38,8 +38,8 @@ impl PyModule_ {
         image: &Bound<'_, PyAny>,
         device_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let bytes: Vec<u8> = if let Ok(s) = image.extract::<String>() {
-            s.into_bytes()
+        let bytes: Vec<u8> = if image.is_instance_of::<pyo3::types::PyString>() {
+            crate::convert::text(image, "image")?.into_bytes()
         } else if let Ok(b) = image.cast::<PyBytes>() {
             b.as_bytes().to_vec()
         } else {
@@ -55,16 +55,41 @@ impl PyModule_ {
 
     /// Compiles CUDA C++ `source` with NVRTC for the device's architecture and loads it.
     #[staticmethod]
-    #[pyo3(signature = (source, name="kernel.cu", options=None, device_id=None))]
+    #[pyo3(signature = (source, name=None, options=None, device_id=None))]
     fn from_source(
         py: Python<'_>,
-        source: &str,
-        name: &str,
-        options: Option<Vec<String>>,
+        source: &Bound<'_, PyAny>,
+        name: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyAny>>,
         device_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        use crate::convert::text;
+        let source = text(source, "source")?;
+        let name = match name {
+            Some(n) => text(n, "name")?,
+            None => "kernel.cu".to_owned(),
+        };
+        let options: Vec<String> = match options.filter(|o| !o.is_none()) {
+            None => Vec::new(),
+            Some(o) if o.is_instance_of::<pyo3::types::PyString>() => {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "options must be a list of str (e.g. [\"-I<dir>\"]), not one str",
+                ));
+            }
+            Some(o) => o
+                .try_iter()
+                .map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "options must be a list of str, not {}",
+                        crate::errors::type_name(o)
+                    ))
+                })?
+                .enumerate()
+                .map(|(i, x)| text(&x?, &format!("options[{i}]")))
+                .collect::<PyResult<_>>()?,
+        };
+        let (source, name) = (source.as_str(), name.as_str());
         let device = device_of(device_id)?;
-        let options = options.unwrap_or_default();
         let opts: Vec<&str> = options.iter().map(String::as_str).collect();
         let inner = py
             .detach_section(|| Module::from_cuda_source(&device, source, name, &opts))
@@ -284,7 +309,8 @@ impl PyFunction {
             })
             .collect();
         let f = &self.inner;
-        py.detach_section(|| launch_shared(f, cfg, stream, &list)).py()
+        py.detach_section(|| launch_shared(f, cfg, stream, &list))
+            .py()
     }
 
     fn __repr__(&self) -> String {

@@ -207,7 +207,8 @@ fn bytes_arg(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u64>> 
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    if let Ok(s) = v.extract::<String>() {
+    if v.is_instance_of::<pyo3::types::PyString>() {
+        let s = convert::text(v, what)?;
         return spill::parse_bytes(&s)
             .map(Some)
             .map_err(|e| PyValueError::new_err(format!("{what}: {e}")));

@@ -24,6 +24,9 @@ def _matplotlib():
 
 Events = list[tuple[float, str]]
 
+LOG_COLUMNS = "time,event,device,address,size,stream,source"
+
+
 
 def _from_snapshot(
     snap: dict,
@@ -64,7 +67,11 @@ def _from_log(
     times: list[float] = []
     rows: list[dict[str, int]] = []
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        missing = {"event", "address", "size", "source", "time"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"no column {sorted(missing)} (a Logging CSV's header is {LOG_COLUMNS})")
+        for row in reader:
             event, addr, source = row["event"], row["address"], row["source"]
             if event == "allocate":
                 size = int(row["size"])
@@ -89,22 +96,62 @@ def _from_log(
     return [t - start for t in times], series, dict(sites), [(t - start, k) for t, k in events]
 
 
+# What a malformed snapshot or CSV raises while it is read: each becomes one ValueError.
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError, csv.Error)
+
+
+def _output(path: Any) -> str:
+    """The file ``plot`` writes: ``path`` with ``.png`` added when it has no suffix
+    (matplotlib would add it silently); a directory is IsADirectoryError."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    out = os.fspath(path)
+    if isinstance(out, bytes):
+        out = os.fsdecode(out)
+    if os.path.isdir(out):
+        raise IsADirectoryError(21, "plot writes a file, not into a directory", out)
+    if not os.path.splitext(out)[1]:
+        out += ".png"
+    return out
+
+
+def _extend_last_step(times: list[float], series: dict[str, list[int]], end: float) -> None:
+    """Steps are drawn from each sample to the next: the last sample gets a width, to
+    ``end`` (the last event, or a hundredth of the span past the last sample)."""
+    if not times:
+        return
+    span = times[-1] - times[0]
+    stop = max(end, times[-1] + (span / 100 if span > 0 else 1e-3))
+    times.append(stop)
+    for v in series.values():
+        v.append(v[-1])
+
+
 def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise ValueError(f"top must be a positive int, not {top!r}")
+    out = _output(path)
     if isinstance(data, dict):
         if not {"timeline", "sources", "live"} <= data.keys():
             raise ValueError(
                 "not a memarray.resources snapshot: expected the keys 'timeline', 'sources' "
                 "and 'live'"
             )
-        times, series, sites, events = _from_snapshot(data)
+        try:
+            times, series, sites, events = _from_snapshot(data)
+        except _MALFORMED as e:
+            raise ValueError(f"not a valid memarray.resources snapshot: {e!r}") from e
     elif isinstance(data, (str, os.PathLike)):
-        times, series, sites, events = _from_log(os.fspath(data))
+        log = os.fspath(data)
+        try:
+            times, series, sites, events = _from_log(log)
+        except _MALFORMED as e:
+            raise ValueError(f"{log!r} is not a valid Logging CSV: {e!r}") from e
     else:
         raise TypeError(
             f"plot takes a snapshot() dict or a Logging CSV path, not {type(data).__name__}"
         )
-    if not isinstance(top, int) or top < 1:
-        raise ValueError(f"top must be a positive int, not {top!r}")
+    _extend_last_step(times, series, max((t for t, _ in events), default=0.0))
     plt = _matplotlib()
     used = {n: v for n, v in series.items() if any(v)}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), height_ratios=[3, 2])
@@ -137,7 +184,6 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
     ax2.set_xlabel("live MiB")
     ax2.set_title(f"largest live allocation sites (top {top})")
     fig.tight_layout()
-    out = os.fspath(path)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

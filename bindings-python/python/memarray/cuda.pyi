@@ -86,11 +86,13 @@ class Module:
     @staticmethod
     def from_source(
         source: str,
-        name: str = "kernel.cu",
+        name: str | None = None,
         options: Sequence[str] | None = None,
         device_id: int | None = None,
     ) -> Module:
-        """Compiles CUDA C++ with NVRTC (kernels ``extern "C"``) and loads it."""
+        """Compiles CUDA C++ with NVRTC (kernels ``extern "C"``) and loads it; ``name``
+        (default ``"kernel.cu"``) names it in NVRTC's log. Text that is not valid
+        Unicode (a lone surrogate) is ValueError naming the argument."""
     @property
     def device_id(self) -> int: ...
     def function(self, name: str) -> Function: ...
@@ -105,6 +107,7 @@ class Function:
     @property
     def param_sizes(self) -> list[int]: ...
     def config_for(self, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]: ...
+    def config_grid_stride(self, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]: ...
     def launch(
         self,
         *args: MemArray | In | Out | np.generic | bytes,

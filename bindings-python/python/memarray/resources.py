@@ -430,10 +430,13 @@ def numpy_pool_statistics() -> dict | None:
 def plot(snapshot_or_log, path, top: int = 10) -> str:
     """Draws device memory over time per source library (stacked) and the ``top``
     largest live allocation sites (by Python stack's innermost frame, or source without
-    stacks) to the PNG ``path``; returns ``path``. ``snapshot_or_log`` is a
-    ``snapshot()`` dict or the path of a ``Logging`` CSV (sites are then its sources).
-    Spills and restores (``memarray.spill``) are ticks along the time axis.
-    Needs matplotlib (``pip install 'memarray[plot]'``): ImportError without it."""
+    stacks) to the image ``path`` (its format from its suffix; ``.png`` is added when it
+    has none); returns the path written. ``snapshot_or_log`` is a ``snapshot()`` dict or
+    the path of a ``Logging`` CSV (sites are then its sources). Spills and restores
+    (``memarray.spill``) are ticks along the time axis. A malformed snapshot or CSV is
+    ValueError, a directory as ``path`` IsADirectoryError, a missing CSV
+    FileNotFoundError. Needs matplotlib (``pip install matplotlib``): ImportError
+    without it."""
     from ._plot import plot as draw
 
     return draw(snapshot_or_log, path, top)

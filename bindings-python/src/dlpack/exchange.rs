@@ -19,7 +19,7 @@ use std::sync::{Mutex, PoisonError};
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyType, PyWeakrefMethods, PyWeakrefReference};
 use pyo3::{PyErr, ffi};
 
 use memarray_core::{DType, Location};
@@ -42,11 +42,12 @@ pub const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
 #[derive(Clone, Copy)]
 pub struct Api(&'static DLPackExchangeAPI);
 
-/// Types seen by `from_dlpack` most recently, first first: the type (kept alive while
-/// cached, so its address is not reused) and its table, or `None` for types without one.
-/// Bounded (issue 13, item 11): a program making producer classes on the fly must not keep
-/// every one alive, nor slow each lookup down.
-type Cache = Vec<(Py<PyType>, Option<Api>)>;
+/// Types seen by `from_dlpack` most recently, first first: a weak reference to the type,
+/// its address, and its table, or `None` for types without one. Weak (issue 26, item 7): a
+/// class made at run time goes when its program lets go of it; an entry whose type is gone
+/// never matches (the address may be reused) and is dropped when seen. Bounded (issue 13,
+/// item 11): a program making producer classes on the fly must not slow each lookup down.
+type Cache = Vec<(Py<PyWeakrefReference>, usize, Option<Api>)>;
 
 /// Most types cached; a miss costs one attribute lookup.
 const CACHE_TYPES: usize = 16;
@@ -61,26 +62,40 @@ unsafe impl Sync for Api {}
 
 /// The exchange table of `type(obj)`, if it offers a usable one.
 pub fn api_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
+    let py = obj.py();
     let ty = obj.get_type();
-    let key = ty.as_ptr();
-    {
+    let key = ty.as_ptr() as usize;
+    let alive = |w: &Py<PyWeakrefReference>| {
+        w.bind(py)
+            .upgrade()
+            .is_some_and(|t| t.as_ptr() as usize == key)
+    };
+    let stale = {
         let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = cache.iter().position(|(t, _)| t.as_ptr() == key) {
+        if let Some(i) = cache.iter().position(|(w, a, _)| *a == key && alive(w)) {
             cache[..=i].rotate_right(1);
-            return Ok(cache[0].1);
+            return Ok(cache[0].2);
         }
-    }
+        // Entries of this address are of a type that is gone.
+        let (dead, keep): (Cache, Cache) = std::mem::take(&mut *cache)
+            .into_iter()
+            .partition(|(_, a, _)| *a == key);
+        *cache = keep;
+        dead
+    };
+    drop(stale);
     let api = lookup(&ty)?;
+    let weak = PyWeakrefReference::new(&ty)?.unbind();
     let evicted = {
         let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-        if cache.iter().any(|(t, _)| t.as_ptr() == key) {
+        if cache.iter().any(|(w, a, _)| *a == key && alive(w)) {
             None
         } else {
-            cache.insert(0, (ty.unbind(), api));
+            cache.insert(0, (weak, key, api));
             (cache.len() > CACHE_TYPES).then(|| cache.pop())
         }
     };
-    // Dropped after the lock (a type's last reference may run Python code).
+    // Dropped after the lock (releasing a reference may run Python code).
     drop(evicted);
     Ok(api)
 }

@@ -165,7 +165,10 @@ mod tests {
             e.store(true, Ordering::SeqCst);
         });
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!entered.load(Ordering::SeqCst), "entered while a fork was prepared");
+        assert!(
+            !entered.load(Ordering::SeqCst),
+            "entered while a fork was prepared"
+        );
         // A section of a thread holding the host lock is never held back.
         let s = section();
         assert_eq!(in_flight(), base + 1);
@@ -190,7 +193,10 @@ mod tests {
         let mut status = 0;
         // SAFETY: waits for the child just forked.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(status, 0, "the child saw the parent's generation or sections");
+        assert_eq!(
+            status, 0,
+            "the child saw the parent's generation or sections"
+        );
         assert_eq!(generation(), before);
     }
 }

@@ -557,7 +557,12 @@ mod tests {
     #[test]
     fn issue26_item2_the_default_grid_gives_every_element_a_thread() {
         // The H100 case: 2,100,000 elements, blocks of 1024, 132 SMs x 2 resident blocks.
-        for (n, block) in [(2_100_000u64, 1024u32), (1, 256), (1 << 35, 32), (1023, 1024)] {
+        for (n, block) in [
+            (2_100_000u64, 1024u32),
+            (1, 256),
+            (1 << 35, 32),
+            (1023, 1024),
+        ] {
             let c = covering(n, block);
             let threads = u64::from(c.grid[0]) * u64::from(c.block[0]);
             assert!(threads >= n, "{n} elements, {threads} threads");
@@ -569,6 +574,9 @@ mod tests {
         // Grid-stride: capped at the resident blocks, and never above the covering grid.
         assert_eq!(grid_stride(2_100_000, 1024, 264).grid[0], 264);
         assert_eq!(grid_stride(1000, 1024, 264).grid[0], 1);
-        assert_eq!(grid_stride(u64::MAX, 1, u64::MAX).grid[0] as u64, MAX_GRID_X);
+        assert_eq!(
+            grid_stride(u64::MAX, 1, u64::MAX).grid[0] as u64,
+            MAX_GRID_X
+        );
     }
 }

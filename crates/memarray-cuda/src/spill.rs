@@ -437,6 +437,15 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 /// `MEMARRAY_SPILL_DIR`.
 pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, String> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let bytes = |k: &str| -> std::result::Result<Option<u64>, String> {
+        var(k)
+            .map(|v| parse_bytes(&v).map_err(|e| format!("{k}: {e}")))
+            .transpose()
+    };
+    // Budgets are checked whether or not spilling is asked for: a bad value is an error
+    // either way, never silently ignored.
+    let device_budget = bytes("MEMARRAY_DEVICE_BUDGET")?;
+    let host_budget = bytes("MEMARRAY_HOST_BUDGET")?;
     let Some(which) = var("MEMARRAY_SPILL") else {
         return Ok(None);
     };
@@ -460,16 +469,11 @@ pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, 
             })
             .collect::<std::result::Result<_, _>>()?,
     };
-    let bytes = |k: &str| -> std::result::Result<Option<u64>, String> {
-        var(k)
-            .map(|v| parse_bytes(&v).map_err(|e| format!("{k}: {e}")))
-            .transpose()
-    };
     Ok(Some((
         devices,
         SpillSettings {
-            device_budget: bytes("MEMARRAY_DEVICE_BUDGET")?,
-            host_budget: bytes("MEMARRAY_HOST_BUDGET")?,
+            device_budget,
+            host_budget,
             file_dir: var("MEMARRAY_SPILL_DIR").map(PathBuf::from),
         },
     )))

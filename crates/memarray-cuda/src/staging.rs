@@ -1369,14 +1369,21 @@ mod tests {
                 Ok(())
             })
             .is_ok();
-            let code = if ok && total.load(Ordering::SeqCst) == 4 { 0 } else { 1 };
+            let code = if ok && total.load(Ordering::SeqCst) == 4 {
+                0
+            } else {
+                1
+            };
             // SAFETY: ends the child at once.
             unsafe { libc::_exit(code) };
         }
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(status, 0, "the child's parallel work hung or failed: status {status}");
+        assert_eq!(
+            status, 0,
+            "the child's parallel work hung or failed: status {status}"
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl LimitingAdaptor {
     /// At most `limit` bytes live through this adaptor at any time.
     pub fn new(upstream: Arc<dyn MemoryResource>, limit: u64) -> Self {
         Self {
-            name: format!("limiting({}, {limit} bytes)", upstream.name()),
+            name: super::adaptor_name(&format!("limiting[{limit} bytes]"), upstream.name()),
             upstream,
             limit,
             used: AtomicU64::new(0),

@@ -74,12 +74,13 @@ impl LoggingAdaptor {
         out: Box<dyn Write + Send>,
         target: String,
     ) -> Self {
-        let name = upstream.name().to_string();
+        let name = super::adaptor_name("logging", upstream.name());
         let this = Self {
             reported: AtomicU64::new(0),
             target,
-            source: csv_field(&name),
-            name: format!("logging({name})"),
+            // The upstream's name, as bounded in `name`.
+            source: csv_field(&name["logging(".len()..name.len() - 1]),
+            name,
             upstream,
             out: Mutex::new(Writer(std::io::BufWriter::new(out))),
             write_errors: AtomicU64::new(0),

@@ -34,7 +34,7 @@ impl RetryAdaptor {
     /// Retries `upstream`'s out-of-memory failures once after releasing cached memory.
     pub fn new(upstream: Arc<dyn MemoryResource>) -> Self {
         Self {
-            name: format!("retry({})", upstream.name()),
+            name: super::adaptor_name("retry", upstream.name()),
             upstream,
             retries: Default::default(),
         }

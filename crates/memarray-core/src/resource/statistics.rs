@@ -84,7 +84,7 @@ impl StatisticsAdaptor {
     /// Counts what goes through to `upstream`.
     pub fn new(upstream: Arc<dyn MemoryResource>) -> Self {
         Self {
-            name: format!("statistics({})", upstream.name()),
+            name: super::adaptor_name("statistics", upstream.name()),
             upstream,
             total_bytes: AtomicU64::new(0),
             total_count: AtomicU64::new(0),
@@ -262,5 +262,34 @@ mod tests {
         // SAFETY: as above.
         unsafe { with_source(Source::Torch, || s.deallocate(c, 5, 8, None)) };
         assert!(s.by_source().iter().all(|(_, c)| c.current_bytes == 0));
+    }
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::*;
+    use crate::resource::{HostResource, RetryAdaptor};
+
+    #[test]
+    fn issue26_item6_names_are_bounded_so_memory_is_linear_in_depth() {
+        let mut r: Arc<dyn MemoryResource> = Arc::new(HostResource);
+        let mut total = 0usize;
+        for i in 0..4000 {
+            r = if i % 2 == 0 {
+                Arc::new(StatisticsAdaptor::new(r))
+            } else {
+                Arc::new(RetryAdaptor::new(r))
+            };
+            assert!(r.name().len() <= 140, "depth {i}: {} bytes", r.name().len());
+            total += r.name().len();
+        }
+        assert!(total < 4000 * 140);
+        // The outermost and innermost resources stay named.
+        assert!(
+            r.name().starts_with("retry(statistics(retry("),
+            "{}",
+            r.name()
+        );
+        assert!(r.name().contains("host"), "{}", r.name());
     }
 }

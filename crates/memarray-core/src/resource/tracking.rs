@@ -167,7 +167,7 @@ impl TrackingAdaptor {
     /// attributed to `source`.
     pub fn new(upstream: Arc<dyn MemoryResource>, source: Source) -> Self {
         Self {
-            name: format!("tracking({})", upstream.name()),
+            name: super::adaptor_name("tracking", upstream.name()),
             device: upstream.device_id(),
             upstream,
             source,

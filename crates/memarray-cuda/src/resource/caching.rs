@@ -148,7 +148,7 @@ impl CachingPool {
         release_threshold: usize,
     ) -> Self {
         Self {
-            name: format!("pool({})", upstream.name()),
+            name: memarray_core::resource::adaptor_name("pool", upstream.name()),
             upstream,
             device,
             release_threshold,

@@ -1,0 +1,189 @@
+"""Hardening, round three (issue 26): documented exception types for hostile text, plots
+and environments; memory linear in adaptor depth; no producer type kept alive; NumPy's
+element casting; the newcomer's first hour. Hostile inputs run in fresh interpreters."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import re
+import weakref
+
+import numpy as np
+import pytest
+from children import child_stdout, run_child
+
+import memarray
+import memarray.cuda as mc
+from memarray import resources
+
+LONE = "a\ud800b"
+
+
+# --- item 4: lone surrogates are ValueError naming the argument -------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "arg"),
+    [
+        (lambda: mc.Module.from_source(LONE), "source"),
+        (lambda: mc.Module.from_source("x", LONE), "name"),
+        (lambda: mc.Module.from_source("x", "k.cu", ["-I.", LONE]), "options[1]"),
+        (lambda: mc.Module(LONE), "image"),
+        (lambda: memarray.spill.enable(0, device_budget=LONE), "device_budget"),
+        (lambda: memarray.spill.enable(0, host_budget=LONE), "host_budget"),
+    ],
+)
+def test_issue26_item4_lone_surrogates_are_value_errors_naming_the_argument(call, arg):
+    with pytest.raises(ValueError, match=re.escape(arg) + " is not valid Unicode") as e:
+        call()
+    assert not isinstance(e.value, UnicodeError)
+
+
+def test_issue26_item4_module_options_must_be_a_list_of_str():
+    with pytest.raises(TypeError, match="list of str"):
+        mc.Module.from_source("x", "k.cu", "-I.")
+    with pytest.raises(TypeError, match="options\\[0\\] must be a str"):
+        mc.Module.from_source("x", "k.cu", [3])
+
+
+# --- item 4 and 13: plot --------------------------------------------------------------
+
+def _snapshot():
+    t = resources.Tracking(resources.Host())
+    a = t.allocate(1 << 20)
+    snap = t.snapshot()
+    a.free()
+    return snap
+
+
+HOSTILE_SNAPSHOTS = [
+    {"timeline": [[10**400, 1]], "sources": ["memarray"], "live": []},
+    {"timeline": [[float("inf"), 1]], "sources": ["memarray"], "live": []},
+    {"timeline": [[0, 1]], "sources": ["memarray"], "live": [None]},
+    {"timeline": [[0, 1]], "sources": ["memarray"], "live": [{"size": 1}]},
+    {"timeline": [[0, 1, 2]], "sources": ["memarray"], "live": []},
+    {"timeline": None, "sources": ["memarray"], "live": []},
+    {"timeline": [[0, "x"]], "sources": ["memarray"], "live": []},
+    {"timeline": [], "sources": 3, "live": []},
+    {"timeline": [], "sources": [], "live": [], "events": [[1e400]]},
+]
+
+
+def test_issue26_item4_plot_refuses_hostile_snapshots_and_csvs_with_value_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    for i, snap in enumerate(HOSTILE_SNAPSHOTS):
+        try:
+            resources.plot(snap, tmp_path / f"s{i}.png")
+        except ValueError:
+            pass  # refused with the documented type, or drawn: never another type
+    head = "event,address,size,source,time\n"
+    for i, (text, refused) in enumerate(
+        [
+            (head + "allocate,0x1,1e999,x,0\n", True),
+            (head + "allocate,0x1,10,x,notatime\n", True),
+            (head + "allocate,0x1,10,x,1e400\n", False),
+            ("nothing,like,a,log\n1,2,3,4\n", True),
+            ("", True),
+            (head + '"allocate\n', False),
+            ("event\x00,address\n\x00\n", True),
+        ]
+    ):
+        p = tmp_path / f"log{i}.csv"
+        p.write_text(text)
+        try:
+            resources.plot(str(p), tmp_path / f"l{i}.png")
+            assert not refused, text
+        except ValueError as e:
+            assert "not a valid Logging CSV" in str(e)
+    with pytest.raises(FileNotFoundError):
+        resources.plot(str(tmp_path / "missing.csv"), tmp_path / "m.png")
+
+
+def test_issue26_item4_plot_returns_the_file_it_wrote_and_refuses_a_directory(tmp_path):
+    pytest.importorskip("matplotlib")
+    snap = _snapshot()
+    out = resources.plot(snap, tmp_path / "memory")
+    assert out == str(tmp_path / "memory.png") and os.path.exists(out)
+    assert not os.path.exists(tmp_path / "memory")
+    d = tmp_path / "adir"
+    d.mkdir()
+    with pytest.raises(IsADirectoryError):
+        resources.plot(snap, d)
+    assert not os.path.exists(str(d) + ".png")
+    assert resources.plot(snap, str(tmp_path / "m.png")) == str(tmp_path / "m.png")
+
+
+def test_issue26_item13_plot_draws_the_last_step_of_the_timeline():
+    from memarray._plot import _extend_last_step
+
+    times = [0.0, 1.0, 2.0]
+    series = {"memarray": [0, 5, 9]}
+    _extend_last_step(times, series, 0.0)
+    # The last value (9) now spans a width: it was drawn from t=2 to nowhere.
+    assert times[-1] > 2.0 and series["memarray"][-2:] == [9, 9]
+    times, series = [0.0, 1.0], {"x": [1, 2]}
+    _extend_last_step(times, series, 5.0)  # up to the last spill/restore event
+    assert times[-1] == 5.0 and series["x"][-1] == 2
+
+
+# --- item 5: the environment is checked at import, whatever else is set -----------------
+
+
+@pytest.mark.parametrize("var", ["MEMARRAY_DEVICE_BUDGET", "MEMARRAY_HOST_BUDGET"])
+@pytest.mark.parametrize("spill", [None, "0", "1"])
+def test_issue26_item5_a_bad_budget_fails_the_import_with_or_without_spilling(var, spill):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMARRAY_")}
+    env[var] = "lots"
+    if spill is not None:
+        env["MEMARRAY_SPILL"] = spill
+    r = run_child("import memarray", env=env)
+    assert r.returncode == 1, r.stderr
+    assert "ValueError" in r.stderr and var in r.stderr, r.stderr[-2000:]
+    env[var] = "2GiB"
+    r = run_child("import memarray", env=env)
+    assert r.returncode == 0, r.stderr
+
+
+# --- item 6: adaptor names are bounded -------------------------------------------------
+
+
+def test_issue26_item6_nested_adaptors_hold_memory_linear_in_depth():
+    r = resources.Host()
+    lengths = []
+    for i in range(4000):
+        r = resources.Statistics(r) if i % 2 else resources.Limiting(r, 1 << 40)
+        lengths.append(len(repr(r)))
+    assert max(lengths) < 250, max(lengths)
+    assert "host" in repr(r)
+    a = r.allocate(64)
+    a.free()
+
+
+# --- item 7: from_dlpack keeps no producer class alive -----------------------------------
+
+
+def test_issue26_item7_from_dlpack_keeps_no_runtime_class_alive():
+    def make():
+        base = np.arange(6.0)
+
+        class Producer:
+            def __dlpack__(self, **kw):
+                return base.__dlpack__(**kw)
+
+            def __dlpack_device__(self):
+                return base.__dlpack_device__()
+
+        a = memarray.from_dlpack(Producer())
+        assert a.to_numpy().tolist() == base.tolist()
+        return weakref.ref(Producer)
+
+    refs = [make() for _ in range(40)]
+    gc.collect()
+    alive = [r for r in refs if r() is not None]
+    assert not alive, f"{len(alive)} of 40 producer classes kept alive"
+    # The cache still works for a class that lives.
+    t = weakref.ref(type(np.arange(1)))
+    assert memarray.from_dlpack(np.arange(3.0)).to_numpy().tolist() == [0.0, 1.0, 2.0]
+    assert t() is np.ndarray
