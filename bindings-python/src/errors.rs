@@ -33,6 +33,13 @@ pub fn core_err(e: CoreError) -> PyErr {
             PyTypeError::new_err(msg)
         }
         CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
+        // OSError(errno, message, path) is the subclass for the errno, as `open` raises
+        // (FileNotFoundError for ENOENT).
+        CoreError::Io {
+            errno: Some(errno),
+            path,
+            ..
+        } => PyOSError::new_err((errno, msg, path)),
         CoreError::Io { .. } | CoreError::FileInUse { .. } => PyOSError::new_err(msg),
         CoreError::BadNpy { .. } => PyValueError::new_err(msg),
         _ => PyValueError::new_err(msg),

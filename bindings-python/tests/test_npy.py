@@ -3,6 +3,8 @@ files refused with typed errors."""
 
 from __future__ import annotations
 
+import errno
+
 import numpy as np
 import pytest
 
@@ -34,8 +36,10 @@ def test_load_numpy_written_files(tmp_path, dtype):
 
 
 def test_bad_files_are_typed_errors(tmp_path):
-    with pytest.raises(OSError):
+    # As `open` raises (issue 26, item 13): FileNotFoundError with its errno and path.
+    with pytest.raises(FileNotFoundError) as e:
         memarray.load(tmp_path / "missing.npy")
+    assert e.value.errno == errno.ENOENT and e.value.filename == str(tmp_path / "missing.npy")
     (tmp_path / "junk.npy").write_bytes(b"not an npy file at all")
     with pytest.raises(ValueError, match="npy"):
         memarray.load(tmp_path / "junk.npy")
@@ -44,12 +48,9 @@ def test_bad_files_are_typed_errors(tmp_path):
     (tmp_path / "short.npy").write_bytes(data[:-8])
     with pytest.raises(ValueError, match="8000 bytes of data"):
         memarray.load(tmp_path / "short.npy")
-    np.save(tmp_path / "big.npy", np.arange(4, dtype=">f8"))
-    with pytest.raises(ValueError, match="dtype"):
-        memarray.load(tmp_path / "big.npy")
-    np.save(tmp_path / "f.npy", np.asfortranarray(np.ones((2, 3))))
-    with pytest.raises(ValueError, match="Fortran"):
-        memarray.load(tmp_path / "f.npy")
+    np.save(tmp_path / "long.npy", np.ones(3, dtype=np.longdouble))
+    with pytest.raises(ValueError, match='dtype "<f16" is not one memarray holds'):
+        memarray.load(tmp_path / "long.npy")
     np.save(tmp_path / "obj.npy", np.array([1, "x"], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError):
         memarray.load(tmp_path / "obj.npy")
@@ -57,6 +58,27 @@ def test_bad_files_are_typed_errors(tmp_path):
         memarray.MemArray([2]).save(tmp_path / "no-such-dir" / "a.npy")
     with pytest.raises(ValueError):
         memarray.load(tmp_path / "junk.npy", device="tpu")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_issue26_item8_fortran_order_and_big_endian_files_load_as_numpy_loads(tmp_path, device):
+    rng = np.random.default_rng(26)
+    cases = [
+        np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        np.asfortranarray(rng.integers(-99, 99, (3, 4, 5), dtype=np.int16)),
+        np.arange(4, dtype=">f8"),
+        np.asfortranarray(np.arange(24, dtype=">i4").reshape(2, 3, 4)),
+        np.asfortranarray((rng.random((5, 3)) + 1j * rng.random((5, 3))).astype(">c8")),
+        np.asfortranarray(rng.random((7, 1, 3)) > 0.5),
+        np.asfortranarray(np.zeros((0, 3), ">u2")),
+    ]
+    for i, x in enumerate(cases):
+        p = tmp_path / f"c{i}.npy"
+        np.save(p, x)
+        want = np.load(p)
+        got = memarray.load(p, device=device)
+        assert got.shape == want.shape and got.dtype == want.dtype.newbyteorder("=")
+        np.testing.assert_array_equal(got.to_numpy(), want)
 
 
 def test_locked_array_refuses_to_save(tmp_path):

@@ -2,8 +2,10 @@
 headers (duplicate keys, spacing, comments, versions 1.0/2.0/3.0 and others, every descr
 NumPy writes and some it does not, shapes as tuples, ints, lists) are loaded by both
 ``np.load`` and ``memarray.load``. Where NumPy refuses, memarray refuses (ValueError);
-where NumPy accepts, memarray gives the same dtype, shape and data, or refuses a dtype or
-order it cannot hold (Fortran order, big-endian) with a ValueError saying so."""
+where NumPy accepts, memarray gives the same values at the same indices (Fortran order and
+big-endian files included, issue 26 item 8, in native byte order and C order), or refuses
+a dtype it cannot hold (strings, objects, long double, structured) with a ValueError
+saying so."""
 
 from __future__ import annotations
 
@@ -44,6 +46,33 @@ DESCRS = [
     "[('a', '<f8')]",
     "3",
     "'xyz'",
+    # Issue 26, item 8: descriptors NumPy reads.
+    "'<q'",
+    "'<l'",
+    "'d'",
+    "'double'",
+    "'<e'",
+    "'?'",
+    "'<f'",
+    "'<B'",
+    "'>D'",
+    "'>c8'",
+    "'<f 4'",
+    "'i 8'",
+    "'f04'",
+    "'<float32'",
+    "'<g'",
+    "'<f16'",
+    "'\\x3cf8'",
+    "'<f\\x34'",
+    "'\\74i2'",
+    "'\\u003cf4'",
+    "'\\U0000003cu2'",
+    "'<\\N{DIGIT FOUR}'",
+    "'\\x3'",
+    "('<f4', (2,))",
+    "('<i2', 3)",
+    "('<f4', ())",
 ]
 SHAPES = [
     "(6,)",
@@ -65,6 +94,11 @@ SHAPES = [
     "(06,)",
     "(1_2,)",
     "(6 ,)",
+    "(--6,)",
+    "(+6,)",
+    "(+2, +3)",
+    "(-(6),)",
+    "(-True,)",
 ]
 ORDERS = ["False", "True", "0", "None", "'False'"]
 VERSIONS = [(1, 0), (2, 0), (3, 0), (1, 9), (0, 1), (4, 0)]
@@ -104,7 +138,7 @@ def build(rng: random.Random) -> tuple[bytes, tuple]:
 
 def test_generated_headers_agree_with_numpy(tmp_path):
     rng = random.Random(13)
-    agree = accepted = 0
+    agree = accepted = refused_before = 0
     p = tmp_path / "h.npy"
     for _ in range(3000):
         blob, what = build(rng)
@@ -125,18 +159,19 @@ def test_generated_headers_agree_with_numpy(tmp_path):
             assert isinstance(got, ValueError), f"NumPy refuses {what}, memarray loaded it"
             agree += 1
             continue
-        holdable = (
-            (want.dtype.isnative or want.dtype.itemsize == 1)
-            and want.dtype.kind in "biufc"
-            and not (want.ndim > 1 and np.isfortran(want))
-        )
+        native = want.dtype.newbyteorder("=")
+        holdable = native.name in memarray.SUPPORTED_DTYPES
+        # Fortran order and big-endian data load too (issue 26, item 8).
+        fortran_or_swapped = (want.ndim > 1 and np.isfortran(want)) or not want.dtype.isnative
+        refused_before += fortran_or_swapped
         if isinstance(got, ValueError):
             assert not holdable, f"NumPy loads {what} as {want.dtype}{want.shape}: {got}"
             agree += 1
             continue
         accepted += 1
-        assert got.shape == want.shape and got.dtype == want.dtype, what
+        assert got.shape == want.shape and got.dtype == native, what
         np.testing.assert_array_equal(got.to_numpy(), want)
         agree += 1
     assert agree == 3000
     assert accepted > 100, f"only {accepted} headers were loadable: the generator is too hostile"
+    assert refused_before > 50, "too few Fortran-order or big-endian files were generated"

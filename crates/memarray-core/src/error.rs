@@ -162,10 +162,22 @@ pub enum CoreError {
         path: String,
         /// The operating system's message.
         reason: String,
+        /// The operating system's error number, when it gave one (`ENOENT` for a missing
+        /// file: Python raises `FileNotFoundError` from it).
+        errno: Option<i32>,
     },
 }
 
 impl CoreError {
+    /// [`CoreError::Io`] for `path` from the operating system's error `e`.
+    pub fn io(path: &std::path::Path, e: &std::io::Error) -> Self {
+        CoreError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+            errno: e.raw_os_error(),
+        }
+    }
+
     /// Whether this is the out-of-memory error ([`CoreError::OutOfMemory`]), which the
     /// CUDA layer recognises too (`CudaError::is_out_of_memory`).
     pub fn is_out_of_memory(&self) -> bool {

@@ -2,8 +2,11 @@
 //!
 //! A file is the magic `\x93NUMPY`, a version, a header length, a Python dict literal
 //! `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }` padded with spaces to a
-//! multiple of 64 bytes and ended by a newline, then the raw data. Only what memarray can
-//! hold is accepted: little-endian (or byte-order-free) dtypes of [`DType`], C order.
+//! multiple of 64 bytes and ended by a newline, then the raw data. Headers are read as
+//! `np.load` reads them: what NumPy refuses is refused, and of what it loads, every file
+//! of a dtype memarray holds is read, in either byte order and either memory order
+//! ([`NpyHeader::to_c_native`] turns big-endian or Fortran-order data into the native,
+//! C-order bytes an array holds).
 
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
@@ -23,6 +26,69 @@ pub struct NpyHeader {
     pub data_offset: usize,
     /// Bytes of data the header describes.
     pub nbytes: usize,
+    /// The data is in Fortran (column-major) order: extents of 1 aside, more than one
+    /// extent exceeds 1 (otherwise the two orders are the same bytes and this is false).
+    pub fortran_order: bool,
+    /// The data is big-endian (multi-byte elements; complex numbers by part).
+    pub byte_swapped: bool,
+}
+
+impl NpyHeader {
+    /// Whether the file's data must be reordered or byte-swapped ([`Self::to_c_native`])
+    /// before an array can hold it.
+    pub fn needs_conversion(&self) -> bool {
+        self.fortran_order || self.byte_swapped
+    }
+
+    /// Writes the file's data `src` into `dst` in C order and native byte order. Both are
+    /// [`NpyHeader::nbytes`] long.
+    ///
+    /// # Panics
+    /// When either slice is not `nbytes` long.
+    pub fn to_c_native(&self, src: &[u8], dst: &mut [u8]) {
+        assert!(src.len() == self.nbytes && dst.len() == self.nbytes);
+        let size = self.dtype.size();
+        if self.fortran_order {
+            fortran_to_c(src, dst, &self.shape, size);
+        } else {
+            dst.copy_from_slice(src);
+        }
+        if self.byte_swapped {
+            // Complex numbers swap each part.
+            let complex = matches!(self.dtype, DType::Complex64 | DType::Complex128);
+            let unit = if complex { size / 2 } else { size };
+            if unit > 1 {
+                for e in dst.chunks_exact_mut(unit) {
+                    e.reverse();
+                }
+            }
+        }
+    }
+}
+
+/// Copies the column-major `src` of `shape` into the row-major `dst`, element by element.
+fn fortran_to_c(src: &[u8], dst: &mut [u8], shape: &[usize], size: usize) {
+    let n = shape.len();
+    // Column-major strides, in elements.
+    let mut fstride = vec![1usize; n];
+    for k in 1..n {
+        fstride[k] = fstride[k - 1] * shape[k - 1];
+    }
+    let mut idx = vec![0usize; n];
+    let mut from = 0usize; // the current C index's column-major offset, in elements
+    for out in dst.chunks_exact_mut(size) {
+        out.copy_from_slice(&src[from * size..(from + 1) * size]);
+        // Next C index: the last axis fastest.
+        for k in (0..n).rev() {
+            idx[k] += 1;
+            from += fstride[k];
+            if idx[k] < shape[k] {
+                break;
+            }
+            from -= fstride[k] * shape[k];
+            idx[k] = 0;
+        }
+    }
 }
 
 fn bad(reason: impl Into<String>) -> CoreError {
@@ -116,8 +182,20 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
         Some(Lit::Bool(f)) => *f,
         other => return Err(bad(format!("fortran_order is not a bool: {other:?}"))),
     };
-    let dtype = match dict.get("descr") {
-        Some(Lit::Str(s)) => descr_dtype(s)?,
+    // A subarray descr `('<f4', ())` with no extents is its base dtype; with extents
+    // (`('<f4', (2,))`) `np.load` of a file refuses it (it reads the elements of the base
+    // dtype, counts them as subarrays and finds a size mismatch), so memarray does too.
+    let descr = match dict.get("descr") {
+        Some(Lit::Str(s)) => s.as_str(),
+        Some(Lit::Tuple(t)) if t.len() == 2 && matches!(&t[0], Lit::Str(_)) => {
+            let Lit::Str(s) = &t[0] else { unreachable!() };
+            if t[1] != Lit::Tuple(Vec::new()) {
+                return Err(bad(format!(
+                    "descr {t:?} is a subarray dtype, which np.load cannot read from a file"
+                )));
+            }
+            s.as_str()
+        }
         other => {
             return Err(bad(format!(
                 "descr {other:?} is not a dtype memarray holds (structured and object \
@@ -125,6 +203,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
             )));
         }
     };
+    let (dtype, byte_swapped) = descr_dtype(descr)?;
     let shape: Vec<usize> = shape
         .iter()
         .map(|&d| {
@@ -137,50 +216,147 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
     let nbytes = shape::validate(&shape, dtype.size())?;
     // Fortran order is C order where at most one extent exceeds 1 (NumPy writes 1-d
     // arrays either way).
-    if fortran && !shape.contains(&0) && shape.iter().filter(|&&d| d > 1).count() > 1 {
-        return Err(bad(
-            "Fortran-order .npy files are not supported; save np.ascontiguousarray(x)",
-        ));
-    }
+    let fortran_order =
+        fortran && !shape.contains(&0) && shape.iter().filter(|&&d| d > 1).count() > 1;
     Ok(NpyHeader {
         dtype,
         shape,
         data_offset: end,
         nbytes,
+        fortran_order,
+        byte_swapped: byte_swapped && dtype.size() > 1,
     })
 }
 
-/// The dtype of a `descr` string: a NumPy typestr (`'<f4'`, `'|u1'`, `'=i8'`, `'f8'`) or
-/// name (`'float32'`) of a dtype memarray holds, little-endian or byte-order free.
-/// bfloat16 is refused: its typestr `'<V2'` is NumPy's raw void, not bfloat16.
-fn descr_dtype(descr: &str) -> Result<DType> {
+/// NumPy's names of the dtypes memarray holds (`np.dtype(name)`; no byte-order prefix).
+const NAMES: &[(&str, DType)] = &[
+    ("bool", DType::Bool),
+    ("bool_", DType::Bool),
+    ("byte", DType::I8),
+    ("int8", DType::I8),
+    ("short", DType::I16),
+    ("int16", DType::I16),
+    ("intc", DType::I32),
+    ("int32", DType::I32),
+    ("int", DType::I64),
+    ("int_", DType::I64),
+    ("intp", DType::I64),
+    ("long", DType::I64),
+    ("longlong", DType::I64),
+    ("int64", DType::I64),
+    ("ubyte", DType::U8),
+    ("uint8", DType::U8),
+    ("ushort", DType::U16),
+    ("uint16", DType::U16),
+    ("uintc", DType::U32),
+    ("uint32", DType::U32),
+    ("uint", DType::U64),
+    ("uintp", DType::U64),
+    ("ulong", DType::U64),
+    ("ulonglong", DType::U64),
+    ("uint64", DType::U64),
+    ("half", DType::F16),
+    ("float16", DType::F16),
+    ("single", DType::F32),
+    ("float32", DType::F32),
+    ("double", DType::F64),
+    ("float", DType::F64),
+    ("float64", DType::F64),
+    ("csingle", DType::Complex64),
+    ("complex64", DType::Complex64),
+    ("cdouble", DType::Complex128),
+    ("complex", DType::Complex128),
+    ("complex128", DType::Complex128),
+];
+
+/// NumPy's one-character type codes of the dtypes memarray holds (64-bit Linux: `l`, `q`,
+/// `n` and `p` are int64).
+const CODES: &[(u8, DType)] = &[
+    (b'?', DType::Bool),
+    (b'b', DType::I8),
+    (b'B', DType::U8),
+    (b'h', DType::I16),
+    (b'H', DType::U16),
+    (b'i', DType::I32),
+    (b'I', DType::U32),
+    (b'l', DType::I64),
+    (b'L', DType::U64),
+    (b'q', DType::I64),
+    (b'Q', DType::U64),
+    (b'n', DType::I64),
+    (b'N', DType::U64),
+    (b'p', DType::I64),
+    (b'P', DType::U64),
+    (b'e', DType::F16),
+    (b'f', DType::F32),
+    (b'd', DType::F64),
+    (b'F', DType::Complex64),
+    (b'D', DType::Complex128),
+];
+
+/// The size after a kind character, read as NumPy reads it (C's `strtol` over the rest:
+/// leading whitespace, an optional `+`, decimal digits, nothing after).
+fn kind_size(rest: &str) -> Option<usize> {
+    let t = rest.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let t = t.strip_prefix('+').unwrap_or(t);
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse().ok()
+}
+
+/// The dtype of a `descr` string as `np.dtype(descr)` reads it, for the dtypes memarray
+/// holds: a name (`'float32'`, `'double'`), a type code (`'d'`, `'<q'`) or a kind and size
+/// (`'<f4'`, `'|b1'`, `'i 8'`), with an optional byte-order prefix on codes and kinds;
+/// whether the data is big-endian. bfloat16 is refused: its typestr `'<V2'` is NumPy's raw
+/// void, not bfloat16.
+fn descr_dtype(descr: &str) -> Result<(DType, bool)> {
     let refuse = |why: &str| {
         bad(format!(
-            "dtype {descr:?} is not one memarray holds ({why}; little-endian numeric \
-             dtypes: {})",
-            DType::supported_names()
+            "dtype {descr:?} is not one memarray holds ({why}; it holds {} in .npy)",
+            DType::ALL
+                .iter()
+                .filter(|d| **d != DType::BF16)
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     };
-    if let Ok(d) = DType::from_name(descr) {
-        return if d == DType::BF16 {
-            Err(refuse("bfloat16 has no .npy dtype"))
-        } else {
-            Ok(d)
-        };
+    if let Some((_, d)) = NAMES.iter().find(|(n, _)| *n == descr) {
+        return Ok((*d, false));
     }
     let (order, body) = match descr.as_bytes().first() {
         Some(b'<' | b'>' | b'=' | b'|') => (descr.as_bytes()[0], &descr[1..]),
         _ => (b'=', descr),
     };
-    let d = DType::ALL
-        .into_iter()
-        .filter(|d| *d != DType::BF16)
-        .find(|d| &d.typestr()[1..] == body)
-        .ok_or_else(|| refuse("unknown or unsupported type"))?;
-    if order == b'>' && d.size() > 1 {
-        return Err(refuse("big-endian"));
+    let big = order == b'>';
+    if let [c] = body.as_bytes()
+        && let Some((_, d)) = CODES.iter().find(|(k, _)| k == c)
+    {
+        return Ok((*d, big));
     }
-    Ok(d)
+    let mut chars = body.chars();
+    let kind = chars.next().ok_or_else(|| refuse("empty"))?;
+    let size = kind_size(chars.as_str()).ok_or_else(|| refuse("unknown or unsupported type"))?;
+    let d = match (kind, size) {
+        ('b', 1) => DType::Bool,
+        ('i', 1) => DType::I8,
+        ('i', 2) => DType::I16,
+        ('i', 4) => DType::I32,
+        ('i', 8) => DType::I64,
+        ('u', 1) => DType::U8,
+        ('u', 2) => DType::U16,
+        ('u', 4) => DType::U32,
+        ('u', 8) => DType::U64,
+        ('f', 2) => DType::F16,
+        ('f', 4) => DType::F32,
+        ('f', 8) => DType::F64,
+        ('c', 8) => DType::Complex64,
+        ('c', 16) => DType::Complex128,
+        ('V', 2) => return Err(refuse("bfloat16 has no .npy dtype; V2 is raw bytes")),
+        _ => return Err(refuse("unknown or unsupported type")),
+    };
+    Ok((d, big))
 }
 
 /// The header for `dtype` and `shape` (version 1.0, or 2.0 when it needs more than 64 KiB),
@@ -277,20 +453,85 @@ mod tests {
         };
         assert!(parse_header(b"PK\x03\x04").is_err());
         assert!(parse_header(&good[..20]).is_err(), "truncated");
-        assert!(
-            parse_header(&with(&text.replace("<f8", ">f8"))).is_err(),
-            "big-endian"
-        );
         assert!(parse_header(&with(&text.replace("<f8", "<f2x"))).is_err());
-        assert!(
-            parse_header(&with(&text.replace("False", "True"))).is_err(),
-            "Fortran"
-        );
         assert!(parse_header(&with(&text.replace("(2, 2)", "(2, -2)"))).is_err());
         assert!(parse_header(&with(&text.replace("(2, 2)", "(9223372036854775807, 4)"))).is_err());
         let mut v = good.clone();
         v[6] = 9;
         assert!(parse_header(&v).is_err(), "version 9");
         assert!(write_header(DType::BF16, &[1]).is_err());
+    }
+
+    #[test]
+    fn issue26_item8_fortran_order_and_big_endian_data_convert_to_c_native() {
+        let good = write_header(DType::I16, &[2, 3]).unwrap();
+        let text = std::str::from_utf8(&good[10..]).unwrap().to_string();
+        let with = |s: &str| {
+            let mut v = good[..10].to_vec();
+            v.extend_from_slice(s.as_bytes());
+            v
+        };
+        let h = parse_header(&with(&text.replace("False", "True ").replace("<i2", ">i2"))).unwrap();
+        assert!(h.fortran_order && h.byte_swapped && h.needs_conversion());
+        // np.array([[0, 1, 2], [3, 4, 5]], '>i2', order='F') as its file holds it.
+        let col_major: Vec<u8> = [0i16, 3, 1, 4, 2, 5]
+            .iter()
+            .flat_map(|v| v.to_be_bytes())
+            .collect();
+        let mut out = vec![0u8; 12];
+        h.to_c_native(&col_major, &mut out);
+        let got: Vec<i16> = out
+            .chunks(2)
+            .map(|c| i16::from_ne_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+        // Three dimensions.
+        let h3 = NpyHeader {
+            dtype: DType::U8,
+            shape: vec![2, 3, 4],
+            data_offset: 0,
+            nbytes: 24,
+            fortran_order: true,
+            byte_swapped: false,
+        };
+        let src: Vec<u8> = (0..24).collect();
+        let mut dst = vec![0u8; 24];
+        h3.to_c_native(&src, &mut dst);
+        for (c, v) in dst.iter().enumerate() {
+            let (i, j, k) = (c / 12, c / 4 % 3, c % 4);
+            assert_eq!(*v as usize, i + 2 * j + 6 * k);
+        }
+        // One extent above 1: the same bytes in either order.
+        let h1 = parse_header(&with(
+            &text.replace("False", "True ").replace("(2, 3)", "(1, 3)"),
+        ))
+        .unwrap();
+        assert!(!h1.fortran_order);
+    }
+
+    #[test]
+    fn issue26_item8_descriptors_numpy_reads() {
+        for (descr, want, swapped) in [
+            ("<q", DType::I64, false),
+            ("<l", DType::I64, false),
+            ("d", DType::F64, false),
+            ("double", DType::F64, false),
+            ("<e", DType::F16, false),
+            ("?", DType::Bool, false),
+            ("<f", DType::F32, false),
+            ("<B", DType::U8, false),
+            ("i 8", DType::I64, false),
+            ("f04", DType::F32, false),
+            (">D", DType::Complex128, true),
+            ("|b1", DType::Bool, false),
+            (">u1", DType::U8, true),
+        ] {
+            assert_eq!(descr_dtype(descr).unwrap(), (want, swapped), "{descr}");
+        }
+        for refused in [
+            "<float32", ">int", "float32 ", " <f4", "i16", "B1", "<<f4", "f4.0", "V2", "g",
+        ] {
+            assert!(descr_dtype(refused).is_err(), "{refused}");
+        }
     }
 }

@@ -5,10 +5,12 @@
 //!
 //! Covered: dicts, tuples (`(6)` is an int, `(6,)` a tuple), lists and sets (parsed so
 //! that they can be refused by type), strings in single or double quotes with escapes and
-//! the `u`/`r` prefixes, adjacent strings joined, integers (decimal, `0x`/`0o`/`0b`,
-//! underscores, unary signs), `True`/`False`/`None`, comments and any whitespace between
-//! tokens. Anything else (floats, bytes, triple quotes, expressions) is refused: a header
-//! written by NumPy never holds it.
+//! the `u`/`r` prefixes (every escape Python reads; `\N{...}` for printable ASCII),
+//! adjacent strings joined, integers (decimal, `0x`/`0o`/`0b`, underscores, one unary sign
+//! before a number, as `literal_eval` takes), floats (read so that they can be refused by
+//! type), `True`/`False`/`None`, comments and any whitespace between tokens. Anything else
+//! (bytes, triple quotes, expressions) is refused: NumPy refuses it too, or a header never
+//! holds it.
 
 /// A parsed literal.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +67,7 @@ pub(crate) fn parse(text: &str, long_suffix: bool) -> Result<Lit, String> {
         i: 0,
         depth: 0,
         long_suffix,
+        signed: false,
     };
     let v = p.value()?;
     p.skip();
@@ -79,6 +82,9 @@ struct Parser<'a> {
     i: usize,
     depth: usize,
     long_suffix: bool,
+    /// Whether the value just parsed was a signed number (`literal_eval` takes one sign
+    /// before a number, never before a signed one: `--6` and `-(-6)` are refused).
+    signed: bool,
 }
 
 /// Deepest nesting accepted (a header has two levels; this bounds recursion).
@@ -127,6 +133,7 @@ impl Parser<'_> {
     }
 
     fn value_inner(&mut self) -> Result<Lit, String> {
+        self.signed = false;
         self.skip();
         let Some(c) = self.peek() else {
             return Err("unexpected end".into());
@@ -156,9 +163,18 @@ impl Parser<'_> {
             }
             b'+' | b'-' => {
                 self.i += 1;
-                match self.value()? {
-                    Lit::Int(n) => Ok(Lit::Int(if c == b'-' { -n } else { n })),
-                    Lit::Bool(b) => Ok(Lit::Int(if c == b'-' { -(b as i128) } else { b as i128 })),
+                let v = self.value()?;
+                match v {
+                    // A number, not a bool (True is a Constant, but literal_eval signs only
+                    // int, float and complex ones) and not a signed number.
+                    Lit::Int(n) if !self.signed => {
+                        self.signed = true;
+                        Ok(Lit::Int(if c == b'-' { -n } else { n }))
+                    }
+                    f @ Lit::Other("float") if !self.signed => {
+                        self.signed = true;
+                        Ok(f)
+                    }
                     _ => Err("a sign before something that is not a number".into()),
                 }
             }
@@ -289,9 +305,55 @@ impl Parser<'_> {
                             b'n' => out.push('\n'),
                             b't' => out.push('\t'),
                             b'r' => out.push('\r'),
-                            b'0' => out.push('\0'),
-                            // Other escapes (\x.., \u....) never occur in a dtype string;
-                            // kept literally, so the descr is then refused as unknown.
+                            b'a' => out.push('\x07'),
+                            b'b' => out.push('\x08'),
+                            b'f' => out.push('\x0c'),
+                            b'v' => out.push('\x0b'),
+                            b'0'..=b'7' => {
+                                // Up to three octal digits.
+                                let mut v = u32::from(n - b'0');
+                                for _ in 0..2 {
+                                    match self.peek() {
+                                        Some(d @ b'0'..=b'7') => {
+                                            v = v * 8 + u32::from(d - b'0');
+                                            self.i += 1;
+                                        }
+                                        _ => break,
+                                    }
+                                }
+                                out.push(char::from_u32(v).ok_or("bad octal escape")?);
+                            }
+                            b'x' | b'u' | b'U' => {
+                                let digits = match n {
+                                    b'x' => 2,
+                                    b'u' => 4,
+                                    _ => 8,
+                                };
+                                let hex = self
+                                    .s
+                                    .get(self.i..self.i + digits)
+                                    .and_then(|h| std::str::from_utf8(h).ok())
+                                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                                    .ok_or("truncated \\x, \\u or \\U escape")?;
+                                let v = u32::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
+                                out.push(char::from_u32(v).ok_or("escape outside Unicode")?);
+                                self.i += digits;
+                            }
+                            b'N' => {
+                                let rest = &self.s[self.i..];
+                                let close = rest
+                                    .iter()
+                                    .position(|&b| b == b'}')
+                                    .filter(|_| rest.first() == Some(&b'{'))
+                                    .ok_or("malformed \\N{...} escape")?;
+                                let name = std::str::from_utf8(&rest[1..close])
+                                    .map_err(|e| e.to_string())?;
+                                out.push(ascii_named(name).ok_or_else(|| {
+                                    format!("\\N{{{name}}} names no printable ASCII character")
+                                })?);
+                                self.i += close + 1;
+                            }
+                            // Unknown escapes keep their backslash, as Python does.
                             _ => {
                                 out.push('\\');
                                 out.push(n as char);
@@ -299,7 +361,16 @@ impl Parser<'_> {
                         }
                     }
                     _ if c.is_ascii() => out.push(c as char),
-                    _ => return Err("non-ASCII text in a string".into()),
+                    _ => {
+                        // The text is UTF-8 (a version 3 header, or latin-1 bytes decoded):
+                        // the whole character.
+                        let ch = std::str::from_utf8(&self.s[self.i - 1..])
+                            .ok()
+                            .and_then(|t| t.chars().next())
+                            .ok_or("bad UTF-8 in a string")?;
+                        out.push(ch);
+                        self.i += ch.len_utf8() - 1;
+                    }
                 }
             }
         }
@@ -359,6 +430,115 @@ impl Parser<'_> {
             Err(_) => Err(bad()),
         }
     }
+}
+
+/// The printable ASCII characters by their Unicode names (`\N{DIGIT FOUR}`), in code
+/// order from U+0020: a `.npy` header's strings never need more.
+const ASCII_NAMES: [&str; 95] = [
+    "SPACE",
+    "EXCLAMATION MARK",
+    "QUOTATION MARK",
+    "NUMBER SIGN",
+    "DOLLAR SIGN",
+    "PERCENT SIGN",
+    "AMPERSAND",
+    "APOSTROPHE",
+    "LEFT PARENTHESIS",
+    "RIGHT PARENTHESIS",
+    "ASTERISK",
+    "PLUS SIGN",
+    "COMMA",
+    "HYPHEN-MINUS",
+    "FULL STOP",
+    "SOLIDUS",
+    "DIGIT ZERO",
+    "DIGIT ONE",
+    "DIGIT TWO",
+    "DIGIT THREE",
+    "DIGIT FOUR",
+    "DIGIT FIVE",
+    "DIGIT SIX",
+    "DIGIT SEVEN",
+    "DIGIT EIGHT",
+    "DIGIT NINE",
+    "COLON",
+    "SEMICOLON",
+    "LESS-THAN SIGN",
+    "EQUALS SIGN",
+    "GREATER-THAN SIGN",
+    "QUESTION MARK",
+    "COMMERCIAL AT",
+    "LATIN CAPITAL LETTER A",
+    "LATIN CAPITAL LETTER B",
+    "LATIN CAPITAL LETTER C",
+    "LATIN CAPITAL LETTER D",
+    "LATIN CAPITAL LETTER E",
+    "LATIN CAPITAL LETTER F",
+    "LATIN CAPITAL LETTER G",
+    "LATIN CAPITAL LETTER H",
+    "LATIN CAPITAL LETTER I",
+    "LATIN CAPITAL LETTER J",
+    "LATIN CAPITAL LETTER K",
+    "LATIN CAPITAL LETTER L",
+    "LATIN CAPITAL LETTER M",
+    "LATIN CAPITAL LETTER N",
+    "LATIN CAPITAL LETTER O",
+    "LATIN CAPITAL LETTER P",
+    "LATIN CAPITAL LETTER Q",
+    "LATIN CAPITAL LETTER R",
+    "LATIN CAPITAL LETTER S",
+    "LATIN CAPITAL LETTER T",
+    "LATIN CAPITAL LETTER U",
+    "LATIN CAPITAL LETTER V",
+    "LATIN CAPITAL LETTER W",
+    "LATIN CAPITAL LETTER X",
+    "LATIN CAPITAL LETTER Y",
+    "LATIN CAPITAL LETTER Z",
+    "LEFT SQUARE BRACKET",
+    "REVERSE SOLIDUS",
+    "RIGHT SQUARE BRACKET",
+    "CIRCUMFLEX ACCENT",
+    "LOW LINE",
+    "GRAVE ACCENT",
+    "LATIN SMALL LETTER A",
+    "LATIN SMALL LETTER B",
+    "LATIN SMALL LETTER C",
+    "LATIN SMALL LETTER D",
+    "LATIN SMALL LETTER E",
+    "LATIN SMALL LETTER F",
+    "LATIN SMALL LETTER G",
+    "LATIN SMALL LETTER H",
+    "LATIN SMALL LETTER I",
+    "LATIN SMALL LETTER J",
+    "LATIN SMALL LETTER K",
+    "LATIN SMALL LETTER L",
+    "LATIN SMALL LETTER M",
+    "LATIN SMALL LETTER N",
+    "LATIN SMALL LETTER O",
+    "LATIN SMALL LETTER P",
+    "LATIN SMALL LETTER Q",
+    "LATIN SMALL LETTER R",
+    "LATIN SMALL LETTER S",
+    "LATIN SMALL LETTER T",
+    "LATIN SMALL LETTER U",
+    "LATIN SMALL LETTER V",
+    "LATIN SMALL LETTER W",
+    "LATIN SMALL LETTER X",
+    "LATIN SMALL LETTER Y",
+    "LATIN SMALL LETTER Z",
+    "LEFT CURLY BRACKET",
+    "VERTICAL LINE",
+    "RIGHT CURLY BRACKET",
+    "TILDE",
+];
+
+/// The printable ASCII character `\N{name}` names (names compare case-insensitively, as
+/// Python's do).
+fn ascii_named(name: &str) -> Option<char> {
+    ASCII_NAMES
+        .iter()
+        .position(|n| n.eq_ignore_ascii_case(name))
+        .map(|i| char::from(0x20 + i as u8))
 }
 
 #[cfg(test)]

@@ -92,6 +92,7 @@ pub fn open_regular(path: &Path, mode: FileMode) -> Result<File> {
         return Err(CoreError::Io {
             path: path.display().to_string(),
             reason: "not a regular file (FIFOs, sockets and devices are refused)".into(),
+            errno: None,
         });
     }
     let locked = match mode {
@@ -186,6 +187,7 @@ impl FileResource {
             CoreError::Io {
                 path: self.path.display().to_string(),
                 reason,
+                errno: e.raw_os_error(),
             }
         })
     }
@@ -291,10 +293,7 @@ impl FileResource {
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> CoreError {
-    CoreError::Io {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    }
+    CoreError::io(path, &e)
 }
 
 impl MemoryResource for FileResource {

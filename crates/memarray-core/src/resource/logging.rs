@@ -93,10 +93,7 @@ impl LoggingAdaptor {
     /// Logs to a new file at `path` (truncated if it exists).
     pub fn to_path(upstream: Arc<dyn MemoryResource>, path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let f = std::fs::File::create(path).map_err(|e| CoreError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
+        let f = std::fs::File::create(path).map_err(|e| CoreError::io(path, &e))?;
         Ok(Self::with_target(
             upstream,
             Box::new(f),
@@ -122,6 +119,7 @@ impl LoggingAdaptor {
                 "{new} log writes failed since the last flush ({errors} in all){}",
                 flushed.err().map(|e| format!(": {e}")).unwrap_or_default()
             ),
+            errno: None,
         })
     }
 

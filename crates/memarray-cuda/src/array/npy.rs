@@ -31,10 +31,7 @@ use super::raw::RawArray;
 use crate::error::Result;
 
 fn io(path: &Path, e: std::io::Error) -> CoreError {
-    CoreError::Io {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    }
+    CoreError::io(path, &e)
 }
 
 fn named(path: &Path, e: CoreError) -> CoreError {
@@ -49,8 +46,10 @@ fn named(path: &Path, e: CoreError) -> CoreError {
 
 impl RawArray {
     /// Reads the `.npy` file at `path` into a new array at `location` (its host kind
-    /// [`HostKind::auto`] unless given). Errors: `Io` (missing or unreadable file),
-    /// `BadNpy` (bad header, unsupported dtype or order, less data than the header says).
+    /// [`HostKind::auto`] unless given), as `np.load` reads it: Fortran-order and
+    /// big-endian files come in C order and native byte order. Errors: `Io` (missing or
+    /// unreadable file; `NotFound` for a missing one), `BadNpy` (a header NumPy refuses, a
+    /// dtype memarray does not hold, less data than the header says).
     pub fn load_npy(
         path: impl AsRef<Path>,
         location: Location,
@@ -76,6 +75,24 @@ impl RawArray {
         }
         let mut a = RawArray::empty_on(h.dtype, &h.shape, location, host_kind, None)?;
         let start = h.data_offset as u64;
+        if h.needs_conversion() {
+            // Fortran order or big-endian: read as the file holds it, then reorder.
+            let mut raw = vec![0u8; h.nbytes];
+            read_parallel(&file, start, &mut raw)?;
+            match location {
+                Location::Host => h.to_c_native(&raw, a.host_bytes_mut(None)?),
+                Location::Device(_) => {
+                    let mut native = vec![0u8; h.nbytes];
+                    h.to_c_native(&raw, &mut native);
+                    drop(raw);
+                    a.dev.write_with(0, h.nbytes, &|off, buf| {
+                        buf.copy_from_slice(&native[off..off + buf.len()]);
+                        Ok(())
+                    })?;
+                }
+            }
+            return Ok(a);
+        }
         match location {
             Location::Host => read_parallel(&file, start, a.host_bytes_mut(None)?)?,
             Location::Device(_) => a.dev.write_with(0, h.nbytes, &|off, buf| {
