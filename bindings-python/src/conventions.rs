@@ -59,6 +59,32 @@ impl PyMemArray {
         })
     }
 
+    /// `str(a)` is NumPy's `str` of the data (`[[0. 1.]\n [2. 3.]]`, summarised past 1,000
+    /// elements): host data is viewed, device data of up to 1,000 elements copied; a
+    /// larger device array or a locked one gives the `repr` summary.
+    fn __str__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let py = slf.py();
+        let this = slf.get();
+        let (n, dtype, loc) = this.peek(py, |raw| (raw.len(), raw.dtype(), raw.location()));
+        let text = (|| -> PyResult<Option<String>> {
+            if this.shared.is_locked() {
+                return Ok(None);
+            }
+            let data = if loc == Location::Host && dtype != DType::BF16 {
+                py.import("numpy")?.getattr("asarray")?.call1((slf,))?
+            } else if n <= REPR_FULL as u64 {
+                slf.call_method0("to_numpy")?
+            } else {
+                return Ok(None);
+            };
+            Ok(Some(data.str()?.to_string()))
+        })();
+        match text {
+            Ok(Some(t)) => Ok(t),
+            _ => Self::__repr__(slf),
+        }
+    }
+
     /// `len(a)` is the first extent; a 0-d array has no length (TypeError, as NumPy).
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.peek(py, |raw| raw.shape().first().copied())
@@ -117,8 +143,9 @@ impl PyMemArray {
     /// TypeError.
     fn __index__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let (dtype, shape) = self.layout(py);
-        // DLPack code 0 is signed and 1 unsigned integers; bool is 6.
-        let integer = matches!(dtype.dlpack().0, 0 | 1) || dtype == DType::Bool;
+        // DLPack code 0 is signed and 1 unsigned integers; bool is not an index (NumPy:
+        // TypeError for a 0-d bool array, as for True in a[np.array(True)]'s sense).
+        let integer = matches!(dtype.dlpack().0, 0 | 1);
         if !shape.is_empty() || !integer {
             return Err(PyTypeError::new_err(
                 "only integer scalar arrays (0-d, integer dtype) can be converted to an index",

@@ -288,14 +288,48 @@ pub fn bytes_to_py<'py>(py: Python<'py>, d: DType, bytes: &[u8]) -> PyResult<Bou
     })
 }
 
-/// Converts a Python scalar to element bytes of dtype `d`.
+/// Converts a Python value to element bytes of dtype `d` as NumPy's assignment does
+/// (`x[()] = obj` on a 0-d ndarray of the dtype): floats truncate into integer arrays,
+/// NumPy scalars cast, strings parse, and what NumPy refuses raises NumPy's exception
+/// (OverflowError for 300 into int8, ValueError for NaN into an integer array). Python
+/// ints, floats, bools and complex numbers of a kind the dtype holds take a Rust path
+/// that gives the same result without calling NumPy.
 pub fn py_to_bytes(obj: &Bound<'_, PyAny>, d: DType) -> PyResult<Vec<u8>> {
-    with_dtype!(d, T => {
-        let v = T::from_py(obj)?;
-        // SAFETY: T is plain data of size_of::<T>() bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts((&raw const v).cast::<u8>(), std::mem::size_of::<T>())
+    let (code, _, _) = d.dlpack();
+    let integer = matches!(code, 0 | 1);
+    let float_or_complex = !integer && d != DType::Bool;
+    let exact_int = obj.is_exact_instance_of::<PyInt>();
+    let fast = obj.is_exact_instance_of::<PyBool>()
+        || (exact_int && d != DType::Bool)
+        || (obj.is_exact_instance_of::<PyFloat>() && float_or_complex)
+        || (obj.is_exact_instance_of::<PyComplex>()
+            && matches!(d, DType::Complex64 | DType::Complex128));
+    if fast {
+        let got = with_dtype!(d, T => T::from_py(obj).map(|v| element_bytes(&v)));
+        return match got {
+            // NumPy's message and type for a Python int out of range.
+            Err(_) if exact_int && integer => Err(pyo3::exceptions::PyOverflowError::new_err(
+                format!("Python integer {obj} out of bounds for {d}"),
+            )),
+            other => other,
         };
-        Ok(bytes.to_vec())
-    })
+    }
+    let py = obj.py();
+    match numpy_dtype(py, d) {
+        Ok(np_dtype) if !np_dtype.is_none() => {
+            let np = py.import("numpy")?;
+            let cell = np.getattr("empty")?.call1(((), np_dtype))?;
+            cell.set_item(pyo3::types::PyTuple::empty(py), obj)?;
+            cell.call_method0("tobytes")?.extract()
+        }
+        // bfloat16 without ml_dtypes: NumPy has no such dtype to ask.
+        _ => with_dtype!(d, T => T::from_py(obj).map(|v| element_bytes(&v))),
+    }
+}
+
+/// The bytes of one element.
+fn element_bytes<T: Element>(v: &T) -> Vec<u8> {
+    // SAFETY: T is plain data of size_of::<T>() bytes.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+        .to_vec()
 }

@@ -187,3 +187,88 @@ def test_issue26_item7_from_dlpack_keeps_no_runtime_class_alive():
     t = weakref.ref(type(np.arange(1)))
     assert memarray.from_dlpack(np.arange(3.0)).to_numpy().tolist() == [0.0, 1.0, 2.0]
     assert t() is np.ndarray
+
+
+# --- item 9: elements follow NumPy ------------------------------------------------------
+
+VALUES = [
+    2.7,
+    -2.7,
+    np.float64(2.7),
+    np.float32(3.9),
+    np.True_,
+    np.False_,
+    True,
+    7,
+    -1,
+    300,
+    2**40,
+    2**70,
+    np.int64(-1),
+    np.int64(2**40),
+    np.uint64(5),
+    1e20,
+    float("nan"),
+    float("inf"),
+    "3",
+    "1.5",
+    "x",
+    1 + 2j,
+    np.complex64(1 + 0j),
+    None,
+    [1],
+]
+DTYPES = ["bool", "int8", "uint8", "int32", "int64", "uint64", "float16", "float32", "float64", "complex64"]
+
+
+def _numpy_store(dtype, v):
+    x = np.zeros(2, dtype)
+    try:
+        x[0] = v
+    except Exception as e:  # noqa: BLE001 - NumPy's refusal, whatever its type
+        return type(e)
+    return x[0]
+
+
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_issue26_item9_element_assignment_casts_as_numpy_does(dtype):
+    for v in VALUES:
+        want = _numpy_store(dtype, v)
+        a = memarray.zeros((2,), dtype)
+        try:
+            a[0] = v
+            got = a[0]
+        except Exception as e:  # noqa: BLE001
+            got = type(e)
+        if isinstance(want, type):
+            assert got is want, f"{v!r} into {dtype}: NumPy raises {want.__name__}, memarray {got!r}"
+            assert a[0] == 0, "a refused value leaves the array unchanged"
+        else:
+            assert not isinstance(got, type), f"{v!r} into {dtype}: NumPy stores {want!r}, memarray raised {got}"
+            assert np.array(got, dtype=dtype).tobytes() == np.array(want, dtype=dtype).tobytes() or (
+                np.isnan(want) and np.isnan(got)
+            ), f"{v!r} into {dtype}: NumPy {want!r}, memarray {got!r}"
+        # full() takes its fill value the same way.
+        if not isinstance(want, type):
+            f = memarray.full((3,), v, dtype).to_numpy()
+            assert f.tobytes() == np.full(3, want, dtype).tobytes() or np.isnan(want)
+
+
+def test_issue26_item9_index_of_a_0d_bool_array_is_a_type_error():
+    import operator
+
+    with pytest.raises(TypeError):
+        operator.index(np.array(True))
+    with pytest.raises(TypeError, match="integer"):
+        operator.index(memarray.asarray(np.array(True)))
+    assert operator.index(memarray.asarray(np.array(5, np.int16))) == 5
+
+
+def test_issue26_item9_str_is_numpys_str():
+    for x in [np.arange(6.0).reshape(2, 3), np.array(3), np.arange(2000), np.array([True, False]), np.zeros((0, 2))]:
+        assert str(memarray.asarray(x)) == str(x)
+    a = memarray.asarray(np.arange(4))
+    with a.get_dlpack(memarray.dlpack.kDLCPU):
+        assert str(a).startswith("MemArray(shape=(4,)")  # locked: the summary, no error

@@ -15,17 +15,20 @@ fn crate_dir() -> PathBuf {
     }
 }
 
-/// Where libmemarray.{so,a} are: MEMARRAY_C_LIB_DIR, else target/<profile> (this test
-/// runs from its deps/).
+/// Where libmemarray.{so,a} are: MEMARRAY_C_LIB_DIR, else this test's own directory
+/// (target/<profile>/deps: `cargo test` builds the library's cdylib and staticlib there
+/// for this test, so a fresh clone's plain `cargo test` needs nothing built first), else
+/// target/<profile> (`cargo build -p memarray-c`).
 fn lib_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("MEMARRAY_C_LIB_DIR") {
         return PathBuf::from(d);
     }
     let exe = std::env::current_exe().expect("the test's path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
+    let deps = exe.parent().expect("target/<profile>/deps").to_path_buf();
+    if deps.join("libmemarray.so").exists() && deps.join("libmemarray.a").exists() {
+        return deps;
+    }
+    deps.parent().expect("target/<profile>").to_path_buf()
 }
 
 fn compile(compiler: &str, source: &str, out: &str, extra: &[&str], link_static: bool) -> PathBuf {
@@ -37,8 +40,7 @@ fn compile(compiler: &str, source: &str, out: &str, extra: &[&str], link_static:
     });
     assert!(
         wanted.exists(),
-        "{} is missing: `cargo build -p memarray-c` makes it (`cargo test` alone does not; \
-         ./dev.sh test builds it first)",
+        "{} is missing: `cargo test -p memarray-c` or `cargo build -p memarray-c` makes it",
         wanted.display()
     );
     let exe = std::env::temp_dir().join(format!("memarray-{}-{out}", std::process::id()));
