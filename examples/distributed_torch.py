@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import os
 
+import importlib.util
+import sys
+
 import numpy as np
-import torch
-import torch.distributed as dist
 
 import memarray
-import memarray.distributed as md
+
+if __name__ == "__main__":
+    # One clear line, not a traceback, where the example cannot run.
+    if importlib.util.find_spec("torch") is None:
+        sys.exit("distributed_torch needs torch (pip install torch)")
+    if not memarray.cuda.is_available():
+        sys.exit(f"distributed_torch needs a CUDA device: {memarray.cuda.unavailable_reason()}")
+    if "RANK" not in os.environ:
+        sys.exit(
+            "distributed_torch runs one process per GPU: torchrun --nproc-per-node 2 examples/distributed_torch.py"
+        )
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import memarray.distributed as md  # noqa: E402
 
 
 def check(name: str, got: np.ndarray, want: np.ndarray, rank: int) -> None:

@@ -59,5 +59,18 @@ def main() -> None:
     assert len(kept) == (args.steps + 4) // 5
 
 
+def missing() -> str | None:
+    """What this machine lacks for the example, in one line, or None."""
+    import importlib.util
+
+    if not memarray.cuda.is_available():
+        return f"a CUDA device: {memarray.cuda.unavailable_reason()}"
+    absent = [m for m in ("torch", "cupy", "matplotlib") if importlib.util.find_spec(m) is None]
+    return f"{', '.join(absent)} (pip install {' '.join(absent)})" if absent else None
+
+
 if __name__ == "__main__":
+    if (why := missing()) is not None:
+        print(f"one_pool needs {why}")
+        raise SystemExit(1)
     main()

@@ -21,9 +21,6 @@ use crate::stream::parse_move_stream;
 // own), so calls from any number of threads are serialised and never meet pyo3's borrow
 // flag. The GIL is never held while waiting for that mutex, and never held during a
 // copy, a wait for device work, or an allocation (see `Self::with`).
-/// MemArray(shape, dtype=None, device_id=None, host_memory=None, host_resource=None,
-///          device_resource=None)
-///
 /// A typed N-d array whose data lives on the host, on a CUDA device, or both: `shape` is
 /// an int or a tuple of ints, `dtype` anything NumPy accepts (default float64),
 /// `device_id` the CUDA device it moves to (default 0), `host_memory` the host buffer's
@@ -256,9 +253,6 @@ impl PyMemArray {
 
 #[pymethods]
 impl PyMemArray {
-    /// MemArray(shape, dtype=None, device_id=None, host_memory=None, host_resource=None,
-    ///          device_resource=None)
-    ///
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default
     /// float64); `device_id` is the CUDA device it moves to; `host_memory` picks the host
     /// buffer kind: "pageable", "pinned", "managed", or "auto" (pinned from 16 MiB up
@@ -369,8 +363,6 @@ impl PyMemArray {
         host_kind_name(self.peek(py, |raw| raw.host_kind()))
     }
 
-    /// move_memory(device_type, device_id=None, stream=None, async_copy=False)
-    ///
     /// Copies the current data to `device_type`: a DLPack device code
     /// (memarray.dlpack.kDLCPU or kDLCUDA, with `device_id`), or a device as `zeros` and
     /// `asarray` spell it ("cpu", "cuda" (the array's `device_id`), "cuda:N", a
@@ -396,8 +388,6 @@ impl PyMemArray {
         self.move_to(py, target, stream, !async_copy, None)
     }
 
-    /// add_index_tuple(stream=None)
-    ///
     /// Adds the sum of each element's indices to it: on the GPU (moving the data there)
     /// when CUDA is available, on the host otherwise.
     #[pyo3(signature = (stream=None))]
@@ -413,8 +403,6 @@ impl PyMemArray {
         .py()
     }
 
-    /// record_stream(stream)
-    ///
     /// Records that the work queued on `stream` so far uses this array (a consumer that
     /// wrote it through DLPack on its own stream, e.g. a torch.distributed collective):
     /// later memarray work on other streams waits for it without blocking the host, host

@@ -16,7 +16,6 @@ use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
 
-/// move_many(arrays, device, stream=None) -> list[MemArray]
 /// --
 ///
 /// Moves every array in `arrays` to `device` ("cpu", "cuda", "cuda:N", an int, a DLPack
@@ -69,7 +68,6 @@ pub fn move_many<'py>(
     PyList::new(py, refs)
 }
 
-/// _numpy_to_device(obj, device) -> MemArray | None
 /// --
 ///
 /// `asarray(x, device=...)`'s fast path for an exact, C-contiguous NumPy array bound for a
@@ -142,7 +140,6 @@ fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
     crate::dlpack::import_tensor(py, t, None, StreamRef::legacy())
 }
 
-/// _last_batch_profile() -> dict
 /// --
 ///
 /// Where the last host-to-device `move_many` batch spent its time (microseconds), and

@@ -60,8 +60,6 @@ fn born(py: Python<'_>, a: Args, fill: Fill<'_>) -> PyResult<PyMemArray> {
     Ok(raw.into())
 }
 
-/// empty(shape, dtype=None, device=None, host_memory=None, stream=None, resource=None)
-///
 /// A new array on `device` only ("cpu" when None, "cuda", "cuda:N", an int, a DLPack
 /// pair, a torch.device), contents unspecified on a device (zeros on the host).
 /// `resource` (`memarray.resources`) gives the array its own memory source.
@@ -83,8 +81,6 @@ pub fn empty(
     )
 }
 
-/// zeros(shape, dtype=None, device=None, host_memory=None, stream=None, resource=None)
-///
 /// A zero-filled array on `device` only (None: the host; a memset on a device, on
 /// `stream`).
 #[pyfunction]
@@ -105,9 +101,6 @@ pub fn zeros(
     )
 }
 
-/// full(shape, fill_value, dtype=None, device=None, host_memory=None, stream=None,
-///      resource=None)
-///
 /// An array of `fill_value` (converted to `dtype` as element assignment converts) on
 /// `device` only (None: the host), filled there.
 #[pyfunction]
@@ -128,8 +121,6 @@ pub fn full(
     born(py, a, Fill::Value(&value))
 }
 
-/// load(path, device=None, host_memory=None)
-///
 /// Reads a `.npy` file into a new array on `device` (None: the host), read from the file
 /// straight there.
 /// OSError for a missing, unreadable, in-use or non-regular file (or one that shrinks
@@ -154,8 +145,6 @@ pub fn load(
 // `.npy` save (load is above).
 #[pymethods]
 impl PyMemArray {
-    /// save(path)
-    ///
     /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read
     /// back from the device in pieces when it is there). GIL released.
     fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {

@@ -277,7 +277,6 @@ const DIRECTIONS: [(&str, memarray_cuda::staging::Direction); 2] = [
     ("to_host", memarray_cuda::staging::Direction::ToHost),
 ];
 
-/// set_staging_config(direction=None, threads=None, chunk_bytes=None, direct_below=None, lane_min=None, short_below=None)
 /// --
 ///
 /// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both", the

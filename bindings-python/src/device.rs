@@ -177,7 +177,6 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
     )))
 }
 
-/// _device_pair(device) -> (device_type, device_id)
 /// --
 ///
 /// A `device=` argument ("cpu", "cuda", "cuda:N", an int, a DLPack pair, a torch.device)

@@ -112,8 +112,6 @@ impl PyComm {
         self.comm.device_id()
     }
 
-    /// all_reduce(array, out=None, op="sum", stream=None)
-    ///
     /// Reduces `array` over all ranks into `out` (same dtype and size), or in place when
     /// `out` is None or `array` itself. `op`: sum, prod, max, min, avg.
     #[pyo3(signature = (array, out=None, op="sum", stream=None))]
@@ -137,8 +135,6 @@ impl PyComm {
         }
     }
 
-    /// all_gather(array, out, stream=None)
-    ///
     /// Every rank's `array` concatenated in rank order into `out` (size times as many
     /// elements, same dtype).
     #[pyo3(signature = (array, out, stream=None))]
@@ -155,8 +151,6 @@ impl PyComm {
         })
     }
 
-    /// reduce_scatter(array, out, op="sum", stream=None)
-    ///
     /// This rank's block of the reduction over ranks of `array` into `out` (`array` holds
     /// size blocks the size of `out`).
     #[pyo3(signature = (array, out, op="sum", stream=None))]
@@ -175,8 +169,6 @@ impl PyComm {
         })
     }
 
-    /// broadcast(array, root=None, stream=None)
-    ///
     /// Copies rank `root`'s (default 0) `array` into `array` on every rank.
     #[pyo3(signature = (array, root=None, stream=None))]
     fn broadcast(
@@ -191,8 +183,6 @@ impl PyComm {
         self.one(py, "broadcast", array, |c, a| c.broadcast(a, root, stream))
     }
 
-    /// send(array, peer, stream=None)
-    ///
     /// Sends `array` to rank `peer`, which receives it with `recv` into an array of the
     /// same size. Pair sends and receives that run at once inside `group()`.
     #[pyo3(signature = (array, peer, stream=None))]
@@ -208,8 +198,6 @@ impl PyComm {
         self.one(py, "send", array, |c, a| c.send(a, peer, stream))
     }
 
-    /// recv(array, peer, stream=None)
-    ///
     /// Receives into `array` what rank `peer` sends.
     #[pyo3(signature = (array, peer, stream=None))]
     fn recv(
@@ -333,7 +321,6 @@ fn group_end(py: Python<'_>) -> PyResult<()> {
     py.detach_section(nccl::group_end).py()
 }
 
-/// scatter(array, devices)
 /// --
 ///
 /// Splits `array` along its first axis into len(devices) new arrays, part i on
@@ -367,7 +354,6 @@ pub fn scatter<'py>(
     Ok(out)
 }
 
-/// gather(parts, device=None)
 /// --
 ///
 /// One new array at `device` ("cpu", "cuda:N", an int; default cuda:0) holding `parts` (MemArrays of one

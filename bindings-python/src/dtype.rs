@@ -54,12 +54,14 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
         .map_err(|_| unsupported(&obj.repr().map(|r| r.to_string()).unwrap_or_default()))?;
     let name: String = dt.getattr("name")?.extract()?;
     let byteorder: String = dt.getattr("byteorder")?.extract()?;
+    let typestr: String = dt.getattr("str")?.extract()?;
     if byteorder == ">" {
         return Err(PyTypeError::new_err(format!(
-            "big-endian dtype {name} is not supported; convert with .astype('{name}') first"
+            "dtype '{typestr}' is big-endian, which memarray does not hold; convert with \
+             .astype('{name}') (native byte order) first"
         )));
     }
-    DType::from_name(&name).map_err(|_| unsupported(&name))
+    DType::from_name(&name).map_err(|_| unsupported(&format!("'{typestr}' ({name})")))
 }
 
 /// A NumPy type code in native or little-endian order (`"u1"`, `"<f4"`, `"=i8"`, `"|b1"`,

@@ -229,7 +229,6 @@ pub(crate) unsafe fn fill_bytes_view(
     Ok(())
 }
 
-/// release_numpy_pool() -> int
 /// --
 ///
 /// Hands the NumPy block pool's cached blocks back to the system; returns the bytes
@@ -242,7 +241,6 @@ pub fn release_numpy_pool(py: Python<'_>) -> u64 {
     }
 }
 
-/// numpy_pool_statistics() -> dict | None
 /// --
 ///
 /// The NumPy block pool's bytes cached (free, faulted in) and used, and its hits and

@@ -216,19 +216,20 @@ fn pressure_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// Asks `memarray._pressure.relieve(library, device)` to make `library` give its cache
-/// back. Without a usable interpreter, or on any Python error, it released nothing.
+/// back (None: the library is not loaded). Without a usable interpreter it was not asked;
+/// on a Python error it released nothing.
 fn python_reliever(library: Source) -> pressure::Reliever {
     Arc::new(move |device| {
         Python::try_attach(|py| {
             py.import("memarray._pressure")
                 .and_then(|m| m.call_method1("relieve", (library.name(), device)))
-                .and_then(|r| r.extract::<usize>())
+                .and_then(|r| r.extract::<Option<usize>>())
                 .unwrap_or_else(|e| {
                     e.write_unraisable(py, None);
-                    0
+                    Some(0)
                 })
         })
-        .unwrap_or(0)
+        .flatten()
     })
 }
 
@@ -435,8 +436,6 @@ impl Pinning {
     }
 }
 
-/// pin(owner, ptr, size, device_id, mapped=False, portable=False) -> Pinning
-///
 /// Page-locks `size` bytes at `ptr`, inside `owner`'s memory, for `device_id`.
 #[pyfunction]
 #[pyo3(signature = (owner, ptr, size, device_id, mapped=false, portable=false))]

@@ -85,8 +85,6 @@ pub fn _ipc_handle_from_bytes(
     })
 }
 
-/// from_ipc_handle(handle)
-///
 /// A MemArray over the device memory another process shared with `a.ipc_handle()`, without
 /// a copy. The first open of a handle maps it; later opens reuse the mapping.
 #[pyfunction]

@@ -247,8 +247,6 @@ impl PyResource {
         }
     }
 
-    /// allocate(nbytes, stream=None, source=None) -> Allocation
-    ///
     /// `nbytes` from this resource, 256-byte aligned, freed when the Allocation is
     /// freed or garbage-collected. `source` names the library the memory is for
     /// ("memarray", "torch", "cupy", "numba", "rmm"; ValueError for others) in
@@ -387,8 +385,6 @@ impl Allocation {
         self.ptr
     }
 
-    /// free(stream=None)
-    ///
     /// Returns the memory to its resource (a second call does nothing). A stream-ordered
     /// resource reuses it after the work queued on `stream` (default: the stream it was
     /// allocated on).

@@ -29,8 +29,6 @@ impl PyMemArray {
         self.peek(py, |raw| raw.is_spilled())
     }
 
-    /// prefetch(stream=None)
-    ///
     /// Brings a spilled array back to its device on `stream` without waiting (other
     /// arrays may spill to make room); a no-op when it is not spilled. Work queued after
     /// it on any stream is ordered behind the copy.
@@ -41,8 +39,6 @@ impl PyMemArray {
             .py()
     }
 
-    /// device_view(stream=None)
-    ///
     /// A scope in which the array stays on its device at a fixed address, for code that
     /// takes raw pointers: `with a.device_view(stream) as view:` restores a spilled array,
     /// makes `stream` (default: the legacy default stream, 0) wait for the array's pending

@@ -50,6 +50,7 @@ def test_issue26_item4_module_options_must_be_a_list_of_str():
 
 # --- item 4 and 13: plot --------------------------------------------------------------
 
+
 def _snapshot():
     t = resources.Tracking(resources.Host())
     a = t.allocate(1 << 20)
@@ -218,7 +219,18 @@ VALUES = [
     None,
     [1],
 ]
-DTYPES = ["bool", "int8", "uint8", "int32", "int64", "uint64", "float16", "float32", "float64", "complex64"]
+DTYPES = [
+    "bool",
+    "int8",
+    "uint8",
+    "int32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+]
 
 
 def _numpy_store(dtype, v):
@@ -243,13 +255,19 @@ def test_issue26_item9_element_assignment_casts_as_numpy_does(dtype):
         except Exception as e:  # noqa: BLE001
             got = type(e)
         if isinstance(want, type):
-            assert got is want, f"{v!r} into {dtype}: NumPy raises {want.__name__}, memarray {got!r}"
+            assert got is want, (
+                f"{v!r} into {dtype}: NumPy raises {want.__name__}, memarray {got!r}"
+            )
             assert a[0] == 0, "a refused value leaves the array unchanged"
         else:
-            assert not isinstance(got, type), f"{v!r} into {dtype}: NumPy stores {want!r}, memarray raised {got}"
-            assert np.array(got, dtype=dtype).tobytes() == np.array(want, dtype=dtype).tobytes() or (
-                np.isnan(want) and np.isnan(got)
-            ), f"{v!r} into {dtype}: NumPy {want!r}, memarray {got!r}"
+            assert not isinstance(got, type), (
+                f"{v!r} into {dtype}: NumPy stores {want!r}, memarray raised {got}"
+            )
+            assert np.array(got, dtype=dtype).tobytes() == np.array(
+                want, dtype=dtype
+            ).tobytes() or (np.isnan(want) and np.isnan(got)), (
+                f"{v!r} into {dtype}: NumPy {want!r}, memarray {got!r}"
+            )
         # full() takes its fill value the same way.
         if not isinstance(want, type):
             f = memarray.full((3,), v, dtype).to_numpy()
@@ -267,8 +285,104 @@ def test_issue26_item9_index_of_a_0d_bool_array_is_a_type_error():
 
 
 def test_issue26_item9_str_is_numpys_str():
-    for x in [np.arange(6.0).reshape(2, 3), np.array(3), np.arange(2000), np.array([True, False]), np.zeros((0, 2))]:
+    for x in [
+        np.arange(6.0).reshape(2, 3),
+        np.array(3),
+        np.arange(2000),
+        np.array([True, False]),
+        np.zeros((0, 2)),
+    ]:
         assert str(memarray.asarray(x)) == str(x)
     a = memarray.asarray(np.arange(4))
     with a.get_dlpack(memarray.dlpack.kDLCPU):
         assert str(a).startswith("MemArray(shape=(4,)")  # locked: the summary, no error
+
+
+# --- item 13: the first hour's output -------------------------------------------------
+
+
+def test_issue26_item13_the_release_extension_carries_no_debug_info():
+    size = os.path.getsize(memarray._memarray.__file__)
+    assert size < 8 << 20, (
+        f"the extension is {size / 2**20:.1f} MiB (debug info in the release profile?)"
+    )
+
+
+def test_issue26_item13_help_shows_each_signature_once():
+    import memarray.distributed as md
+    from memarray import resources as mr
+
+    seen = 0
+    for mod in (memarray, mc, mr, md, memarray._memarray):
+        for name in dir(mod):
+            obj = getattr(mod, name)
+            targets = (
+                [obj] + [getattr(obj, m) for m in dir(obj) if not m.startswith("__")]
+                if isinstance(obj, type)
+                else [obj]
+            )
+            for f in targets:
+                sig = getattr(f, "__text_signature__", None)
+                doc = getattr(f, "__doc__", None) or ""
+                if sig and callable(f):
+                    seen += 1
+                    fname = getattr(f, "__name__", "")
+                    first = doc.strip().splitlines()[0] if doc.strip() else ""
+                    assert not first.startswith(f"{fname}("), (
+                        f"{fname}: the docstring repeats the signature"
+                    )
+    assert seen > 30
+
+
+def test_issue26_item13_unsupported_numpy_dtypes_are_type_errors_naming_them():
+    for x, named in [
+        (np.array(["a", "b"]), "<U1"),
+        (np.arange(3, dtype=">f4"), ">f4"),
+        (np.array([1, "x"], dtype=object), "|O"),
+    ]:
+        for f in (memarray.asarray, memarray.from_dlpack):
+            with pytest.raises(TypeError, match=re.escape(named)):
+                f(x)
+    with pytest.raises(TypeError, match=re.escape("'>f4' is big-endian")):
+        memarray.MemArray(3, ">f4")
+
+
+def test_issue26_item13_pressure_counts_only_loaded_libraries():
+    out = child_stdout(
+        """
+import sys
+import memarray
+from memarray import resources
+r = resources.Limiting(resources.Host(), 10)
+try:
+    r.allocate(100)
+except MemoryError:
+    pass
+s = resources.pressure_statistics()
+assert s["events"] == 1, s
+loaded = [k for k in ("torch", "cupy", "rmm") if k in sys.modules]
+assert not loaded, loaded
+print({k: v["calls"] for k, v in s["libraries"].items()})
+"""
+    )
+    assert "{'torch': 0, 'cupy': 0, 'rmm': 0}" in out, out
+
+
+@pytest.mark.parametrize(
+    "example",
+    ["demo.py", "one_pool.py", "distributed_torch.py", "ipc_pipeline.py", "scatter_gather.py"],
+)
+def test_issue26_item13_examples_end_in_one_clear_line_without_a_gpu(example):
+    import pathlib
+    import subprocess
+    import sys
+
+    if mc.is_available():
+        pytest.skip("checks what a machine without a GPU prints")
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / example
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    out = (r.stdout + r.stderr).strip()
+    assert "Traceback" not in out, out[-2000:]
+    if r.returncode != 0:
+        last = out.splitlines()[-1]
+        assert "needs" in last or "runs one process per GPU" in last, out[-2000:]

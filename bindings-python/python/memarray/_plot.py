@@ -27,7 +27,6 @@ Events = list[tuple[float, str]]
 LOG_COLUMNS = "time,event,device,address,size,stream,source"
 
 
-
 def _from_snapshot(
     snap: dict,
 ) -> tuple[list[float], dict[str, list[int]], dict[str, int], Events]:
@@ -70,7 +69,9 @@ def _from_log(
         reader = csv.DictReader(f)
         missing = {"event", "address", "size", "source", "time"} - set(reader.fieldnames or ())
         if missing:
-            raise ValueError(f"no column {sorted(missing)} (a Logging CSV's header is {LOG_COLUMNS})")
+            raise ValueError(
+                f"no column {sorted(missing)} (a Logging CSV's header is {LOG_COLUMNS})"
+            )
         for row in reader:
             event, addr, source = row["event"], row["address"], row["source"]
             if event == "allocate":

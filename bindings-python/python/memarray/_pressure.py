@@ -17,10 +17,10 @@ from types import FrameType
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _torch(device: int | None) -> int:
+def _torch(device: int | None) -> int | None:
     torch = sys.modules.get("torch")
     if torch is None or device is None or not torch.cuda.is_initialized():
-        return 0
+        return None
     ours = sys.modules.get("memarray.torch")
     if ours is not None and ours.installed():
         return 0  # torch's memory is memarray's: its cache is the pool already released
@@ -29,10 +29,10 @@ def _torch(device: int | None) -> int:
     return max(0, before - torch.cuda.memory_reserved(device))
 
 
-def _cupy(device: int | None) -> int:
+def _cupy(device: int | None) -> int | None:
     cupy = sys.modules.get("cupy")
     if cupy is None or device is None:
-        return 0
+        return None
     pool = cupy.get_default_memory_pool()
     with cupy.cuda.Device(device):
         before = pool.total_bytes()
@@ -40,9 +40,9 @@ def _cupy(device: int | None) -> int:
         return max(0, before - pool.total_bytes())
 
 
-def _rmm(device: int | None) -> int:
+def _rmm(device: int | None) -> int | None:
     if "rmm" not in sys.modules or device is None:
-        return 0
+        return None
     import rmm.mr
 
     released = 0
@@ -58,18 +58,19 @@ def _rmm(device: int | None) -> int:
     return released
 
 
-_RELIEVERS: dict[str, Callable[[int | None], int]] = {
+_RELIEVERS: dict[str, Callable[[int | None], int | None]] = {
     "torch": _torch,
     "cupy": _cupy,
     "rmm": _rmm,
 }
 
 
-def relieve(library: str, device: int | None) -> int:
+def relieve(library: str, device: int | None) -> int | None:
     """Makes ``library`` give its cached memory on ``device`` back; returns the bytes it
-    released where it says (0 when it is not loaded)."""
+    released where it says, or None when it is not loaded (then it was not asked)."""
     f = _RELIEVERS.get(library)
-    return int(f(device)) if f is not None else 0
+    got = f(device) if f is not None else None
+    return None if got is None else int(got)
 
 
 def stack(limit: int = 24) -> str:

@@ -378,8 +378,6 @@ unsafe extern "C" fn allocator(
 
 // ---- the import entry point and the class's table ----
 
-/// from_dlpack(obj, copy=None)
-///
 /// Imports a DLPack producer (or capsule) as a MemArray. `copy=None` shares memory when it
 /// can and copies otherwise; `copy=True` always copies; `copy=False` never copies and
 /// raises BufferError when sharing is impossible (read-only or non-contiguous data).

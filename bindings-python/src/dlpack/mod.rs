@@ -429,6 +429,10 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
         }
         return ndarray::view(obj, &l).map(|t| Some(NumpyImport::Tensor(t)));
     }
+    // A dtype memarray does not hold (strings, objects, a foreign byte order) is the
+    // TypeError every dtype argument gives, naming it, not NumPy's BufferError from its
+    // capsule; other dtype objects (np.longlong, ml_dtypes' bfloat16) go on.
+    crate::dtype::parse_dtype(Some(&obj.getattr(pyo3::intern!(py, "dtype"))?))?;
     let kwargs = crate::fork::once(&MAX_VERSION_KW, py, || -> PyResult<_> {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("max_version", (1, 3))?;
@@ -529,8 +533,6 @@ pub fn _dlpack_live_exports() -> (usize, usize) {
 // The DLPack protocol of MemArray.
 #[pymethods]
 impl PyMemArray {
-    /// get_dlpack(device_type=None, device_id=None, stream=None)
-    ///
     /// Moves the data to `device_type` (default: where it is) and returns a context manager
     /// that locks the array for its block and exports it with `__dlpack__`. Entering
     /// moves the data there again if another thread moved it in between.
@@ -556,7 +558,6 @@ impl PyMemArray {
         Ok(crate::dlpack::DLPackContext::new(slf.unbind(), target))
     }
 
-    /// __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,

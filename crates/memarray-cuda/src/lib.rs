@@ -87,6 +87,10 @@ pub use resource::{
 };
 pub use stream::{Stream, StreamRef};
 
+/// The `ndarray` version memarray's views are of ([`MemArray::view`]): use it to build
+/// arrays for [`MemArray::from_ndarray`] without a version of your own to keep in step.
+pub use ndarray;
+
 // The guides' Rust blocks run as doctests (issue 14): the README's with every build, the
 // Rust guide's with the `nccl` feature (one block uses it), as CI runs them. Blocks that
 // need a GPU are `no_run`: compiled here, never run (the GPU machine has no Rust).

@@ -19,12 +19,40 @@ fn peer_required() -> bool {
     std::env::var(REQUIRE_PEER_ENV).is_ok_and(|v| v == "1")
 }
 
+/// The environment variable naming a file each skip appends one line to (`./dev.sh test`
+/// counts them there and prints the reason once).
+pub const SKIP_LOG_ENV: &str = "MEMARRAY_SKIP_LOG";
+
+/// Appends `SKIPPED: <reason>` to the skip log, when one is named.
+fn log_skip(reason: &str) {
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV)
+        && let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        // One write: appends from parallel tests do not interleave.
+        let _ = f.write_all(format!("SKIPPED: {reason}\n").as_bytes());
+    }
+}
+
 /// Writes a skip notice straight to stderr, which `cargo test` does not capture, so
-/// skipped tests are visible without `--nocapture`.
+/// skipped tests are visible without `--nocapture`, and to the skip log.
 pub fn report_skip(reason: &str) {
-    // One write, so parallel tests do not interleave within the line.
-    let line = format!("SKIPPED: {reason}\n");
+    log_skip(reason);
+    // One write, on a line of its own (libtest may have written "test x ... " without its
+    // newline yet).
+    let line = format!("\nSKIPPED: {reason}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// The first clauses of a reason (`CUDA is unavailable: libcuda.so not found`), for a
+/// line a person reads among test names.
+fn short(reason: &str) -> &str {
+    match reason.match_indices(": ").nth(1) {
+        Some((at, _)) => &reason[..at],
+        None => reason,
+    }
 }
 
 /// Device 0, or `None` after printing `SKIPPED: no CUDA device (<reason>)`.
@@ -36,12 +64,19 @@ pub fn gpu_or_skip() -> Option<Arc<Device>> {
         Ok(d) => Some(d),
         Err(e) if required() => panic!("{REQUIRE_GPU_ENV}=1 but no CUDA device: {e}"),
         Err(e) => {
-            // The reason in full once per test binary, in short after that.
+            // One short line per test binary on stderr; every skip in the skip log, where
+            // `./dev.sh test` counts them and prints the reason in full once.
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            let reason = e.to_string();
             if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                report_skip("no CUDA device (reason above)");
+                log_skip(&format!("no CUDA device ({reason})"));
             } else {
-                report_skip(&format!("no CUDA device ({e})"));
+                log_skip(&format!("no CUDA device ({reason})"));
+                let line = format!(
+                    "\nSKIPPED: no CUDA device ({}): this binary's GPU tests return early\n",
+                    short(&reason)
+                );
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
             }
             None
         }

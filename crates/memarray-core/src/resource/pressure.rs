@@ -14,8 +14,9 @@ use super::{MemoryResource, RawStream, Source};
 use crate::error::{CoreError, Result};
 
 /// Gives cached memory of one library back on a device (`None`: host memory); returns
-/// the bytes it released where it knows them, else 0.
-pub type Reliever = Arc<dyn Fn(Option<u32>) -> usize + Send + Sync>;
+/// the bytes it released where it knows them (else 0), or `None` when the library is not
+/// loaded in this process (then it was not asked, and is not counted).
+pub type Reliever = Arc<dyn Fn(Option<u32>) -> Option<usize> + Send + Sync>;
 
 /// Frees device memory of one device by spilling arrays (memarray-cuda's spill module):
 /// called with the device and the bytes wanted, returns the device bytes it freed.
@@ -42,7 +43,8 @@ pub struct PressureStatistics {
     pub spills: u64,
     /// Device bytes spilling freed for them.
     pub spilled_bytes: u64,
-    /// Per reliever: (library, times asked, bytes it reported released).
+    /// Per reliever: (library, times asked, bytes it reported released); a library not
+    /// loaded when relief ran was not asked.
     pub relievers: Vec<(Source, u64, u64)>,
 }
 
@@ -123,7 +125,9 @@ pub fn relieve(resource: &dyn MemoryResource, source: Source) -> usize {
         if library == source {
             continue;
         }
-        let got = f(device);
+        let Some(got) = f(device) else {
+            continue; // not loaded here: nothing asked
+        };
         total = total.saturating_add(got);
         with_state(|st| {
             if let Some(row) = st.stats.relievers.iter_mut().find(|(s, ..)| *s == library) {
@@ -221,9 +225,9 @@ mod tests {
                         let p = NonNull::new(p as *mut u8).unwrap();
                         // SAFETY: p came from `l` with these arguments, freed once here.
                         unsafe { l.deallocate(p, 800, 8, None) };
-                        800
+                        Some(800)
                     }
-                    None => 0,
+                    None => Some(0),
                 }
             }),
         );
@@ -232,9 +236,11 @@ mod tests {
             Source::Cupy,
             Arc::new(move |_| {
                 c.fetch_add(1, Ordering::SeqCst);
-                0
+                Some(0)
             }),
         );
+        // A library that is not loaded is not counted as asked (issue 26, item 13).
+        register_reliever(Source::Rmm, Arc::new(|_| None));
         let before = pressure_statistics();
         // 500 bytes do not fit next to torch's 800: relief frees them and the retry works.
         let p = allocate_with_relief(&*limit, 500, 8, None, false).unwrap();
@@ -257,6 +263,8 @@ mod tests {
             .find(|r| r.0 == Source::Torch)
             .unwrap();
         assert_eq!((torch_row.1, torch_row.2), (1, 800));
+        let rmm_row = after.relievers.iter().find(|r| r.0 == Source::Rmm).unwrap();
+        assert_eq!((rmm_row.1, rmm_row.2), (0, 0));
         // SAFETY: p came from `limit` with these arguments and is freed once.
         unsafe { limit.deallocate(p, 500, 8, None) };
     }
