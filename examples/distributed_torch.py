@@ -7,9 +7,8 @@ layer, for code without torch). Integer data, so every sum is checked exactly.
 
 from __future__ import annotations
 
-import os
-
 import importlib.util
+import os
 import sys
 
 import numpy as np
@@ -24,7 +23,8 @@ if __name__ == "__main__":
         sys.exit(f"distributed_torch needs a CUDA device: {memarray.cuda.unavailable_reason()}")
     if "RANK" not in os.environ:
         sys.exit(
-            "distributed_torch runs one process per GPU: torchrun --nproc-per-node 2 examples/distributed_torch.py"
+            "distributed_torch runs one process per GPU: "
+            "torchrun --nproc-per-node 2 examples/distributed_torch.py"
         )
 
 import torch  # noqa: E402

@@ -94,7 +94,8 @@ def main() -> int:
             r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if r.returncode != 0:
                 print(
-                    f"FAILED {where}: does not compile with\n  {shlex.join(cmd)}\n{r.stderr}\n{code}"
+                    f"FAILED {where}: does not compile with\n  {shlex.join(cmd)}\n"
+                    f"{r.stderr}\n{code}"
                 )
                 return 1
             if "gpu" in tags and not gpu:

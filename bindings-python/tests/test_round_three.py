@@ -4,7 +4,6 @@ element casting; the newcomer's first hour. Hostile inputs run in fresh interpre
 
 from __future__ import annotations
 
-import errno
 import gc
 import os
 import re
