@@ -99,7 +99,18 @@ case "$cmd" in
       "$VENV/bin/python" benches/plot_transfer.py target/transfer.json target/transfer.png
     fi
     ;;
-  doc) cargo doc --workspace --no-deps ;;
+  doc)
+    cargo doc --workspace --no-deps --exclude memarray-python
+    # cargo makes no workspace landing page: target/doc/index.html leads to every crate.
+    {
+      echo '<!doctype html><meta charset="utf-8"><title>memarray</title><h1>memarray crates</h1><ul>'
+      echo '<li><a href="memarray_core/index.html">memarray_core</a>: dtypes, shapes, Indexer, locks, host memory, MemoryResource</li>'
+      echo '<li><a href="memarray_cuda/index.html">memarray_cuda</a>: devices, streams, events, CUDA resources, MemArray, kernels, NCCL, spilling</li>'
+      echo '<li><a href="memarray_dlpack/index.html">memarray_dlpack</a>: DLPack export and import</li>'
+      echo '<li><a href="memarray/index.html">memarray</a> (crate memarray-c): the C ABI</li></ul>'
+    } > target/doc/index.html
+    echo "== target/doc/index.html"
+    ;;
   wheel)
     [ -x "$VENV/bin/maturin" ] || venv
     "$VENV/bin/maturin" build --release -m bindings-python/Cargo.toml -o dist

@@ -367,7 +367,7 @@ impl PyMemArray {
     /// (memarray.dlpack.kDLCPU or kDLCUDA, with `device_id`), or a device as `zeros` and
     /// `asarray` spell it ("cpu", "cuda" (the array's `device_id`), "cuda:N", a
     /// `(device_type, id)` pair, a torch.device). The copy runs on `stream`: None (the array's last stream on that device, else the legacy default), an
-    /// int handle (0 = the legacy default stream, as in the seed), or a stream object
+    /// int handle (0 = the legacy default stream, as in the original MemArray), or a stream object
     /// (memarray.cuda.Stream, torch.cuda.Stream, cupy.cuda.Stream, anything with
     /// `__cuda_stream__`). Returns at once if the data is already there. With
     /// `async_copy=False` the call waits for the copy. The GIL is released throughout.

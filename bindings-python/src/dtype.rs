@@ -15,7 +15,7 @@ fn unsupported(what: &str) -> PyErr {
 }
 
 /// Parses anything NumPy accepts as a dtype (plus the string "bfloat16"). `None` is
-/// float64, as in the seed.
+/// float64, as in the original MemArray design.
 pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(DType::F64);

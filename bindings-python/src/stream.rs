@@ -82,7 +82,7 @@ fn from_handle(h: i64) -> PyResult<StreamRef> {
 }
 
 /// The `stream` argument of `move_memory` / `add_index_tuple`: None keeps the array's
-/// choice; 0 means the legacy default stream, as in the seed.
+/// choice; 0 means the legacy default stream, as in the original MemArray design.
 pub fn parse_move_stream(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<StreamRef>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);

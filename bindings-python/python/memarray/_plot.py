@@ -13,8 +13,7 @@ def _matplotlib():
         import matplotlib
     except ImportError as e:
         raise ImportError(
-            "memarray.resources.plot needs matplotlib: pip install 'memarray[plot]' "
-            "(or pip install matplotlib)"
+            "memarray.resources.plot needs matplotlib: pip install matplotlib"
         ) from e
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt

@@ -1,4 +1,5 @@
-"""DLPack device types, as in ``dlpack.h`` (the seed's ``memarray.dlpack``)."""
+"""DLPack device types, as in ``dlpack.h`` (the module of the original AMSO MemArray
+design)."""
 
 from __future__ import annotations
 

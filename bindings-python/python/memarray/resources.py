@@ -275,7 +275,8 @@ class Tracking(Resource):
 
 class Rmm(Resource):
     """Device memory from RMM's resource for ``device_id`` (the one current when this is
-    made), stream-ordered on memarray's streams (umem's ``umemRMM``). Needs RMM
+    made), stream-ordered on memarray's streams (as umem's ``umemRMM``,
+    github.com/xnd-project/umem). Needs RMM
     (``pip install rmm-cu13``): ImportError naming it otherwise; ValueError for a device
     that does not exist."""
 

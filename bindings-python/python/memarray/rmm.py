@@ -1,4 +1,5 @@
-"""RMM and memarray share one pool, both ways (the seed umem's ``umemRMM``).
+"""RMM and memarray share one pool, both ways (as umem's ``umemRMM``,
+github.com/xnd-project/umem).
 
 RMM allocating through memarray, so cuDF, cuML and ``rmm.allocators.cupy`` / ``numba`` /
 ``torch`` users draw from memarray's pool::

@@ -1,8 +1,17 @@
-//! memarray's C ABI (issue 17): `libmemarray.so` / `libmemarray.a` with
-//! `include/memarray.h` (generated from this crate by cbindgen; `tests/header.rs` fails
-//! when it is stale) and `include/memarray.hpp`, RAII C++ over it.
+//! memarray's C ABI: `libmemarray.so` / `libmemarray.a` with `include/memarray.h`
+//! (generated from this crate by cbindgen; `tests/header.rs` fails when it is stale) and
+//! `include/memarray.hpp`, RAII C++ over it.
 //!
-//! # The model (umem's)
+//! # memarray's crates
+//! This crate's page may be the first `cargo doc` opens; the others are:
+//! - [`memarray_core`]: dtypes, shapes, `Indexer`, locks, host memory, the `MemoryResource`
+//!   trait (no CUDA, no Python);
+//! - [`memarray_cuda`]: devices, streams, events, CUDA memory resources, `MemArray<T, N>`,
+//!   your own kernels, NCCL (feature `nccl`), spilling;
+//! - [`memarray_dlpack`]: DLPack managed tensors, export and import;
+//! - `memarray_c` (this crate, library name `memarray`): the C ABI over all three.
+//!
+//! # The model (umem's, <https://github.com/xnd-project/umem>)
 //! Every entry point returns a [`memarray_status`]: `MEMARRAY_STATUS_OK` or an error
 //! code, with a message for this thread from [`memarray_last_error`]. Nothing unwinds
 //! across the boundary: each entry point runs under `catch_unwind` and a panic is

@@ -474,15 +474,16 @@ pub(crate) unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f3
 mod tests {
     #[test]
     fn issue13_item4_entry_points_list_every_driver_call() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        // The driver module's sources, embedded at build time (issue 26, item 14: the test
+        // binary runs on the GPU machine, far from this checkout). Driver calls live only
+        // here (the crate's rule: sys -> result -> safe).
+        let sources = [
+            include_str!("mod.rs"),
+            include_str!("memory.rs"),
+            include_str!("exec.rs"),
+        ];
         let mut called = std::collections::BTreeSet::new();
-        let mut stack = vec![std::path::PathBuf::from(dir)];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-                continue;
-            }
-            let text = std::fs::read_to_string(&p).unwrap();
+        for text in sources {
             for (i, _) in text.match_indices("sys::cu") {
                 let name: String = text[i + 5..]
                     .chars()
