@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Bottom up; one inner list is one layer.
 LAYERS = {
     "crates/memarray-core/src": [
-        ["error", "dtype", "npy_literal"],
+        ["error", "dtype", "npy_literal", "fork"],
         ["shape"],
         ["indexer", "lock", "npy"],
         ["resource"],
@@ -52,8 +52,9 @@ LAYERS = {
         ["access", "dlpack", "kernel"],
     ],
     "bindings-python/src": [
-        ["errors", "convert", "dtype", "strided"],
-        ["device"],
+        ["errors", "convert", "once"],
+        ["dtype", "strided"],
+        ["device", "fork"],
         ["stream"],
         ["resources", "host_pool"],
         ["interop"],

@@ -95,7 +95,7 @@ pub(crate) fn drop_detached<T: Send>(value: T) {
         let in_flight = PyErr::take(py);
         // Releasing the GIL while the interpreter finalizes could hand it to a daemon
         // thread that is being torn down: free in place then.
-        let finalizing = crate::fork::once(&IS_FINALIZING, py, || -> PyResult<_> {
+        let finalizing = crate::once::once(&IS_FINALIZING, py, || -> PyResult<_> {
             Ok(py.import("sys")?.getattr("is_finalizing")?.unbind())
         })
         .and_then(|f| f.bind(py).call0()?.extract::<bool>())

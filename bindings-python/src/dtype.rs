@@ -96,7 +96,7 @@ static NDARRAY: PyOnceLock<Py<pyo3::types::PyType>> = PyOnceLock::new();
 
 /// `numpy.ndarray`, looked up once.
 pub fn ndarray_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
-    Ok(crate::fork::once(&NDARRAY, py, || -> PyResult<_> {
+    Ok(crate::once::once(&NDARRAY, py, || -> PyResult<_> {
         Ok(py
             .import("numpy")?
             .getattr("ndarray")?
@@ -148,7 +148,7 @@ fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
         return Ok(Some(d));
     }
     let py = obj.py();
-    let scalars = crate::fork::once(&NP_SCALAR_TYPES, py, || -> PyResult<_> {
+    let scalars = crate::once::once(&NP_SCALAR_TYPES, py, || -> PyResult<_> {
         let np = py.import("numpy")?;
         DType::ALL
             .iter()
@@ -173,7 +173,7 @@ fn known_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
 
 /// The NumPy dtype object for `d` (bfloat16 needs `ml_dtypes`).
 pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> PyResult<Bound<'py, PyAny>> {
-    let all = crate::fork::once(&NP_DTYPES, py, || -> PyResult<_> {
+    let all = crate::once::once(&NP_DTYPES, py, || -> PyResult<_> {
         let np = py.import("numpy")?;
         DType::ALL
             .iter()

@@ -6,10 +6,9 @@
 //! can be inside one. Locks taken with the GIL held are released before the GIL is (the
 //! style rule: no Rust lock across a call into Python), so none of them crosses a fork
 //! either. Once-cells whose initialiser runs Python code (which may release the GIL) are
-//! filled through [`once`], which runs the code outside the cell.
+//! filled through `crate::once::once`, which runs the code outside the cell.
 
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 
 use memarray_core::fork;
 
@@ -45,23 +44,6 @@ impl Detach for Python<'_> {
             f()
         })
     }
-}
-
-/// The cell's value, computing it with `f` outside the cell when empty (two threads may
-/// both compute; the first to store wins). A once-cell held "being initialised" while its
-/// initialiser runs Python code would be inherited in that state by a child forked
-/// meanwhile, and the child's first use would wait for ever.
-pub fn once<'a, T>(
-    cell: &'a PyOnceLock<T>,
-    py: Python<'_>,
-    f: impl FnOnce() -> PyResult<T>,
-) -> PyResult<&'a T> {
-    if let Some(v) = cell.get(py) {
-        return Ok(v);
-    }
-    let v = f()?;
-    let _ = cell.set(py, v);
-    Ok(cell.get(py).expect("set above or by another thread"))
 }
 
 /// `os.register_at_fork(before=...)`: waits, with the GIL released, until no section is in

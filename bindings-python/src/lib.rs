@@ -24,6 +24,7 @@ mod interop;
 mod ipc;
 mod launch;
 mod numpy;
+mod once;
 mod pickle;
 mod resources;
 mod spill;

@@ -433,7 +433,7 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
     // TypeError every dtype argument gives, naming it, not NumPy's BufferError from its
     // capsule; other dtype objects (np.longlong, ml_dtypes' bfloat16) go on.
     crate::dtype::parse_dtype(Some(&obj.getattr(pyo3::intern!(py, "dtype"))?))?;
-    let kwargs = crate::fork::once(&MAX_VERSION_KW, py, || -> PyResult<_> {
+    let kwargs = crate::once::once(&MAX_VERSION_KW, py, || -> PyResult<_> {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("max_version", (1, 3))?;
         Ok(d.unbind())
