@@ -394,8 +394,14 @@ def test_issue26_item12_docs_name_nothing_outside_the_repo_without_a_link():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    user_docs = ["README.md", "docs/python-guide.md", "docs/rust-guide.md", "docs/c-cpp-guide.md",
-                 "docs/memory-manager.md", "docs/spilling.md"]
+    user_docs = [
+        "README.md",
+        "docs/python-guide.md",
+        "docs/rust-guide.md",
+        "docs/c-cpp-guide.md",
+        "docs/memory-manager.md",
+        "docs/spilling.md",
+    ]
     problems = []
     for name in user_docs + ["docs/architecture.md"]:
         text = (root / name).read_text()
@@ -403,10 +409,15 @@ def test_issue26_item12_docs_name_nothing_outside_the_repo_without_a_link():
         prose = re.sub(r"`[^`\n]*`", "", prose)
         for m in re.finditer(r"\b(the seed|umem|NBEP 7)\b", prose, flags=re.I):
             around = prose[max(0, m.start() - 1) : m.end() + 2]
-            if not (around.startswith("[") or "](" in prose[m.end() : m.end() + 4]) and name != "README.md":
+            if (
+                not (around.startswith("[") or "](" in prose[m.end() : m.end() + 4])
+                and name != "README.md"
+            ):
                 problems.append(f"{name}: {m.group(0)!r} without a link")
         if "shared/design" in text or "contract outside" in text or "memarray[plot]" in text:
-            problems.append(f"{name}: names something outside the repo or an extra that does not exist")
+            problems.append(
+                f"{name}: names something outside the repo or an extra that does not exist"
+            )
         if name in user_docs and re.search(r"\bissues? \d", prose):
             problems.append(f"{name}: a bare issue number")
     assert not problems, "\n".join(problems)
