@@ -12,9 +12,7 @@ def _matplotlib():
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError(
-            "memarray.resources.plot needs matplotlib: pip install matplotlib"
-        ) from e
+        raise ImportError("memarray.resources.plot needs matplotlib: pip install matplotlib") from e
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 

@@ -23,7 +23,8 @@ def _torch(device: int | None) -> int | None:
         return None
     ours = sys.modules.get("memarray.torch")
     if ours is not None and ours.installed():
-        return 0  # torch's memory is memarray's: its cache is the pool already released
+        # torch's segments are memarray's: torch gives its cached ones back.
+        return int(ours.release(device))
     before = torch.cuda.memory_reserved(device)
     torch.cuda.empty_cache()
     return max(0, before - torch.cuda.memory_reserved(device))
