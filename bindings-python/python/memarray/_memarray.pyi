@@ -116,7 +116,7 @@ class _CudaArrayInterface(TypedDict):
 _HostMemory: TypeAlias = Literal["pageable", "pinned", "managed"]
 _Index: TypeAlias = SupportsIndex | tuple[SupportsIndex, ...]
 _Scalar: TypeAlias = bool | int | float | complex
-_ScalarIn: TypeAlias = complex | np.generic
+_ScalarIn: TypeAlias = complex | np.generic | str  # strings parse, as NumPy stores them
 
 @final
 class MemArray:
