@@ -240,16 +240,28 @@ def test_copies_release_the_gil_issue6(op):
         "to_numpy": a.to_numpy,
         "copy": a.copy,
     }[op]
-    t0 = time.perf_counter()
-    run()
-    one = time.perf_counter() - t0
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    one = sorted(times)[1]  # the median copy
     worst = 0.0
+    wakeups = 0
     worker = threading.Thread(target=lambda: [run() for _ in range(4)], daemon=True)
+    start = time.perf_counter()
     worker.start()
     while worker.is_alive():
         t = time.perf_counter()
         time.sleep(0.0005)
         worst = max(worst, time.perf_counter() - t)
+        wakeups += 1
+    busy = time.perf_counter() - start
     worker.join()
-    print(f"{op}: copy {one:.4f} s, worst wake-up {worst:.4f} s")
-    assert worst < max(one / 2, 0.005), f"{op}: wake-up delayed {worst:.4f} s, copy {one:.4f} s"
+    print(f"{op}: copy {one:.4f} s, {wakeups} wake-ups in {busy:.4f} s, worst {worst:.4f} s")
+    # A copy holding the GIL would allow about one wake-up per copy and delay one by a
+    # whole copy. Released, this thread wakes every few milliseconds at worst; the bounds
+    # leave room for a 2-core machine whose copy threads take both cores (issue 26, item
+    # 14: a single copy as the yardstick and a 5 ms floor failed 1 run in 15 there).
+    assert wakeups >= busy / 0.004, f"{op}: {wakeups} wake-ups in {busy:.4f} s"
+    assert worst < max(one, 0.02), f"{op}: wake-up delayed {worst:.4f} s, copy {one:.4f} s"
