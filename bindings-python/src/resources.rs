@@ -189,8 +189,9 @@ impl PyResource {
     /// `json.dumps` takes): `resource`, `source`, `sources` (the timeline's column names),
     /// `live` (address, size, stream, device, source, time_ns, stack, backtrace),
     /// `timeline` ([ns, bytes of each source] rows), `events` ([ns, "spill" or "restore",
-    /// bytes] rows: memarray.spill on this device). TypeError for any other resource:
-    /// only Tracking records allocations.
+    /// bytes] rows: memarray.spill on this device), `trace` (with stacks on: [ns, "alloc"
+    /// or "free", address, size, stream, device, source, stack] rows, the last 65,536).
+    /// TypeError for any other resource: only Tracking records allocations.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let Handle::Tracking(t) = &self.handle else {
             return Err(PyTypeError::new_err(format!(
@@ -198,7 +199,8 @@ impl PyResource {
                 self.handle.resource().name()
             )));
         };
-        let (live, timeline, events) = py.detach_section(|| (t.live(), t.timeline(), t.events()));
+        let (live, timeline, events, trace) =
+            py.detach_section(|| (t.live(), t.timeline(), t.events(), t.trace()));
         let d = PyDict::new(py);
         d.set_item("resource", t.name())?;
         d.set_item("source", t.source().name())?;
@@ -236,6 +238,21 @@ impl PyResource {
             ev.append((ns, kind, bytes))?;
         }
         d.set_item("events", ev)?;
+        let tr = pyo3::types::PyList::empty(py);
+        for e in trace {
+            let action = if e.free { "free" } else { "alloc" };
+            tr.append((
+                e.time_ns,
+                action,
+                e.address,
+                e.size,
+                e.stream,
+                e.device,
+                e.source.name(),
+                e.stack,
+            ))?;
+        }
+        d.set_item("trace", tr)?;
         Ok(d)
     }
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from . import _memarray
 from ._memarray import _resources as _r
+from ._torch_snapshot import save_torch_snapshot, torch_snapshot
 
 if TYPE_CHECKING:
     from ._memarray import _Allocation, _Resource
@@ -64,9 +65,11 @@ __all__ = [
     "plot",
     "pressure_statistics",
     "release_numpy_pool",
+    "save_torch_snapshot",
     "set_default_resource",
     "snapshot",
     "statistics",
+    "torch_snapshot",
     "using",
 ]
 

@@ -59,7 +59,10 @@ pub use pressure::{
 pub use retry::RetryAdaptor;
 pub use source::{Source, current_source, with_source};
 pub use statistics::{SourceStatistics, Statistics, StatisticsAdaptor};
-pub use tracking::{Allocation, StackProvider, TimelinePoint, TrackingAdaptor, set_stack_provider};
+pub use tracking::{
+    Allocation, StackProvider, TRACE_EVENTS, TimelinePoint, TraceEvent, TrackingAdaptor,
+    set_stack_provider,
+};
 
 use crate::error::Result;
 

@@ -1,7 +1,7 @@
 //! [`TrackingAdaptor`]: every live allocation of a resource, with where it came from (issue
 //! 15, "trace and plot": the Rust side).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -67,6 +67,30 @@ pub struct Allocation {
     /// The Rust backtrace where it was made, when backtraces are on.
     pub backtrace: Option<String>,
 }
+
+/// One allocation or free of a trace ([`TrackingAdaptor::trace`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    /// Nanoseconds since the adaptor was made.
+    pub time_ns: u64,
+    /// `false` for an allocation, `true` for a free.
+    pub free: bool,
+    /// The address.
+    pub address: usize,
+    /// Bytes.
+    pub size: usize,
+    /// The stream, if any (a `CUstream` as an integer).
+    pub stream: Option<usize>,
+    /// The device of the resource below, `None` for host memory.
+    pub device: Option<u32>,
+    /// Who asked for it (for a free: who had allocated it).
+    pub source: Source,
+    /// The host-language stack of an allocation (frees carry none).
+    pub stack: Option<String>,
+}
+
+/// Most trace events kept; the oldest go first.
+pub const TRACE_EVENTS: usize = 1 << 16;
 
 /// Wraps a resource and keeps every live allocation with its size, stream, device, source
 /// and (when [`with_stacks`](Self::with_stacks) / [`with_backtraces`](Self::with_backtraces)
@@ -157,6 +181,17 @@ struct State {
     live: AddressMap<Allocation>,
     live_bytes: [usize; Source::ALL.len()],
     timeline: Vec<TimelinePoint>,
+    /// With stacks on: the last [`TRACE_EVENTS`] allocations and frees.
+    trace: VecDeque<TraceEvent>,
+}
+
+impl State {
+    fn trace(&mut self, e: TraceEvent) {
+        if self.trace.len() == TRACE_EVENTS {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(e);
+    }
 }
 
 /// Most timeline points kept; older ones are thinned to every other point when it fills.
@@ -221,6 +256,19 @@ impl TrackingAdaptor {
             .collect()
     }
 
+    /// With stacks on ([`with_stacks`](Self::with_stacks)): the last [`TRACE_EVENTS`]
+    /// allocations and frees, oldest first, each allocation with its stack (what a
+    /// picture in torch's memory-snapshot format draws). Empty with stacks off, which keeps
+    /// tracking cheap.
+    pub fn trace(&self) -> Vec<TraceEvent> {
+        let mut v: Vec<TraceEvent> = self.lock().trace.iter().cloned().collect();
+        let ns = self.clock.to_ns();
+        for e in &mut v {
+            e.time_ns = ns(e.time_ns);
+        }
+        v
+    }
+
     /// Live bytes per source over time, one point after each call (thinned past 65,536
     /// points, keeping the shape).
     pub fn timeline(&self) -> Vec<TimelinePoint> {
@@ -274,6 +322,18 @@ impl TrackingAdaptor {
         let mut st = self.lock();
         let slot = &mut st.live_bytes[source.index()];
         *slot = slot.saturating_add(bytes);
+        if self.stacks {
+            st.trace(TraceEvent {
+                time_ns: t,
+                free: false,
+                address: a.address,
+                size: bytes,
+                stream: a.stream,
+                device: a.device,
+                source,
+                stack: a.stack.clone(),
+            });
+        }
         st.live.insert(a.address, a);
         Self::point(&mut st, t);
     }
@@ -315,6 +375,18 @@ impl MemoryResource for TrackingAdaptor {
             if let Some(a) = st.live.remove(&(ptr.as_ptr() as usize)) {
                 let slot = &mut st.live_bytes[a.source.index()];
                 *slot = slot.saturating_sub(a.size);
+                if self.stacks {
+                    st.trace(TraceEvent {
+                        time_ns: t,
+                        free: true,
+                        address: a.address,
+                        size: a.size,
+                        stream: stream.map(|s| s.raw()),
+                        device: a.device,
+                        source: a.source,
+                        stack: None,
+                    });
+                }
             }
             Self::point(&mut st, t);
         }
@@ -380,5 +452,34 @@ mod tests {
             t.timeline().last().map(|(_, b)| b.iter().sum()),
             Some(0usize)
         );
+    }
+
+    #[test]
+    fn with_stacks_a_bounded_trace_keeps_allocations_and_frees() {
+        let off = TrackingAdaptor::new(Arc::new(crate::HostResource), Source::Memarray);
+        let p = off.allocate(64, 64, None).unwrap();
+        // SAFETY: p came from `off` with these arguments and is freed once.
+        unsafe { off.deallocate(p, 64, 64, None) };
+        assert!(off.trace().is_empty(), "no trace with stacks off");
+
+        let t =
+            TrackingAdaptor::new(Arc::new(crate::HostResource), Source::Memarray).with_stacks(true);
+        let a = t.allocate(100, 64, None).unwrap();
+        let b = t.allocate(200, 64, None).unwrap();
+        // SAFETY: a came from `t` with these arguments and is freed once.
+        unsafe { t.deallocate(a, 100, 64, None) };
+        let trace = t.trace();
+        let kinds: Vec<(bool, usize)> = trace.iter().map(|e| (e.free, e.size)).collect();
+        assert_eq!(kinds, [(false, 100), (false, 200), (true, 100)]);
+        assert_eq!(trace[2].address, a.as_ptr() as usize);
+        assert!(trace.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+        for _ in 0..TRACE_EVENTS {
+            let p = t.allocate(8, 8, None).unwrap();
+            // SAFETY: as above.
+            unsafe { t.deallocate(p, 8, 8, None) };
+        }
+        assert_eq!(t.trace().len(), TRACE_EVENTS, "bounded");
+        // SAFETY: as above.
+        unsafe { t.deallocate(b, 200, 64, None) };
     }
 }

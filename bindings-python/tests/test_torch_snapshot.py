@@ -1,0 +1,91 @@
+"""Tracking snapshots in torch's memory-snapshot format (issue 27, item 2): the structure
+here, without torch; on the device, torch's own `_memory_viz` reads and renders them and
+the rendered page carries memarray's allocation sites."""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+import re
+import subprocess
+import sys
+
+import pytest
+from test_interop import _peer
+
+from memarray import resources as mr
+
+HERE = os.path.basename(__file__)
+
+
+def _tracked():
+    t = mr.Tracking(mr.Host(), stacks=True)
+    a = t.allocate(1 << 20)  # this line is the allocation site
+    b = t.allocate(4096)
+    a.free()
+    return t, b
+
+
+def test_issue27_item2_a_snapshot_in_torchs_format_has_segments_traces_and_frames(tmp_path):
+    t, b = _tracked()
+    snap = t.snapshot()
+    d = mr.torch_snapshot(snap)
+    assert [s["total_size"] for s in d["segments"]] == [4096]
+    block = d["segments"][0]["blocks"][0]
+    assert block["state"] == "active_allocated" and block["size"] == 4096
+    trace = d["device_traces"][0]
+    assert [e["action"] for e in trace] == ["alloc", "alloc", "free_requested", "free_completed"]
+    assert trace[0]["size"] == 1 << 20 and trace[2]["addr"] == trace[0]["addr"]
+    sites = {f["filename"] for e in trace for f in e["frames"]}
+    assert any(name.endswith(HERE) for name in sites), sites
+    assert d["memarray"]["tiers"] == {0: "host"}
+    path = mr.save_torch_snapshot(snap, tmp_path / "snap.pickle")
+    with open(path, "rb") as f:
+        assert pickle.load(f) == d
+    b.free()
+
+
+def test_issue27_item2_bad_input_is_a_value_error():
+    for bad in (None, {}, {"live": 3, "timeline": [], "sources": []}, [1]):
+        with pytest.raises(ValueError):
+            mr.torch_snapshot(bad)
+    # Without stacks: segments without frames, no trace.
+    t = mr.Tracking(mr.Host())
+    a = t.allocate(64)
+    d = mr.torch_snapshot(t.snapshot())
+    assert d["segments"][0]["frames"] == [] and d["device_traces"] == [[]]
+    a.free()
+
+
+@pytest.mark.gpu
+def test_issue27_item2_torchs_memory_viz_renders_memarrays_sites(tmp_path):
+    _peer("torch")
+    import memarray
+
+    torch = sys.modules.get("torch") or __import__("torch")
+    viz = __import__("torch.cuda._memory_viz", fromlist=["trace_plot"])
+    t = mr.Tracking(mr.Pool(mr.Device(0)), stacks=True)
+    with mr.using(t, 0):
+        x = memarray.zeros((1 << 18,), "float32", device="cuda")  # a device allocation
+        y = memarray.zeros((1 << 10,), "float32", device="cuda")
+        del x
+    snap = mr.save_torch_snapshot(t.snapshot(), tmp_path / "snap.pickle")
+    with open(snap, "rb") as f:
+        data = pickle.load(f)
+    assert viz.segsum(data) and viz.trace(data)  # torch's own readers take it
+    out = tmp_path / "out.html"
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot", snap, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    html = out.read_text()
+    embedded = re.search(r'"base64": "([^"]+)"', html)
+    assert embedded, "the page embeds no snapshot"
+    shown = pickle.loads(base64.b64decode(embedded.group(1)))
+    sites = {f["filename"] for e in shown["device_traces"][0] for f in e["frames"]}
+    assert any(name.endswith(HERE) for name in sites), sites
+    del y, torch
