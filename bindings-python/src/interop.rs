@@ -21,7 +21,7 @@ use memarray_core::{
     CoreError, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Source,
 };
 use memarray_cuda::resource::default_resource;
-use memarray_cuda::{Device, Event, StreamRef};
+use memarray_cuda::Device;
 
 /// Alignment of blocks handed to torch (torch asks for none; its own allocator gives 512).
 const TORCH_ALIGN: usize = 256;
@@ -31,13 +31,12 @@ unsafe extern "C-unwind" {
     fn memarray_throw_out_of_memory(message: *const c_char) -> !;
 }
 
-/// A block handed to torch: where it came from, the stream torch allocated it on, and the
-/// streams `Tensor.record_stream` added (the free waits for their work).
+/// A segment handed to torch's caching allocator: where it came from and the stream torch
+/// allocated it on. torch itself orders the segment's release after every stream
+/// `Tensor.record_stream` named (it synchronises their events before emptying its cache).
 struct TorchBlock {
     resource: Arc<dyn MemoryResource>,
-    device: Arc<Device>,
     stream: RawStream,
-    uses: Vec<usize>,
 }
 
 static TORCH_BLOCKS: LazyLock<Mutex<HashMap<usize, TorchBlock>>> = LazyLock::new(Default::default);
@@ -73,15 +72,7 @@ fn torch_alloc(size: usize, device: c_int, stream: usize) -> Result<usize, Strin
         other => format!("memarray could not allocate {size} bytes on cuda:{id}: {other}"),
     })?;
     let addr = p.as_ptr() as usize;
-    torch_blocks().insert(
-        addr,
-        TorchBlock {
-            resource,
-            device: dev,
-            stream,
-            uses: Vec::new(),
-        },
-    );
+    torch_blocks().insert(addr, TorchBlock { resource, stream });
     Ok(addr)
 }
 
@@ -116,25 +107,12 @@ fn torch_release(ptr: usize, size: usize) {
     let Some(block) = torch_blocks().remove(&ptr) else {
         return; // not a block of ours: torch never frees one it did not get from us
     };
-    let Ok(free_on) = StreamRef::from_raw_stream(block.stream) else {
-        return;
-    };
-    for use_stream in block.uses {
-        // Ordering only: any failure leaves the pool's own stream rule in charge.
-        // SAFETY: handles torch passed to record_stream are its live streams.
-        if let Ok(s) = StreamRef::from_raw_stream(unsafe { RawStream::from_raw(use_stream) })
-            && let Ok(e) = Event::new(&block.device)
-            && e.record(s).is_ok()
-        {
-            let _ = free_on.wait(&e);
-        }
-    }
     if let Some(p) = NonNull::new(ptr as *mut u8) {
         with_source(Source::Torch, || {
             // SAFETY: p came from this resource with (size, TORCH_ALIGN) in torch_alloc
             // (torch passes back the size it asked for); the block left the table above,
-            // so it is freed once; torch's work on it is ordered on its stream, and the
-            // recorded uses were made to precede the free.
+            // so it is freed once; torch's work on it is ordered on its stream (torch
+            // waited for its recorded streams before giving the segment back).
             unsafe {
                 block
                     .resource
@@ -160,31 +138,6 @@ pub unsafe extern "C" fn memarray_torch_free(
         let _section = crate::fork::foreign_section();
         torch_release(ptr as usize, size)
     });
-}
-
-/// Adds `stream` to the streams a torch block's free waits for; False if `ptr` is not a
-/// live block of memarray's torch allocator.
-#[pyfunction]
-fn torch_record_stream(ptr: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let ptr: usize = crate::convert::int(ptr, "ptr")?;
-    let stream: usize = crate::convert::int(stream, "stream")?;
-    Ok(record_use(ptr, stream))
-}
-
-fn record_use(ptr: usize, stream: usize) -> bool {
-    let mut blocks = torch_blocks();
-    let Some(b) = blocks.get_mut(&ptr) else {
-        return false;
-    };
-    let s = if stream == 0 {
-        RawStream::LEGACY.raw()
-    } else {
-        stream
-    };
-    if s != b.stream.raw() && !b.uses.contains(&s) {
-        b.uses.push(s);
-    }
-    true
 }
 
 /// Live blocks torch holds from memarray (for tests and statistics).
@@ -694,7 +647,6 @@ fn callback_resource(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let i = PyModule::new(py, "_interop")?;
-    i.add_function(wrap_pyfunction!(torch_record_stream, &i)?)?;
     i.add_function(wrap_pyfunction!(torch_live_blocks, &i)?)?;
     i.add_function(wrap_pyfunction!(pressure_stats, &i)?)?;
     i.add_function(wrap_pyfunction!(callback_resource, &i)?)?;

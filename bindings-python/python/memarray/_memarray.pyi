@@ -501,7 +501,6 @@ class _InteropModule:
     """The ``_interop`` submodule: torch's allocator, pressure, RMM and Numba glue."""
 
     @staticmethod
-    def torch_record_stream(ptr: int, stream: int) -> bool: ...
     @staticmethod
     def torch_live_blocks() -> int: ...
     @staticmethod

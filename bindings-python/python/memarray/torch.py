@@ -72,10 +72,11 @@ def allocator():
     torch = _torch()
     with _lock:
         if _allocator is None:
+            # Segments only: torch's caching allocator on top orders the reuse and the
+            # release of its blocks after `Tensor.record_stream`'s streams itself.
             _allocator = torch.cuda.memory.CUDAPluggableAllocator(
                 _memarray.__file__, "memarray_torch_malloc", "memarray_torch_free"
             )
-            _patch_record_stream(torch)
         return _allocator
 
 
@@ -275,24 +276,6 @@ def pool():
     ``torch.cuda.use_mem_pool``."""
     torch = _torch()
     return torch.cuda.MemPool(allocator().allocator())
-
-
-def _patch_record_stream(torch) -> None:
-    """Tells memarray about ``Tensor.record_stream`` calls (torch's pluggable allocator
-    drops them): the free of a block memarray gave torch then waits for that stream."""
-    original = torch.Tensor.record_stream
-    if getattr(original, "_memarray", False):
-        return
-    record = _memarray._interop.torch_record_stream
-
-    def record_stream(self, stream):
-        original(self, stream)
-        if self.is_cuda:
-            record(self.untyped_storage().data_ptr(), int(stream.cuda_stream))
-
-    record_stream._memarray = True  # type: ignore[attr-defined]
-    record_stream.__doc__ = original.__doc__
-    torch.Tensor.record_stream = record_stream
 
 
 def live_blocks() -> int:
