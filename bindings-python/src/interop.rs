@@ -20,8 +20,8 @@ use memarray_core::resource::{
 use memarray_core::{
     CoreError, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Source,
 };
-use memarray_cuda::resource::default_resource;
 use memarray_cuda::Device;
+use memarray_cuda::resource::default_resource;
 
 /// Alignment of blocks handed to torch (torch asks for none; its own allocator gives 512).
 const TORCH_ALIGN: usize = 256;
