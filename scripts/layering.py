@@ -57,7 +57,7 @@ LAYERS = {
         ["device", "fork"],
         ["stream"],
         ["resources", "host_pool"],
-        ["interop"],
+        ["interop", "cuda_core"],
         ["array"],
         [
             "element",

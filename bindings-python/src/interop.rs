@@ -657,6 +657,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     i.add_class::<ResourceCallbacks>()?;
     i.add_function(wrap_pyfunction!(pinned_source, &i)?)?;
     i.add_class::<Pinning>()?;
+    i.add_function(wrap_pyfunction!(crate::cuda_core::cuda_core_callbacks, &i)?)?;
+    i.add_class::<crate::cuda_core::CudaCoreCallbacks>()?;
     m.add_submodule(&i)?;
     for library in [Source::Torch, Source::Cupy, Source::Rmm] {
         pressure::register_reliever(library, python_reliever(library));

@@ -12,6 +12,7 @@ mod buffer;
 mod conventions;
 mod convert;
 mod cuda;
+mod cuda_core;
 mod device;
 mod distributed;
 mod dlpack;

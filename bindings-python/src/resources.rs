@@ -266,7 +266,7 @@ impl PyResource {
 
     /// `nbytes` from this resource, 256-byte aligned, freed when the Allocation is
     /// freed or garbage-collected. `source` names the library the memory is for
-    /// ("memarray", "torch", "cupy", "numba", "rmm"; ValueError for others) in
+    /// ("memarray", "torch", "cupy", "numba", "rmm", "cuda_core"; ValueError for others) in
     /// statistics and tracking. Out of memory, memarray's caches and other libraries'
     /// are released and the allocation retried once before MemoryError.
     #[pyo3(signature = (nbytes, stream=None, source=None))]

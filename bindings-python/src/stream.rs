@@ -16,7 +16,7 @@ use memarray_cuda::{Event, Stream, StreamRef};
 use crate::device::device_of;
 use crate::errors::IntoPyResult;
 
-fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+pub(crate) fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     if let Ok(s) = obj.cast::<PyStream>() {
         return Ok(s.get().stream.raw() as i64);
     }
@@ -73,7 +73,7 @@ fn stream_protocol(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
         .ok_or_else(|| PyValueError::new_err(format!("invalid __cuda_stream__ handle {handle}")))
 }
 
-fn from_handle(h: i64) -> PyResult<StreamRef> {
+pub(crate) fn from_handle(h: i64) -> PyResult<StreamRef> {
     let h = usize::try_from(h)
         .map_err(|_| PyValueError::new_err(format!("invalid stream handle {h}")))?;
     // SAFETY: a handle from Python is the caller's promise that the stream is live (as

@@ -491,6 +491,14 @@ class _ResourceCallbacks:
     def live_blocks(self) -> int: ...
 
 @final
+class _CudaCoreCallbacks:
+    """``allocate`` / ``deallocate`` of ``memarray.cuda_core.MemoryResource``."""
+
+    def allocate(self, size: int, stream: _StreamLike | None = None) -> Any: ...
+    def deallocate(self, ptr: int, size: int, stream: _StreamLike | None = None) -> None: ...
+    def live_blocks(self) -> int: ...
+
+@final
 class _CupyAllocator:
     """CuPy's allocator hook over memarray (``memarray.cupy.allocator``)."""
 
@@ -500,7 +508,6 @@ class _CupyAllocator:
 class _InteropModule:
     """The ``_interop`` submodule: torch's allocator, pressure, RMM and Numba glue."""
 
-    @staticmethod
     @staticmethod
     def torch_live_blocks() -> int: ...
     @staticmethod
@@ -522,6 +529,10 @@ class _InteropModule:
     def pinned_source(device_id: int, write_combined: bool = False) -> _Resource: ...
     @staticmethod
     def resource_callbacks(resource: _Resource, source: str) -> _ResourceCallbacks: ...
+    @staticmethod
+    def cuda_core_callbacks(
+        resource: _Resource, owner: Any, from_handle: Any
+    ) -> _CudaCoreCallbacks: ...
     @staticmethod
     def cupy_allocator(
         get_device: Any, get_stream: Any, unowned_memory: Any, memory_pointer: Any

@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 #: The libraries allocations are attributed to (``source=``).
-SOURCES = ("memarray", "torch", "cupy", "numba", "rmm")
+SOURCES = ("memarray", "torch", "cupy", "numba", "rmm", "cuda_core")
 
 if TYPE_CHECKING:
     from ._memarray import _Allocation as Allocation

@@ -10,7 +10,6 @@ use memarray_core::{CoreError, ForeignMemory, MemoryKind, MemoryResource};
 
 use crate::device::Device;
 use crate::error::{CudaError, Result};
-use crate::resource::DeviceResource;
 use crate::stream::StreamRef;
 
 /// Alignment of every device buffer: what `cuMemAlloc` guarantees, and enough for every
@@ -133,7 +132,7 @@ impl DeviceBuffer {
             ptr,
             MemoryKind::Device,
             owner,
-            Arc::new(DeviceResource::new(device)),
+            crate::resource::plain_device_resource(device),
         ));
         Ok(Self::from_parts(device, ptr, len, resource, stream))
     }

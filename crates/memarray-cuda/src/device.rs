@@ -65,6 +65,10 @@ pub fn check_device_span(device: &Device, addr: u64, span: usize) -> Result<()> 
     if span == 0 {
         return Ok(());
     }
+    // One driver call, no context switch, for memory the driver reports a range for.
+    if let Some((base, size)) = driver::pointer_range(addr)? {
+        return fits(addr, span, base, size);
+    }
     let _ctx = device.bind()?;
     // SAFETY: the device's context is bound above.
     let (base, size) = match unsafe { driver::mem_get_address_range(addr) } {
@@ -77,6 +81,11 @@ pub fn check_device_span(device: &Device, addr: u64, span: usize) -> Result<()> 
                 .map_err(|_| e);
         }
     };
+    fits(addr, span, base, size)
+}
+
+/// Whether `span` bytes from `addr` stay inside the allocation `(base, size)`.
+fn fits(addr: u64, span: usize, base: u64, size: usize) -> Result<()> {
     let room = (base + size as u64).saturating_sub(addr);
     if span as u64 > room {
         return Err(CudaError::BufferTooSmall {

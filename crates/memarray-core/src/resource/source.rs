@@ -1,5 +1,5 @@
 //! [`Source`]: which library an allocation is for, so one resource stack serving torch,
-//! CuPy, Numba, RMM and memarray itself can say who holds what.
+//! CuPy, Numba, RMM, cuda.core and memarray itself can say who holds what.
 //!
 //! The glue that lets a library allocate through memarray runs each call inside
 //! [`with_source`]; adaptors that attribute memory ([`TrackingAdaptor`],
@@ -28,16 +28,19 @@ pub enum Source {
     Numba,
     /// RMM (and cuDF, cuML ... on it), through `memarray.rmm`.
     Rmm,
+    /// cuda.core, through `memarray.cuda_core`.
+    CudaCore,
 }
 
 impl Source {
     /// Every source, in index order.
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 6] = [
         Source::Memarray,
         Source::Torch,
         Source::Cupy,
         Source::Numba,
         Source::Rmm,
+        Source::CudaCore,
     ];
 
     /// The lower-case name (`"torch"`).
@@ -48,6 +51,7 @@ impl Source {
             Source::Cupy => "cupy",
             Source::Numba => "numba",
             Source::Rmm => "rmm",
+            Source::CudaCore => "cuda_core",
         }
     }
 

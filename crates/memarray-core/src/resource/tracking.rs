@@ -176,9 +176,21 @@ impl Clock {
 /// each source (indexed by [`Source::index`]) after the call.
 pub type TimelinePoint = (u64, [usize; Source::ALL.len()]);
 
+/// What the map keeps per live allocation: small, so the hot path moves 32 bytes (the
+/// stack and backtrace, when on, live in `State::extras`).
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    size: usize,
+    stream: Option<usize>,
+    ticks: u64,
+    source: Source,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    live: AddressMap<Allocation>,
+    live: AddressMap<Entry>,
+    /// With stacks or backtraces on: `(stack, backtrace)` of each live allocation.
+    extras: AddressMap<(Option<String>, Option<String>)>,
     live_bytes: [usize; Source::ALL.len()],
     timeline: Vec<TimelinePoint>,
     /// With stacks on: the last [`TRACE_EVENTS`] allocations and frees.
@@ -234,11 +246,26 @@ impl TrackingAdaptor {
 
     /// Every live allocation, oldest first.
     pub fn live(&self) -> Vec<Allocation> {
-        let mut v: Vec<Allocation> = self.lock().live.values().cloned().collect();
         let ns = self.clock.to_ns();
-        for a in &mut v {
-            a.time_ns = ns(a.time_ns);
-        }
+        let st = self.lock();
+        let mut v: Vec<Allocation> = st
+            .live
+            .iter()
+            .map(|(&address, e)| {
+                let (stack, backtrace) = st.extras.get(&address).cloned().unwrap_or_default();
+                Allocation {
+                    address,
+                    size: e.size,
+                    stream: e.stream,
+                    device: self.device,
+                    source: e.source,
+                    time_ns: ns(e.ticks),
+                    stack,
+                    backtrace,
+                }
+            })
+            .collect();
+        drop(st);
         v.sort_by_key(|a| (a.time_ns, a.address));
         v
     }
@@ -290,8 +317,13 @@ impl TrackingAdaptor {
 
     fn point(st: &mut State, t: u64) {
         if st.timeline.len() >= TIMELINE_POINTS {
-            let kept: Vec<_> = st.timeline.iter().copied().step_by(2).collect();
-            st.timeline = kept;
+            // Every other point, in place: a new vector of this size would cost page
+            // faults on every thinning (tens of ns a call on a virtual machine).
+            let mut keep = false;
+            st.timeline.retain(|_| {
+                keep = !keep;
+                keep
+            });
         }
         let bytes = st.live_bytes;
         st.timeline.push((t, bytes));
@@ -308,34 +340,37 @@ impl TrackingAdaptor {
             .backtraces
             .then(|| std::backtrace::Backtrace::force_capture().to_string());
         let source = super::current_source().unwrap_or(self.source);
-        let t = self.now();
-        let a = Allocation {
-            address: p.as_ptr() as usize,
-            size: bytes,
-            stream: stream.map(|s| s.raw()),
-            device: self.device,
-            source,
-            time_ns: t,
-            stack,
-            backtrace,
-        };
+        let address = p.as_ptr() as usize;
+        let stream = stream.map(|s| s.raw());
+        let ticks = self.now();
         let mut st = self.lock();
         let slot = &mut st.live_bytes[source.index()];
         *slot = slot.saturating_add(bytes);
         if self.stacks {
             st.trace(TraceEvent {
-                time_ns: t,
+                time_ns: ticks,
                 free: false,
-                address: a.address,
+                address,
                 size: bytes,
-                stream: a.stream,
-                device: a.device,
+                stream,
+                device: self.device,
                 source,
-                stack: a.stack.clone(),
+                stack: stack.clone(),
             });
         }
-        st.live.insert(a.address, a);
-        Self::point(&mut st, t);
+        if stack.is_some() || backtrace.is_some() {
+            st.extras.insert(address, (stack, backtrace));
+        }
+        st.live.insert(
+            address,
+            Entry {
+                size: bytes,
+                stream,
+                ticks,
+                source,
+            },
+        );
+        Self::point(&mut st, ticks);
     }
 }
 
@@ -372,17 +407,21 @@ impl MemoryResource for TrackingAdaptor {
         {
             let t = self.now();
             let mut st = self.lock();
-            if let Some(a) = st.live.remove(&(ptr.as_ptr() as usize)) {
+            let address = ptr.as_ptr() as usize;
+            if let Some(a) = st.live.remove(&address) {
                 let slot = &mut st.live_bytes[a.source.index()];
                 *slot = slot.saturating_sub(a.size);
+                if self.stacks || self.backtraces {
+                    st.extras.remove(&address);
+                }
                 if self.stacks {
                     st.trace(TraceEvent {
                         time_ns: t,
                         free: true,
-                        address: a.address,
+                        address,
                         size: a.size,
                         stream: stream.map(|s| s.raw()),
-                        device: a.device,
+                        device: self.device,
                         source: a.source,
                         stack: None,
                     });

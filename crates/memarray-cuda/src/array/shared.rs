@@ -137,9 +137,9 @@ impl Drop for StateGuard<'_> {
         let raw = &mut *self.raw;
         let (place, nbytes) = (raw.spill_place(), raw.nbytes());
         let cell = self.cell;
+        // The weak handle costs one count, no strong clone.
         spill::after_access(cell.id, &mut raw.spill_note, place, nbytes, || {
-            let target: Arc<dyn SpillTarget> = cell.clone();
-            Arc::downgrade(&target)
+            Arc::<Cell>::downgrade(cell)
         });
     }
 }

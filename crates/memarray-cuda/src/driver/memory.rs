@@ -275,6 +275,29 @@ pub(crate) unsafe fn memcpy_peer_async(
     })
 }
 
+/// The allocation `(base, size)` that contains `p`, in one `cuPointerGetAttributes` call
+/// that needs no current context (unified addressing); `None` where the driver reports no
+/// range (an address it does not know, or a virtual-memory mapping): ask
+/// [`mem_get_address_range`] then, for the reason.
+pub(crate) fn pointer_range(p: u64) -> Result<Option<(u64, usize)>> {
+    init()?;
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    let mut attrs = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data = [
+        (&raw mut base).cast::<c_void>(),
+        (&raw mut size).cast::<c_void>(),
+    ];
+    // SAFETY: two attributes, a CUdeviceptr and a size_t, each written to its out
+    // pointer; an unknown address is answered with zeros (the plural call's rule).
+    check("cuPointerGetAttributes", unsafe {
+        sys::cuPointerGetAttributes(2, attrs.as_mut_ptr(), data.as_mut_ptr(), p)
+    })?;
+    Ok((size > 0 && base <= p && p < base + size as u64).then_some((base, size)))
+}
+
 /// `cuMemGetAddressRange`: the allocation `(base, size)` that contains `p`.
 ///
 /// # Safety

@@ -23,7 +23,7 @@ mod pool;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
@@ -98,6 +98,18 @@ pub fn set_default_resource(
 /// Each device's default resource: chosen on first use from the environment, replaced by
 /// [`set_default_resource`].
 static DEFAULTS: PerDevice<std::sync::RwLock<Option<Arc<dyn MemoryResource>>>> = PerDevice::new();
+
+/// Each device's plain [`DeviceResource`], made once: what imported memory falls back to
+/// for copies (an import makes none of its own: `from_dlpack` is a hot path).
+static PLAIN: PerDevice<OnceLock<Arc<dyn MemoryResource>>> = PerDevice::new();
+
+/// `device`'s shared plain [`DeviceResource`].
+pub(crate) fn plain_device_resource(device: &Arc<Device>) -> Arc<dyn MemoryResource> {
+    PLAIN
+        .get(device.id())
+        .get_or_init(|| Arc::new(DeviceResource::new(device)))
+        .clone()
+}
 
 /// The kinds `MEMARRAY_MEMORY_RESOURCE` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
