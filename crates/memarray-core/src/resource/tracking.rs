@@ -98,7 +98,7 @@ pub const TRACE_EVENTS: usize = 1 << 16;
 /// bytes per source: what `memarray.resources.snapshot()` reads.
 ///
 /// A mutex-guarded map keyed by address with a multiplicative hash; the measured cost over
-/// the bare pool is in docs/resources.md. Stacks and backtraces cost microseconds each.
+/// the bare pool is in docs/memory-manager.md. Stacks and backtraces cost microseconds each.
 ///
 /// ```
 /// use std::sync::Arc;
