@@ -20,7 +20,7 @@ venv() {
   # Pinned to ranges tested here; quiet unless something fails.
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
     "maturin>=1.9,<2" "numpy>=2.2.5" "pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" \
-    "matplotlib>=3.7"
+    "matplotlib>=3.7" "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2"
   install_wheel
 }
 
@@ -62,7 +62,7 @@ case "$cmd" in
     # The venv installs matplotlib: its plot tests must run, not skip.
     # The C extension test builds against the libmemarray.so cargo test just built.
     MEMARRAY_REQUIRE_PLOT=1 MEMARRAY_C_LIB_DIR="$PWD/target/debug" \
-      "$VENV/bin/python" -m pytest bindings-python/tests -q
+      MEMARRAY_REQUIRE_DASK=1 "$VENV/bin/python" -m pytest bindings-python/tests -q
     echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
     echo "== docs: the Python blocks of README.md, docs/python-guide.md, docs/memory-manager.md and docs/spilling.md"
     "$VENV/bin/python" scripts/doc_blocks.py

@@ -22,12 +22,12 @@ setup() {
   nvcc --version | tail -n 2 | head -n 1
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site gpu-run/wheels/*.whl \
     || fail "wheel install"
-  # RMM and filecheck, carried: a target of their own, after memarray's on the path.
+  # RMM, filecheck and Dask, carried: a target of their own, after memarray's on the path.
   export PYTHONPATH=/tmp/site
   if ls gpu-run/peer-wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/peers gpu-run/peer-wheels/*.whl \
       || fail "peer wheel install"
-    export PYTHONPATH=/tmp/site:/tmp/peers MEMARRAY_REQUIRE_RMM=1
+    export PYTHONPATH=/tmp/site:/tmp/peers MEMARRAY_REQUIRE_RMM=1 MEMARRAY_REQUIRE_DASK=1
   fi
   python3 -c 'import memarray, sys; print("memarray", memarray.__file__, "cuda:", memarray.cuda.is_available(), memarray.cuda.device_count())'
   # The Rust test binaries load the NCCL of torch's nvidia-nccl wheel, as Python does.

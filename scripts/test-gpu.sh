@@ -56,13 +56,18 @@ echo "== building the abi3 wheel"
 [ -x .venv/bin/maturin ] || ./dev.sh venv
 .venv/bin/maturin build --release -q -m bindings-python/Cargo.toml -o "$STAGE/wheels" >/dev/null
 cp scripts/gpu-remote.sh "$STAGE/remote.sh"
-# Peers the device lacks (RMM, filecheck for Numba's tests) travel as wheels, downloaded
-# once into the ignored .peer-wheels/ and installed there with --no-index --no-deps.
-if [ ! -d .peer-wheels ] || [ -z "$(ls .peer-wheels/*.whl 2>/dev/null)" ]; then
-  mkdir -p .peer-wheels
+# Peers the device lacks (RMM, filecheck for Numba's tests, Dask and the dependencies the
+# device's Python does not have) travel as wheels, downloaded once into the ignored
+# .peer-wheels/ and installed there with --no-index --no-deps.
+PEERS=("rmm-cu13==26.10.*" "librmm-cu13==26.10.*" rapids-logger filecheck
+  "dask==2026.8.0" "distributed==2026.8.0" partd locket tornado tblib zict importlib_metadata)
+if [ ! -f .peer-wheels/.list ] || [ "$(cat .peer-wheels/.list)" != "${PEERS[*]}" ]; then
+  rm -rf .peer-wheels && mkdir -p .peer-wheels
   python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform any \
-    -d .peer-wheels "rmm-cu13==26.10.*" "librmm-cu13==26.10.*" rapids-logger filecheck
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+    -d .peer-wheels "${PEERS[@]}"
+  echo "${PEERS[*]}" > .peer-wheels/.list
 fi
 mkdir -p "$STAGE/peer-wheels"
 cp .peer-wheels/*.whl "$STAGE/peer-wheels/"

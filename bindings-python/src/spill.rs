@@ -212,6 +212,13 @@ fn bytes_arg(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u64>> 
     convert::opt_int(Some(v), what)
 }
 
+/// A byte count as spilling's budgets take it (an int >= 0 or a string such as "4GiB");
+/// ValueError / TypeError naming `what` otherwise.
+#[pyfunction]
+fn _spill_bytes(value: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    bytes_arg(Some(value), what)?.ok_or_else(|| PyValueError::new_err(format!("{what} is None")))
+}
+
 /// Turns spilling on for `device` (see `memarray.spill.enable`).
 #[pyfunction]
 #[pyo3(signature = (device, device_budget=None, host_budget=None, file_dir=None))]
@@ -312,6 +319,7 @@ fn _spill_from_env(py: Python<'_>) -> PyResult<()> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DeviceScope>()?;
     m.add_function(wrap_pyfunction!(_spill_enable, m)?)?;
+    m.add_function(wrap_pyfunction!(_spill_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(_spill_disable, m)?)?;
     m.add_function(wrap_pyfunction!(_spill_settings, m)?)?;
     m.add_function(wrap_pyfunction!(_spill_statistics, m)?)?;

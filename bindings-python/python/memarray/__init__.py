@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import cuda, distributed, dlpack, resources, spill
+from . import _hooks, cuda, distributed, dlpack, resources, spill
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -30,6 +30,10 @@ from ._memarray import (
     scatter,
     zeros,
 )
+
+# Dask, distributed and dask-cuda: MemArrays are registered with them once both are
+# imported, in either order (memarray.dask).
+_hooks.install()
 
 __all__ = [
     "__version__",

@@ -42,6 +42,7 @@ __all__ = [
     "_numpy_to_device",
     "_resources",
     "_spill_allow",
+    "_spill_bytes",
     "_spill_disable",
     "_spill_enable",
     "_spill_evict",
@@ -558,6 +559,7 @@ class DeviceScope:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
+def _spill_bytes(value: int | str, what: str) -> int: ...
 def _spill_enable(
     device: int,
     device_budget: int | str | None = None,

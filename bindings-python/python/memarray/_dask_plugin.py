@@ -1,0 +1,23 @@
+"""The distributed ``WorkerPlugin`` of ``memarray.dask.setup`` (apart: importing it
+imports distributed, which ``memarray.dask`` itself never does)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .dask import _apply
+
+
+class MemarrayPlugin(WorkerPlugin):  # type: ignore[misc]
+    """Applies memarray's settings on each worker as it starts."""
+
+    name = "memarray"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = dict(settings)
+
+    def setup(self, worker: Any) -> None:
+        worker.memarray = _apply(self.settings)

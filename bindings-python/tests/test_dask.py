@@ -1,0 +1,419 @@
+"""MemArrays in Dask (issue 28): sizes, tokens, both serializer families, worker set-up
+and statistics, a LocalCluster of worker processes over TCP (host arrays here, device
+arrays on the GPU machine), and dask-cuda's spilling leaving memarray's to memarray."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+from children import child_stdout, run_child
+from test_interop import _peer
+
+import memarray
+
+# CI and the GPU machine install Dask (MEMARRAY_REQUIRE_DASK=1 there: missing is a failure).
+try:
+    import dask  # noqa: F401
+    import distributed  # noqa: F401
+except ImportError:
+    if os.environ.get("MEMARRAY_REQUIRE_DASK") == "1":
+        raise
+    pytest.skip("SKIPPED: dask / distributed are not installed", allow_module_level=True)
+
+from dask.base import tokenize  # noqa: E402
+from dask.sizeof import sizeof  # noqa: E402
+from distributed.protocol import deserialize, serialize  # noqa: E402
+
+import memarray.dask as mdask  # noqa: E402
+
+SHAPES = {"0-d": (), "size-0": (3, 0, 2), "1-d": (7,), "2-d": (3, 5), "32-d": (1,) * 31 + (2,)}
+
+
+def _values(dtype: str, shape: tuple[int, ...]) -> memarray.MemArray:
+    n = int(np.prod(shape, dtype=np.int64))
+    raw = np.random.default_rng(len(shape) * 31 + len(dtype)).integers(0, 250, max(n, 1))
+    if dtype == "bfloat16":
+        a = memarray.zeros(shape, "bfloat16")
+        if n:
+            a.read_numpy_array(raw[:n].astype(np.float32).reshape(shape))
+        return a
+    return memarray.asarray(raw[:n].astype(dtype).reshape(shape))
+
+
+def _same(a: memarray.MemArray, b: memarray.MemArray) -> bool:
+    x, y = a.to_numpy(), b.to_numpy()
+    return str(a.dtype) == str(b.dtype) and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+# ---------------------------------------------------------------- in this process
+
+
+def test_sizeof_is_the_arrays_bytes():
+    for dtype in ("bool", "float16", "complex128"):
+        a = memarray.zeros((1000, 3), dtype)
+        assert sizeof(a) == a.nbytes == 3000 * np.dtype(dtype).itemsize
+    assert sizeof(memarray.zeros((0,), "float64")) == 0
+
+
+def test_tokens_are_deterministic_and_change_with_any_write():
+    a = memarray.asarray(np.arange(1000, dtype=np.float64))
+    t = tokenize(a)
+    assert tokenize(a) == t, "an unchanged array keeps its token"
+    np.asarray(a)[10] = -1  # a write through a NumPy view
+    t2 = tokenize(a)
+    assert t2 != t
+    a.read_numpy_array(np.arange(1000, dtype=np.float64))  # back to the first values
+    assert tokenize(a) == t, "the token is the data's"
+    a[5] = 3.5
+    assert tokenize(a) != t
+    # Same bytes, another layout or dtype: another token.
+    b = memarray.asarray(np.zeros(8, np.uint8))
+    assert tokenize(b) != tokenize(memarray.asarray(np.zeros((2, 4), np.uint8)))
+    assert tokenize(b) != tokenize(memarray.asarray(np.zeros(8, np.int8)))
+    assert tokenize(memarray.zeros((0,), "float32")) == tokenize(memarray.zeros((0,), "float32"))
+
+
+@pytest.mark.parametrize("dtype", memarray.SUPPORTED_DTYPES)
+def test_the_dask_family_round_trips_every_dtype_and_shape_class(dtype):
+    for shape in SHAPES.values():
+        a = _values(dtype, shape)
+        header, frames = serialize(a, serializers=["dask"])
+        assert header["serializer"] == "dask"
+        b = deserialize(header, frames)
+        assert isinstance(b, memarray.MemArray) and _same(a, b), (dtype, shape)
+        if b.nbytes and dtype != "bfloat16":
+            np.asarray(b).reshape(-1)[0] = 1  # writable on receipt
+        # Read-only frames (bytes, as a socket delivers them) land writable too.
+        c = deserialize(header, [bytes(f) for f in frames])
+        assert _same(a, c)
+
+
+def test_the_cuda_family_refuses_host_arrays_so_distributed_uses_the_next():
+    a = memarray.asarray(np.arange(6, dtype=np.int16))
+    with pytest.raises(NotImplementedError, match="travels as host frames"):
+        mdask.cuda_serialize(a)
+    header, frames = serialize(a, serializers=["cuda", "dask"])
+    assert header["serializer"] == "dask"
+    assert _same(a, deserialize(header, frames))
+
+
+def test_corrupt_or_truncated_frames_are_clear_errors_never_crashes():
+    # In a child: a crash there fails this test instead of ending the run.
+    code = textwrap.dedent(
+        """
+        import json, numpy as np, memarray, memarray.dask as md
+        from distributed.protocol import serialize, deserialize
+        a = memarray.asarray(np.arange(24, dtype=np.float32).reshape(4, 6))
+        h, f = serialize(a, serializers=["dask"])
+        sub = h["sub-header"] if "sub-header" in h else h
+        cases = {
+            "truncated": (h, [bytes(f[0])[:-1]]),
+            "longer": (h, [bytes(f[0]) + b"x"]),
+            "empty": (h, [b""]),
+            "two frames": (h, [f[0], f[0]]),
+            "no frames": (h, []),
+        }
+        bad = {"dtype": "float128", "shape": [-1, 6], "shape_type": "x",
+               "ndim": [1] * 33, "device_id": -3}
+        out = {}
+        for name, (hh, ff) in cases.items():
+            try:
+                deserialize(hh, ff)
+                out[name] = "accepted"
+            except Exception as e:
+                out[name] = type(e).__name__
+        good = md.serialize(a)[0]
+        for name, value in bad.items():
+            hh = dict(good)
+            if name == "ndim":
+                hh["shape"] = value
+            elif name == "shape_type":
+                hh["shape"] = value
+            else:
+                hh[name] = value
+            try:
+                md.deserialize(hh, [bytes(f[0])])
+                out[name] = "accepted"
+            except Exception as e:
+                out[name] = type(e).__name__
+        for name, hh in {"not a dict": [1, 2], "missing keys": {"dtype": "float32"}}.items():
+            try:
+                md.deserialize(hh, [bytes(f[0])])
+                out[name] = "accepted"
+            except Exception as e:
+                out[name] = type(e).__name__
+        print(json.dumps(out))
+        """
+    )
+    out = json.loads(child_stdout(code).strip().splitlines()[-1])
+    assert all(v == "ValueError" for v in out.values()), out
+
+
+def test_registration_happens_in_either_import_order():
+    for first, then in (("memarray", "dask"), ("dask", "memarray"), ("distributed", "memarray")):
+        out = child_stdout(
+            f"""
+import sys
+import {first}
+import {then}
+import numpy as np, memarray
+from dask.sizeof import sizeof
+assert "distributed" not in sys.modules or "{first}" == "distributed"
+a = memarray.zeros((10, 10), "float64")
+import distributed.protocol as dp
+h, f = dp.serialize(a, serializers=["dask"])
+print(sizeof(a), h["serializer"])
+"""
+        )
+        assert out.split() == ["800", "dask"], (first, then, out)
+
+
+def test_dask_cuda_leaves_memarrays_to_memarrays_spilling():
+    # dask-cuda itself needs CUDA packages; its dispatcher module is what memarray
+    # registers with, so a copy of that module (as dask-cuda 26.10 ships it) stands in.
+    code = """
+import os, sys, tempfile, types
+d = tempfile.mkdtemp()
+os.makedirs(os.path.join(d, "dask_cuda"))
+open(os.path.join(d, "dask_cuda", "__init__.py"), "w").close()
+open(os.path.join(d, "dask_cuda", "is_spillable_object.py"), "w").write(
+    "from dask.utils import Dispatch\\n"
+    "is_spillable_object = Dispatch(name='is_spillable_object')\\n"
+    "@is_spillable_object.register(object)\\n"
+    "def _(o):\\n    return False\\n")
+sys.path.insert(0, d)
+import memarray, numpy as np
+from dask_cuda.is_spillable_object import is_spillable_object
+import memarray.dask as md
+a = memarray.zeros((4,), "float32")
+print(is_spillable_object(a), is_spillable_object(np.zeros(4)))
+md.spill.settings = lambda device: {"device_budget": 1}
+class Dev:
+    on_device = True
+    device_id = 0
+print(md.spilling_handles(Dev()))
+"""
+    assert child_stdout(code).split() == ["False", "False", "True"]
+
+
+def test_setup_checks_its_settings_before_any_worker_changes():
+    class NoClient:
+        def register_plugin(self, *a, **k):
+            raise AssertionError("reached the workers")
+
+    for kwargs, match in (
+        ({"device_budget": "lots"}, "device_budget"),
+        ({"host_budget": -1}, "host_budget"),
+        ({"resource": "fast"}, "resource must be one of"),
+        ({"hooks": ["jax"]}, "hooks are"),
+    ):
+        with pytest.raises((ValueError, TypeError, OverflowError), match=match):
+            mdask.setup(NoClient(), **kwargs)
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+CLUSTER = """
+import json, os, numpy as np, memarray, memarray.dask as md
+from distributed import Client, LocalCluster
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, preload=["memarray.dask"]) as cluster, \\
+            Client(cluster) as client:
+        out = {}
+BODY
+        print(json.dumps(out))
+"""
+
+
+def _cluster(body: str, env: dict | None = None, timeout: int = 240) -> dict:
+    """Runs `body` in a child with a LocalCluster of two worker processes (TCP) and a
+    client; `out`, a dict the body fills, comes back."""
+    code = CLUSTER.replace("BODY", textwrap.indent(textwrap.dedent(body), " " * 8))
+    r = run_child(code, env=dict(os.environ, **(env or {})), timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_local_cluster_moves_every_dtype_and_shape_class_between_workers():
+    out = _cluster(
+        """
+        workers = list(client.scheduler_info()["workers"])
+        out["workers"] = len(workers)
+        out["preloaded"] = sorted(str(v["devices"]) for v in client.run(
+            lambda dask_worker: dask_worker.memarray).values())
+        results = {}
+        for dtype in memarray.SUPPORTED_DTYPES:
+            for name, shape in {"0-d": (), "size-0": (2, 0), "2-d": (3, 4),
+                                "32-d": (1,) * 31 + (2,)}.items():
+                n = int(np.prod(shape, dtype=np.int64))
+                x = (np.arange(n) % 7).astype("float32").reshape(shape)
+                a = memarray.zeros(shape, dtype)
+                if n:
+                    a.read_numpy_array(x)
+                # Made on worker 0, used on worker 1 (a worker-to-worker transfer), back
+                # to the client.
+                f = client.scatter(a, workers=[workers[0]])
+                g = client.submit(lambda v: v, f, workers=[workers[1]], pure=False)
+                b = g.result()
+                same = (isinstance(b, memarray.MemArray) and str(b.dtype) == dtype
+                        and tuple(b.shape) == shape
+                        and b.to_numpy().tobytes() == a.to_numpy().tobytes())
+                results[f"{dtype} {name}"] = same
+        out["bad"] = [k for k, v in results.items() if not v]
+        out["checked"] = len(results)
+        stats = md.statistics(client)
+        out["stats"] = sorted(stats[w]["pressure"]["events"] for w in stats)
+        """
+    )
+    assert out["workers"] == 2 and out["bad"] == [], out
+    assert out["checked"] == 4 * len(memarray.SUPPORTED_DTYPES)
+    assert out["stats"] == [0, 0]
+
+
+def test_a_worker_killed_mid_computation_is_a_clear_error_and_loses_nothing_gathered():
+    out = _cluster(
+        """
+        import time
+        from distributed import KilledWorker
+        workers = list(client.scheduler_info()["workers"])
+        kept = client.gather(client.map(
+            lambda i: memarray.asarray(np.full(1000, i, np.int64)), range(6)))
+        def die(x):
+            if x == 3:
+                os._exit(1)
+            time.sleep(0.2)
+            return memarray.asarray(np.arange(5) * x)
+        # allowed_failures=0: the first death is the task's failure, not a retry.
+        futures = client.map(die, range(6), pure=False)
+        try:
+            client.gather(futures)
+            out["error"] = None
+        except Exception as e:
+            out["error"] = type(e).__name__
+            out["message"] = str(e)[:200]
+        out["kept"] = [int(k.to_numpy()[0]) for k in kept]
+        out["kept_ok"] = all(isinstance(k, memarray.MemArray) and k.nbytes == 8000 for k in kept)
+        """,
+        # The first death is the task's failure, not a retry on the other worker.
+        env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"},
+    )
+    assert out["error"] == "KilledWorker", out
+    assert "die" in out["message"], out
+    assert out["kept"] == list(range(6)) and out["kept_ok"], out
+
+
+def test_setup_reaches_every_worker_and_statistics_gather_them():
+    out = _cluster(
+        """
+        done = md.setup(client, resource="pool", hooks=[])
+        out["done"] = sorted(v["devices"] for v in done.values())
+        out["keys"] = sorted(next(iter(md.statistics(client).values())))
+        """
+    )
+    assert len(out["done"]) == 2 and out["keys"] == ["devices", "pressure"], out
+
+
+def test_the_pipeline_example_matches_numpy():
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    args = [] if memarray.cuda.is_available() else ["--chunks", "8", "--particles", "100000"]
+    r = subprocess.run(
+        [sys.executable, "examples/dask_pipeline.py", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "matches NumPy" in r.stdout, r.stdout
+    if memarray.cuda.is_available():
+        spilled = int(r.stdout.split("arrays spilled on the workers: ")[1].split()[0])
+        assert spilled > 0, r.stdout
+
+
+# ---------------------------------------------------------------- the GPU machine
+
+
+@pytest.mark.gpu
+def test_device_arrays_both_families_side_stream_work_arrives_complete():
+    _peer("cupy")
+    out = child_stdout(
+        """
+import json, numpy as np, cupy, memarray, memarray.cuda as mc, memarray.dask as md
+from distributed.protocol import serialize, deserialize
+from dask.base import tokenize
+from dask.sizeof import sizeof
+res = {}
+n = 1 << 26                                   # 256 MiB of float32
+a = memarray.zeros((n,), "float32", device="cuda")
+res["sizeof"] = sizeof(a) == 4 * n
+import time
+t0 = time.perf_counter(); t = tokenize(a); t1 = time.perf_counter()
+res["token_ms"] = (t1 - t0) * 1e3
+t0 = time.perf_counter(); t = tokenize(a); res["token_warm_ms"] = (time.perf_counter() - t0) * 1e3
+res["token_same"] = tokenize(a) == t
+# Written on a side stream, no sync: every family must see the write.
+s = cupy.cuda.Stream(non_blocking=True)
+with s:
+    cupy.from_dlpack(a)[:] = 3.0             # queued on s
+a.record_stream(s.ptr)
+res["token_changed"] = tokenize(a) != t
+for fam in ("dask", "cuda"):
+    b = memarray.zeros((1 << 20,), "float32", device="cuda")
+    with s:
+        cupy.from_dlpack(b)[:] = 5.0
+    b.record_stream(s.ptr)
+    h, f = serialize(b, serializers=[fam])
+    c = deserialize(h, f)
+    res[fam] = [h["serializer"], c.device, float(c.to_numpy().min()), float(c.to_numpy().max())]
+# Foreign device frames into memarray zero-copy: CuPy memory.
+x = cupy.arange(12, dtype=cupy.float64)
+h, f = md.cuda_serialize(memarray.from_dlpack(x))
+c = md.cuda_deserialize(h, [x])
+res["foreign"] = [c.__cuda_array_interface__["data"][0] == x.data.ptr,
+                  c.to_numpy().tolist() == list(range(12))]
+print(json.dumps(res))
+"""
+    )
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["sizeof"] and r["token_same"] and r["token_changed"], r
+    assert r["token_warm_ms"] < 50, r  # a kernel over 256 MiB, no copy back
+    assert r["dask"] == ["dask", "cuda:0", 5.0, 5.0], r
+    assert r["cuda"] == ["cuda", "cuda:0", 5.0, 5.0], r
+    assert r["foreign"] == [True, True], r
+
+
+@pytest.mark.gpu
+def test_workers_on_one_gpu_spill_under_a_budget_and_move_device_arrays():
+    out = _cluster(
+        """
+        done = md.setup(client, device_budget="64MiB")
+        out["devices"] = sorted(v["devices"] for v in done.values())
+        workers = list(client.scheduler_info()["workers"])
+        def make(i):
+            import memarray
+            return memarray.asarray(np.full(4 << 20, i, np.float32), device="cuda")
+        # 24 arrays of 16 MiB on worker 0 under a 64 MiB budget: most spill.
+        fs = [client.submit(make, i, workers=[workers[0]], pure=False) for i in range(24)]
+        from distributed import wait
+        wait(fs)
+        spilled = md.statistics(client)[workers[0]]["devices"][0]["spill"]["spilled_arrays"]
+        out["spilled"] = spilled
+        # Used on worker 1: each arrives on the device, from its host copy if spilled.
+        got = client.gather([client.submit(lambda a: (a.device, float(a.to_numpy()[7])), f,
+                                           workers=[workers[1]], pure=False) for f in fs])
+        out["got"] = got
+        """,
+    )
+    assert out["devices"] == [1, 1] or min(out["devices"]) >= 1, out
+    assert out["spilled"] > 0, out
+    assert [g[1] for g in out["got"]] == [float(i) for i in range(24)], out
+    assert all(g[0].startswith("cuda") for g in out["got"]), out
