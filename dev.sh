@@ -62,7 +62,7 @@ case "$cmd" in
     # The venv installs matplotlib: its plot tests must run, not skip.
     # The C extension test builds against the libmemarray.so cargo test just built.
     MEMARRAY_REQUIRE_PLOT=1 MEMARRAY_C_LIB_DIR="$PWD/target/debug" \
-      MEMARRAY_REQUIRE_DASK=1 "$VENV/bin/python" -m pytest bindings-python/tests -q
+      MEMARRAY_REQUIRE_DASK=1 MEMARRAY_REQUIRE_MPI=1 "$VENV/bin/python" -m pytest bindings-python/tests -q
     echo "== $(cat target/crashproof.txt 2>/dev/null || echo 'crash-proof suite: did not run')"
     echo "== docs: the Python blocks of README.md, docs/python-guide.md, docs/memory-manager.md and docs/spilling.md"
     "$VENV/bin/python" scripts/doc_blocks.py

@@ -7,7 +7,7 @@
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
 # skip fails.
 set -uo pipefail
-export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REQUIRE_NCCL=1 MEMARRAY_REQUIRE_NVRTC=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
+export MEMARRAY_REQUIRE_GPU=1 MEMARRAY_REQUIRE_NCCL=1 MEMARRAY_REQUIRE_NVRTC=1 MEMARRAY_REQUIRE_MPI=1 MEMARRAY_REPO_ROOT=$PWD PYTHONUNBUFFERED=1
 # The C ABI's library, for the C/C++ tests, the examples and the extension test.
 export MEMARRAY_C_LIB_DIR=$PWD/gpu-run/lib
 OUT=${OUT:-/tmp/memarray-out}

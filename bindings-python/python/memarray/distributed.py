@@ -106,6 +106,7 @@ def init(
     unique_id: bytes | str | None = None,
     id_file: str | os.PathLike[str] | None = None,
     timeout: float = 120.0,
+    comm: Any = None,
 ) -> Communicator:
     """Joins a communicator of ``world_size`` processes as ``rank``, on CUDA device
     ``device``. Unset arguments come from the environment ``torchrun`` sets (RANK,
@@ -117,7 +118,14 @@ def init(
     (torchrun's agent, shared by its ranks). Rank 0 writes it, the others wait up to
     ``timeout`` seconds (``float("inf")``: as long as it takes; NaN or negative:
     ValueError); rank 0 deletes it once every rank has joined. Returns once every rank has
-    joined."""
+    joined.
+
+    With ``comm`` (an mpi4py communicator, ``mpirun``-launched ranks), rank and size are
+    the communicator's, the id is broadcast over it from rank 0, and the device is the
+    rank's index among the ranks sharing its node (``Split_type(COMM_TYPE_SHARED)``)
+    modulo the node's device count, unless ``device`` is given."""
+    if comm is not None:
+        return _init_mpi(comm, device)
     rank = rank if rank is not None else _env_int("RANK")
     world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
     if rank is None or world_size is None:
@@ -148,6 +156,25 @@ def init(
         with contextlib.suppress(OSError):
             os.remove(path)
     return comm
+
+
+def _init_mpi(comm: Any, device: int | None) -> Communicator:
+    """``init`` over an mpi4py communicator."""
+    from mpi4py import MPI
+
+    from . import cuda
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if device is None:
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        try:
+            device = node.Get_rank() % max(1, cuda.device_count())
+        finally:
+            node.Free()
+    _ensure_loaded()
+    uid = _d.unique_id() if rank == 0 else None
+    uid = comm.bcast(uid, root=0)
+    return _d.init_rank(device, size, rank, uid)
 
 
 def communicators(devices: Sequence[int]) -> list[Communicator]:

@@ -1,0 +1,139 @@
+"""memarray.mpi under ``mpirun -np 2`` (test_mpi.py runs this file on every rank; pytest
+runs the same tests in the same order everywhere, so the collectives meet). Host arrays
+everywhere; device arrays too where CUDA is (through whatever path ``is_cuda_aware``
+picks: staging on the GPU machine's Open MPI)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import memarray
+import memarray.mpi as mm
+
+comm = MPI.COMM_WORLD
+rank, size = comm.rank, comm.size
+assert size == 2, "run with mpirun -np 2"
+
+PLACES = ["cpu"] + (["cuda"] if memarray.cuda.is_available() else [])
+
+
+def make(values: np.ndarray, dtype: str, place: str) -> memarray.MemArray:
+    a = memarray.zeros(values.shape, dtype, device=None if place == "cpu" else "cuda")
+    a.read_numpy_array(values.astype(np.float32) if dtype == "bfloat16" else values.astype(dtype))
+    return a
+
+
+def host(a: memarray.MemArray) -> np.ndarray:
+    x = a.to_numpy()
+    return x.astype(np.float32) if str(a.dtype) == "bfloat16" else x
+
+
+def pattern(shape: tuple[int, ...], r: int) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
+    return ((np.arange(n) * 3 + 7 * r) % 50).reshape(shape)
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("dtype", memarray.SUPPORTED_DTYPES)
+def test_send_recv_every_dtype(dtype, place):
+    shape = (5, 3)
+    if rank == 0:
+        mm.send(comm, make(pattern(shape, 1), dtype, place), dest=1, tag=7)
+    else:
+        a = make(np.zeros(shape), dtype, place)
+        status = mm.recv(comm, a, source=0, tag=7)
+        assert status.Get_source() == 0 and status.Get_tag() == 7
+        np.testing.assert_array_equal(host(a), host(make(pattern(shape, 1), dtype, place)))
+        assert a.device == ("cpu" if place == "cpu" else "cuda:0")
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_isend_irecv_requests_both_ways(place):
+    mine = make(pattern((1000,), rank), "float64", place)
+    theirs = make(np.zeros(1000), "float64", place)
+    reqs = [mm.irecv(comm, theirs, source=1 - rank), mm.isend(comm, mine, dest=1 - rank)]
+    mm.waitall(reqs)
+    np.testing.assert_array_equal(theirs.to_numpy(), pattern((1000,), 1 - rank))
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("shape", [(), (0,), (4, 6), (1,) * 31 + (2,)])
+def test_bcast_shapes(shape, place):
+    a = make(pattern(shape, rank), "int32", place)
+    mm.bcast(comm, a, root=1)
+    np.testing.assert_array_equal(a.to_numpy(), pattern(shape, 1))
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_reductions(place):
+    a = make(pattern((64,), rank), "float32", place)
+    mm.allreduce(comm, a)
+    np.testing.assert_array_equal(a.to_numpy(), pattern((64,), 0) + pattern((64,), 1))
+    b = make(pattern((8, 8), rank), "int64", place)
+    out = mm.reduce(comm, b, op=MPI.MAX, root=0)
+    if rank == 0:
+        np.testing.assert_array_equal(
+            out.to_numpy(), np.maximum(pattern((8, 8), 0), pattern((8, 8), 1))
+        )
+        assert out.device == b.device
+    else:
+        assert out is None
+    flags = make(np.array([True, rank == 0, False]), "bool", place)
+    mm.allreduce(comm, flags, op=MPI.LOR)
+    assert flags.to_numpy().tolist() == [True, True, False]
+    c = make(pattern((5,), rank) + 1j, "complex128", place)
+    mm.allreduce(comm, c, op=MPI.SUM)
+    np.testing.assert_array_equal(c.to_numpy(), pattern((5,), 0) + pattern((5,), 1) + 2j)
+
+
+def test_reductions_mpi_cannot_do_are_errors_on_every_rank_before_sending():
+    for dtype, op in (
+        ("float16", MPI.SUM),
+        ("bfloat16", MPI.SUM),
+        ("complex64", MPI.MIN),
+        ("float32", MPI.BAND),
+        ("bool", MPI.SUM),
+    ):
+        with pytest.raises(ValueError, match="MPI"):
+            mm.allreduce(comm, memarray.zeros((4,), dtype), op=op)
+        with pytest.raises(ValueError, match="MPI"):
+            mm.reduce(comm, memarray.zeros((4,), dtype), op=op)
+    with pytest.raises(TypeError, match="MPI.Op"):
+        mm.allreduce(comm, memarray.zeros((4,), "float32"), op="sum")
+    with pytest.raises(TypeError, match="memarray.MemArray"):
+        mm.send(comm, np.zeros(3), dest=1 - rank)
+    comm.Barrier()  # nothing was sent: both ranks are still in step
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "bfloat16", "complex64"])
+def test_gather_allgather_scatter_alltoall(dtype, place):
+    a = make(pattern((3, 2), rank), dtype, place)
+    g = mm.gather(comm, a, root=0)
+    if rank == 0:
+        assert tuple(g.shape) == (2, 3, 2) and g.device == a.device
+        np.testing.assert_array_equal(host(g), np.stack([pattern((3, 2), r) for r in (0, 1)]))
+    else:
+        assert g is None
+    ag = mm.allgather(comm, a)
+    np.testing.assert_array_equal(host(ag), np.stack([pattern((3, 2), r) for r in (0, 1)]))
+    whole = make(pattern((2, 3, 2), 5), dtype, place) if rank == 1 else None
+    part = make(np.zeros((3, 2)), dtype, place)
+    mm.scatter(comm, whole, part, root=1)
+    np.testing.assert_array_equal(host(part), pattern((2, 3, 2), 5)[rank])
+    t = make(pattern((2, 4), rank), dtype, place)
+    u = mm.alltoall(comm, t)
+    expect = np.stack([pattern((2, 4), r)[rank] for r in (0, 1)])
+    np.testing.assert_array_equal(host(u), expect)
+
+
+def test_cuda_awareness_is_asked_and_can_be_overridden(monkeypatch):
+    answer = mm.is_cuda_aware(comm)
+    assert isinstance(answer, bool)
+    monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", "0")
+    assert mm.is_cuda_aware() is False
+    monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", "yes")
+    with pytest.raises(ValueError, match="0 or 1"):
+        mm.is_cuda_aware()
