@@ -169,6 +169,12 @@ while [ $# -gt 0 ]; do
     transfer) shift; transfer "$@"; break ;;
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
     interop) interop ;;
+    dask)
+      # Issue 28: Dask figures against CuPy, the pipeline and halo examples.
+      python3 benches/dask_transfer.py --json "$OUT/dask_transfer.json" 2>&1 | tee "$OUT/dask_transfer.log"
+      python3 examples/dask_pipeline.py || fail dask_pipeline
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 python3 examples/mpi_halo.py \
+        || fail mpi_halo ;;
     overheads)
       # Issue 27: items 3 and 4's targets (a benchmark's miss is a figure, not a failure).
       python3 benches/overheads.py --json "$OUT/overheads.json" 2>&1 | tee "$OUT/overheads.log"
@@ -184,7 +190,7 @@ while [ $# -gt 0 ]; do
     spill) python3 benches/spill.py --json "$OUT/spill.json" 2>&1 | tee "$OUT/spill.log"; [ "${PIPESTATUS[0]}" = 0 ] || fail "spill bench" ;;
     numba-all) python3 scripts/numba_compare.py --all 2>&1 | tee "$OUT/numba_all.log" || fail "numba all" ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|overheads|spill-tests|spill|numba-all|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|overheads|dask|spill-tests|spill|numba-all|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

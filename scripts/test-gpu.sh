@@ -5,7 +5,7 @@
 #
 #   device run, carry ["gpu-run"], command "bash gpu-run/remote.sh all"
 #
-# remote.sh stages: tests | sanitize | bench | npy | interop | overheads | numba-all | demo | multi | all, several
+# remote.sh stages: tests | sanitize | bench | npy | interop | overheads | dask | numba-all | demo | multi | all, several
 # at once (see scripts/gpu-remote.sh). gpu-run/ with the carried peer wheels is near the
 # device tool's 64 MiB: carry the parts a stage needs (bin, wheels, peer-wheels, remote.sh).
 set -euo pipefail

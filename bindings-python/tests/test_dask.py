@@ -374,6 +374,16 @@ for fam in ("dask", "cuda"):
     h, f = serialize(b, serializers=[fam])
     c = deserialize(h, f)
     res[fam] = [h["serializer"], c.device, float(c.to_numpy().min()), float(c.to_numpy().max())]
+# A spilled array travels from its host copy and stays spilled.
+import memarray.spill as sp
+sp.enable(0)
+y = memarray.asarray(np.arange(1 << 16, dtype=np.float64), device="cuda")
+sp.evict(y)
+h, f = serialize(y, serializers=["cuda", "dask"])
+z = deserialize(h, f)
+res["spilled"] = [h["serializer"], y.spilled, z.device,
+                  bool((z.to_numpy() == np.arange(1 << 16)).all())]
+sp.disable(0)
 # Foreign device frames into memarray zero-copy: CuPy memory.
 x = cupy.arange(12, dtype=cupy.float64)
 h, f = md.cuda_serialize(memarray.from_dlpack(x))
@@ -389,6 +399,7 @@ print(json.dumps(res))
     assert r["dask"] == ["dask", "cuda:0", 5.0, 5.0], r
     assert r["cuda"] == ["cuda", "cuda:0", 5.0, 5.0], r
     assert r["foreign"] == [True, True], r
+    assert r["spilled"] == ["dask", True, "cuda:0", True], r
 
 
 @pytest.mark.gpu

@@ -108,7 +108,9 @@ class _Bytes:
             "version": 3,
             "shape": (n,),
             "typestr": "|u1",
-            "data": (ptr, True),
+            # Writable as far as the import goes (a read-only one is copied); the kernel
+            # takes it as In(...) and only reads.
+            "data": (ptr, False),
             "strides": None,
             "stream": None,
         }
@@ -443,16 +445,24 @@ def _worker_statistics() -> dict[str, Any]:
     out: dict[str, Any] = {"pressure": resources.pressure_statistics(), "devices": {}}
     if cuda.is_available():
         for d in range(cuda.device_count()):
+            r = resources.get_default_resource(d)
+            try:
+                counts: dict[str, Any] | None = resources.statistics(d)
+            except TypeError:  # a default resource that keeps no statistics
+                counts = None
             out["devices"][d] = {
-                "resources": resources.statistics(d),
+                "resource": r.name,
+                "memory_info": r.memory_info(),
+                "statistics": counts,
                 "spill": spill.statistics(d),
             }
     return out
 
 
 def statistics(client: Any) -> dict[str, Any]:
-    """Each worker's memarray figures, by address: per device, the default resource's
-    statistics and spilling's counters (None where spilling is off), and pressure relief."""
+    """Each worker's memarray figures, by address: per device, the default resource's name,
+    ``(free, total)`` bytes and statistics (None unless a ``Statistics`` adaptor is in its
+    stack) and spilling's counters (None where spilling is off), and pressure relief."""
     stats: dict[str, Any] = client.run(_worker_statistics)
     return stats
 

@@ -154,3 +154,37 @@ fn gpu_pool_waits_for_an_export_consumer_before_reuse() {
     other.synchronize().unwrap();
     drop(big);
 }
+
+#[test]
+fn gpu_pool_never_names_a_stream_again_after_its_call() {
+    // cuda.core, torch and CuPy destroy streams while blocks freed on them sit in the
+    // cache: reuse on other streams and trimming must not touch the dead stream (it used
+    // to record an event there: a segfault in the driver).
+    let Some(dev) = gpu_or_skip() else { return };
+    let upstream: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(&dev));
+    let pool = CachingPool::new(upstream, &dev, usize::MAX);
+    let sizes = [4 << 10, 1 << 20, 5 << 20];
+    let gone = Stream::new(&dev).unwrap();
+    let blocks: Vec<_> = sizes
+        .iter()
+        .map(|&n| pool.allocate(n, 256, Some(raw(&gone))).unwrap())
+        .collect();
+    for (&p, &n) in blocks.iter().zip(&sizes) {
+        // SAFETY: p came from the pool with these arguments and is freed once, on `gone`.
+        unsafe { pool.deallocate(p, n, 256, Some(raw(&gone))) };
+    }
+    gone.synchronize().unwrap();
+    drop(gone); // destroyed: its handle may name anything now
+    let other = Stream::new(&dev).unwrap();
+    for (&p, &n) in blocks.iter().zip(&sizes) {
+        let q = pool.allocate(n, 256, Some(raw(&other))).unwrap();
+        assert_eq!(q, p, "{n} B: the dead stream's finished block is reused");
+        // SAFETY: as above, on `other`.
+        unsafe { pool.deallocate(q, n, 256, Some(raw(&other))) };
+    }
+    drop(other);
+    // Trimming blocks last freed on a destroyed stream: ordered by their events.
+    assert!(pool.trim() > 0);
+    assert_eq!(pool.statistics().upstream_bytes, 0);
+    dev.synchronize().unwrap();
+}

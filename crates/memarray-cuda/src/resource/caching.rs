@@ -9,10 +9,13 @@
 //!   ([`MemoryResource::release_cached`]) gives back everything cached.
 //! - **Streams.** A freed block remembers the stream it was freed on. An allocation on the
 //!   same stream reuses it at once (stream order makes that safe). On another stream it is
-//!   reused only once the work queued on its stream has completed: an event recorded
-//!   there is queried, never waited for; until it completes the block is skipped. A pool
-//!   made without a device ([`CachingPool::host`]) serves host code only and ignores
-//!   stream arguments.
+//!   reused only once the work queued on its stream before the free has completed: an
+//!   event recorded there at the free (a stream other than the legacy default stream may
+//!   be destroyed once its call returns, so the pool never names it again) is queried,
+//!   never waited for; until it completes the block is skipped. Giving such a block back
+//!   upstream makes the legacy default stream wait for that event (host memory: the host
+//!   waits). A pool made without a device ([`CachingPool::host`]) serves host code only
+//!   and ignores stream arguments.
 //! - **Out of memory**: the pool gives its cache back and retries once before failing.
 //! - Alignments above [`POOL_ALIGN`] pass straight through to the upstream.
 
@@ -93,8 +96,22 @@ struct State {
     /// Segment base -> size.
     segments: HashMap<usize, usize>,
     live: HashMap<usize, Live>,
+    /// Free blocks freed on a stream other than the legacy default stream: the event
+    /// recorded there at the free (the stream itself may be gone since).
+    freed: HashMap<usize, Event>,
+    /// Spare events.
     events: Vec<Event>,
     stats: PoolStatistics,
+}
+
+impl State {
+    /// Forgets free block `addr`'s event (it is reused on its own stream, merged into a
+    /// newer block of that stream, or given back).
+    fn drop_event(&mut self, addr: usize) {
+        if let Some(e) = self.freed.remove(&addr) {
+            self.events.push(e);
+        }
+    }
 }
 
 /// A caching pool over any [`MemoryResource`]: device, pinned or managed memory (with a
@@ -184,18 +201,20 @@ impl CachingPool {
         }
     }
 
-    /// Whether work queued on stream `from` so far has completed (no host block). Any
-    /// doubt (no device, an error) is a no.
-    fn stream_idle(&self, st: &mut State, from: Tag) -> bool {
+    /// Whether free block `addr`, freed on stream `from`, may be used on another stream
+    /// now (the work queued before its free has completed; no host block). Any doubt (no
+    /// device, an error) is a no.
+    fn block_idle(&self, st: &mut State, addr: usize, from: Tag) -> bool {
         let Some(device) = &self.device else {
             return true;
         };
-        // SAFETY: tags are handles callers passed with live streams of this device
-        // (RawStream's contract); a tag outlives no stream it names, since a stream's
-        // blocks are reused only through calls naming live streams.
-        let Ok(stream) = StreamRef::from_raw_stream(unsafe { RawStream::from_raw(from) }) else {
-            return false;
-        };
+        if let Some(e) = st.freed.get(&addr) {
+            return e.is_complete().unwrap_or(false);
+        }
+        if from != RawStream::LEGACY.raw() {
+            return false; // freed on a stream with no event: never happens; stay safe
+        }
+        // The legacy default stream lives as long as the context.
         let event = match st.events.pop() {
             Some(e) => e,
             None => match Event::new(device) {
@@ -203,7 +222,8 @@ impl CachingPool {
                 Err(_) => return false,
             },
         };
-        let idle = event.record(stream).is_ok() && event.is_complete().unwrap_or(false);
+        let idle =
+            event.record(StreamRef::legacy()).is_ok() && event.is_complete().unwrap_or(false);
         st.events.push(event);
         idle
     }
@@ -212,17 +232,22 @@ impl CachingPool {
     /// has completed.
     fn take_small(&self, st: &mut State, class: usize, tag: Tag) -> Option<usize> {
         if let Some(a) = st.small_free.get_mut(&(class, tag)).and_then(Vec::pop) {
+            st.drop_event(a);
             return Some(a);
         }
-        let others: Vec<Tag> = st
+        // Another stream's newest free block: when its work is done, so is the work
+        // before every older block of that stream.
+        let others: Vec<(Tag, usize)> = st
             .small_free
             .iter()
-            .filter(|((c, t), v)| *c == class && *t != tag && !v.is_empty())
-            .map(|((_, t), _)| *t)
+            .filter(|((c, t), _)| *c == class && *t != tag)
+            .filter_map(|((_, t), v)| v.last().map(|&a| (*t, a)))
             .collect();
-        for from in others {
-            if self.stream_idle(st, from) {
-                return st.small_free.get_mut(&(class, from)).and_then(Vec::pop);
+        for (from, addr) in others {
+            if self.block_idle(st, addr, from) {
+                st.small_free.get_mut(&(class, from)).and_then(Vec::pop);
+                st.drop_event(addr);
+                return Some(addr);
             }
         }
         None
@@ -241,7 +266,7 @@ impl CachingPool {
                 .collect();
             for from in others {
                 if let Some(b) = best_fit(st, from, size)
-                    && self.stream_idle(st, from)
+                    && self.block_idle(st, b.1, from)
                 {
                     found = Some((from, b));
                     break;
@@ -249,6 +274,7 @@ impl CachingPool {
             }
         }
         let (from, (bsize, addr)) = found?;
+        st.drop_event(addr);
         if let Some(set) = st.large_free.get_mut(&from) {
             set.remove(&(bsize, addr));
         }
@@ -258,19 +284,58 @@ impl CachingPool {
         let segment = block.segment;
         if bsize - size >= SPLIT_MIN {
             block.size = size;
+            // The rest stays free on this call's stream (live now; the work before the
+            // block's free is complete or on this same stream): reused on another stream
+            // once an event recorded here now completes.
             let rest = LargeBlock {
                 size: bsize - size,
                 segment,
                 free: true,
-                tag: from,
+                tag,
             };
             st.large.insert(addr + size, rest);
             st.large_free
-                .entry(from)
+                .entry(tag)
                 .or_default()
                 .insert((rest.size, addr + size));
+            if tag != RawStream::LEGACY.raw()
+                && let Some(stream) = self.stream_of(tag)
+            {
+                self.note_free(st, addr + size, stream);
+            }
         }
         Some(addr)
+    }
+
+    /// The live stream of the current call's tag (the caller named it just now).
+    fn stream_of(&self, tag: Tag) -> Option<StreamRef> {
+        if self.device.is_none() || tag == 0 {
+            return None;
+        }
+        // SAFETY: only called with the tag of the stream the current call passed, live
+        // for the call (RawStream's contract).
+        StreamRef::from_raw_stream(unsafe { RawStream::from_raw(tag) }).ok()
+    }
+
+    /// Records, on `stream` (live now), the event that says when free block `addr` may
+    /// be used on another stream. Without an event the block is never reused elsewhere.
+    fn note_free(&self, st: &mut State, addr: usize, stream: StreamRef) {
+        let Some(device) = &self.device else {
+            return;
+        };
+        st.drop_event(addr);
+        let event = match st.events.pop() {
+            Some(e) => e,
+            None => match Event::new(device) {
+                Ok(e) => e,
+                Err(_) => return,
+            },
+        };
+        if event.record(stream).is_ok() {
+            st.freed.insert(addr, event);
+        } else {
+            st.events.push(event);
+        }
     }
 
     /// Upstream allocation, retried once after giving the cache back on out-of-memory.
@@ -374,6 +439,11 @@ impl CachingPool {
                             .or_default()
                             .insert((rest.size, p + size));
                         st.stats.cached_bytes += rest.size as u64;
+                        if tag != RawStream::LEGACY.raw()
+                            && let Some(stream) = self.stream_of(tag)
+                        {
+                            self.note_free(&mut st, p + size, stream);
+                        }
                     }
                     p
                 }
@@ -400,6 +470,11 @@ impl CachingPool {
             }
             Live::Small { class, tag } => {
                 let tag = stream.map_or(tag, |_| self.tag(stream));
+                if tag != RawStream::LEGACY.raw()
+                    && let Some(s) = self.stream_of(tag)
+                {
+                    self.note_free(&mut st, addr, s);
+                }
                 st.small_free.entry((class, tag)).or_default().push(addr);
                 st.stats.used_bytes -= class as u64;
                 st.stats.cached_bytes += class as u64;
@@ -424,6 +499,7 @@ impl CachingPool {
                 {
                     st.large.remove(&n_addr);
                     remove_free(&mut st, tag, n.size, n_addr);
+                    st.drop_event(n_addr); // this free's event (same stream) is newer
                     b.size += n.size;
                 }
                 if let Some((&p_addr, &p)) = st.large.range(..addr).next_back()
@@ -434,6 +510,7 @@ impl CachingPool {
                 {
                     st.large.remove(&addr);
                     remove_free(&mut st, tag, p.size, p_addr);
+                    st.drop_event(p_addr);
                     b.size += p.size;
                     start = p_addr;
                 }
@@ -442,6 +519,11 @@ impl CachingPool {
                     .entry(tag)
                     .or_default()
                     .insert((b.size, start));
+                if tag != RawStream::LEGACY.raw()
+                    && let Some(s) = self.stream_of(tag)
+                {
+                    self.note_free(&mut st, start, s);
+                }
             }
         }
         if st.stats.cached_bytes > self.release_threshold as u64 {
@@ -499,22 +581,20 @@ impl CachingPool {
             let mut tags: Vec<Tag> = blocks.iter().map(|(_, b)| b.tag).collect();
             tags.sort_unstable();
             tags.dedup();
+            let mut events = Vec::new();
             for (a, b) in &blocks {
                 st.large.remove(a);
                 remove_free(st, b.tag, b.size, *a);
+                events.extend(st.freed.remove(a));
             }
             st.segments.remove(&segment);
             let tag = match tags.as_slice() {
                 [one] => *one,
-                // Freed on several streams: wait for each, then free with no stream.
-                many => {
-                    for &t in many {
-                        self.wait_stream(t);
-                    }
-                    0
-                }
+                // Freed on several streams: ordered by their events below.
+                _ => RawStream::LEGACY.raw(),
             };
-            self.give_back(segment, size, tag, host_memory);
+            self.give_back(segment, size, tag, &events, host_memory);
+            st.events.extend(events);
             st.stats.cached_bytes -= size as u64;
             st.stats.upstream_bytes -= size as u64;
             released += size;
@@ -529,7 +609,9 @@ impl CachingPool {
         for ((class, tag), mut addrs) in small {
             while st.stats.cached_bytes > target {
                 let Some(a) = addrs.pop() else { break };
-                self.give_back(a, class, tag, host_memory);
+                let events: Vec<Event> = st.freed.remove(&a).into_iter().collect();
+                self.give_back(a, class, tag, &events, host_memory);
+                st.events.extend(events);
                 st.stats.cached_bytes -= class as u64;
                 st.stats.upstream_bytes -= class as u64;
                 released += class;
@@ -542,32 +624,36 @@ impl CachingPool {
         released
     }
 
-    /// Blocks until stream `tag`'s queued work is done (trimming only, never reuse).
-    fn wait_stream(&self, tag: Tag) {
-        if tag == 0 {
-            return;
+    /// Frees one upstream allocation last used on stream `tag`. A stream other than the
+    /// legacy default stream is not named again: its `events` (recorded at the frees)
+    /// order the free instead, on the legacy default stream. Host-reachable memory is
+    /// waited for first (the upstream may hand it to host code at once).
+    fn give_back(&self, addr: usize, size: usize, tag: Tag, events: &[Event], host_memory: bool) {
+        let legacy = RawStream::LEGACY.raw();
+        let stream = match tag {
+            0 => None,
+            // SAFETY: the legacy default stream lives as long as the context.
+            _ => Some(unsafe { RawStream::from_raw(legacy) }),
+        };
+        for e in events {
+            // Ordering only: on failure the upstream's own rule (cuMemFree waits for the
+            // device) is left in charge.
+            let _ = if host_memory {
+                e.synchronize()
+            } else {
+                StreamRef::legacy().wait(e)
+            };
         }
-        // SAFETY: as in stream_idle: the tag names a live stream of this device.
-        let raw = unsafe { RawStream::from_raw(tag) };
-        if let (Some(device), Ok(s)) = (&self.device, StreamRef::from_raw_stream(raw)) {
-            let _ = s.synchronize(device);
-        }
-    }
-
-    /// Frees one upstream allocation. Host-reachable memory last used on a stream is
-    /// waited for first (the upstream may hand it to host code at once); device memory
-    /// is freed on the stream of its last use.
-    fn give_back(&self, addr: usize, size: usize, tag: Tag, host_memory: bool) {
-        let stream = (tag != 0).then(|| {
-            // SAFETY: as in stream_idle: the tag names a live stream of this device.
-            unsafe { RawStream::from_raw(tag) }
-        });
-        if host_memory {
-            self.wait_stream(tag);
+        if host_memory
+            && tag == legacy
+            && let Some(device) = &self.device
+        {
+            let _ = StreamRef::legacy().synchronize(device);
         }
         if let Some(p) = NonNull::new(addr as *mut u8) {
             // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
-            // once; its last use was on `stream`, waited for above if host-reachable.
+            // once; its last uses are ordered before the legacy default stream's position
+            // (waited for above if host-reachable).
             unsafe { self.upstream.deallocate(p, size, POOL_ALIGN, stream) };
         }
     }

@@ -1,0 +1,124 @@
+"""Issue 28's Dask figures: a 256 MiB device array through Dask, memarray against CuPy in
+the same run.
+
+    python3 benches/dask_transfer.py [--mib 256] [--json out.json]
+
+In one process: ``dask.sizeof``, ``dask.base.tokenize`` (warm: after a first call), the
+``"dask"`` and ``"cuda"`` serializer families (serialise + deserialise, one call each as
+Dask makes them), generic pickle (protocol 5 with out-of-band buffers). Then a LocalCluster
+of two worker processes on the GPU over TCP: the array made on one worker and used on the
+other (median of 5). Prints SKIPPED without a GPU, CuPy or Dask.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import statistics
+import sys
+import time
+from typing import Any
+
+
+def timed(f: Any, repeats: int = 5) -> float:
+    """Median seconds of `repeats` calls (after one warm-up)."""
+    f()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+def make(lib: str, n: int) -> Any:
+    import cupy
+
+    import memarray
+
+    if lib == "memarray":
+        return memarray.full((n,), 1.5, "float32", device="cuda")
+    return cupy.full((n,), 1.5, cupy.float32)
+
+
+def worker_to_worker(lib: str, n: int) -> float:
+    from distributed import Client, LocalCluster, wait
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        a, b = list(client.scheduler_info()["workers"])
+        runs = []
+        for i in range(6):
+            f = client.submit(make, lib, n, workers=[a], pure=False)
+            wait(f)
+            t0 = time.perf_counter()
+            g = client.submit(lambda x: x.nbytes, f, workers=[b], pure=False)
+            g.result()
+            if i:
+                runs.append(time.perf_counter() - t0)
+            del f, g
+        return statistics.median(runs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    try:
+        import cupy  # noqa: F401
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as e:
+        print(f"SKIPPED: {e.name} is not installed")
+        return 0
+    import memarray
+
+    if not memarray.cuda.is_available():
+        print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
+        return 0
+    from dask.base import tokenize
+    from dask.sizeof import sizeof
+    from distributed.protocol import deserialize, serialize
+
+    n = args.mib * (1 << 20) // 4
+    res: dict[str, dict[str, float]] = {}
+    for lib in ("memarray", "cupy"):
+        x = make(lib, n)
+        r = res[lib] = {}
+        r["sizeof_bytes"] = float(sizeof(x))
+        r["tokenize_ms"] = timed(lambda x=x: tokenize(x)) * 1e3
+        for fam in ("dask", "cuda"):
+            r[f"{fam}_ms"] = (
+                timed(lambda x=x, fam=fam: deserialize(*serialize(x, serializers=[fam]))) * 1e3
+            )
+
+        def pickled(x: Any = x) -> Any:
+            bufs: list[Any] = []
+            data = pickle.dumps(x, protocol=5, buffer_callback=bufs.append)
+            return pickle.loads(data, buffers=bufs)
+
+        r["pickle_ms"] = timed(pickled) * 1e3
+        r["worker_to_worker_ms"] = worker_to_worker(lib, n) * 1e3
+        del x
+    print(f"{args.mib} MiB float32 on the device; medians of 5 (ms, sizeof in bytes)")
+    keys = list(res["memarray"])
+    print(f"{'':24s} {'memarray':>12s} {'CuPy':>12s}")
+    for k in keys:
+        print(f"{k:24s} {res['memarray'][k]:12.2f} {res['cupy'][k]:12.2f}")
+    gbs = args.mib * (1 << 20) / 1e9
+    for lib in ("memarray", "cupy"):
+        print(f"worker to worker {lib}: {gbs / (res[lib]['worker_to_worker_ms'] / 1e3):.2f} GB/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
