@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Layering check (issue 14, point 8): no module imports one above it.
+"""Layering check (issue 14, point 8; issue 29, point 6): no module imports one above it,
+and no file imports itself back through others.
 
-Reads every `crate::<module>` path outside comments and `#[cfg(test)]` modules in each
-crate's sources and fails when a module names a module of a higher layer than its own.
-Modules of one layer may use each other (stream <-> event). The layers are the ones
-docs/architecture.md ("Layers inside the crates") lists; keep the two in step.
+1. Layers: every `crate::<module>` path outside comments and `#[cfg(test)]` modules in
+   each crate's sources names a module of its own layer or below. The layers are the ones
+   docs/architecture.md ("Layers inside the crates") lists; keep the two in step.
+2. Circles, file by file: every `crate::`, `super::` and `self::` path (in `use` trees
+   too) is resolved to the file that defines what it names, through `pub use`
+   re-exports (`crate::MemArray` is `array/mod.rs`'s re-export of `array/raw.rs`'s type:
+   an edge to `raw.rs`). Any cycle among a crate's files fails, as does one among the
+   Python package's modules (`bindings-python/python/memarray`, every import but those
+   under `if TYPE_CHECKING:`, lazy ones included).
 
-    python3 scripts/layering.py          # prints each crate's edges, exits 1 on a climb
+    python3 scripts/layering.py          # prints each crate's edges, exits 1 on either
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = {
     "crates/memarray-core/src": [
         ["error", "dtype", "npy_literal", "fork"],
-        ["shape"],
+        ["shape", "dtype_lookup"],
         ["indexer", "lock", "npy"],
         ["resource"],
         ["host", "spill"],
@@ -124,14 +130,245 @@ def check(src: str, layers: list[list[str]]) -> list[str]:
     return errors
 
 
+# ---------------------------------------------------------------- file-level circles
+
+USE = re.compile(r"\buse\s+((?:crate|super|self)\b[^;]*);", re.S)
+INLINE = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+PUB_USE = re.compile(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]*);", re.S)
+
+
+def code_of(text: str) -> str:
+    """The text before the test module, without comments and string literals' contents."""
+    out = []
+    for line in text.splitlines():
+        if TEST_MOD.match(line):
+            break
+        out.append(line.split("//", 1)[0])
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', "\n".join(out))
+
+
+def expand(tree: str, prefix: list[str]) -> list[list[str]]:
+    """A use tree (`a::{b, c::D as E, self}`) as the full paths it names."""
+    tree = re.sub(r"\s+", "", tree)
+    if not tree:
+        return []
+    depth, cut = 0, -1
+    for i, ch in enumerate(tree):  # the first `::{` at depth 0 splits head and group
+        if ch == "{":
+            if depth == 0 and cut < 0:
+                cut = i
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+    if cut < 0:
+        path = tree.split(" as ")[0].split("as")[0] if "as" in tree.split("::")[-1] else tree
+        parts = [p for p in re.split(r"::", re.sub(r"as[A-Za-z_0-9]+$", "", path)) if p]
+        return [prefix + parts]
+    head = [p for p in tree[:cut].split("::") if p]
+    inner = tree[cut + 1 : -1]
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(inner[start:i])
+            start = i + 1
+    items.append(inner[start:])
+    out = []
+    for item in items:
+        if item == "self":
+            out.append(prefix + head)
+        elif item:
+            out += expand(item, prefix + head)
+    return out
+
+
+class Crate:
+    """A crate's files, their module paths, and name resolution through re-exports."""
+
+    def __init__(self, src: pathlib.Path) -> None:
+        self.src = src
+        self.files: dict[tuple[str, ...], pathlib.Path] = {}
+        for f in sorted(src.rglob("*.rs")):
+            rel = f.relative_to(src).with_suffix("")
+            parts = tuple(rel.parts)
+            if parts in (("lib",), ("main",)):
+                parts = ()
+            elif parts[-1] == "mod":
+                parts = parts[:-1]
+            self.files[parts] = f
+        self.code = {m: code_of(f.read_text()) for m, f in self.files.items()}
+        self.reexports: dict[tuple[str, ...], dict[str, list[str]]] = {}
+        for m, code in self.code.items():
+            table: dict[str, list[str]] = {}
+            for tree in PUB_USE.findall(code):
+                for path in expand(tree, []):
+                    if path:
+                        table[path[-1]] = path
+            self.reexports[m] = table
+
+    def absolute(self, module: tuple[str, ...], path: list[str]) -> list[str] | None:
+        """`path` as seen from `module`, from the crate root (None: outside the crate)."""
+        if not path:
+            return None
+        if path[0] == "crate":
+            return path[1:]
+        base = list(module)
+        if path[0] == "self":
+            return base + path[1:]
+        if path[0] == "super":
+            rest = path
+            while rest and rest[0] == "super":
+                if not base:
+                    return None
+                base, rest = base[:-1], rest[1:]
+            return base + rest
+        return None
+
+    def resolve(self, path: list[str], depth: int = 0) -> tuple[str, ...] | None:
+        """The module (file) defining what the absolute `path` names."""
+        module: tuple[str, ...] = ()
+        for i, part in enumerate(path):
+            if module + (part,) in self.files:
+                module = module + (part,)
+                continue
+            # An item of `module`, or a name it re-exports from elsewhere.
+            target = self.reexports.get(module, {}).get(part)
+            if target is not None and depth < 8:
+                full = self.absolute(module, target)
+                if full is None and target[0] not in ("crate", "self", "super"):
+                    full = list(module) + target  # `pub use child::Name`
+                if full is not None and full != list(module) + [part]:
+                    found = self.resolve(full + path[i + 1 :], depth + 1)
+                    if found is not None:
+                        return found
+            return module
+        return module
+
+    def edges(self) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+        out: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        for m, code in self.code.items():
+            paths: list[list[str]] = []
+            for tree in USE.findall(code):
+                if re.search(r"\bpub(?:\([^)]*\))?\s+use\s+" + re.escape(tree[:20]), code):
+                    continue  # a re-export: followed by `resolve`, not an import of its own
+                paths += expand(tree, [])
+            paths += [p.split("::") for p in INLINE.findall(code)]
+            for p in paths:
+                full = self.absolute(m, p)
+                if full is None:
+                    continue
+                target = self.resolve(full)
+                if target is not None and target != m and target in self.files:
+                    out.setdefault(m, set()).add(target)
+        return out
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def rust_circles(src: str) -> list[str]:
+    crate = Crate(ROOT / src)
+    name = {m: str(crate.files[m].relative_to(ROOT / src)) for m in crate.files}
+    edges = {name[a]: {name[b] for b in bs} for a, bs in crate.edges().items()}
+    return [f"{src}: import circle {' -> '.join(c)}" for c in cycles(edges)]
+
+
+PY_PACKAGE = "bindings-python/python/memarray"
+
+
+def python_circles() -> list[str]:
+    import ast
+
+    base = ROOT / PY_PACKAGE
+    modules = {f.stem: f for f in base.glob("*.py")}
+    edges: dict[str, set[str]] = {}
+
+    def walk(node: ast.AST, into: set[str], name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for sub in child.orelse:
+                    walk(sub, into, name)
+                continue
+            if isinstance(child, ast.ImportFrom):
+                if child.level == 1 and child.module:
+                    into.add(child.module.split(".")[0])
+                elif child.level == 1:
+                    for a in child.names:
+                        if a.name in modules:
+                            into.add(a.name)
+                        elif not a.name.startswith("_memarray"):  # the extension module
+                            into.add("__init__")
+                elif child.level == 0 and child.module and child.module.startswith("memarray"):
+                    parts = child.module.split(".")
+                    into.add(parts[1] if len(parts) > 1 else "__init__")
+            elif isinstance(child, ast.Import):
+                for a in child.names:
+                    parts = a.name.split(".")
+                    if parts[0] == "memarray":
+                        into.add(parts[1] if len(parts) > 1 else "__init__")
+            walk(child, into, name)
+
+    for name, f in modules.items():
+        used: set[str] = set()
+        walk(ast.parse(f.read_text()), used, name)
+        edges[name] = {u for u in used if u in modules and u != name}
+    for name in sorted(edges):
+        if edges[name]:
+            print(f"  {name} -> {', '.join(sorted(edges[name]))}")
+    # A submodule that imports the package's own names (`from . import MemArray`) depends
+    # on __init__, which imports it back only if __init__ names it.
+    return [f"{PY_PACKAGE}: import circle {' -> '.join(c)}" for c in cycles(edges)]
+
+
 def main() -> int:
     errors = []
     for src, layers in LAYERS.items():
         print(f"{src}:")
         errors += check(src, layers)
+        errors += rust_circles(src)
+    print(f"{PY_PACKAGE}:")
+    errors += python_circles()
     for e in errors:
         print("!!", e)
-    print(f"layering: {'ok' if not errors else f'{len(errors)} climbing import(s)'}")
+    print(f"layering: {'ok' if not errors else f'{len(errors)} climbing import(s) or circle(s)'}")
     return 1 if errors else 0
 
 

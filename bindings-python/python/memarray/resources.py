@@ -276,6 +276,18 @@ class Tracking(Resource):
         return self._handle.snapshot()
 
 
+def _rmm():
+    """RAPIDS' ``rmm`` (with ``rmm.mr``), or ImportError naming the package to install
+    (here, not in ``memarray.rmm``, which imports this module)."""
+    try:
+        import rmm.mr
+    except ImportError as e:
+        raise ImportError(
+            "memarray.rmm needs RMM (the RAPIDS Memory Manager): pip install rmm-cu13"
+        ) from e
+    return rmm
+
+
 class Rmm(Resource):
     """Device memory from RMM's resource for ``device_id`` (the one current when this is
     made), stream-ordered on memarray's streams (as umem's ``umemRMM``,
@@ -285,7 +297,6 @@ class Rmm(Resource):
 
     def __init__(self, device_id: int = 0):
         from . import cuda
-        from .rmm import _rmm
 
         rmm = _rmm()
         if not isinstance(device_id, int) or isinstance(device_id, bool):

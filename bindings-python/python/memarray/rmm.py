@@ -17,18 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import _memarray, resources
+from .resources import _rmm
 
 __all__ = ["resource", "set_current"]
-
-
-def _rmm():
-    try:
-        import rmm.mr
-    except ImportError as e:
-        raise ImportError(
-            "memarray.rmm needs RMM (the RAPIDS Memory Manager): pip install rmm-cu13"
-        ) from e
-    return rmm
 
 
 def resource(upstream: resources.Resource | None = None, device: int = 0) -> Any:

@@ -5,8 +5,6 @@ use std::fmt;
 use half::{bf16, f16};
 use num_complex::{Complex32, Complex64};
 
-use crate::error::CoreError;
-
 /// DLPack `DLDataTypeCode` values (dlpack.h 1.x). Kept here so core needs no FFI crate.
 pub mod dl_code {
     /// Signed integer.
@@ -134,23 +132,6 @@ impl DType {
         (code, (self.size() * 8) as u8, 1)
     }
 
-    /// The dtype for a DLPack `(code, bits, lanes)` triple.
-    ///
-    /// Returns [`CoreError::UnsupportedDType`] for vector lanes, sub-byte types, fp8 and
-    /// anything else memarray does not store.
-    pub fn from_dlpack(code: u8, bits: u8, lanes: u16) -> Result<DType, CoreError> {
-        let found = if lanes != 1 {
-            None
-        } else {
-            DType::ALL
-                .into_iter()
-                .find(|d| d.dlpack() == (code, bits, 1))
-        };
-        found.ok_or_else(|| CoreError::UnsupportedDType {
-            what: format!("DLPack dtype (code {code}, bits {bits}, lanes {lanes})"),
-        })
-    }
-
     /// NumPy array-interface typestr (`"<f8"`, `"|b1"`, ...). bfloat16 has no NumPy
     /// typestr; it is described as two raw bytes, `"<V2"`, as CuPy and Numba accept.
     pub const fn typestr(self) -> &'static str {
@@ -192,16 +173,6 @@ impl DType {
             DType::Complex64 => "complex64",
             DType::Complex128 => "complex128",
         }
-    }
-
-    /// The dtype with this [`name`](DType::name).
-    pub fn from_name(name: &str) -> Result<DType, CoreError> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == name)
-            .ok_or_else(|| CoreError::UnsupportedDType {
-                what: format!("dtype {name:?}"),
-            })
     }
 
     /// Comma-separated list of every supported dtype name, for error messages.

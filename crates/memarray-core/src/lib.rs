@@ -31,6 +31,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod dtype;
+mod dtype_lookup;
 pub mod error;
 pub mod fork;
 pub mod host;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::device::Device;
 use crate::driver::{self, CUevent};
 use crate::error::Result;
-use crate::stream::StreamRef;
+use crate::stream::{Stream, StreamRef};
 
 /// A CUDA event on one device. Created without timing by default (recording is cheaper);
 /// [`Event::timed`] makes one for [`Event::elapsed_ms`].
@@ -178,5 +178,36 @@ impl Enqueued {
     /// Blocks until the stream, and so the operation, is done.
     pub fn synchronize(self) -> Result<()> {
         self.stream.synchronize(&self.device)
+    }
+}
+
+// Waiting on an event is a stream operation that names an event: it lives here, with the
+// events, so `stream` (which events record on) needs nothing of `event`.
+impl StreamRef {
+    /// Makes later work on this stream wait until `event`'s recorded work is done,
+    /// without blocking the host. A default stream here is `event`'s device's.
+    pub fn wait(self, event: &Event) -> Result<()> {
+        let _ctx = event.device().bind()?;
+        // SAFETY: the stream is live by `from_raw`'s contract or is a recycled (never
+        // destroyed) `Stream`; default streams refer to the bound context (item 1); the
+        // event is live while borrowed (item 2).
+        unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
+    }
+
+    /// [`StreamRef::wait`] where a default stream is `device`'s (the device the next
+    /// operation on this stream runs on) rather than `event`'s. Events of another device
+    /// may be waited on.
+    pub(crate) fn wait_on(self, device: &Device, event: &Event) -> Result<()> {
+        let _ctx = device.bind()?;
+        // SAFETY: the stream is live as in `wait`, a default stream referring to the
+        // bound context of `device` (item 1); the event is live while borrowed (item 2).
+        unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
+    }
+}
+
+impl Stream {
+    /// Makes later work on this stream wait for `event` (no host block).
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.as_ref().wait(event)
     }
 }

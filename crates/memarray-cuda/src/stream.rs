@@ -13,7 +13,6 @@ use memarray_core::RawStream;
 use crate::device::Device;
 use crate::driver::{self, CUstream};
 use crate::error::{CudaError, Result};
-use crate::event::Event;
 use crate::per_device::PerDevice;
 
 /// A borrowed stream handle: the two default streams, a [`Stream`]'s, or a foreign one
@@ -86,26 +85,6 @@ impl StreamRef {
     /// for later work.
     pub fn is_persistent(self) -> bool {
         self.is_default() || owned_streams().contains(&self.raw())
-    }
-
-    /// Makes later work on this stream wait until `event`'s recorded work is done,
-    /// without blocking the host. A default stream here is `event`'s device's.
-    pub fn wait(self, event: &Event) -> Result<()> {
-        let _ctx = event.device().bind()?;
-        // SAFETY: the stream is live by `from_raw`'s contract or is a recycled (never
-        // destroyed) `Stream`; default streams refer to the bound context (item 1); the
-        // event is live while borrowed (item 2).
-        unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
-    }
-
-    /// [`StreamRef::wait`] where a default stream is `device`'s (the device the next
-    /// operation on this stream runs on) rather than `event`'s. Events of another device
-    /// may be waited on.
-    pub(crate) fn wait_on(self, device: &Device, event: &Event) -> Result<()> {
-        let _ctx = device.bind()?;
-        // SAFETY: the stream is live as in `wait`, a default stream referring to the
-        // bound context of `device` (item 1); the event is live while borrowed (item 2).
-        unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
     }
 
     /// Blocks until all work on this stream is done. A default stream here is
@@ -201,11 +180,6 @@ impl Stream {
     /// Blocks until all work enqueued on the stream is done.
     pub fn synchronize(&self) -> Result<()> {
         self.handle.synchronize(&self.device)
-    }
-
-    /// Makes later work on this stream wait for `event` (no host block).
-    pub fn wait(&self, event: &Event) -> Result<()> {
-        self.handle.wait(event)
     }
 
     /// The handle as an integer, for Python.

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use memarray_core::{DType, HostBuffer, Location, MemoryResource};
 
-use super::export::Consumer;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{ArrayError, Result};
@@ -21,6 +20,18 @@ use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use crate::sync::{self, Span};
 use crate::{kernel, transfer};
+
+/// How the consumer of an export synchronises with the array's pending work (the device
+/// side's ordering decides it; exports name it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    /// The consumer does not synchronise (DLPack `stream=-1`): the caller's business.
+    NoSync,
+    /// The host waits for pending work before the export is handed out.
+    Host,
+    /// The consumer works on this stream, which is made to wait on pending work.
+    Stream(StreamRef),
+}
 
 /// Keeps an exported buffer alive; when the consumer releases the export, the work it
 /// queued on its stream by then is recorded as a use of the buffer, so a pool does not

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use memarray_core::{HostBuffer, Location, LockToken};
 
+use super::device_side::Consumer;
 use super::raw::RawArray;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
@@ -25,17 +26,6 @@ pub struct ExportBuffer {
 // SAFETY: `ptr` is only an address handed to the exporter; ExportBuffer never
 // dereferences it, and `owner` (which keeps the memory alive) is Send + Sync itself.
 unsafe impl Send for ExportBuffer {}
-
-/// How the consumer of an export synchronises with the array's pending work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Consumer {
-    /// The consumer does not synchronise (DLPack `stream=-1`): the caller's business.
-    NoSync,
-    /// The host waits for pending work before the export is handed out.
-    Host,
-    /// The consumer works on this stream, which is made to wait on pending work.
-    Stream(StreamRef),
-}
 
 impl RawArray {
     /// The buffer to hand to a zero-copy export of the current data, or with `copy` a

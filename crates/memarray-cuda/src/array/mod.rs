@@ -22,7 +22,8 @@ mod typed;
 
 pub use batch::{BATCH_BELOW, BatchProfile, last_batch_profile};
 pub use born::Fill;
-pub use export::{Consumer, ExportBuffer};
+pub use device_side::Consumer;
+pub use export::ExportBuffer;
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
 pub use multi::split_rows;
 pub use raw::RawArray;

@@ -1,0 +1,70 @@
+"""scripts/layering.py (issue 29, point 6): paths resolve through `super::` and `pub use`
+re-exports to the file that defines them, a circle among a crate's files or the Python
+package's modules fails, and the repository has none."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "layering.py"
+
+spec = importlib.util.spec_from_file_location("layering", SCRIPT)
+assert spec is not None and spec.loader is not None
+layering = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(layering)
+
+
+def crate(tmp_path: pathlib.Path, files: dict[str, str]) -> object:
+    for name, text in files.items():
+        f = tmp_path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return layering.Crate(tmp_path)
+
+
+def names(c, edges) -> dict[str, set[str]]:
+    n = {m: str(c.files[m].relative_to(c.src)) for m in c.files}
+    return {n[a]: {n[b] for b in bs} for a, bs in edges.items()}
+
+
+def test_paths_resolve_through_super_and_re_exports(tmp_path):
+    c = crate(
+        tmp_path,
+        {
+            "lib.rs": "pub mod a;\npub mod c;\npub use a::Thing;\n",
+            "a/mod.rs": "mod inner;\npub use inner::Thing;\n",
+            "a/inner.rs": "pub struct Thing;\nuse super::super::c::helper; // a call\n",
+            "c.rs": "use crate::Thing;\npub fn helper() {}\n",
+        },
+    )
+    e = names(c, c.edges())
+    assert e["c.rs"] == {"a/inner.rs"}, e  # crate::Thing -> a::Thing -> a/inner.rs
+    assert e["a/inner.rs"] == {"c.rs"}, e
+    circles = layering.cycles(e)
+    assert circles == [["a/inner.rs", "c.rs"]], circles
+
+
+def test_use_trees_and_inline_paths_count_comments_and_tests_do_not(tmp_path):
+    c = crate(
+        tmp_path,
+        {
+            "lib.rs": "pub mod x;\npub mod y;\npub mod z;\n",
+            "x.rs": "use crate::{y::{self, Y}, z::Z as Zed};\n// crate::nothing::here\n",
+            "y.rs": "pub struct Y;\npub fn f() { let _ = crate::z::g(); }\n",
+            "z.rs": "pub struct Z;\npub fn g() {}\n#[cfg(test)]\nmod tests { use crate::x; }\n",
+        },
+    )
+    e = names(c, c.edges())
+    assert e == {"x.rs": {"y.rs", "z.rs"}, "y.rs": {"z.rs"}}, e
+    assert layering.cycles(e) == []
+
+
+def test_the_repository_has_no_climb_and_no_circle():
+    r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "layering: ok" in r.stdout
+    assert layering.python_circles() == []
