@@ -1,4 +1,5 @@
-//! Maps each Rust error variant to one Python exception class.
+//! Maps Rust errors to Python exceptions through their [`ErrorKind`] (the classification
+//! the C status codes use too), with the few finer spellings Python keeps.
 
 use pyo3::exceptions::{
     PyBufferError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError,
@@ -6,7 +7,7 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 
-use memarray_core::CoreError;
+use memarray_core::{CoreError, ErrorKind};
 use memarray_cuda::{ArrayError, CudaError};
 use memarray_dlpack::DlpackError;
 
@@ -23,16 +24,25 @@ pyo3::create_exception!(
     "No usable CUDA driver or device on this machine."
 );
 
+/// The Python exception of each [`ErrorKind`], the one classification the C status
+/// codes map from too.
+fn exception(kind: ErrorKind, msg: String) -> PyErr {
+    match kind {
+        ErrorKind::OutOfRange => PyIndexError::new_err(msg),
+        ErrorKind::InvalidArgument => PyValueError::new_err(msg),
+        ErrorKind::Dtype => PyTypeError::new_err(msg),
+        ErrorKind::Locked => LockError::new_err(msg),
+        ErrorKind::OutOfMemory => PyMemoryError::new_err(msg),
+        ErrorKind::Unavailable => CudaUnavailableError::new_err(msg),
+        ErrorKind::Io => PyOSError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
 /// Converts a core error to its Python exception.
 pub fn core_err(e: CoreError) -> PyErr {
     let msg = e.to_string();
     match e {
-        CoreError::OutOfBounds { .. } | CoreError::WrongNdim { .. } => PyIndexError::new_err(msg),
-        CoreError::Locked { .. } | CoreError::NotLocked { .. } => LockError::new_err(msg),
-        CoreError::UnsupportedDType { .. } | CoreError::DTypeMismatch { .. } => {
-            PyTypeError::new_err(msg)
-        }
-        CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         // OSError(errno, message, path) is the subclass for the errno, as `open` raises
         // (FileNotFoundError for ENOENT).
         CoreError::Io {
@@ -40,9 +50,7 @@ pub fn core_err(e: CoreError) -> PyErr {
             path,
             ..
         } => PyOSError::new_err((errno, msg, path)),
-        CoreError::Io { .. } | CoreError::FileInUse { .. } => PyOSError::new_err(msg),
-        CoreError::BadNpy { .. } => PyValueError::new_err(msg),
-        _ => PyValueError::new_err(msg),
+        e => exception(e.kind(), msg),
     }
 }
 
@@ -54,22 +62,21 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_default()
 }
 
-/// Converts a CUDA-layer error to its Python exception.
+/// Converts a CUDA-layer error to its Python exception: its kind's, except that host
+/// access to device data is a `BufferError` saying how to get the data, and asking for
+/// device data or a spill the array cannot give is a `ValueError`.
 pub fn cuda_err(e: CudaError) -> PyErr {
     let msg = e.to_string();
     match e {
         CudaError::Core(c) => core_err(c),
-        CudaError::Unavailable { .. } => CudaUnavailableError::new_err(msg),
-        CudaError::BadSetting { .. } => PyValueError::new_err(msg),
-        CudaError::NoSuchDevice { .. }
-        | CudaError::Inaccessible { .. }
-        | CudaError::Array(ArrayError::NotOnDevice { .. }) => PyValueError::new_err(msg),
-        CudaError::Array(ArrayError::NotSpillable { .. }) => PyValueError::new_err(msg),
+        CudaError::Array(ArrayError::NotOnDevice { .. } | ArrayError::NotSpillable { .. }) => {
+            PyValueError::new_err(msg)
+        }
         CudaError::Array(ArrayError::NotOnHost { location }) => PyBufferError::new_err(format!(
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"
         )),
-        _ => PyRuntimeError::new_err(msg),
+        e => exception(e.kind(), msg),
     }
 }
 
@@ -79,18 +86,19 @@ pub fn nccl_err(e: memarray_cuda::nccl::NcclError) -> PyErr {
     use memarray_cuda::nccl::NcclError;
     match e {
         NcclError::Cuda(c) => cuda_err(c),
-        other => PyRuntimeError::new_err(other.to_string()),
+        other => exception(other.kind(), other.to_string()),
     }
 }
 
-/// Converts a DLPack error: dtype problems are TypeError, everything else BufferError.
+/// Converts a DLPack error: a malformed or unusable tensor is a `BufferError` (the
+/// buffer protocols' exception), other kinds map as everywhere.
 pub fn dlpack_err(e: DlpackError) -> PyErr {
     match e {
         DlpackError::Core(c) => core_err(c),
-        e @ (DlpackError::UnsupportedDType { .. } | DlpackError::VectorLanes { .. }) => {
-            PyTypeError::new_err(e.to_string())
-        }
-        other => PyBufferError::new_err(other.to_string()),
+        other => match other.kind() {
+            ErrorKind::InvalidArgument => PyBufferError::new_err(other.to_string()),
+            kind => exception(kind, other.to_string()),
+        },
     }
 }
 

@@ -4,8 +4,8 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use memarray_core::CoreError;
-use memarray_cuda::{ArrayError, CudaError};
+use memarray_core::{CoreError, ErrorKind};
+use memarray_cuda::CudaError;
 use memarray_dlpack::DlpackError;
 
 /// What a call did. Every error comes with a message from [`memarray_last_error`].
@@ -72,57 +72,37 @@ impl Error {
 
 pub(crate) type Result<T> = std::result::Result<T, Error>;
 
-fn core_status(e: &CoreError) -> memarray_status {
+/// The status of each [`ErrorKind`], the one classification the Python exceptions map
+/// from too.
+fn status(kind: ErrorKind) -> memarray_status {
     use memarray_status as S;
-    match e {
-        CoreError::Locked { .. } | CoreError::NotLocked { .. } => S::Locked,
-        CoreError::UnsupportedDType { .. } | CoreError::DTypeMismatch { .. } => S::WrongDtype,
-        CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => S::OutOfMemory,
-        CoreError::Io { .. } | CoreError::FileInUse { .. } => S::Failed,
-        _ => S::InvalidArgument,
+    match kind {
+        ErrorKind::OutOfRange | ErrorKind::InvalidArgument => S::InvalidArgument,
+        ErrorKind::Dtype => S::WrongDtype,
+        ErrorKind::Locked => S::Locked,
+        ErrorKind::WrongLocation => S::WrongLocation,
+        ErrorKind::OutOfMemory => S::OutOfMemory,
+        ErrorKind::Unavailable => S::CudaUnavailable,
+        ErrorKind::Driver => S::Cuda,
+        _ => S::Failed,
     }
 }
 
 impl From<CoreError> for Error {
     fn from(e: CoreError) -> Self {
-        Self::new(core_status(&e), e.to_string())
+        Self::new(status(e.kind()), e.to_string())
     }
 }
 
 impl From<CudaError> for Error {
     fn from(e: CudaError) -> Self {
-        use memarray_status as S;
-        let status = match &e {
-            CudaError::Core(c) => core_status(c),
-            CudaError::Unavailable { .. } => S::CudaUnavailable,
-            // A resource whose memory the array or device cannot use is the caller's
-            // argument (Python: ValueError), never an allocation failure.
-            CudaError::BadSetting { .. }
-            | CudaError::NoSuchDevice { .. }
-            | CudaError::Inaccessible { .. } => S::InvalidArgument,
-            CudaError::Array(
-                ArrayError::NotOnHost { .. }
-                | ArrayError::NotOnDevice { .. }
-                | ArrayError::NoDeviceCopy
-                | ArrayError::NoHostCopy
-                | ArrayError::Spilled,
-            ) => S::WrongLocation,
-            CudaError::Driver { .. } => S::Cuda,
-            _ => S::Failed,
-        };
-        Self::new(status, e.to_string())
+        Self::new(status(e.kind()), e.to_string())
     }
 }
 
 impl From<DlpackError> for Error {
     fn from(e: DlpackError) -> Self {
-        match e {
-            DlpackError::Core(c) => c.into(),
-            e @ (DlpackError::UnsupportedDType { .. } | DlpackError::VectorLanes { .. }) => {
-                Self::new(memarray_status::WrongDtype, e.to_string())
-            }
-            e => Self::arg(e.to_string()),
-        }
+        Self::new(status(e.kind()), e.to_string())
     }
 }
 

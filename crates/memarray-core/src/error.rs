@@ -183,6 +183,59 @@ impl CoreError {
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, CoreError::OutOfMemory { .. })
     }
+
+    /// What kind of failure this is, for the language boundaries.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CoreError::OutOfBounds { .. } | CoreError::WrongNdim { .. } => ErrorKind::OutOfRange,
+            CoreError::Locked { .. } | CoreError::NotLocked { .. } => ErrorKind::Locked,
+            CoreError::UnsupportedDType { .. } | CoreError::DTypeMismatch { .. } => {
+                ErrorKind::Dtype
+            }
+            CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            CoreError::Io { .. } | CoreError::FileInUse { .. } => ErrorKind::Io,
+            CoreError::ShapeOverflow { .. }
+            | CoreError::ShapeMismatch { .. }
+            | CoreError::TooManyDims { .. }
+            | CoreError::BadAlignment { .. }
+            | CoreError::Misaligned { .. }
+            | CoreError::CopyOutOfRange { .. }
+            | CoreError::BadNpy { .. }
+            | CoreError::UnknownSource { .. } => ErrorKind::InvalidArgument,
+        }
+    }
+}
+
+/// The one classification of memarray's errors that the language boundaries map from
+/// (each error type that crosses one has a `kind()`): Python picks its exception class
+/// from it, C its status code. The bindings keep a few finer spellings of their own (a
+/// Python `BufferError` that says how to get host data, `OSError` with the errno).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An index or a number of dimensions out of range (Python `IndexError`).
+    OutOfRange,
+    /// The caller's argument is wrong: a shape, size, setting, device or malformed
+    /// tensor (`ValueError`; C `INVALID_ARGUMENT`).
+    InvalidArgument,
+    /// A dtype memarray does not store, or not the one asked for (`TypeError`;
+    /// `WRONG_DTYPE`).
+    Dtype,
+    /// The array is locked by another holder (`memarray.LockError`; `LOCKED`).
+    Locked,
+    /// The data is not where the call needs it (`WRONG_LOCATION`).
+    WrongLocation,
+    /// Out of memory, after the relief steps (`MemoryError`; `OUT_OF_MEMORY`).
+    OutOfMemory,
+    /// No usable CUDA driver, device or library (`memarray.CudaUnavailableError`;
+    /// `CUDA_UNAVAILABLE`).
+    Unavailable,
+    /// The CUDA driver refused a call (`RuntimeError`; `CUDA`).
+    Driver,
+    /// A file or the operating system failed (`OSError`; `FAILED`).
+    Io,
+    /// Anything else that failed (`RuntimeError`; `FAILED`).
+    Failed,
 }
 
 /// Result alias for core operations.

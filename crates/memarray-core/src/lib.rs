@@ -44,7 +44,7 @@ pub mod shape;
 pub mod spill;
 
 pub use dtype::{DType, Element};
-pub use error::{CoreError, Result};
+pub use error::{CoreError, ErrorKind, Result};
 pub use host::HostBuffer;
 pub use indexer::Indexer;
 pub use lock::{Lock, LockGuard, LockToken};

@@ -1,6 +1,6 @@
 //! [`CudaError`]: everything memarray-cuda can refuse, with the numbers and the fix.
 
-use memarray_core::{CoreError, Location};
+use memarray_core::{CoreError, ErrorKind, Location};
 use thiserror::Error;
 
 /// Errors of the CUDA layer. Each variant names the values involved and, where there is
@@ -169,7 +169,37 @@ pub enum ArrayError {
     },
 }
 
+impl ArrayError {
+    /// What kind of failure this is: the data is not where the call needs it, or (not
+    /// spillable now) the call failed.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ArrayError::NotSpillable { .. } => ErrorKind::Failed,
+            _ => ErrorKind::WrongLocation,
+        }
+    }
+}
+
 impl CudaError {
+    /// What kind of failure this is, for the language boundaries (a driver's
+    /// out-of-memory is [`ErrorKind::OutOfMemory`], as the core's is).
+    pub fn kind(&self) -> ErrorKind {
+        if self.is_out_of_memory() {
+            return ErrorKind::OutOfMemory;
+        }
+        match self {
+            CudaError::Core(c) => c.kind(),
+            CudaError::Array(a) => a.kind(),
+            CudaError::Unavailable { .. } => ErrorKind::Unavailable,
+            CudaError::Driver { .. } => ErrorKind::Driver,
+            // A resource or device the caller named that cannot serve: their argument.
+            CudaError::BadSetting { .. }
+            | CudaError::NoSuchDevice { .. }
+            | CudaError::Inaccessible { .. } => ErrorKind::InvalidArgument,
+            _ => ErrorKind::Failed,
+        }
+    }
+
     /// Whether this is an out-of-memory error: from the driver, this layer, or a resource
     /// (a core `OutOfMemory` a resource reported).
     pub fn is_out_of_memory(&self) -> bool {
@@ -232,6 +262,54 @@ pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_classification_for_every_boundary() {
+        let driver = |code| CudaError::Driver {
+            call: "cuMemAlloc_v2",
+            code,
+            name: "X".into(),
+            message: "x".into(),
+        };
+        // A driver's out-of-memory is the same kind as a resource's.
+        assert_eq!(driver(OUT_OF_MEMORY_CODE).kind(), ErrorKind::OutOfMemory);
+        assert_eq!(driver(1).kind(), ErrorKind::Driver);
+        let cases = [
+            (
+                CudaError::NoSuchDevice { id: 3, count: 1 },
+                ErrorKind::InvalidArgument,
+            ),
+            (
+                CudaError::Unavailable {
+                    reason: "no driver".into(),
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                CudaError::Array(ArrayError::NoHostCopy),
+                ErrorKind::WrongLocation,
+            ),
+            (
+                CudaError::Array(ArrayError::NotSpillable { reason: "locked" }),
+                ErrorKind::Failed,
+            ),
+            (
+                CudaError::Core(CoreError::Locked {
+                    held: 1,
+                    requested: Some(2),
+                }),
+                ErrorKind::Locked,
+            ),
+            (
+                CudaError::Core(CoreError::UnsupportedDType { what: "x".into() }),
+                ErrorKind::Dtype,
+            ),
+            (CudaError::NullStream, ErrorKind::Failed),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+        }
+    }
 
     #[test]
     fn messages_name_numbers_and_fixes() {

@@ -1,6 +1,6 @@
 //! The DLPack error type.
 
-use memarray_core::{CoreError, DType};
+use memarray_core::{CoreError, DType, ErrorKind};
 use thiserror::Error;
 
 /// Everything memarray-dlpack refuses, on export or import. Each variant names the numbers
@@ -222,4 +222,18 @@ pub enum DlpackError {
          read-only flag); request a versioned one (max_version >= (1, 0)) or export a copy"
     )]
     ReadOnlyUnversioned,
+}
+
+impl DlpackError {
+    /// What kind of failure this is: a dtype memarray does not store, the wrapped core
+    /// error's kind, or a malformed or unusable tensor (the caller's argument).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DlpackError::Core(c) => c.kind(),
+            DlpackError::UnsupportedDType { .. } | DlpackError::VectorLanes { .. } => {
+                ErrorKind::Dtype
+            }
+            _ => ErrorKind::InvalidArgument,
+        }
+    }
 }

@@ -41,3 +41,14 @@ impl From<CoreError> for NcclError {
 
 /// Result alias for the collectives.
 pub type Result<T, E = NcclError> = std::result::Result<T, E>;
+
+impl NcclError {
+    /// What kind of failure this is: the CUDA layer's kind, else a failed call (a missing
+    /// NCCL library included: it is no CUDA driver problem).
+    pub fn kind(&self) -> memarray_core::ErrorKind {
+        match self {
+            NcclError::Cuda(c) => c.kind(),
+            _ => memarray_core::ErrorKind::Failed,
+        }
+    }
+}
