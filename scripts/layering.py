@@ -58,12 +58,12 @@ LAYERS = {
         ["access", "dlpack", "kernel"],
     ],
     "bindings-python/src": [
-        ["errors", "convert", "once"],
+        ["errors", "convert", "once", "held"],
         ["dtype", "strided"],
         ["device", "fork"],
         ["stream"],
         ["resources", "host_pool"],
-        ["interop", "cuda_core"],
+        ["interop"],
         ["array"],
         [
             "element",

@@ -3,7 +3,7 @@
 //! `np.empty`. A block that was used before is already faulted in, so the copy into it
 //! runs at the speed of a copy into an existing array (a fresh `np.empty` array's pages
 //! fault in as the copy writes them: half the speed at 1 GiB on an H100 host). The NumPy
-//! array owns its block through its base object (a [`HostBlock`]), which returns the
+//! array owns its block through its base object (a [`HostBytes`]), which returns the
 //! block to the pool when the array is collected. Fresh blocks of 2 MiB and more are
 //! asked to use transparent huge pages (`madvise(MADV_HUGEPAGE)`), which cuts the first
 //! use's faults by 512 where the kernel allows it.
@@ -63,7 +63,7 @@ pub fn check_env() -> PyResult<()> {
 }
 
 /// A block of `nbytes` from the pool (contents unspecified), or None without a pool.
-pub fn block(nbytes: usize) -> PyResult<Option<HostBlock>> {
+pub fn block(nbytes: usize) -> PyResult<Option<HostBytes>> {
     let Some(p) = pool() else {
         return Ok(None);
     };
@@ -72,7 +72,7 @@ pub fn block(nbytes: usize) -> PyResult<Option<HostBlock>> {
     // copies the whole array in; on failure the block is dropped unseen).
     let buffer =
         unsafe { HostBuffer::uninit_in(nbytes, resource) }.map_err(crate::errors::core_err)?;
-    Ok(Some(HostBlock { buffer }))
+    Ok(Some(HostBytes::writable(buffer)))
 }
 
 /// Host memory from the global allocator, 2 MiB-aligned from 2 MiB up with transparent
@@ -150,28 +150,50 @@ impl MemoryResource for HugePageHost {
     }
 }
 
-/// A writable block of host memory that a NumPy array made by memarray uses as its
-/// buffer; back to the pool when the array is collected.
+/// Host memory handed to Python as a 1-d buffer of bytes, the one class for it: a
+/// writable block a NumPy array from `to_numpy()` uses as its buffer (its base: back to
+/// the pool when the array is collected), or read-only bytes shared with a snapshot (a
+/// pickle's out-of-band payload).
 #[pyclass(module = "memarray._memarray", frozen)]
-pub struct HostBlock {
-    buffer: HostBuffer,
+pub struct HostBytes {
+    buffer: Arc<HostBuffer>,
+    readonly: bool,
+}
+
+impl HostBytes {
+    /// A writable block that owns `buffer`.
+    pub(crate) fn writable(buffer: HostBuffer) -> Self {
+        Self {
+            buffer: Arc::new(buffer),
+            readonly: false,
+        }
+    }
+
+    /// Read-only bytes of a shared buffer.
+    pub(crate) fn read_only(buffer: Arc<HostBuffer>) -> Self {
+        Self {
+            buffer,
+            readonly: true,
+        }
+    }
 }
 
 #[pymethods]
-impl HostBlock {
+impl HostBytes {
     fn __len__(&self) -> usize {
         self.buffer.len()
     }
 
-    /// A writable, C-contiguous, 1-d buffer of unsigned bytes.
+    /// A C-contiguous, 1-d buffer of unsigned bytes (read-only for shared bytes).
     unsafe fn __getbuffer__(
         slf: Bound<'_, Self>,
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
-        let (ptr, len) = (slf.get().buffer.as_mut_ptr(), slf.get().buffer.len());
-        // SAFETY: CPython's view; the block lives as long as `slf`, which the view holds.
-        unsafe { fill_bytes_view(view, flags, slf.into_any(), ptr, len, false) }
+        let this = slf.get();
+        let (ptr, len, readonly) = (this.buffer.as_mut_ptr(), this.buffer.len(), this.readonly);
+        // SAFETY: CPython's view; the buffer lives as long as `slf`, which the view holds.
+        unsafe { fill_bytes_view(view, flags, slf.into_any(), ptr, len, readonly) }
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}

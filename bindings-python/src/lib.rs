@@ -12,7 +12,6 @@ mod buffer;
 mod conventions;
 mod convert;
 mod cuda;
-mod cuda_core;
 mod device;
 mod distributed;
 mod dlpack;
@@ -20,6 +19,7 @@ mod dtype;
 mod element;
 mod errors;
 mod fork;
+mod held;
 mod host_pool;
 mod interop;
 mod ipc;
@@ -41,56 +41,6 @@ pub(crate) fn numpy_data_ptr(a: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(ptr)
 }
 
-/// A C-contiguous buffer view of an object (PEP 3118), held until dropped: its address
-/// and size, in a fraction of the time `__array_interface__` takes. While held, NumPy
-/// refuses to resize or free the memory.
-pub(crate) struct HeldBuffer<'py> {
-    view: Box<pyo3::ffi::Py_buffer>,
-    _py: Python<'py>,
-}
-
-impl<'py> HeldBuffer<'py> {
-    /// The view, or `None` (no error left set) when `obj` cannot give a C-contiguous
-    /// one (writable, with `writable`): a non-buffer object, a read-only or strided array,
-    /// or a dtype the buffer protocol cannot describe (bfloat16).
-    pub(crate) fn get(obj: &Bound<'py, PyAny>, writable: bool) -> Option<Self> {
-        let mut flags = pyo3::ffi::PyBUF_C_CONTIGUOUS;
-        if writable {
-            flags |= pyo3::ffi::PyBUF_WRITABLE;
-        }
-        let mut view: Box<pyo3::ffi::Py_buffer> = Box::new(pyo3::ffi::Py_buffer::new());
-        // SAFETY: obj is live and the GIL is held; on failure the view is untouched and
-        // the raised error is cleared below.
-        let rc = unsafe { pyo3::ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
-        if rc != 0 {
-            let _ = PyErr::take(obj.py());
-            return None;
-        }
-        Some(HeldBuffer {
-            view,
-            _py: obj.py(),
-        })
-    }
-
-    /// The first byte.
-    pub(crate) fn addr(&self) -> usize {
-        self.view.buf as usize
-    }
-
-    /// Bytes in the view.
-    pub(crate) fn len(&self) -> usize {
-        self.view.len.max(0) as usize
-    }
-}
-
-impl Drop for HeldBuffer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the view was filled by PyObject_GetBuffer and is released once; the GIL
-        // is held ('py).
-        unsafe { pyo3::ffi::PyBuffer_Release(&mut *self.view) };
-    }
-}
-
 #[pymodule]
 fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -110,8 +60,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ipc::from_ipc_handle, m)?)?;
     m.add_function(wrap_pyfunction!(ipc::_ipc_handle_from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_live_exports, m)?)?;
-    m.add_class::<pickle::HostBytes>()?;
-    m.add_class::<host_pool::HostBlock>()?;
+    m.add_class::<host_pool::HostBytes>()?;
     m.add_function(wrap_pyfunction!(pickle::_from_pickle, m)?)?;
     m.add("LockError", py.get_type::<errors::LockError>())?;
     m.add(

@@ -232,8 +232,8 @@ fn numpy_view<'py>(
     writable: bool,
     dtype: DType,
     shape: &[usize],
-) -> PyResult<(Option<crate::HeldBuffer<'py>>, usize)> {
-    let held = crate::HeldBuffer::get(a, writable);
+) -> PyResult<(Option<crate::held::HeldBuffer<'py>>, usize)> {
+    let held = crate::held::HeldBuffer::get(a, writable);
     let addr = match &held {
         Some(b) => b.addr(),
         None => crate::numpy_data_ptr(a)?,

@@ -10,11 +10,9 @@
 //! `LockError`. Unpickling validates dtype, shape and payload size before it allocates.
 
 use crate::fork::Detach;
-use std::ffi::c_int;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -25,30 +23,7 @@ use crate::array::PyMemArray;
 use crate::convert;
 use crate::convert::{host_kind_arg, host_kind_name, parse_shape};
 use crate::errors::IntoPyResult;
-
-/// Read-only bytes of a host buffer, shared (the pickled payload of protocol 5).
-#[pyclass(module = "memarray._memarray", frozen)]
-pub struct HostBytes {
-    buffer: Arc<HostBuffer>,
-}
-
-#[pymethods]
-impl HostBytes {
-    fn __len__(&self) -> usize {
-        self.buffer.len()
-    }
-
-    /// A read-only, C-contiguous, 1-d buffer of unsigned bytes.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let (ptr, len) = (slf.get().buffer.as_mut_ptr(), slf.get().buffer.len());
-        // SAFETY: CPython's view; the buffer lives as long as `slf`, which the view holds.
-        unsafe { crate::host_pool::fill_bytes_view(view, flags, slf.into_any(), ptr, len, true) }
-    }
-}
+use crate::host_pool::HostBytes;
 
 /// `MemArray.__reduce_ex__`: `(memarray._pickle.rebuild, (data, dtype, shape, device,
 /// device_id, host_memory))`.
@@ -75,7 +50,7 @@ pub fn reduce<'py>(
         })
         .py()?;
     let data: Bound<'py, PyAny> = if protocol >= 5 {
-        let holder = Bound::new(py, HostBytes { buffer: bytes })?;
+        let holder = Bound::new(py, HostBytes::read_only(bytes))?;
         py.import("pickle")?
             .getattr("PickleBuffer")?
             .call1((holder,))?

@@ -28,7 +28,6 @@ __all__ = [
     "CudaUnavailableError",
     "DLPackContext",
     "DeviceScope",
-    "HostBlock",
     "HostBytes",
     "IpcHandle",
     "LockError",
@@ -307,15 +306,9 @@ def gather(parts: Iterable[MemArray], device: object | None = None) -> MemArray:
 
 @final
 class HostBytes:
-    """Read-only bytes shared with an array's host buffer (a pickle payload)."""
-
-    def __len__(self) -> int: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
-
-@final
-class HostBlock:
-    """Writable host memory a NumPy array from ``to_numpy()`` owns (its base); back to
-    memarray's NumPy block pool when the array is collected."""
+    """Host memory as a 1-d buffer of bytes: the writable block a NumPy array from
+    ``to_numpy()`` owns (its base; back to memarray's NumPy block pool when the array is
+    collected), or read-only bytes shared with a snapshot (a pickle payload)."""
 
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...

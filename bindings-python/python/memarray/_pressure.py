@@ -1,4 +1,4 @@
-"""The Python half of shared memory pressure and allocation stacks (``src/interop.rs``).
+"""The Python half of shared memory pressure and allocation stacks (``src/interop/pressure.rs``).
 
 When an allocation through memarray runs out of device memory, memarray releases its own
 cached blocks, then calls ``relieve(library, device)`` for each library here that is loaded

@@ -1,0 +1,76 @@
+//! CuPy's allocator hook over memarray (`memarray/cupy.py`).
+
+use pyo3::prelude::*;
+
+use memarray_core::Source;
+use memarray_core::resource::{allocate_with_relief, with_source};
+use memarray_cuda::Device;
+use memarray_cuda::resource::default_resource;
+
+use super::glue::{TORCH_ALIGN, raw_stream};
+
+/// CuPy's allocator hook (`cupy.cuda.set_allocator(...)`), in Rust: a Python function in
+/// its place cost 1.6x CuPy's own pool per `cupy.empty`. Each call allocates from memarray's
+/// default resource of CuPy's current device, ordered on CuPy's current stream, for the
+/// source "cupy", and returns a `cupy.cuda.MemoryPointer` over an `UnownedMemory` whose
+/// owner (an `Allocation`) frees the block when CuPy lets go. The GIL stays held: a pool
+/// hit costs less than handing it over.
+#[pyclass(module = "memarray._memarray._interop", frozen)]
+pub(super) struct CupyAllocator {
+    get_device: Py<PyAny>,
+    get_stream: Py<PyAny>,
+    unowned_memory: Py<PyAny>,
+    memory_pointer: Py<PyAny>,
+}
+
+#[pymethods]
+impl CupyAllocator {
+    fn __call__(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let nbytes: usize = crate::convert::int(nbytes, "nbytes")?;
+        let device: u32 = self.get_device.call0(py)?.extract(py)?;
+        let stream: usize = self
+            .get_stream
+            .call0(py)?
+            .getattr(py, pyo3::intern!(py, "ptr"))?
+            .extract(py)?;
+        let dev = Device::get(device).map_err(crate::errors::cuda_err)?;
+        let resource = default_resource(&dev).map_err(crate::errors::cuda_err)?;
+        let raw = raw_stream(stream);
+        let p = with_source(Source::Cupy, || {
+            allocate_with_relief(&*resource, nbytes, TORCH_ALIGN, Some(raw), false)
+        })
+        .map_err(crate::errors::core_err)?;
+        let addr = p.as_ptr() as usize;
+        let owner = Py::new(
+            py,
+            crate::resources::Allocation::owned(
+                resource,
+                addr,
+                nbytes,
+                Some(raw),
+                Some(Source::Cupy),
+            ),
+        )?;
+        let memory = self
+            .unowned_memory
+            .call1(py, (addr, nbytes, owner, device))?;
+        self.memory_pointer.call1(py, (memory, 0))
+    }
+}
+
+/// The hook over CuPy's `runtime.getDevice`, `get_current_stream`, `UnownedMemory` and
+/// `MemoryPointer` (passed in: this module never imports CuPy).
+#[pyfunction]
+pub(super) fn cupy_allocator(
+    get_device: Py<PyAny>,
+    get_stream: Py<PyAny>,
+    unowned_memory: Py<PyAny>,
+    memory_pointer: Py<PyAny>,
+) -> CupyAllocator {
+    CupyAllocator {
+        get_device,
+        get_stream,
+        unowned_memory,
+        memory_pointer,
+    }
+}

@@ -1,0 +1,63 @@
+//! The relief path's Python half: the relievers that make torch, CuPy and RMM give cached
+//! memory back when memarray runs out (`memarray/_pressure.py`), its counters, and the
+//! Python stack provider of the tracking adaptor.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use memarray_core::Source;
+use memarray_core::resource::{pressure, pressure_statistics};
+
+/// The process-wide counters of the relief path, as a dict.
+#[pyfunction]
+pub(super) fn pressure_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = pressure_statistics();
+    let d = PyDict::new(py);
+    d.set_item("events", s.events)?;
+    d.set_item("recovered", s.recovered)?;
+    d.set_item("failed", s.failed)?;
+    d.set_item("own_released_bytes", s.own_released_bytes)?;
+    d.set_item("spills", s.spills)?;
+    d.set_item("spilled_bytes", s.spilled_bytes)?;
+    let libs = PyDict::new(py);
+    for (lib, calls, bytes) in s.relievers {
+        let row = PyDict::new(py);
+        row.set_item("calls", calls)?;
+        row.set_item("released_bytes", bytes)?;
+        libs.set_item(lib.name(), row)?;
+    }
+    d.set_item("libraries", libs)?;
+    Ok(d)
+}
+
+/// Asks `memarray._pressure.relieve(library, device)` to make `library` give its cache
+/// back (None: the library is not loaded). Without a usable interpreter it was not asked;
+/// on a Python error it released nothing.
+pub(super) fn python_reliever(library: Source) -> pressure::Reliever {
+    Arc::new(move |device| {
+        Python::try_attach(|py| {
+            py.import("memarray._pressure")
+                .and_then(|m| m.call_method1("relieve", (library.name(), device)))
+                .and_then(|r| r.extract::<Option<usize>>())
+                .unwrap_or_else(|e| {
+                    e.write_unraisable(py, None);
+                    Some(0)
+                })
+        })
+        .flatten()
+    })
+}
+
+/// The Python stack of the allocating thread (innermost frame last), for tracking with
+/// stacks on.
+pub(super) fn python_stack() -> Option<String> {
+    Python::try_attach(|py| {
+        py.import("memarray._pressure")
+            .and_then(|m| m.call_method0("stack"))
+            .and_then(|s| s.extract::<String>())
+            .ok()
+    })
+    .flatten()
+}
