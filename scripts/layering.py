@@ -44,7 +44,7 @@ LAYERS = {
         ["stream", "event"],
         ["resource"],
         ["buffer"],
-        ["transfer", "staging", "route", "sync"],
+        ["transfer", "staging", "route", "sync", "host_threads"],
         ["kernel", "ipc", "spill", "nvrtc"],
         ["array"],
         ["nccl", "launch"],

@@ -60,6 +60,7 @@ pub mod buffer;
 pub mod device;
 pub mod error;
 pub mod event;
+mod host_threads;
 pub mod ipc;
 pub mod kernel;
 pub mod launch;

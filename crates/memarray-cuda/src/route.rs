@@ -11,13 +11,26 @@ use crate::driver;
 use crate::error::Result;
 use crate::staging::{self, Direction};
 
-/// How a host-device copy runs.
+/// How a host-device copy runs, with what the decision learned about the memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// One driver copy: the DMA engine reads or writes the host memory in place.
-    Direct,
+    /// One driver copy. `known`: whether the driver knows the host memory (pinned,
+    /// registered or managed: DMA reads it in place; pageable memory is staged by the
+    /// driver itself), where the decision asked or the resource kind said; `None` where
+    /// the size alone decided (callers that need it ask once, [`driver_knows`]).
+    Direct {
+        /// What the decision learned, if it asked.
+        known: Option<bool>,
+    },
     /// The staged pipeline: host threads copy through pinned slots.
     Staged,
+}
+
+impl Route {
+    /// Whether this is a driver copy.
+    pub(crate) fn is_direct(self) -> bool {
+        matches!(self, Route::Direct { .. })
+    }
 }
 
 /// Whether DMA reads and writes host memory of this resource kind in place (pinned and
@@ -39,13 +52,13 @@ pub(crate) fn host(
     len: usize,
 ) -> Result<Route> {
     if kind.is_some_and(kind_is_direct) {
-        return Ok(Route::Direct);
+        return Ok(Route::Direct { known: Some(true) });
     }
-    if by_size(dir, len)? == Route::Direct {
-        return Ok(Route::Direct);
+    if by_size(dir, len)?.is_direct() {
+        return Ok(Route::Direct { known: None });
     }
     Ok(if driver_knows(device, ptr)? {
-        Route::Direct
+        Route::Direct { known: Some(true) }
     } else {
         Route::Staged
     })
@@ -64,7 +77,7 @@ pub(crate) fn driver_knows(device: &Device, ptr: *const u8) -> Result<bool> {
 /// pipeline), where no buffer can be asked about.
 pub(crate) fn by_size(dir: Direction, len: usize) -> Result<Route> {
     Ok(if len < staging::config(dir)?.direct_below {
-        Route::Direct
+        Route::Direct { known: None }
     } else {
         Route::Staged
     })

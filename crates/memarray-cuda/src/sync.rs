@@ -151,10 +151,13 @@ pub fn upload(
         src.len(),
     )? {
         Route::Staged => staging::upload(dst, dst_offset, src, stream),
-        Route::Direct
+        // What the route learned is not asked again (issue 29).
+        Route::Direct { known }
             if !src.is_empty()
-                && kind.is_none_or(|k| !route::kind_is_direct(k))
-                && !route::driver_knows(dst.device(), src.as_ptr())? =>
+                && !match known {
+                    Some(k) => k,
+                    None => route::driver_knows(dst.device(), src.as_ptr())?,
+                } =>
         {
             // Pageable memory: the driver has copied every byte of `src` into its own
             // staging memory when the call returns (CUDA's memcpy synchronisation rules),
@@ -166,7 +169,7 @@ pub fn upload(
             }?;
             Ok(Some(op))
         }
-        Route::Direct => {
+        Route::Direct { .. } => {
             // copy_htod waits for the stream: the copy is complete.
             let _complete = transfer::copy_htod(dst, dst_offset, src, stream)?;
             Ok(None)
@@ -188,7 +191,7 @@ pub fn upload_with(
     // The bytes do not exist yet: only the size decides.
     match route::by_size(Direction::ToDevice, len)? {
         Route::Staged => staging::upload_with(dst, dst_offset, len, fill, stream),
-        Route::Direct => {
+        Route::Direct { .. } => {
             let mut buf = vec![0u8; len];
             fill(0, &mut buf)?;
             let _complete = transfer::copy_htod(dst, dst_offset, &buf, stream)?;
@@ -215,7 +218,7 @@ pub fn download(
         dst.len(),
     )? {
         Route::Staged => staging::download(dst, src, src_offset, stream),
-        Route::Direct => transfer::copy_dtoh(dst, src, src_offset, stream),
+        Route::Direct { .. } => transfer::copy_dtoh(dst, src, src_offset, stream),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::event::Event;
 use crate::resource::default_resource;
 use crate::route;
 use crate::stream::{Stream, StreamRef};
-use crate::{staging, transfer};
+use crate::transfer;
 
 /// Staged pieces are placed at this alignment in the shared pinned buffer.
 const PIECE_ALIGN: usize = 256;
@@ -168,7 +168,7 @@ fn plan(hosts: &[(&Arc<HostBuffer>, usize)]) -> (Vec<HostSide>, usize) {
 fn pack(pieces: &[(usize, usize, usize)]) -> Result<()> {
     let total: usize = pieces.iter().map(|p| p.2).sum();
     let lanes = (total >> 20).clamp(1, 8).min(pieces.len().max(1));
-    staging::parallel(lanes, &|lane| {
+    crate::host_threads::parallel(lanes, &|lane| {
         for &(src, dst, n) in pieces.iter().skip(lane).step_by(lanes) {
             // SAFETY: each piece is a live source of `n` bytes (an array's host buffer,
             // its array borrowed exclusively by the caller) and its own range of the

@@ -144,7 +144,7 @@ fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8]) -> Result<()>
     let base = dst.as_mut_ptr() as usize;
     let len = dst.len();
     let threads = pieces.min(staging::MAX_THREADS).min(READ_THREADS);
-    staging::parallel(threads, &|t| {
+    crate::host_threads::parallel(threads, &|t| {
         for k in (t..pieces).step_by(threads) {
             let at = k * READ_PIECE;
             let n = READ_PIECE.min(len - at);

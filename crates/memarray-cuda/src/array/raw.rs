@@ -475,7 +475,7 @@ impl RawArray {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                crate::staging::copy_host(out, self.host_buf()?.as_slice())?;
+                crate::host_threads::copy_host(out, self.host_buf()?.as_slice())?;
                 Ok(())
             }
             Location::Device(_) => self.dev.read_bytes(0, out),
@@ -544,7 +544,7 @@ impl RawArray {
         // SAFETY: &mut self excludes every other Rust access to the buffer, which holds
         // nbytes bytes; zero-copy exports may alias it, as they are meant to.
         let dst = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), self.nbytes) };
-        crate::staging::copy_host(dst, bytes)?;
+        crate::host_threads::copy_host(dst, bytes)?;
         Ok(())
     }
 
