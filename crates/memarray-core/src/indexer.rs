@@ -87,6 +87,45 @@ impl<const N: usize> Indexer<N> {
     }
 }
 
+impl<const N: usize> Indexer<N> {
+    /// The struct's bytes as a kernel receives it by value (`void* data; uint64_t
+    /// shape[N];`, native byte order): what a launch passes for an array argument.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(std::mem::size_of::<Self>());
+        out.extend_from_slice(&(self.data as usize as u64).to_ne_bytes());
+        for d in self.shape {
+            out.extend_from_slice(&d.to_ne_bytes());
+        }
+        debug_assert_eq!(out.len(), std::mem::size_of::<Self>());
+        out
+    }
+}
+
+/// The bytes of the [`Indexer`] of `shape.len()` dimensions (0 to [`crate::MAX_NDIM`])
+/// over `data`: a launch's argument for an array whose ndim is known only at run time.
+/// More dimensions are [`CoreError::TooManyDims`].
+pub fn indexer_bytes(data: *mut c_void, shape: &[usize]) -> Result<Vec<u8>> {
+    fn make<const N: usize>(data: *mut c_void, shape: &[usize]) -> Vec<u8> {
+        let mut s = [0u64; N];
+        for (o, &d) in s.iter_mut().zip(shape) {
+            *o = d as u64;
+        }
+        Indexer::<N>::new(data, s).to_bytes()
+    }
+    macro_rules! by_ndim {
+        ($($n:literal)*) => {
+            match shape.len() {
+                $($n => Ok(make::<$n>(data, shape)),)*
+                n => Err(CoreError::TooManyDims {
+                    ndim: n,
+                    max: crate::MAX_NDIM,
+                }),
+            }
+        };
+    }
+    by_ndim!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +163,21 @@ mod tests {
                 linear
             );
         }
+    }
+
+    #[test]
+    fn runtime_ndim_bytes_are_the_structs() {
+        let data = 0x1234_5678_9abc_def0usize as *mut c_void;
+        let three = indexer_bytes(data, &[2, 4, 7]).unwrap();
+        assert_eq!(three, Indexer::<3>::new(data, [2, 4, 7]).to_bytes());
+        assert_eq!(three.len(), 32);
+        assert_eq!(&three[..8], &(data as usize as u64).to_ne_bytes());
+        assert_eq!(&three[24..], &7u64.to_ne_bytes());
+        assert_eq!(indexer_bytes(data, &[]).unwrap().len(), 8);
+        assert_eq!(indexer_bytes(data, &[1; 32]).unwrap().len(), 8 + 8 * 32);
+        assert!(matches!(
+            indexer_bytes(data, &[1; 33]),
+            Err(CoreError::TooManyDims { ndim: 33, .. })
+        ));
     }
 }

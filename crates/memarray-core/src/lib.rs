@@ -46,7 +46,7 @@ pub mod spill;
 pub use dtype::{DType, Element};
 pub use error::{CoreError, ErrorKind, Result};
 pub use host::HostBuffer;
-pub use indexer::Indexer;
+pub use indexer::{Indexer, indexer_bytes};
 pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
     FileMode, FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,

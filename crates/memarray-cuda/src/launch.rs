@@ -383,12 +383,9 @@ pub fn launch_indexed(
     let mut indexers: Vec<Vec<u8>> = Vec::with_capacity(operands.len());
     for op in operands.iter_mut() {
         let buf = op.array.kernel_operand(device.id(), stream, op.token)?;
-        let mut v = Vec::with_capacity(8 + 8 * op.array.ndim());
-        v.extend_from_slice(&buf.device_ptr().to_ne_bytes());
-        for &d in op.array.shape() {
-            v.extend_from_slice(&(d as u64).to_ne_bytes());
-        }
-        indexers.push(v);
+        // The seed kernel's struct, as memarray-core lays it out (issue 29).
+        let data = buf.device_ptr() as usize as *mut c_void;
+        indexers.push(memarray_core::indexer_bytes(data, op.array.shape())?);
     }
     let mut raw: Vec<*mut c_void> = params
         .iter()
