@@ -45,7 +45,7 @@ LAYERS = {
         ["resource"],
         ["buffer"],
         ["transfer", "staging", "route", "sync", "host_threads"],
-        ["kernel", "ipc", "spill", "nvrtc"],
+        ["kernel", "ipc", "spill", "nvrtc", "module"],
         ["array"],
         ["nccl", "launch"],
         ["testing"],

@@ -4,16 +4,17 @@
 //! compile time, so building needs no CUDA toolkit. The driver JIT-compiles it for the
 //! device on first use (and caches the result in `~/.nv/ComputeCache`).
 
-use std::ffi::{CStr, CString, c_void};
+use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
 use memarray_core::{CoreError, DType, Indexer, MAX_NDIM, shape};
 
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::driver::{self, CUfunction, CUmodule};
+use crate::driver;
 use crate::error::{CudaError, Result};
 use crate::event::Enqueued;
+use crate::module::{Function, Module};
 use crate::per_device::PerDevice;
 use crate::stream::StreamRef;
 
@@ -89,76 +90,27 @@ fn right_aligned(shape: &[usize]) -> [u64; MAX_NDIM] {
     out
 }
 
-/// Threads per block and blocks for `n` elements: enough blocks to cover `n`, at most
-/// as many as the device runs at once (the grid-stride loop does the rest).
-fn launch_config(n: u64, block: u32, sms: u32, blocks_per_sm: u32) -> (u32, u32) {
-    let needed = n.div_ceil(u64::from(block.max(1)));
-    let resident = u64::from(sms.max(1)) * u64::from(blocks_per_sm.max(1));
-    (needed.min(resident).max(1) as u32, block.max(1))
-}
-
-/// One kernel with its launch parameters.
+/// The seed kernel's five variants for one dtype on one device, loaded through the one
+/// kernel loader ([`crate::module`]) that users' kernels use too.
 #[derive(Debug)]
-struct Kernel {
-    f: CUfunction,
-    block: u32,
-    blocks_per_sm: u32,
-}
-
-/// The loaded `add_index` module of one dtype on one device.
-#[derive(Debug)]
-pub(crate) struct Module {
-    _module: CUmodule,
+pub(crate) struct Seed {
     /// Indexed by variant ([`VARIANTS`]).
-    kernels: Vec<Kernel>,
+    functions: Vec<Function>,
 }
 
-// SAFETY: module and function handles are driver objects of the device's primary context,
-// usable from any thread (the driver API is thread-safe; launches bind the context
-// first); a loaded module is never mutated, only launched from, and never unloaded while
-// the process runs (it lives in `MODULES`).
-unsafe impl Send for Module {}
-// SAFETY: as above.
-unsafe impl Sync for Module {}
-
-impl Module {
-    fn load(device: &Device, dtype: DType) -> Result<Module> {
-        let _ctx = device.bind()?;
-        let image = CStr::from_bytes_with_nul(ADD_INDEX_PTX[dtype_index(dtype)].as_bytes())
-            .map_err(|_| CudaError::Unavailable {
-                reason: "the committed PTX contains a NUL byte; regenerate it with \
-                             kernels-cuda/build.sh"
-                    .into(),
-            })?;
-        // SAFETY: `bind` made the device's live context current (item 1).
-        let module = unsafe { driver::module_load_data(image) }?;
+impl Seed {
+    fn load(device: &Arc<Device>, dtype: DType) -> Result<Seed> {
+        let module = Module::load(device, ADD_INDEX_PTX[dtype_index(dtype)].as_bytes())?;
         let suffix = dtype_suffix(dtype);
-        let mut kernels = Vec::with_capacity(VARIANTS.len());
-        for v in VARIANTS {
-            let name =
-                CString::new(format!("add_index_{suffix}_{v}")).map_err(|_| unsupported(dtype))?;
-            // SAFETY: `module` was just loaded and is never unloaded on this path (item 1);
-            // the function's context is current for the occupancy queries.
-            let kernel = unsafe {
-                let f = driver::module_get_function(module, &name)?;
-                let block = driver::occupancy_block_size(f)?;
-                let blocks_per_sm = driver::occupancy_blocks_per_sm(f, block)?;
-                Kernel {
-                    f,
-                    block,
-                    blocks_per_sm,
-                }
-            };
-            kernels.push(kernel);
-        }
-        Ok(Module {
-            _module: module,
-            kernels,
-        })
+        let functions = VARIANTS
+            .iter()
+            .map(|v| module.function(&format!("add_index_{suffix}_{v}")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Seed { functions })
     }
 
-    fn kernel(&self, dtype: DType, ndim: usize) -> Result<&Kernel> {
-        self.kernels
+    fn kernel(&self, dtype: DType, ndim: usize) -> Result<&Function> {
+        self.functions
             .get(variant(ndim))
             .ok_or_else(|| unsupported(dtype))
     }
@@ -173,20 +125,18 @@ fn unsupported(dtype: DType) -> CudaError {
 
 /// Each device's `add_index` modules, one per dtype (`DType::ALL` order), each loaded on
 /// the first launch of that dtype.
-static MODULES: PerDevice<[OnceLock<Module>; 15]> = PerDevice::new();
+static MODULES: PerDevice<[OnceLock<Seed>; 15]> = PerDevice::new();
 
-/// The device's module for `dtype`, loading it on first use. Loaded once per device and
-/// dtype: a thread that loses a race to load unloads its copy.
-fn module(device: &Device, dtype: DType) -> Result<&'static Module> {
+/// The device's seed kernels for `dtype`, loading them on first use. Loaded once per
+/// device and dtype: a thread that loses a race to load drops its copy (the module is
+/// unloaded with its last function).
+fn module(device: &Arc<Device>, dtype: DType) -> Result<&'static Seed> {
     let slot = &MODULES.get(device.id())[dtype_index(dtype)];
     if let Some(m) = slot.get() {
         return Ok(m);
     }
-    let m = Module::load(device, dtype)?;
-    if let Err(spare) = slot.set(m) {
-        // SAFETY: the spare module's functions were never launched (item 1).
-        let _ = unsafe { driver::module_unload(spare._module) };
-    }
+    let m = Seed::load(device, dtype)?;
+    let _spare = slot.set(m);
     slot.get().ok_or_else(|| CudaError::Unavailable {
         reason: "kernel module vanished".into(),
     })
@@ -236,12 +186,8 @@ pub(crate) unsafe fn add_index_tuple_raw(
         return Ok(Enqueued::new(stream, device.clone()));
     }
     let kernel = module(device, dtype)?.kernel(dtype, shape.len())?;
-    let (grid, block) = launch_config(
-        n,
-        kernel.block,
-        device.multiprocessor_count(),
-        kernel.blocks_per_sm,
-    );
+    let cfg = kernel.config_grid_stride(n);
+    let (grid, block) = (cfg.grid[0], cfg.block[0]);
     let data = addr as usize as *mut c_void;
     let _ctx = device.bind()?;
     // SAFETY: each Indexer is #[repr(C)] and laid out as indexer.cuh's Indexer<N>, the
@@ -306,7 +252,7 @@ fn shape_n<const N: usize>(shape: &[usize]) -> [u64; N] {
 ///    `stream` is live.
 /// 2. The indexer's data stays valid until the kernel has run.
 unsafe fn launch<const N: usize>(
-    kernel: &Kernel,
+    kernel: &Function,
     grid: u32,
     block: u32,
     stream: StreamRef,
@@ -314,7 +260,7 @@ unsafe fn launch<const N: usize>(
 ) -> Result<()> {
     let mut params = [(&raw mut ix).cast::<c_void>()];
     // SAFETY: items 1 and 2; the driver copies the argument during the call.
-    unsafe { driver::launch_kernel(kernel.f, grid, block, stream.cu(), &mut params) }
+    unsafe { driver::launch_kernel(kernel.raw, grid, block, stream.cu(), &mut params) }
 }
 
 #[cfg(test)]
@@ -365,6 +311,14 @@ mod tests {
         assert_eq!(right_aligned(&[]), [1; 32]);
         let ix = Indexer::new(std::ptr::null_mut(), right_aligned(&[2, 5, 7, 1, 3]));
         assert_eq!(ix.len(), 210);
+    }
+
+    /// The seed kernel's shape for `n` elements: covering `n`, capped at the blocks
+    /// resident at once (`Function::config_grid_stride` with these numbers).
+    fn launch_config(n: u64, block: u32, sms: u32, blocks_per_sm: u32) -> (u32, u32) {
+        let resident = u64::from(sms.max(1)) * u64::from(blocks_per_sm.max(1));
+        let c = crate::module::grid_stride(n, block, resident);
+        (c.grid[0], c.block[0])
     }
 
     #[test]

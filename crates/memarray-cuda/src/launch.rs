@@ -31,217 +31,19 @@
 //! # }
 //! ```
 
-use std::ffi::{CString, c_void};
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use memarray_core::LockToken;
 
+pub use crate::module::{Function, LaunchConfig, Module};
+
 use crate::array::{RawArray, SharedArray};
 use crate::device::Device;
-use crate::driver::{self, CUfunction, CUmodule};
+use crate::driver;
 use crate::error::{CudaError, Result};
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
-
-/// A loaded module (PTX, cubin or fatbin) of one device; unloaded when the last
-/// [`Function`] of it and the module itself are gone.
-#[derive(Debug)]
-pub struct Module {
-    device: Arc<Device>,
-    raw: CUmodule,
-}
-
-// SAFETY: a CUmodule is a driver handle usable from any thread with its context bound;
-// every use here binds it.
-unsafe impl Send for Module {}
-// SAFETY: as above; the handle is never mutated after loading.
-unsafe impl Sync for Module {}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        if let Ok(_ctx) = self.device.bind() {
-            // SAFETY: no Function of this module outlives it (each holds an Arc of it).
-            let _ = unsafe { driver::module_unload(self.raw) };
-        }
-    }
-}
-
-impl Module {
-    /// Loads `image` on `device`: PTX text (with or without its closing NUL), a cubin or a
-    /// fatbin. A driver's refusal (bad PTX, an image for another architecture) is
-    /// [`CudaError::BadSetting`] with the driver's error, naming `cuModuleLoadData`.
-    pub fn load(device: &Arc<Device>, image: &[u8]) -> Result<Arc<Module>> {
-        if image.is_empty() {
-            return Err(CudaError::BadSetting {
-                what: "kernel module",
-                detail: "the image is empty (expected PTX text, a cubin or a fatbin)".into(),
-            });
-        }
-        // PTX is text the driver reads up to a NUL: make sure there is one. (Binary images,
-        // ELF cubins and fatbins, start with their magic numbers and carry their length.)
-        let is_text =
-            !image.starts_with(b"\x7fELF") && !image.starts_with(&[0x50, 0xed, 0x55, 0xba]);
-        let owned;
-        let bytes = if is_text && image.last() != Some(&0) {
-            if image.contains(&0) {
-                return Err(CudaError::BadSetting {
-                    what: "kernel module",
-                    detail: "PTX text with a NUL byte inside".into(),
-                });
-            }
-            owned = [image, &[0]].concat();
-            &owned[..]
-        } else {
-            image
-        };
-        let _ctx = device.bind()?;
-        // SAFETY: the context is bound; `bytes` is a whole image (PTX NUL-terminated).
-        let raw = unsafe { driver::module_load_image(bytes) }.map_err(|e| match e {
-            // The image is the caller's input: the driver's refusal of it is a bad
-            // argument, not a device failure.
-            CudaError::Driver { .. } if !e.is_out_of_memory() => CudaError::BadSetting {
-                what: "kernel module",
-                detail: format!("the driver refused the image ({e})"),
-            },
-            e => e,
-        })?;
-        Ok(Arc::new(Module {
-            device: device.clone(),
-            raw,
-        }))
-    }
-
-    /// Compiles CUDA C++ `source` with NVRTC for `device`'s architecture (options such as
-    /// `-I<dir>` for `memarray/indexer.cuh`, `-DNAME=...`, `--std=c++17`) and loads it.
-    /// Kernels meant for [`Module::function`] are declared `extern "C"`. Without NVRTC:
-    /// [`CudaError::Unavailable`] naming what was tried; a compile error:
-    /// [`CudaError::BadSetting`] with NVRTC's log.
-    pub fn from_cuda_source(
-        device: &Arc<Device>,
-        source: &str,
-        name: &str,
-        options: &[&str],
-    ) -> Result<Arc<Module>> {
-        let ptx = crate::nvrtc::compile_to_ptx(source, name, options, device.compute_capability())?;
-        Module::load(device, &ptx)
-    }
-
-    /// The device the module is loaded on.
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-
-    /// The kernel `name` (its `extern "C"` name); an error naming it when the module has
-    /// none.
-    pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
-        let c = CString::new(name).map_err(|_| CudaError::BadSetting {
-            what: "kernel name",
-            detail: format!("{name:?} contains a NUL byte"),
-        })?;
-        let _ctx = self.device.bind()?;
-        // SAFETY: the module is live (self) and its context bound.
-        let f = unsafe { driver::module_get_function(self.raw, &c) }.map_err(|e| {
-            CudaError::BadSetting {
-                what: "kernel name",
-                detail: format!("the module has no kernel {name:?} ({e})"),
-            }
-        })?;
-        // SAFETY: f is a function of this live module; the context is bound.
-        let (params, block, blocks_per_sm) = unsafe {
-            let params = driver::param_sizes(f)?;
-            let block = driver::occupancy_block_size(f)?;
-            (params, block, driver::occupancy_blocks_per_sm(f, block)?)
-        };
-        Ok(Function {
-            module: self.clone(),
-            raw: f,
-            name: name.to_string(),
-            params,
-            block,
-            blocks_per_sm,
-        })
-    }
-}
-
-/// A kernel of a [`Module`], with its parameter sizes and occupancy.
-#[derive(Debug, Clone)]
-pub struct Function {
-    module: Arc<Module>,
-    raw: CUfunction,
-    name: String,
-    params: Vec<usize>,
-    block: u32,
-    blocks_per_sm: u32,
-}
-
-// SAFETY: as Module: a driver handle, used with its context bound.
-unsafe impl Send for Function {}
-// SAFETY: as above.
-unsafe impl Sync for Function {}
-
-impl Function {
-    /// The kernel's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The sizes in bytes of its parameters, in order.
-    pub fn param_sizes(&self) -> &[usize] {
-        &self.params
-    }
-
-    /// One thread per element of `n` (the default when no grid is given): `n` rounded up
-    /// to whole blocks of the size that maximises occupancy, so a kernel written as
-    /// `if (i < n) ...` touches every element. The x-dimension holds up to 2^31 - 1
-    /// blocks: with blocks of at least 32 threads that is 68 billion elements, more than
-    /// any device's memory holds of the smallest element.
-    pub fn config_for(&self, n: u64) -> LaunchConfig {
-        covering(n, self.block)
-    }
-
-    /// A grid-stride configuration: blocks of the occupancy-maximising size, the grid
-    /// capped at the blocks the device holds at once. Only for kernels that loop
-    /// (`for (i = ...; i < n; i += gridDim.x * blockDim.x)`, as the seed's kernel does):
-    /// a one-thread-per-element kernel launched this way skips every element past the
-    /// grid.
-    pub fn config_grid_stride(&self, n: u64) -> LaunchConfig {
-        let resident = u64::from(self.module.device.multiprocessor_count().max(1))
-            * u64::from(self.blocks_per_sm.max(1));
-        grid_stride(n, self.block, resident)
-    }
-}
-
-/// The largest grid x-dimension CUDA launches.
-const MAX_GRID_X: u64 = (1 << 31) - 1;
-
-/// `n` threads in blocks of `block` (one thread per element).
-fn covering(n: u64, block: u32) -> LaunchConfig {
-    let block = block.max(1);
-    let blocks = n.div_ceil(u64::from(block)).clamp(1, MAX_GRID_X);
-    LaunchConfig {
-        grid: [blocks as u32, 1, 1],
-        block: [block, 1, 1],
-        shared_bytes: 0,
-    }
-}
-
-/// As [`covering`], the grid capped at `resident` blocks (grid-stride kernels).
-fn grid_stride(n: u64, block: u32, resident: u64) -> LaunchConfig {
-    let mut c = covering(n, block);
-    c.grid[0] = c.grid[0].min(resident.clamp(1, MAX_GRID_X) as u32);
-    c
-}
-
-/// A launch's grid and block (x, y, z) and dynamic shared memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchConfig {
-    /// Blocks in each dimension.
-    pub grid: [u32; 3],
-    /// Threads per block in each dimension.
-    pub block: [u32; 3],
-    /// Bytes of dynamic shared memory per block.
-    pub shared_bytes: u32,
-}
 
 /// One kernel argument.
 #[derive(Debug)]
@@ -549,7 +351,7 @@ pub fn end_access(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::module::{MAX_GRID_X, covering, grid_stride};
 
     #[test]
     fn issue26_item2_the_default_grid_gives_every_element_a_thread() {

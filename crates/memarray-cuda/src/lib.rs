@@ -64,6 +64,7 @@ mod host_threads;
 pub mod ipc;
 pub mod kernel;
 pub mod launch;
+mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod nvrtc;

@@ -7,15 +7,6 @@ use cudarc::driver::sys;
 use super::{CUfunction, CUmodule, CUstream, check, init};
 use crate::error::Result;
 
-/// Loads a module from a NUL-terminated PTX text (JIT-compiled by the driver).
-///
-/// # Safety
-/// 1. A live context is current on the calling thread; the module belongs to it.
-pub(crate) unsafe fn module_load_data(image: &CStr) -> Result<CUmodule> {
-    // SAFETY: item 1; a NUL-terminated PTX text is a whole image.
-    unsafe { module_load_image(image.to_bytes_with_nul()) }
-}
-
 /// Loads a module from an image in memory: PTX text (NUL-terminated), a cubin or a
 /// fatbin; the driver tells them apart.
 ///
