@@ -361,10 +361,7 @@ unsafe extern "C" fn allocator(
             let buf = raw
                 .export_buffer(None, false, memarray_cuda::array::Consumer::NoSync)
                 .map_err(|e| ("RuntimeError".to_string(), e.to_string()))?;
-            let device = match buf.location {
-                Location::Host => memarray_dlpack::Device::CPU,
-                Location::Device(id) => memarray_dlpack::Device::cuda(id as i32),
-            };
+            let device = memarray_dlpack::Device::from(buf.location);
             let spec = memarray_dlpack::ExportSpec::contiguous(buf.ptr, device, dtype, shape);
             // The owner keeps the array (and so its memory) until the consumer deletes.
             let owner: Box<dyn std::any::Any + Send> = Box::new((raw, buf.owner));

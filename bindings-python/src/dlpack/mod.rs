@@ -23,8 +23,8 @@ use memarray_core::{HostBuffer, Location, LockGuard, LockToken, MemoryKind};
 use memarray_cuda::array::RawArray;
 use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use memarray_dlpack::{
-    Device, DeviceType, ExportSpec, ImportedTensor, call_deleter_unversioned,
-    call_deleter_versioned, export_unversioned, export_versioned,
+    DeviceType, ExportSpec, ImportedTensor, call_deleter_unversioned, call_deleter_versioned,
+    export_unversioned, export_versioned,
 };
 
 use crate::array::PyMemArray;
@@ -195,10 +195,7 @@ pub(crate) fn export_spec(
         },
         export,
     )?;
-    let device = match buf.location {
-        Location::Host => Device::CPU,
-        Location::Device(id) => Device::cuda(id as i32),
-    };
+    let device = memarray_dlpack::Device::from(buf.location);
     let mut spec = ExportSpec::contiguous(buf.ptr, device, dtype, shape);
     spec.is_copied = copy == Some(true);
     Ok((spec, buf.owner))

@@ -7,7 +7,7 @@ use memarray_core::{HostBuffer, Location, MemoryKind};
 use memarray_cuda::array::Consumer;
 use memarray_cuda::{Device as CudaDevice, RawArray};
 use memarray_dlpack::ffi::DLManagedTensorVersioned;
-use memarray_dlpack::{Device, DeviceType, ExportSpec, ImportedTensor, export_versioned};
+use memarray_dlpack::{DeviceType, ExportSpec, ImportedTensor, export_versioned};
 
 use crate::array::{array_arg, memarray_array, new_handle, token_of};
 use crate::error::{Error, check_out, guard, memarray_status, write_out};
@@ -41,10 +41,7 @@ pub unsafe extern "C" fn memarray_array_to_dlpack(
         let (spec, owner) = {
             let mut raw = a.state();
             let buf = raw.export_buffer(token_of(token), false, consumer)?;
-            let device = match buf.location {
-                Location::Host => Device::CPU,
-                Location::Device(id) => Device::cuda(id as i32),
-            };
+            let device = memarray_dlpack::Device::from(buf.location);
             let spec = ExportSpec::contiguous(buf.ptr, device, raw.dtype(), raw.shape().to_vec());
             (spec, buf.owner)
         };
