@@ -30,7 +30,9 @@ use memarray_core::{
 use super::zero_device_memory;
 use crate::device::Device;
 use crate::event::Event;
-use crate::stream::StreamRef;
+
+mod streams;
+mod trim;
 
 /// Alignment of every pooled block (the driver's natural alignment).
 pub const POOL_ALIGN: usize = 256;
@@ -102,16 +104,6 @@ struct State {
     /// Spare events.
     events: Vec<Event>,
     stats: PoolStatistics,
-}
-
-impl State {
-    /// Forgets free block `addr`'s event (it is reused on its own stream, merged into a
-    /// newer block of that stream, or given back).
-    fn drop_event(&mut self, addr: usize) {
-        if let Some(e) = self.freed.remove(&addr) {
-            self.events.push(e);
-        }
-    }
 }
 
 /// A caching pool over any [`MemoryResource`]: device, pinned or managed memory (with a
@@ -201,33 +193,6 @@ impl CachingPool {
         }
     }
 
-    /// Whether free block `addr`, freed on stream `from`, may be used on another stream
-    /// now (the work queued before its free has completed; no host block). Any doubt (no
-    /// device, an error) is a no.
-    fn block_idle(&self, st: &mut State, addr: usize, from: Tag) -> bool {
-        let Some(device) = &self.device else {
-            return true;
-        };
-        if let Some(e) = st.freed.get(&addr) {
-            return e.is_complete().unwrap_or(false);
-        }
-        if from != RawStream::LEGACY.raw() {
-            return false; // freed on a stream with no event: never happens; stay safe
-        }
-        // The legacy default stream lives as long as the context.
-        let event = match st.events.pop() {
-            Some(e) => e,
-            None => match Event::new(device) {
-                Ok(e) => e,
-                Err(_) => return false,
-            },
-        };
-        let idle =
-            event.record(StreamRef::legacy()).is_ok() && event.is_complete().unwrap_or(false);
-        st.events.push(event);
-        idle
-    }
-
     /// A cached block of `class` for stream `tag`, or one from another stream whose work
     /// has completed.
     fn take_small(&self, st: &mut State, class: usize, tag: Tag) -> Option<usize> {
@@ -305,37 +270,6 @@ impl CachingPool {
             }
         }
         Some(addr)
-    }
-
-    /// The live stream of the current call's tag (the caller named it just now).
-    fn stream_of(&self, tag: Tag) -> Option<StreamRef> {
-        if self.device.is_none() || tag == 0 {
-            return None;
-        }
-        // SAFETY: only called with the tag of the stream the current call passed, live
-        // for the call (RawStream's contract).
-        StreamRef::from_raw_stream(unsafe { RawStream::from_raw(tag) }).ok()
-    }
-
-    /// Records, on `stream` (live now), the event that says when free block `addr` may
-    /// be used on another stream. Without an event the block is never reused elsewhere.
-    fn note_free(&self, st: &mut State, addr: usize, stream: StreamRef) {
-        let Some(device) = &self.device else {
-            return;
-        };
-        st.drop_event(addr);
-        let event = match st.events.pop() {
-            Some(e) => e,
-            None => match Event::new(device) {
-                Ok(e) => e,
-                Err(_) => return,
-            },
-        };
-        if event.record(stream).is_ok() {
-            st.freed.insert(addr, event);
-        } else {
-            st.events.push(event);
-        }
     }
 
     /// Upstream allocation, retried once after giving the cache back on out-of-memory.
@@ -530,133 +464,6 @@ impl CachingPool {
             self.trim_to(&mut st, self.release_threshold);
         }
     }
-
-    /// Gives cached blocks back upstream until at most `target` bytes stay cached;
-    /// returns the bytes released. Only whole segments (one free block) of large memory
-    /// can go back.
-    /// Gives cached memory back until at most `target` bytes stay cached, not counting
-    /// free parts of segments still partly in use (they cannot go back): whole free
-    /// segments first, largest first (the big idle blocks a burst left behind), then
-    /// small blocks (cheap to keep, and the likeliest to be asked for again: trimming
-    /// them first made a 1 MiB pinned array cost a cuMemHostAlloc each time while a 1 GiB
-    /// segment sat in the cache).
-    fn trim_to(&self, st: &mut State, target: usize) -> usize {
-        let mut released = 0usize;
-        let host_memory = self.upstream.is_accessible_from(Location::Host);
-        // A segment can go back when every block in it is free, whatever streams they
-        // were freed on.
-        let mut by_segment: HashMap<usize, (bool, Vec<(usize, LargeBlock)>)> = HashMap::new();
-        for (&a, &b) in &st.large {
-            let e = by_segment.entry(b.segment).or_insert((true, Vec::new()));
-            e.0 &= b.free;
-            e.1.push((a, b));
-        }
-        // (size, base, blocks) of each segment whose blocks are all free.
-        type FreeSegment = (usize, usize, Vec<(usize, LargeBlock)>);
-        // Free parts of segments still partly in use cannot go back: the target applies
-        // to the rest (else each free over the threshold gave back the small block it had
-        // just cached, and the next allocation of that size went upstream again).
-        let stuck: u64 = by_segment
-            .values()
-            .filter(|(all_free, _)| !*all_free)
-            .flat_map(|(_, blocks)| blocks.iter())
-            .filter(|(_, b)| b.free)
-            .map(|(_, b)| b.size as u64)
-            .sum();
-        let target = (target as u64).saturating_add(stuck);
-        let mut free_segments: Vec<FreeSegment> = by_segment
-            .into_iter()
-            .filter(|(_, (all_free, _))| *all_free)
-            .filter_map(|(segment, (_, blocks))| {
-                st.segments
-                    .get(&segment)
-                    .map(|&size| (size, segment, blocks))
-            })
-            .collect();
-        free_segments.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        for (size, segment, blocks) in free_segments {
-            if st.stats.cached_bytes <= target {
-                break;
-            }
-            let mut tags: Vec<Tag> = blocks.iter().map(|(_, b)| b.tag).collect();
-            tags.sort_unstable();
-            tags.dedup();
-            let mut events = Vec::new();
-            for (a, b) in &blocks {
-                st.large.remove(a);
-                remove_free(st, b.tag, b.size, *a);
-                events.extend(st.freed.remove(a));
-            }
-            st.segments.remove(&segment);
-            let tag = match tags.as_slice() {
-                [one] => *one,
-                // Freed on several streams: ordered by their events below.
-                _ => RawStream::LEGACY.raw(),
-            };
-            self.give_back(segment, size, tag, &events, host_memory);
-            st.events.extend(events);
-            st.stats.cached_bytes -= size as u64;
-            st.stats.upstream_bytes -= size as u64;
-            released += size;
-        }
-        if st.stats.cached_bytes <= target {
-            return released;
-        }
-        let mut small: Vec<((usize, Tag), Vec<usize>)> = st.small_free.drain().collect();
-        // Largest classes first, as above.
-        small.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
-        let mut keep: Vec<((usize, Tag), Vec<usize>)> = Vec::new();
-        for ((class, tag), mut addrs) in small {
-            while st.stats.cached_bytes > target {
-                let Some(a) = addrs.pop() else { break };
-                let events: Vec<Event> = st.freed.remove(&a).into_iter().collect();
-                self.give_back(a, class, tag, &events, host_memory);
-                st.events.extend(events);
-                st.stats.cached_bytes -= class as u64;
-                st.stats.upstream_bytes -= class as u64;
-                released += class;
-            }
-            if !addrs.is_empty() {
-                keep.push(((class, tag), addrs));
-            }
-        }
-        st.small_free.extend(keep);
-        released
-    }
-
-    /// Frees one upstream allocation last used on stream `tag`. A stream other than the
-    /// legacy default stream is not named again: its `events` (recorded at the frees)
-    /// order the free instead, on the legacy default stream. Host-reachable memory is
-    /// waited for first (the upstream may hand it to host code at once).
-    fn give_back(&self, addr: usize, size: usize, tag: Tag, events: &[Event], host_memory: bool) {
-        let legacy = RawStream::LEGACY.raw();
-        let stream = match tag {
-            0 => None,
-            // SAFETY: the legacy default stream lives as long as the context.
-            _ => Some(unsafe { RawStream::from_raw(legacy) }),
-        };
-        for e in events {
-            // Ordering only: on failure the upstream's own rule (cuMemFree waits for the
-            // device) is left in charge.
-            let _ = if host_memory {
-                e.synchronize()
-            } else {
-                StreamRef::legacy().wait(e)
-            };
-        }
-        if host_memory
-            && tag == legacy
-            && let Some(device) = &self.device
-        {
-            let _ = StreamRef::legacy().synchronize(device);
-        }
-        if let Some(p) = NonNull::new(addr as *mut u8) {
-            // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
-            // once; its last uses are ordered before the legacy default stream's position
-            // (waited for above if host-reachable).
-            unsafe { self.upstream.deallocate(p, size, POOL_ALIGN, stream) };
-        }
-    }
 }
 
 fn best_fit(st: &State, tag: Tag, size: usize) -> Option<(usize, usize)> {
@@ -764,167 +571,4 @@ impl Drop for CachingPool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use memarray_core::resource::conformance;
-    use memarray_core::{HostResource, StatisticsAdaptor};
-
-    fn host_pool(threshold: usize) -> CachingPool {
-        CachingPool::host(Arc::new(HostResource), threshold)
-    }
-
-    #[test]
-    fn host_pool_conforms() {
-        conformance::check_all(Arc::new(host_pool(usize::MAX)));
-        conformance::check_all(Arc::new(host_pool(0)));
-        conformance::check_all(Arc::new(host_pool(3 << 20)));
-    }
-
-    #[test]
-    fn small_blocks_are_reused_by_class() {
-        let pool = host_pool(usize::MAX);
-        let a = pool.allocate(700, 64, None).unwrap();
-        // SAFETY: freed once, with the arguments it was allocated with.
-        unsafe { pool.deallocate(a, 700, 64, None) };
-        let b = pool.allocate(1024, 64, None).unwrap();
-        assert_eq!(a, b, "700 and 1024 bytes share the 1 KiB class");
-        let c = pool.allocate(1025, 64, None).unwrap();
-        assert_ne!(b, c);
-        let s = pool.statistics();
-        assert_eq!((s.hits, s.misses, s.used_bytes), (1, 2, 1024 + 2048));
-        // SAFETY: as above.
-        unsafe {
-            pool.deallocate(b, 1024, 64, None);
-            pool.deallocate(c, 1025, 64, None);
-        }
-        assert_eq!(pool.statistics().cached_bytes, 3072);
-    }
-
-    #[test]
-    fn large_blocks_split_best_fit_and_coalesce() {
-        let upstream = Arc::new(StatisticsAdaptor::new(Arc::new(HostResource)));
-        let pool = CachingPool::host(upstream.clone(), usize::MAX);
-        // 2.5 MiB -> one 4 MiB segment: 2.5 MiB used, a 1.5 MiB free remainder.
-        let (n_a, n_b) = (5 << 19, 3 << 19);
-        let a = pool.allocate(n_a, 256, None).unwrap();
-        assert_eq!(upstream.statistics().current_bytes, 4 << 20);
-        let b = pool.allocate(n_b, 256, None).unwrap(); // the remainder, no new segment
-        assert_eq!(b.as_ptr() as usize, a.as_ptr() as usize + n_a);
-        assert_eq!(upstream.statistics().total_count, 1);
-        // SAFETY: freed once each, with the arguments they were allocated with.
-        unsafe {
-            pool.deallocate(a, n_a, 256, None);
-            pool.deallocate(b, n_b, 256, None);
-        }
-        // Merged back into one 4 MiB block: a 4 MiB request fits without a new segment.
-        let c = pool.allocate(4 << 20, 256, None).unwrap();
-        assert_eq!(c, a);
-        assert_eq!(upstream.statistics().total_count, 1);
-        // SAFETY: as above.
-        unsafe { pool.deallocate(c, 4 << 20, 256, None) };
-        assert_eq!(pool.trim(), 4 << 20);
-        assert_eq!(
-            upstream.statistics().current_bytes,
-            0,
-            "trim returns every segment"
-        );
-    }
-
-    #[test]
-    fn release_threshold_bounds_the_cache() {
-        let upstream = Arc::new(StatisticsAdaptor::new(Arc::new(HostResource)));
-        let pool = CachingPool::host(upstream.clone(), 4 << 20);
-        let blocks: Vec<_> = (0..8)
-            .map(|_| pool.allocate(2 << 20, 256, None).unwrap())
-            .collect();
-        for p in blocks {
-            // SAFETY: freed once, with the arguments it was allocated with.
-            unsafe { pool.deallocate(p, 2 << 20, 256, None) };
-            assert!(pool.statistics().cached_bytes <= 4 << 20);
-        }
-        assert_eq!(
-            upstream.statistics().current_bytes,
-            pool.statistics().cached_bytes
-        );
-    }
-
-    #[test]
-    fn trimming_gives_back_big_idle_segments_before_small_blocks() {
-        let pool = CachingPool::host(Arc::new(HostResource), 64 << 20);
-        let big = pool.allocate(64 << 20, 256, None).unwrap();
-        let small = pool.allocate(4096, 256, None).unwrap();
-        // 64 MiB cached: at the limit; then over it, which trims.
-        // SAFETY: freed once, with the arguments it was allocated with.
-        unsafe { pool.deallocate(big, 64 << 20, 256, None) };
-        // SAFETY: as above.
-        unsafe { pool.deallocate(small, 4096, 256, None) };
-        let cached = pool.statistics().cached_bytes;
-        assert!(
-            cached < 1 << 20,
-            "the 64 MiB segment went back ({cached} cached)"
-        );
-        let again = pool.allocate(4096, 256, None).unwrap();
-        assert_eq!(again, small, "the small block stayed cached");
-        assert_eq!(pool.statistics().hits, 1);
-        // SAFETY: as above.
-        unsafe { pool.deallocate(again, 4096, 256, None) };
-    }
-
-    #[test]
-    fn free_parts_of_used_segments_do_not_push_small_blocks_out() {
-        let pool = CachingPool::host(Arc::new(HostResource), 2 << 20);
-        // Each 3 MiB block takes a 4 MiB segment whose free 1 MiB tail stays cached: 5 MiB
-        // cached that no trim can give back while the blocks live.
-        let big: Vec<_> = (0..5)
-            .map(|_| pool.allocate(3 << 20, 256, None).unwrap())
-            .collect();
-        let small = pool.allocate(4096, 256, None).unwrap();
-        // SAFETY: freed once, with the arguments it was allocated with.
-        unsafe { pool.deallocate(small, 4096, 256, None) };
-        assert!(pool.statistics().cached_bytes > 2 << 20);
-        let again = pool.allocate(4096, 256, None).unwrap();
-        assert_eq!(again, small, "the small block stayed cached");
-        assert_eq!(pool.statistics().hits, 1);
-        // SAFETY: as above, for every block.
-        unsafe {
-            pool.deallocate(again, 4096, 256, None);
-            for p in big {
-                pool.deallocate(p, 3 << 20, 256, None);
-            }
-        }
-    }
-
-    #[test]
-    fn out_of_memory_gives_the_cache_back_and_retries() {
-        let limited = Arc::new(memarray_core::LimitingAdaptor::new(
-            Arc::new(HostResource),
-            8 << 20,
-        ));
-        let pool = CachingPool::host(limited.clone(), usize::MAX);
-        let a = pool.allocate(6 << 20, 256, None).unwrap();
-        // SAFETY: freed once, with the arguments it was allocated with.
-        unsafe { pool.deallocate(a, 6 << 20, 256, None) };
-        // 6 MiB cached + a new 4 MiB segment would pass 8 MiB, but 4 MiB fits in the
-        // cached segment; ask for 8 MiB instead: needs the cache given back first.
-        let b = pool.allocate(8 << 20, 256, None).unwrap();
-        assert_eq!(limited.used(), 8 << 20);
-        // SAFETY: as above.
-        unsafe { pool.deallocate(b, 8 << 20, 256, None) };
-        assert!(matches!(
-            pool.allocate(9 << 20, 256, None),
-            Err(CoreError::OutOfMemory { .. })
-        ));
-    }
-
-    #[test]
-    fn foreign_and_double_frees_are_ignored() {
-        let pool = host_pool(usize::MAX);
-        let p = pool.allocate(64, 64, None).unwrap();
-        // SAFETY: freed once...
-        unsafe { pool.deallocate(p, 64, 64, None) };
-        // ...and again: the pool no longer knows it and ignores it.
-        // SAFETY: the pool ignores addresses it did not hand out (tested here).
-        unsafe { pool.deallocate(p, 64, 64, None) };
-        assert_eq!(pool.statistics().cached_bytes, 512);
-    }
-}
+mod tests;

@@ -1,0 +1,164 @@
+//! The caching pool over host memory: classes, splitting and merging, trimming.
+
+use super::*;
+use memarray_core::resource::conformance;
+use memarray_core::{HostResource, StatisticsAdaptor};
+
+fn host_pool(threshold: usize) -> CachingPool {
+    CachingPool::host(Arc::new(HostResource), threshold)
+}
+
+#[test]
+fn host_pool_conforms() {
+    conformance::check_all(Arc::new(host_pool(usize::MAX)));
+    conformance::check_all(Arc::new(host_pool(0)));
+    conformance::check_all(Arc::new(host_pool(3 << 20)));
+}
+
+#[test]
+fn small_blocks_are_reused_by_class() {
+    let pool = host_pool(usize::MAX);
+    let a = pool.allocate(700, 64, None).unwrap();
+    // SAFETY: freed once, with the arguments it was allocated with.
+    unsafe { pool.deallocate(a, 700, 64, None) };
+    let b = pool.allocate(1024, 64, None).unwrap();
+    assert_eq!(a, b, "700 and 1024 bytes share the 1 KiB class");
+    let c = pool.allocate(1025, 64, None).unwrap();
+    assert_ne!(b, c);
+    let s = pool.statistics();
+    assert_eq!((s.hits, s.misses, s.used_bytes), (1, 2, 1024 + 2048));
+    // SAFETY: as above.
+    unsafe {
+        pool.deallocate(b, 1024, 64, None);
+        pool.deallocate(c, 1025, 64, None);
+    }
+    assert_eq!(pool.statistics().cached_bytes, 3072);
+}
+
+#[test]
+fn large_blocks_split_best_fit_and_coalesce() {
+    let upstream = Arc::new(StatisticsAdaptor::new(Arc::new(HostResource)));
+    let pool = CachingPool::host(upstream.clone(), usize::MAX);
+    // 2.5 MiB -> one 4 MiB segment: 2.5 MiB used, a 1.5 MiB free remainder.
+    let (n_a, n_b) = (5 << 19, 3 << 19);
+    let a = pool.allocate(n_a, 256, None).unwrap();
+    assert_eq!(upstream.statistics().current_bytes, 4 << 20);
+    let b = pool.allocate(n_b, 256, None).unwrap(); // the remainder, no new segment
+    assert_eq!(b.as_ptr() as usize, a.as_ptr() as usize + n_a);
+    assert_eq!(upstream.statistics().total_count, 1);
+    // SAFETY: freed once each, with the arguments they were allocated with.
+    unsafe {
+        pool.deallocate(a, n_a, 256, None);
+        pool.deallocate(b, n_b, 256, None);
+    }
+    // Merged back into one 4 MiB block: a 4 MiB request fits without a new segment.
+    let c = pool.allocate(4 << 20, 256, None).unwrap();
+    assert_eq!(c, a);
+    assert_eq!(upstream.statistics().total_count, 1);
+    // SAFETY: as above.
+    unsafe { pool.deallocate(c, 4 << 20, 256, None) };
+    assert_eq!(pool.trim(), 4 << 20);
+    assert_eq!(
+        upstream.statistics().current_bytes,
+        0,
+        "trim returns every segment"
+    );
+}
+
+#[test]
+fn release_threshold_bounds_the_cache() {
+    let upstream = Arc::new(StatisticsAdaptor::new(Arc::new(HostResource)));
+    let pool = CachingPool::host(upstream.clone(), 4 << 20);
+    let blocks: Vec<_> = (0..8)
+        .map(|_| pool.allocate(2 << 20, 256, None).unwrap())
+        .collect();
+    for p in blocks {
+        // SAFETY: freed once, with the arguments it was allocated with.
+        unsafe { pool.deallocate(p, 2 << 20, 256, None) };
+        assert!(pool.statistics().cached_bytes <= 4 << 20);
+    }
+    assert_eq!(
+        upstream.statistics().current_bytes,
+        pool.statistics().cached_bytes
+    );
+}
+
+#[test]
+fn trimming_gives_back_big_idle_segments_before_small_blocks() {
+    let pool = CachingPool::host(Arc::new(HostResource), 64 << 20);
+    let big = pool.allocate(64 << 20, 256, None).unwrap();
+    let small = pool.allocate(4096, 256, None).unwrap();
+    // 64 MiB cached: at the limit; then over it, which trims.
+    // SAFETY: freed once, with the arguments it was allocated with.
+    unsafe { pool.deallocate(big, 64 << 20, 256, None) };
+    // SAFETY: as above.
+    unsafe { pool.deallocate(small, 4096, 256, None) };
+    let cached = pool.statistics().cached_bytes;
+    assert!(
+        cached < 1 << 20,
+        "the 64 MiB segment went back ({cached} cached)"
+    );
+    let again = pool.allocate(4096, 256, None).unwrap();
+    assert_eq!(again, small, "the small block stayed cached");
+    assert_eq!(pool.statistics().hits, 1);
+    // SAFETY: as above.
+    unsafe { pool.deallocate(again, 4096, 256, None) };
+}
+
+#[test]
+fn free_parts_of_used_segments_do_not_push_small_blocks_out() {
+    let pool = CachingPool::host(Arc::new(HostResource), 2 << 20);
+    // Each 3 MiB block takes a 4 MiB segment whose free 1 MiB tail stays cached: 5 MiB
+    // cached that no trim can give back while the blocks live.
+    let big: Vec<_> = (0..5)
+        .map(|_| pool.allocate(3 << 20, 256, None).unwrap())
+        .collect();
+    let small = pool.allocate(4096, 256, None).unwrap();
+    // SAFETY: freed once, with the arguments it was allocated with.
+    unsafe { pool.deallocate(small, 4096, 256, None) };
+    assert!(pool.statistics().cached_bytes > 2 << 20);
+    let again = pool.allocate(4096, 256, None).unwrap();
+    assert_eq!(again, small, "the small block stayed cached");
+    assert_eq!(pool.statistics().hits, 1);
+    // SAFETY: as above, for every block.
+    unsafe {
+        pool.deallocate(again, 4096, 256, None);
+        for p in big {
+            pool.deallocate(p, 3 << 20, 256, None);
+        }
+    }
+}
+
+#[test]
+fn out_of_memory_gives_the_cache_back_and_retries() {
+    let limited = Arc::new(memarray_core::LimitingAdaptor::new(
+        Arc::new(HostResource),
+        8 << 20,
+    ));
+    let pool = CachingPool::host(limited.clone(), usize::MAX);
+    let a = pool.allocate(6 << 20, 256, None).unwrap();
+    // SAFETY: freed once, with the arguments it was allocated with.
+    unsafe { pool.deallocate(a, 6 << 20, 256, None) };
+    // 6 MiB cached + a new 4 MiB segment would pass 8 MiB, but 4 MiB fits in the
+    // cached segment; ask for 8 MiB instead: needs the cache given back first.
+    let b = pool.allocate(8 << 20, 256, None).unwrap();
+    assert_eq!(limited.used(), 8 << 20);
+    // SAFETY: as above.
+    unsafe { pool.deallocate(b, 8 << 20, 256, None) };
+    assert!(matches!(
+        pool.allocate(9 << 20, 256, None),
+        Err(CoreError::OutOfMemory { .. })
+    ));
+}
+
+#[test]
+fn foreign_and_double_frees_are_ignored() {
+    let pool = host_pool(usize::MAX);
+    let p = pool.allocate(64, 64, None).unwrap();
+    // SAFETY: freed once...
+    unsafe { pool.deallocate(p, 64, 64, None) };
+    // ...and again: the pool no longer knows it and ignores it.
+    // SAFETY: the pool ignores addresses it did not hand out (tested here).
+    unsafe { pool.deallocate(p, 64, 64, None) };
+    assert_eq!(pool.statistics().cached_bytes, 512);
+}
