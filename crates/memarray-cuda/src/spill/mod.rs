@@ -23,7 +23,6 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
 
@@ -34,6 +33,12 @@ use memarray_core::{FileResource, HostBuffer, HostResource, MemoryResource};
 use crate::device::Device;
 use crate::error::{ArrayError, CudaError, Result};
 use crate::stream::{Stream, StreamRef};
+
+mod settings;
+#[cfg(test)]
+mod tests;
+
+pub use settings::{SpillSettings, env_settings, parse_bytes};
 
 /// An array the registry can spill: memarray-cuda's `SharedArray` cell. The registry
 /// holds it weakly and reaches it only through this trait (the array layer sits above).
@@ -54,21 +59,6 @@ pub(crate) struct SpillNote {
     pub(crate) ahead: bool,
     /// Device bytes this array adds to its device's resident count now.
     pub(crate) counted: usize,
-}
-
-/// How one device spills.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SpillSettings {
-    /// Keep memarray's spillable arrays on the device within this many bytes (spill
-    /// before an allocation would pass it). `None`: spill only when an allocation fails.
-    pub device_budget: Option<u64>,
-    /// Host bytes that spilling may allocate for host copies (arrays made on the device
-    /// have none until they spill). Beyond it, host copies come from a file in
-    /// `file_dir`; without one, spilling stops there. `None`: no limit.
-    pub host_budget: Option<u64>,
-    /// Directory for the file tier (a file per device, unlinked at once, so it goes
-    /// away with the process).
-    pub file_dir: Option<PathBuf>,
 }
 
 /// Counters of one device's spilling.
@@ -397,88 +387,6 @@ pub fn statistics(device: u32) -> Option<DeviceSpillStatistics> {
     })
 }
 
-/// Parses a byte count: digits with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in powers
-/// of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024), spaces and case ignored.
-pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a byte count (for example 4GiB or 4000000000)"))?;
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "tb" | "t" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        u => {
-            return Err(format!(
-                "{s:?}: unknown unit {u:?} (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-            ));
-        }
-    };
-    let v = n * mult;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(v as u64)
-}
-
-/// The devices and settings the environment asks for: `MEMARRAY_SPILL` (`1`, `on` or
-/// `all`: every device; `cuda:0,cuda:2`: those; unset, empty, `0` or `off`: none),
-/// `MEMARRAY_DEVICE_BUDGET`, `MEMARRAY_HOST_BUDGET` (byte counts, [`parse_bytes`]) and
-/// `MEMARRAY_SPILL_DIR`.
-pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, String> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    let bytes = |k: &str| -> std::result::Result<Option<u64>, String> {
-        var(k)
-            .map(|v| parse_bytes(&v).map_err(|e| format!("{k}: {e}")))
-            .transpose()
-    };
-    // Budgets are checked whether or not spilling is asked for: a bad value is an error
-    // either way, never silently ignored.
-    let device_budget = bytes("MEMARRAY_DEVICE_BUDGET")?;
-    let host_budget = bytes("MEMARRAY_HOST_BUDGET")?;
-    let Some(which) = var("MEMARRAY_SPILL") else {
-        return Ok(None);
-    };
-    let which = which.trim().to_ascii_lowercase();
-    let devices: Vec<u32> = match which.as_str() {
-        "0" | "off" | "no" | "false" => return Ok(None),
-        "1" | "on" | "all" | "yes" | "true" => {
-            (0..crate::device_count().unwrap_or(0) as u32).collect()
-        }
-        list => list
-            .split(',')
-            .map(|d| {
-                d.trim()
-                    .strip_prefix("cuda:")
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "MEMARRAY_SPILL={which:?}: expected 1, all, off or devices like cuda:0,cuda:1"
-                        )
-                    })
-            })
-            .collect::<std::result::Result<_, _>>()?,
-    };
-    Ok(Some((
-        devices,
-        SpillSettings {
-            device_budget,
-            host_budget,
-            file_dir: var("MEMARRAY_SPILL_DIR").map(PathBuf::from),
-        },
-    )))
-}
-
 /// Applies [`env_settings`] once per process (later calls return the first outcome).
 /// Memarray calls it on first use; the Python package calls it at import, so a bad
 /// value is a `ValueError` there.
@@ -731,131 +639,5 @@ impl Spiller for DeviceSpill {
             Some(t) => t.try_spill(self),
             None => SpillOutcome::Gone,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_counts_parse_with_units_and_refuse_nonsense() {
-        assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
-        assert_eq!(parse_bytes(" 4 gib "), Ok(4 << 30));
-        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
-        assert_eq!(parse_bytes("123"), Ok(123));
-        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
-        for bad in ["", "GiB", "-1", "4 parsecs", "1e400", "nan"] {
-            assert!(parse_bytes(bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
-#[cfg(test)]
-mod cost {
-    use super::*;
-
-    struct Dummy;
-    impl SpillTarget for [u8; 256] {
-        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
-            SpillOutcome::Busy
-        }
-    }
-    impl SpillTarget for Dummy {
-        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
-            SpillOutcome::Busy
-        }
-    }
-
-    /// The bookkeeping alone, on the CPU: `cargo test --release -p memarray-cuda
-    /// spill::cost -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bookkeeping_cost() {
-        let state = Arc::new(DeviceSpill {
-            device: 7,
-            registry: SpillRegistry::new(None),
-            settings: SpillSettings::default(),
-            arrays: Mutex::new(HashMap::new()),
-            stream: OnceLock::new(),
-            host: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
-            pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
-            file: Mutex::new(None),
-            resident_now: AtomicU64::new(0),
-        });
-        let _ = ENV.set(Ok(()));
-        DEVICES
-            .write()
-            .unwrap()
-            .get_or_insert_with(HashMap::new)
-            .insert(7, state);
-        GENERATION.fetch_add(1, Ordering::AcqRel);
-        ACTIVE.store(true, Ordering::Release);
-        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
-        let n = 1_000_000u64;
-        let t = std::time::Instant::now();
-        for id in 0..n {
-            let mut note = SpillNote::default();
-            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
-                Arc::downgrade(&target)
-            });
-            forget(id, &mut note);
-        }
-        println!(
-            "list + forget: {:.1} ns",
-            t.elapsed().as_nanos() as f64 / n as f64
-        );
-        // As the real cell: a target of its own per array, gone before its batch applies.
-        let t = std::time::Instant::now();
-        for id in 0..n {
-            let own: Arc<dyn SpillTarget> = Arc::new([0u8; 256]);
-            let mut note = SpillNote::default();
-            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
-                Arc::downgrade(&own)
-            });
-            forget(id, &mut note);
-            drop(own);
-        }
-        println!(
-            "list + forget, a target each: {:.1} ns",
-            t.elapsed().as_nanos() as f64 / n as f64
-        );
-        let mut note = SpillNote::default();
-        after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
-            Arc::downgrade(&target)
-        });
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
-                Arc::downgrade(&target)
-            });
-        }
-        println!("touch: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
-        let mut notes: Vec<SpillNote> = (0..64).map(|_| SpillNote::default()).collect();
-        for (k, note) in notes.iter_mut().enumerate() {
-            after_access(n + 1 + k as u64, note, (Some(7), Some(7)), 1 << 20, || {
-                Arc::downgrade(&target)
-            });
-        }
-        let t = std::time::Instant::now();
-        for i in 0..n {
-            let k = (i % 64) as usize;
-            after_access(
-                n + 1 + k as u64,
-                &mut notes[k],
-                (Some(7), Some(7)),
-                1 << 20,
-                || Arc::downgrade(&target),
-            );
-        }
-        println!(
-            "touch, 64 arrays in turn: {:.1} ns",
-            t.elapsed().as_nanos() as f64 / n as f64
-        );
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            std::hint::black_box(device_spill(7));
-        }
-        println!("lookup: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
     }
 }

@@ -1,0 +1,101 @@
+//! How a device spills ([`SpillSettings`]) and what the environment asks for
+//! (`MEMARRAY_SPILL` and its budgets), parsed apart from the spilling itself.
+
+use std::path::PathBuf;
+
+/// How one device spills.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpillSettings {
+    /// Keep memarray's spillable arrays on the device within this many bytes (spill
+    /// before an allocation would pass it). `None`: spill only when an allocation fails.
+    pub device_budget: Option<u64>,
+    /// Host bytes that spilling may allocate for host copies (arrays made on the device
+    /// have none until they spill). Beyond it, host copies come from a file in
+    /// `file_dir`; without one, spilling stops there. `None`: no limit.
+    pub host_budget: Option<u64>,
+    /// Directory for the file tier (a file per device, unlinked at once, so it goes
+    /// away with the process).
+    pub file_dir: Option<PathBuf>,
+}
+
+/// Parses a byte count: digits with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in powers
+/// of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024), spaces and case ignored.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count (for example 4GiB or 4000000000)"))?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(v as u64)
+}
+
+/// The devices and settings the environment asks for: `MEMARRAY_SPILL` (`1`, `on` or
+/// `all`: every device; `cuda:0,cuda:2`: those; unset, empty, `0` or `off`: none),
+/// `MEMARRAY_DEVICE_BUDGET`, `MEMARRAY_HOST_BUDGET` (byte counts, [`parse_bytes`]) and
+/// `MEMARRAY_SPILL_DIR`.
+pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let bytes = |k: &str| -> std::result::Result<Option<u64>, String> {
+        var(k)
+            .map(|v| parse_bytes(&v).map_err(|e| format!("{k}: {e}")))
+            .transpose()
+    };
+    // Budgets are checked whether or not spilling is asked for: a bad value is an error
+    // either way, never silently ignored.
+    let device_budget = bytes("MEMARRAY_DEVICE_BUDGET")?;
+    let host_budget = bytes("MEMARRAY_HOST_BUDGET")?;
+    let Some(which) = var("MEMARRAY_SPILL") else {
+        return Ok(None);
+    };
+    let which = which.trim().to_ascii_lowercase();
+    let devices: Vec<u32> = match which.as_str() {
+        "0" | "off" | "no" | "false" => return Ok(None),
+        "1" | "on" | "all" | "yes" | "true" => {
+            (0..crate::device_count().unwrap_or(0) as u32).collect()
+        }
+        list => list
+            .split(',')
+            .map(|d| {
+                d.trim()
+                    .strip_prefix("cuda:")
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "MEMARRAY_SPILL={which:?}: expected 1, all, off or devices like cuda:0,cuda:1"
+                        )
+                    })
+            })
+            .collect::<std::result::Result<_, _>>()?,
+    };
+    Ok(Some((
+        devices,
+        SpillSettings {
+            device_budget,
+            host_budget,
+            file_dir: var("MEMARRAY_SPILL_DIR").map(PathBuf::from),
+        },
+    )))
+}

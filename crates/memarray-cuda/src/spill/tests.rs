@@ -1,0 +1,125 @@
+//! Spilling's unit tests and its bookkeeping cost (`cost`, ignored: run by hand).
+
+mod basics {
+    use super::super::*;
+
+    #[test]
+    fn byte_counts_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_bytes(" 4 gib "), Ok(4 << 30));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("123"), Ok(123));
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        for bad in ["", "GiB", "-1", "4 parsecs", "1e400", "nan"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?}");
+        }
+    }
+}
+
+mod cost {
+    use super::super::*;
+
+    struct Dummy;
+    impl SpillTarget for [u8; 256] {
+        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
+            SpillOutcome::Busy
+        }
+    }
+    impl SpillTarget for Dummy {
+        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
+            SpillOutcome::Busy
+        }
+    }
+
+    /// The bookkeeping alone, on the CPU: `cargo test --release -p memarray-cuda
+    /// spill::cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn bookkeeping_cost() {
+        let state = Arc::new(DeviceSpill {
+            device: 7,
+            registry: SpillRegistry::new(None),
+            settings: SpillSettings::default(),
+            arrays: Mutex::new(HashMap::new()),
+            stream: OnceLock::new(),
+            host: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+            pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+            file: Mutex::new(None),
+            resident_now: AtomicU64::new(0),
+        });
+        let _ = ENV.set(Ok(()));
+        DEVICES
+            .write()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .insert(7, state);
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        ACTIVE.store(true, Ordering::Release);
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        let n = 1_000_000u64;
+        let t = std::time::Instant::now();
+        for id in 0..n {
+            let mut note = SpillNote::default();
+            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&target)
+            });
+            forget(id, &mut note);
+        }
+        println!(
+            "list + forget: {:.1} ns",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        // As the real cell: a target of its own per array, gone before its batch applies.
+        let t = std::time::Instant::now();
+        for id in 0..n {
+            let own: Arc<dyn SpillTarget> = Arc::new([0u8; 256]);
+            let mut note = SpillNote::default();
+            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&own)
+            });
+            forget(id, &mut note);
+            drop(own);
+        }
+        println!(
+            "list + forget, a target each: {:.1} ns",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        let mut note = SpillNote::default();
+        after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
+            Arc::downgrade(&target)
+        });
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&target)
+            });
+        }
+        println!("touch: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
+        let mut notes: Vec<SpillNote> = (0..64).map(|_| SpillNote::default()).collect();
+        for (k, note) in notes.iter_mut().enumerate() {
+            after_access(n + 1 + k as u64, note, (Some(7), Some(7)), 1 << 20, || {
+                Arc::downgrade(&target)
+            });
+        }
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let k = (i % 64) as usize;
+            after_access(
+                n + 1 + k as u64,
+                &mut notes[k],
+                (Some(7), Some(7)),
+                1 << 20,
+                || Arc::downgrade(&target),
+            );
+        }
+        println!(
+            "touch, 64 arrays in turn: {:.1} ns",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(device_spill(7));
+        }
+        println!("lookup: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
+    }
+}
