@@ -2,9 +2,10 @@
 """Layering check (issue 14, point 8; issue 29, point 6): no module imports one above it,
 and no file imports itself back through others.
 
-1. Layers: every `crate::<module>` path outside comments and `#[cfg(test)]` modules in
-   each crate's sources names a module of its own layer or below. The layers are the ones
-   docs/architecture.md ("Layers inside the crates") lists; keep the two in step.
+1. Layers: every `crate::<module>` path outside comments and `#[cfg(test)]` modules
+   (and `tests.rs` files, test modules of their own) in each crate's sources names a
+   module of its own layer or below. The layers are the ones docs/architecture.md
+   ("Layers inside the crates") lists; keep the two in step.
 2. Circles, file by file: every `crate::`, `super::` and `self::` path (in `use` trees
    too) is resolved to the file that defines what it names, through `pub use`
    re-exports (`crate::MemArray` is `array/mod.rs`'s re-export of `array/raw.rs`'s type:
@@ -109,6 +110,8 @@ def check(src: str, layers: list[list[str]]) -> list[str]:
     errors = []
     edges: dict[str, set[str]] = {}
     for path in sorted(base.rglob("*.rs")):
+        if path.name == "tests.rs":
+            continue  # a `#[cfg(test)] mod tests;` file, as test modules inside files
         rel = path.relative_to(base)
         module = rel.parts[0].removesuffix(".rs")
         if module in ("lib", "main"):
@@ -192,6 +195,8 @@ class Crate:
         self.src = src
         self.files: dict[tuple[str, ...], pathlib.Path] = {}
         for f in sorted(src.rglob("*.rs")):
+            if f.name == "tests.rs":
+                continue  # test modules, as `#[cfg(test)]` ones inside files
             rel = f.relative_to(src).with_suffix("")
             parts = tuple(rel.parts)
             if parts in (("lib",), ("main",)):

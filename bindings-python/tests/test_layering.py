@@ -56,6 +56,7 @@ def test_use_trees_and_inline_paths_count_comments_and_tests_do_not(tmp_path):
             "x.rs": "use crate::{y::{self, Y}, z::Z as Zed};\n// crate::nothing::here\n",
             "y.rs": "pub struct Y;\npub fn f() { let _ = crate::z::g(); }\n",
             "z.rs": "pub struct Z;\npub fn g() {}\n#[cfg(test)]\nmod tests { use crate::x; }\n",
+            "y/tests.rs": "use crate::x;\n",  # a test module file: no edge either
         },
     )
     e = names(c, c.edges())

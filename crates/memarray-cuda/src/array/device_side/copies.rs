@@ -1,0 +1,330 @@
+//! The device side's copies in and out: uploads, downloads, peer moves, byte reads and
+//! writes, the seed kernel, exports and clones, each ordered by the rules in `mod.rs`.
+
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::error::{ArrayError, Result};
+use crate::event::Enqueued;
+use crate::stream::StreamRef;
+use crate::sync::{self, Span};
+use crate::{kernel, transfer};
+use memarray_core::{DType, HostBuffer, Location};
+use std::sync::Arc;
+
+use super::{Consumer, DeviceSide, ExportOwner};
+
+impl DeviceSide {
+    /// Host -> device `device_id`, allocating the device buffer on first use.
+    pub(crate) fn upload(
+        &mut self,
+        host: &HostBuffer,
+        device_id: u32,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream, device_id);
+        // SAFETY: the copy below writes all nbytes before any read.
+        let dst = unsafe { self.buffer_on(device_id, nbytes, stream)? };
+        self.order(stream, device_id)?;
+        // SAFETY: the host buffer holds nbytes bytes and outlives the copy (the array owns
+        // an Arc to it, and every host access and the array's drop wait for the event
+        // recorded below).
+        let op =
+            unsafe { sync::enqueue(Span::Device(&dst, 0), Span::Host(host, 0), nbytes, stream)? };
+        if let Some(op) = op {
+            self.record(op, None)?;
+        }
+        self.install(dst);
+        Ok(())
+    }
+
+    /// Makes a new device copy on `device_id` for an array born there: uninitialised
+    /// (`fill` None), or every element set to `fill` (its bytes; all zero is a memset).
+    /// No host memory is touched beyond the one element a non-byte pattern is seeded
+    /// from; a non-byte pattern then doubles on the device (log2(n) device copies).
+    pub(crate) fn born(
+        &mut self,
+        device_id: u32,
+        nbytes: usize,
+        fill: Option<&[u8]>,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream, device_id);
+        // SAFETY: with a fill, every byte is written below before any read; without one
+        // the bytes are unspecified by the caller's choice (device memory read only through
+        // copies, so an unset byte is a value, not undefined behaviour on the host).
+        let dst = unsafe { self.buffer_on(device_id, nbytes, stream)? };
+        let op = match fill {
+            None => None,
+            Some(pattern) if pattern.iter().all(|&b| b == pattern[0]) => {
+                Some(transfer::memset(&dst, 0, nbytes, pattern[0], stream)?)
+            }
+            Some(pattern) => {
+                let seed = pattern.len().min(nbytes);
+                let mut op = transfer::copy_htod(&dst, 0, &pattern[..seed], stream)?;
+                let mut done = seed;
+                while done < nbytes {
+                    let n = done.min(nbytes - done);
+                    op = transfer::copy_dtod(&dst, done, &dst, 0, n, stream)?;
+                    done += n;
+                }
+                Some(op)
+            }
+        };
+        if let Some(op) = op {
+            self.record(op, None)?;
+        }
+        self.install(dst);
+        Ok(())
+    }
+
+    /// Device -> host.
+    pub(crate) fn download(
+        &mut self,
+        host: &HostBuffer,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let src = self.current()?;
+        let stream = self.pick(stream, src.device().id());
+        debug_assert_eq!(src.len(), nbytes);
+        self.order(stream, src.device().id())?;
+        // SAFETY: the host buffer holds nbytes bytes and stays alive (the array owns an
+        // Arc to it) until the event recorded below, which every host access waits for.
+        let op =
+            unsafe { sync::enqueue(Span::Host(host, 0), Span::Device(&src, 0), nbytes, stream)? };
+        match op {
+            Some(op) => self.record(op, None),
+            None => Ok(()),
+        }
+    }
+
+    /// Device -> another device, peer to peer.
+    pub(crate) fn move_peer(
+        &mut self,
+        to: u32,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let stream = self.pick(stream, to);
+        let src = self.current()?;
+        // Direct peer access (NVLink / PCIe P2P) where the pair supports it; without it
+        // cuMemcpyPeerAsync stages through the host. Enabling is idempotent.
+        Device::get(to)?.link_peer(src.device())?;
+        // SAFETY: the copy below writes all nbytes before any read.
+        let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
+        self.order(stream, to)?;
+        // SAFETY: device memory only: no host span.
+        let op =
+            unsafe { sync::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
+        // Only now does the new buffer become the device copy: if anything above
+        // failed, the array still holds its data on the source device.
+        if let Some(op) = op {
+            self.record(op, Some(src))?;
+        }
+        self.install(dst);
+        Ok(())
+    }
+
+    /// Why the device copy cannot be spilled now, if it cannot: a producer's memory, a
+    /// live export or pin (another holder of the buffer), or work still running on it
+    /// (the array's event or a consumer's recorded use; asked without blocking).
+    pub(crate) fn spill_refusal(&self) -> Option<&'static str> {
+        let Some(b) = &self.buffer else {
+            return Some("it has no device copy");
+        };
+        if self.foreign {
+            return Some("its device memory belongs to another library (a zero-copy import)");
+        }
+        if b.ipc.get().is_some() {
+            return Some(
+                "its device memory was shared with other processes (an IPC handle), which may \
+                 still map it",
+            );
+        }
+        if Arc::strong_count(b) > 1 {
+            return Some(
+                "its device memory is exported (a DLPack consumer, a CUDA Array Interface \
+                 pointer, an IPC handle or an on_device scope holds it)",
+            );
+        }
+        // Memarray's own lazy upload: its event, recorded now, tells whether it is done.
+        self.settle();
+        let busy = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|p| !p.event.is_complete().unwrap_or(false));
+        if busy || !b.uses_done() {
+            return Some("work is still queued on it");
+        }
+        None
+    }
+
+    /// Whether the device copy is a producer's memory (a zero-copy import).
+    pub(crate) fn is_foreign(&self) -> bool {
+        self.foreign
+    }
+
+    /// Frees the device copy (after a spill moved its data out and the host waited).
+    pub(crate) fn drop_buffer(&mut self) {
+        self.buffer = None;
+    }
+
+    pub(in crate::array) fn current(&self) -> Result<Arc<DeviceBuffer>> {
+        self.buffer.clone().ok_or(ArrayError::NoDeviceCopy.into())
+    }
+
+    /// Device address of the current device copy.
+    pub(crate) fn device_addr(&self) -> Result<u64> {
+        Ok(self.current()?.device_ptr())
+    }
+
+    /// The current device buffer, shared (for exports that must pin it).
+    pub(crate) fn device_buffer(&self) -> Result<Arc<DeviceBuffer>> {
+        self.current()
+    }
+
+    /// Reads bytes of the device copy synchronously, after pending work.
+    pub(crate) fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let src = self.current()?;
+        let stream = self.pick(None, src.device().id());
+        self.order(stream, src.device().id())?;
+        // Staged through pinned slots or direct, as `route` decides; done when it returns.
+        sync::download(out, &src, offset, None, stream)
+    }
+
+    /// Writes bytes of the device copy, after pending work; returns once `value` has
+    /// been read (the copy is the array's pending work).
+    pub(crate) fn write_bytes(&mut self, offset: usize, value: &[u8]) -> Result<()> {
+        let dst = self.current()?;
+        let stream = self.pick(None, dst.device().id());
+        self.order(stream, dst.device().id())?;
+        match sync::upload(&dst, offset, value, None, stream)? {
+            Some(op) => self.record_legacy_lazily(op),
+            None => Ok(()),
+        }
+    }
+
+    /// As [`Self::record`], except that a copy on the legacy default stream with nothing
+    /// pending before it is kept as [`Self::lazy`] ordering: the event is recorded on
+    /// first use (a small upload then costs no event).
+    fn record_legacy_lazily(&mut self, op: Enqueued) -> Result<()> {
+        let lazy = self.lazy.get_mut().unwrap_or_else(|e| e.into_inner());
+        let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
+        if op.stream() != StreamRef::legacy() || pending.is_some() || lazy.is_some() {
+            return self.record(op, None);
+        }
+        *lazy = Some(op.device().clone());
+        self.last_stream = None;
+        Ok(())
+    }
+
+    /// Writes `len` bytes that `fill(offset, buf)` produces at `offset` of the device copy,
+    /// through the staged pipeline (each lane fills its pinned slot directly).
+    pub(crate) fn write_with(
+        &mut self,
+        offset: usize,
+        len: usize,
+        fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    ) -> Result<()> {
+        let dst = self.current()?;
+        let stream = self.pick(None, dst.device().id());
+        self.order(stream, dst.device().id())?;
+        match sync::upload_with(&dst, offset, len, fill, stream)? {
+            Some(op) => self.record(op, None),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs the add_index_tuple kernel on the device copy.
+    pub(crate) fn add_index_tuple(
+        &mut self,
+        dtype: DType,
+        shape: &[usize],
+        stream: Option<StreamRef>,
+    ) -> Result<()> {
+        let buf = self.current()?;
+        let stream = self.pick(stream, buf.device().id());
+        self.order(stream, buf.device().id())?;
+        let op = kernel::add_index_tuple(dtype, &buf, shape, stream)?;
+        self.record(op, None)
+    }
+
+    /// The device copy for an export (or a fresh copy of it), ordered for `consumer`.
+    pub(crate) fn export(
+        &self,
+        nbytes: usize,
+        copy: bool,
+        consumer: Consumer,
+    ) -> Result<(u64, Box<dyn std::any::Any + Send + Sync>)> {
+        let src = self.current()?;
+        let buf = if copy {
+            let stream = self.pick(None, src.device().id());
+            self.order(stream, src.device().id())?;
+            // SAFETY: written in full by the copy below before anyone reads it.
+            let dst = unsafe {
+                DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
+            };
+            let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            self.record_read(&op)?;
+            let event = op.into_event()?;
+            match consumer {
+                Consumer::Stream(s) if s != stream => s.wait(&event)?,
+                Consumer::Host => event.synchronize()?,
+                _ => {}
+            }
+            Arc::new(dst)
+        } else {
+            match consumer {
+                Consumer::Stream(s) => self.order(s, src.device().id())?,
+                Consumer::Host => self.wait_host()?,
+                Consumer::NoSync => {}
+            }
+            src
+        };
+        let consumer = match consumer {
+            Consumer::Stream(s) => Some(s),
+            _ => None,
+        };
+        Ok((buf.device_ptr(), Box::new(ExportOwner { buf, consumer })))
+    }
+
+    /// The stream work is pending on, if any (for the CUDA Array Interface `stream`). A
+    /// foreign stream cannot be named after the call that gave it (it may be gone), nor can
+    /// another process's (an IPC import's event): the host waits for that work instead and
+    /// `None` is returned.
+    pub(crate) fn pending_stream(&self) -> Result<Option<StreamRef>> {
+        let pending = self.pending().as_ref().map(|p| p.stream);
+        match pending {
+            // Another process's work, or a foreign stream: wait here instead of naming it.
+            Some(s) if s.is_none_or(|s| !s.is_persistent()) => {
+                self.wait_host()?;
+                Ok(None)
+            }
+            other => Ok(other.flatten()),
+        }
+    }
+
+    /// A deep copy of the device side: a new device buffer holding the current data when
+    /// the data is on a device, nothing otherwise.
+    pub(crate) fn try_clone(&self, location: Location, nbytes: usize) -> Result<Self> {
+        let mut out = Self::new();
+        out.resource = self.resource.clone();
+        if let Location::Device(_) = location {
+            let src = self.current()?;
+            let stream = self.pick(None, src.device().id());
+            self.order(stream, src.device().id())?;
+            // SAFETY: written in full by the copy below before anyone reads it.
+            let dst = unsafe {
+                DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
+            };
+            let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            self.record_read(&op)?;
+            out.buffer = Some(Arc::new(dst));
+            out.record(op, None)?;
+        }
+        Ok(out)
+    }
+}
