@@ -15,16 +15,8 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
-
-def per_call(f, n=5000, warmup=500) -> float:
-    for _ in range(warmup):
-        f()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        f()
-    return (time.perf_counter() - t0) / n * 1e6
+from python_interop import per_call_us  # benches/ is the script's folder
 
 
 def main() -> int:
@@ -52,11 +44,11 @@ def main() -> int:
     for _ in range(7):
         for name, r in (("cuda.core", own), ("memarray", ours)):
             runs.setdefault(f"{name} allocate+close", []).append(
-                per_call(lambda r=r: r.allocate(size, stream=s).close(s))
+                per_call_us(lambda r=r: r.allocate(size, stream=s).close(s), 5000, 1, 500)
             )
             dev.memory_resource = r
             runs.setdefault(f"{name} Device.allocate+close", []).append(
-                per_call(lambda: dev.allocate(size, stream=s).close(s))
+                per_call_us(lambda: dev.allocate(size, stream=s).close(s), 5000, 1, 500)
             )
     dev.memory_resource = own
     med = {k: statistics.median(v) for k, v in runs.items()}

@@ -19,16 +19,8 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
-
-def per_call(f, n=5000, warmup=500) -> float:
-    for _ in range(warmup):
-        f()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        f()
-    return (time.perf_counter() - t0) / n * 1e6
+from python_interop import per_call_us  # benches/ is the script's folder
 
 
 def main() -> int:
@@ -53,13 +45,13 @@ def main() -> int:
     for _ in range(7):
         for name, r in (("bare", bare), ("tracking", tracked)):
             runs.setdefault(f"{name} allocate+free", []).append(
-                per_call(lambda r=r: r.allocate(mib).free())
+                per_call_us(lambda r=r: r.allocate(mib).free(), 5000, 1, 500)
             )
             with mr.using(r, 0):
-                runs.setdefault(f"{name} empty", []).append(per_call(empty))
-        runs.setdefault("spill off empty", []).append(per_call(empty))
+                runs.setdefault(f"{name} empty", []).append(per_call_us(empty, 5000, 1, 500))
+        runs.setdefault("spill off empty", []).append(per_call_us(empty, 5000, 1, 500))
         spill.enable(0)
-        runs.setdefault("spill on empty", []).append(per_call(empty))
+        runs.setdefault("spill on empty", []).append(per_call_us(empty, 5000, 1, 500))
         spill.disable(0)
     try:
         import torch
@@ -71,10 +63,10 @@ def main() -> int:
         ma = memarray.zeros((1024,), "float32", device="cuda")
         for _ in range(7):
             runs.setdefault("from_dlpack(torch)", []).append(
-                per_call(lambda: memarray.from_dlpack(tt))
+                per_call_us(lambda: memarray.from_dlpack(tt), 5000, 1, 500)
             )
             runs.setdefault("from_dlpack(memarray)", []).append(
-                per_call(lambda: memarray.from_dlpack(ma))
+                per_call_us(lambda: memarray.from_dlpack(ma), 5000, 1, 500)
             )
     med = {k: statistics.median(v) for k, v in runs.items()}
     for k, v in med.items():

@@ -18,7 +18,11 @@ import memarray
 from memarray import dlpack
 
 
-def per_call_us(fn, n=20000, rounds=7) -> float:
+def per_call_us(fn, n=20000, rounds=7, warmup=0) -> float:
+    """Median over `rounds` of the mean microseconds per call of `n` calls (after
+    `warmup` calls)."""
+    for _ in range(warmup):
+        fn()
     samples = []
     for _ in range(rounds):
         t0 = time.perf_counter()

@@ -4,8 +4,6 @@
 //! memarray's pool costs one call into Rust each way. A stream is checked once (not a
 //! system call on every allocation), and the last stream object is kept.
 
-use std::collections::HashMap;
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
@@ -15,8 +13,7 @@ use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 use memarray_core::resource::{allocate_with_relief, with_source};
 use memarray_core::{MemoryResource, RawStream, Source};
 
-/// Block alignment (cuda.core's own pools give 256 or more).
-const ALIGN: usize = 256;
+use super::glue::{BLOCK_ALIGN, Blocks};
 
 /// Streams seen lately: the last object and what it names, and the handles already
 /// checked (cuda.core may hand `deallocate` another object for the same stream).
@@ -33,8 +30,8 @@ const CHECKED: usize = 8;
 #[pyclass(module = "memarray._memarray._interop", frozen)]
 pub struct CudaCoreCallbacks {
     resource: Arc<dyn MemoryResource>,
-    /// Blocks handed out: address -> (bytes, the stream allocated on).
-    live: Mutex<HashMap<usize, (usize, Option<RawStream>)>>,
+    /// Blocks handed out.
+    live: Blocks,
     /// `cuda.core.Buffer.from_handle`.
     from_handle: Py<PyAny>,
     /// The cuda.core resource the Buffers name (weak: it holds these methods).
@@ -104,22 +101,19 @@ impl CudaCoreCallbacks {
             PyValueError::new_err("the cuda.core memory resource of these callbacks is gone")
         })?;
         let p = with_source(Source::CudaCore, || {
-            allocate_with_relief(&*self.resource, size, ALIGN, stream, false)
+            allocate_with_relief(&*self.resource, size, BLOCK_ALIGN, stream, false)
         })
         .map_err(crate::errors::core_err)?;
         let addr = p.as_ptr() as usize;
         match self.from_handle.call1(py, (addr, size, owner)) {
             Ok(buffer) => {
-                self.live
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(addr, (size, stream));
+                self.live.insert(addr, size, stream);
                 Ok(buffer)
             }
             Err(e) => {
-                // SAFETY: p came from the resource with (size, ALIGN) just above and was
+                // SAFETY: p came from the resource with (size, BLOCK_ALIGN) just above and was
                 // handed to no one.
-                unsafe { self.resource.deallocate(p, size, ALIGN, stream) };
+                unsafe { self.resource.deallocate(p, size, BLOCK_ALIGN, stream) };
                 Err(e)
             }
         }
@@ -142,36 +136,19 @@ impl CudaCoreCallbacks {
             Some(s) => Some(Some(self.stream(s)?)),
             None => None,
         };
-        let known = {
-            let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            match live.get(&ptr) {
-                Some(&(recorded, _)) if recorded != size => {
-                    return Err(PyValueError::new_err(format!(
-                        "block {ptr:#x} was allocated with {recorded} bytes, not {size}"
-                    )));
-                }
-                Some(_) => live.remove(&ptr),
-                None => None,
-            }
-        };
-        if let (Some((size, allocated_on)), Some(p)) = (known, NonNull::new(ptr as *mut u8)) {
-            let stream = given.unwrap_or(allocated_on);
-            with_source(Source::CudaCore, || {
-                // SAFETY: p came from the resource with (size, ALIGN) in allocate and left
-                // the table above, so it is freed once; the caller's work on it is
-                // ordered on `stream`.
-                unsafe { self.resource.deallocate(p, size, ALIGN, stream) }
-            });
-        }
-        Ok(())
+        self.live.free(
+            &*self.resource,
+            Source::CudaCore,
+            BLOCK_ALIGN,
+            ptr,
+            size,
+            given,
+        )
     }
 
     /// Blocks handed out and not yet returned.
     fn live_blocks(&self) -> usize {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.live.len()
     }
 }
 
@@ -185,7 +162,7 @@ pub fn cuda_core_callbacks(
 ) -> PyResult<CudaCoreCallbacks> {
     Ok(CudaCoreCallbacks {
         resource: resource.resource(),
-        live: Mutex::new(HashMap::new()),
+        live: Blocks::default(),
         from_handle: from_handle.clone().unbind(),
         owner: PyWeakrefReference::new(owner)?.unbind(),
         streams: Mutex::new(Streams::default()),

@@ -7,7 +7,7 @@ use memarray_core::resource::{allocate_with_relief, with_source};
 use memarray_cuda::Device;
 use memarray_cuda::resource::default_resource;
 
-use super::glue::{TORCH_ALIGN, raw_stream};
+use super::glue::{BLOCK_ALIGN, raw_stream};
 
 /// CuPy's allocator hook (`cupy.cuda.set_allocator(...)`), in Rust: a Python function in
 /// its place cost 1.6x CuPy's own pool per `cupy.empty`. Each call allocates from memarray's
@@ -37,7 +37,7 @@ impl CupyAllocator {
         let resource = default_resource(&dev).map_err(crate::errors::cuda_err)?;
         let raw = raw_stream(stream);
         let p = with_source(Source::Cupy, || {
-            allocate_with_relief(&*resource, nbytes, TORCH_ALIGN, Some(raw), false)
+            allocate_with_relief(&*resource, nbytes, BLOCK_ALIGN, Some(raw), false)
         })
         .map_err(crate::errors::core_err)?;
         let addr = p.as_ptr() as usize;

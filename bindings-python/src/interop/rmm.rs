@@ -15,7 +15,7 @@ use memarray_core::{
 };
 use memarray_cuda::Device;
 
-use super::glue::TORCH_ALIGN;
+use super::glue::{BLOCK_ALIGN, Blocks};
 
 /// A device resource whose memory comes from Python callables: `allocate(nbytes, stream)`
 /// returns an address, `deallocate(address, nbytes, stream)` frees it. The stream is the
@@ -78,7 +78,7 @@ impl CallbackResource {
             }),
             Err((false, reason)) => Err(CoreError::Alloc {
                 bytes,
-                align: TORCH_ALIGN,
+                align: BLOCK_ALIGN,
                 resource: self.name.clone(),
                 reason,
             }),
@@ -93,10 +93,10 @@ impl MemoryResource for CallbackResource {
         align: usize,
         stream: Option<RawStream>,
     ) -> memarray_core::Result<NonNull<u8>> {
-        if !align.is_power_of_two() || align > TORCH_ALIGN {
+        if !align.is_power_of_two() || align > BLOCK_ALIGN {
             return Err(CoreError::BadAlignment {
                 align,
-                max: TORCH_ALIGN,
+                max: BLOCK_ALIGN,
             });
         }
         let p = self.call_allocate(bytes, stream)?;
@@ -184,7 +184,7 @@ impl CallbackResource {
 pub(super) struct ResourceCallbacks {
     resource: Arc<dyn MemoryResource>,
     source: Source,
-    live: Mutex<HashMap<usize, usize>>,
+    live: Blocks,
 }
 
 #[pymethods]
@@ -195,14 +195,11 @@ impl ResourceCallbacks {
         let size: usize = crate::convert::int(size, "size")?;
         let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
         let p = with_source(self.source, || {
-            allocate_with_relief(&*self.resource, size, TORCH_ALIGN, stream, false)
+            allocate_with_relief(&*self.resource, size, BLOCK_ALIGN, stream, false)
         })
         .map_err(crate::errors::core_err)?;
         let addr = p.as_ptr() as usize;
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(addr, size);
+        self.live.insert(addr, size, stream);
         Ok(addr)
     }
 
@@ -217,35 +214,19 @@ impl ResourceCallbacks {
         let ptr: usize = crate::convert::int(ptr, "ptr")?;
         let size: usize = crate::convert::int(size, "size")?;
         let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
-        let known = {
-            let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            match live.get(&ptr) {
-                Some(&recorded) if recorded != size => {
-                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                        "block {ptr:#x} was allocated with {recorded} bytes, not {size}"
-                    )));
-                }
-                Some(_) => live.remove(&ptr),
-                None => None,
-            }
-        };
-        if let (Some(size), Some(p)) = (known, NonNull::new(ptr as *mut u8)) {
-            with_source(self.source, || {
-                // SAFETY: p came from this resource with (size, TORCH_ALIGN) in allocate
-                // and left the table above, so it is freed once; the caller's work on it
-                // is ordered on `stream`.
-                unsafe { self.resource.deallocate(p, size, TORCH_ALIGN, stream) }
-            });
-        }
-        Ok(())
+        self.live.free(
+            &*self.resource,
+            self.source,
+            BLOCK_ALIGN,
+            ptr,
+            size,
+            Some(stream),
+        )
     }
 
     /// Blocks handed out and not yet returned.
     fn live_blocks(&self) -> usize {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.live.len()
     }
 }
 
@@ -259,7 +240,7 @@ pub(super) fn resource_callbacks(
     Ok(ResourceCallbacks {
         resource: resource.resource(),
         source,
-        live: Mutex::new(HashMap::new()),
+        live: Blocks::default(),
     })
 }
 

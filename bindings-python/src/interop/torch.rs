@@ -14,7 +14,7 @@ use memarray_core::{CoreError, MemoryResource, RawStream, Source};
 use memarray_cuda::Device;
 use memarray_cuda::resource::default_resource;
 
-use super::glue::{TORCH_ALIGN, raw_stream};
+use super::glue::{BLOCK_ALIGN, raw_stream};
 
 unsafe extern "C-unwind" {
     /// Throws a C++ `std::runtime_error` with `message` (src/torch_oom.cpp).
@@ -41,7 +41,7 @@ fn torch_alloc(size: usize, device: c_int, stream: usize) -> Result<usize, Strin
     let resource = default_resource(&dev).map_err(|e| e.to_string())?;
     let stream = raw_stream(stream);
     let p = with_source(Source::Torch, || {
-        allocate_with_relief(&*resource, size, TORCH_ALIGN, Some(stream), false)
+        allocate_with_relief(&*resource, size, BLOCK_ALIGN, Some(stream), false)
     })
     .map_err(|e| match e {
         CoreError::OutOfMemory { .. } => format!(
@@ -88,14 +88,14 @@ fn torch_release(ptr: usize, size: usize) {
     };
     if let Some(p) = NonNull::new(ptr as *mut u8) {
         with_source(Source::Torch, || {
-            // SAFETY: p came from this resource with (size, TORCH_ALIGN) in torch_alloc
+            // SAFETY: p came from this resource with (size, BLOCK_ALIGN) in torch_alloc
             // (torch passes back the size it asked for); the block left the table above,
             // so it is freed once; torch's work on it is ordered on its stream (torch
             // waited for its recorded streams before giving the segment back).
             unsafe {
                 block
                     .resource
-                    .deallocate(p, size, TORCH_ALIGN, Some(block.stream))
+                    .deallocate(p, size, BLOCK_ALIGN, Some(block.stream))
             }
         });
     }

@@ -53,19 +53,8 @@ pub fn upload(
     src: &[u8],
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
-    let d = dst.range(dst_offset, src.len())?;
-    let device = dst.device();
-    let cfg = config(Direction::ToDevice)?;
-    let src_addr = src.as_ptr() as usize;
-    let t = Transfer {
-        len: src.len(),
-        stream,
-        dir: Direction::ToDevice,
-        host: HostSide::Memory(src_addr),
-        dev: d,
-    };
-    run(device, cfg, t)?;
-    Ok(Some(Enqueued::new(stream, device.clone())))
+    let host = HostSide::Memory(src.as_ptr() as usize);
+    upload_from(dst, dst_offset, src.len(), host, stream)
 }
 
 /// Copies `len` bytes that `fill(offset, buf)` produces (a file read, say) to
@@ -80,18 +69,27 @@ pub fn upload_with(
     fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
-    let d = dst.range(dst_offset, len)?;
-    let device = dst.device();
-    let cfg = config(Direction::ToDevice)?;
+    upload_from(dst, dst_offset, len, HostSide::Fill(fill), stream)
+}
+
+/// The staged upload of `len` bytes from `host` to `dst[dst_offset..]` ([`upload`] and
+/// [`upload_with`]).
+fn upload_from(
+    dst: &DeviceBuffer,
+    dst_offset: usize,
+    len: usize,
+    host: HostSide<'_>,
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
     let t = Transfer {
         len,
         stream,
         dir: Direction::ToDevice,
-        host: HostSide::Fill(fill),
-        dev: d,
+        host,
+        dev: dst.range(dst_offset, len)?,
     };
-    run(device, cfg, t)?;
-    Ok(Some(Enqueued::new(stream, device.clone())))
+    run(dst.device(), config(Direction::ToDevice)?, t)?;
+    Ok(Some(Enqueued::new(stream, dst.device().clone())))
 }
 
 /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` through the pinned slots,
