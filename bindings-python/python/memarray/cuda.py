@@ -4,6 +4,8 @@ device, except ``is_available`` and ``unavailable_reason``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._memarray import cuda as _cuda
 
 Stream = _cuda.Stream
@@ -35,3 +37,21 @@ __all__ = [
     "synchronize",
     "unavailable_reason",
 ]
+
+
+class _Memory:
+    """Device memory at ``ptr`` as ``shape`` of ``typestr`` (C order) through the CUDA
+    Array Interface, keeping ``owner`` alive: what ``from_cuda_array_interface`` takes to
+    view a raw address (a cuda.core Buffer, a Dask frame, an array's bytes). Described as
+    writable: a read-only one would be copied on import."""
+
+    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], typestr: str) -> None:
+        self.owner = owner
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": None,
+            "stream": None,
+        }

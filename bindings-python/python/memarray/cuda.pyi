@@ -2,7 +2,7 @@
 bindings-python/src/cuda.rs). Stream and Event report ``__module__ == "memarray.cuda"``."""
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, Self, final, type_check_only
+from typing import Any, Protocol, Self, final, type_check_only
 
 import numpy as np
 
@@ -132,3 +132,11 @@ class Out:
     def __new__(cls, array: MemArray) -> Self: ...
     @property
     def array(self) -> MemArray: ...
+
+class _Memory:
+    """Device memory at ``ptr`` as ``shape`` of ``typestr`` through the CUDA Array
+    Interface, keeping ``owner`` alive."""
+
+    owner: Any
+    __cuda_array_interface__: dict[str, Any]
+    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], typestr: str) -> None: ...

@@ -114,29 +114,13 @@ def as_buffer(array: Any) -> Any:
     return _from_handle(ptr, array.nbytes, owner=array)
 
 
-class _Typed:
-    """``buffer``'s memory as ``shape`` of ``typestr``, through the CUDA Array Interface
-    (the import keeps this object, and so the Buffer, alive)."""
-
-    def __init__(self, buffer: Any, shape: tuple[int, ...], typestr: str) -> None:
-        self.buffer = buffer
-        self.__cuda_array_interface__ = {
-            "version": 3,
-            "shape": shape,
-            "typestr": typestr,
-            "data": (int(buffer.handle), False),
-            "strides": None,
-            "stream": None,
-        }
-
-
 def as_array(buffer: Any, shape: Any = None, dtype: Any = "uint8") -> Any:
     """A MemArray over a ``cuda.core.Buffer``'s device memory (zero-copy, C order):
     ``shape`` (default: every byte, 1-d) of ``dtype``; the array keeps the Buffer alive.
     A shape that does not fit the Buffer is a ValueError."""
     import numpy as np
 
-    from .cuda import from_cuda_array_interface
+    from .cuda import _Memory, from_cuda_array_interface
 
     if not isinstance(buffer, _cc.Buffer):
         raise TypeError(f"as_array takes a cuda.core.Buffer, not {type(buffer).__name__}")
@@ -155,4 +139,4 @@ def as_array(buffer: Any, shape: Any = None, dtype: Any = "uint8") -> Any:
         raise ValueError(
             f"shape {dims} of {dt} ({nbytes} bytes) does not fit a Buffer of {buffer.size} bytes"
         )
-    return from_cuda_array_interface(_Typed(buffer, dims, dt.str), copy=False)
+    return from_cuda_array_interface(_Memory(buffer, int(buffer.handle), dims, dt.str), copy=False)

@@ -98,33 +98,16 @@ def _hash_fn(device: int) -> Any:
         return f
 
 
-class _Bytes:
-    """The bytes at ``ptr`` as a 1-d uint8 CUDA Array Interface (kept alive: ``owner``)."""
-
-    def __init__(self, ptr: int, n: int, owner: object) -> None:
-        self.owner = owner
-        self.__cuda_array_interface__ = {
-            "version": 3,
-            "shape": (n,),
-            "typestr": "|u1",
-            # Writable as far as the import goes (a read-only one is copied); the kernel
-            # takes it as In(...) and only reads.
-            "data": (ptr, False),
-            "strides": None,
-            "stream": None,
-        }
-
-
 def _device_digest(a: MemArray) -> tuple[int, int]:
     """(sum, xor) of position-keyed hashes of the array's device bytes, computed on its
     device; the array's pending work is ordered first (the CUDA Array Interface export
     completes it on the legacy default stream, where the kernel runs)."""
-    from .cuda import In, from_cuda_array_interface
+    from .cuda import In, _Memory, from_cuda_array_interface
 
     device = a.device_id
     f = _hash_fn(device)
     cai = a.__cuda_array_interface__
-    data = from_cuda_array_interface(_Bytes(cai["data"][0], a.nbytes, a), copy=False)
+    data = from_cuda_array_interface(_Memory(a, cai["data"][0], (a.nbytes,), "|u1"), copy=False)
     acc = _memarray.zeros((2,), "uint64", device=f"cuda:{device}")
     grid, block = f.config_grid_stride(max(1, (a.nbytes + 7) // 8))
     f.launch(In(data), acc, grid=grid, block=block)
@@ -220,26 +203,11 @@ def cuda_serialize(a: MemArray) -> tuple[dict[str, Any], list[MemArray]]:
     return header, [a]
 
 
-class _Typed:
-    """A device frame's memory as the header's shape and type (CUDA Array Interface)."""
-
-    def __init__(self, frame: object, ptr: int, shape: tuple[int, ...], typestr: str) -> None:
-        self.frame = frame
-        self.__cuda_array_interface__ = {
-            "version": 3,
-            "shape": shape,
-            "typestr": typestr,
-            "data": (ptr, False),
-            "strides": None,
-            "stream": None,
-        }
-
-
 def cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     """The inverse of ``cuda_serialize``, zero-copy over any device frame with a CUDA Array
     Interface (``rmm.DeviceBuffer``, CuPy memory, a MemArray); the array keeps the frame
     alive. A frame smaller than the header says is a ValueError."""
-    from .cuda import from_cuda_array_interface
+    from .cuda import _Memory, from_cuda_array_interface
 
     h = _check_header(header, ("dtype", "shape", "typestr", "nbytes"))
     if len(frames) != 1:
@@ -259,7 +227,7 @@ def cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
         )
     if need == 0:
         return _memarray.zeros(shape, h["dtype"], device="cuda")
-    typed = _Typed(frame, int(cai["data"][0]), shape, h["typestr"])
+    typed = _Memory(frame, int(cai["data"][0]), shape, h["typestr"])
     return from_cuda_array_interface(typed, copy=False)
 
 
