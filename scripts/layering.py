@@ -28,10 +28,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = {
     "crates/memarray-core/src": [
         ["error", "dtype", "npy_literal", "fork"],
-        ["shape", "dtype_lookup"],
+        ["shape", "dtype_lookup", "layout"],
         ["indexer", "lock", "npy"],
         ["resource"],
-        ["host", "spill"],
+        ["host", "spill", "foreign"],
     ],
     "crates/memarray-dlpack/src": [
         ["error"],
@@ -60,7 +60,7 @@ LAYERS = {
     ],
     "bindings-python/src": [
         ["errors", "convert", "once", "held"],
-        ["dtype", "strided"],
+        ["dtype"],
         ["device", "fork"],
         ["stream"],
         ["resources", "host_pool"],

@@ -95,7 +95,7 @@ pub fn _numpy_to_device(
     } else {
         // SAFETY: a validated C-contiguous host tensor: nbytes bytes at data(), alive
         // while `t` is (dropped below, after the copy).
-        unsafe { std::slice::from_raw_parts(t.data().cast::<u8>(), nbytes) }
+        unsafe { std::slice::from_raw_parts(t.data() as *const u8, nbytes) }
     };
     let fill = || -> memarray_cuda::Result<RawArray> {
         let mut raw = RawArray::born_with(
@@ -137,7 +137,7 @@ fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
     }
     let cap = crate::dlpack::request_capsule(item)?;
     let t = crate::dlpack::take_capsule(&cap)?;
-    crate::dlpack::import_tensor(py, t, None, StreamRef::legacy())
+    crate::dlpack::import_tensor(py, t.into_foreign(), None, Some(StreamRef::legacy()))
 }
 
 /// --

@@ -1,8 +1,8 @@
-//! `memarray.cuda`: availability, streams, events, and GPU interop (CUDA Array
-//! Interface export and import, DLPack import of device tensors).
+//! `memarray.cuda`: availability, streams, events, and the CUDA Array Interface both ways
+//! (its import parses the dict into a `ForeignTensor` for memarray-cuda's one import,
+//! which DLPack tensors take too).
 
 use crate::fork::Detach;
-use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::intern;
@@ -10,10 +10,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use memarray_core::{DType, Location};
+use memarray_core::{DType, ForeignTensor, Location, Place};
+use memarray_cuda::StreamRef;
 use memarray_cuda::array::RawArray;
-use memarray_cuda::{Device, DeviceBuffer, Event, StreamRef};
-use memarray_dlpack::ImportedTensor;
 
 use crate::array::PyMemArray;
 use crate::convert;
@@ -102,149 +101,6 @@ pub fn cuda_array_interface<'py>(
     // The stream of pending work (never 0), or None when nothing is pending.
     d.set_item(intern!(py, "stream"), stream)?;
     Ok(d)
-}
-
-/// Imports a DLPack tensor on a CUDA device.
-pub fn import_device_tensor(
-    t: ImportedTensor,
-    copy: Option<bool>,
-    producer: StreamRef,
-) -> PyResult<RawArray> {
-    let id = u32::try_from(t.device().id)
-        .map_err(|_| PyBufferError::new_err("negative CUDA device id"))?;
-    let device = Device::get(id).py()?;
-    let (dtype, shape, strides) = (t.dtype(), t.shape().to_vec(), t.strides().to_vec());
-    let (addr, nbytes, read_only) = (t.data() as u64, t.nbytes(), t.read_only());
-    // The producer's work is ordered on `producer`: the legacy stream when we asked for
-    // stream 1 in __dlpack__, or the producer's current work stream (the C exchange
-    // API). Later operations on any stream, non-blocking ones included, wait for it.
-    import_device(
-        &device,
-        dtype,
-        shape,
-        strides,
-        addr,
-        nbytes,
-        read_only,
-        copy,
-        Some(producer),
-        Box::new(t),
-    )
-}
-
-/// Imports device memory described by dtype/shape/strides at `addr`, keeping `owner`.
-#[allow(clippy::too_many_arguments)]
-fn import_device(
-    device: &Arc<Device>,
-    dtype: DType,
-    shape: Vec<usize>,
-    strides: Vec<i64>,
-    addr: u64,
-    nbytes: usize,
-    read_only: bool,
-    copy: Option<bool>,
-    producer: Option<StreamRef>,
-    owner: Box<dyn std::any::Any + Send + Sync>,
-) -> PyResult<RawArray> {
-    if nbytes == 0 {
-        // Nothing to share: an empty array on the producer's device.
-        let mut raw = RawArray::zeros(dtype, &shape, device.id()).py()?;
-        raw.move_memory(Location::Device(device.id()), None, true, None)
-            .py()?;
-        return Ok(raw);
-    }
-    // The producer's claim must fit one allocation the driver knows (issue 13, item 5).
-    let span = span_bytes(&shape, &strides, dtype.size())?;
-    memarray_cuda::check_device_span(device, addr, span)
-        .map_err(|e| PyBufferError::new_err(format!("refused foreign device tensor: {e}")))?;
-    let contiguous = memarray_core::shape::is_c_contiguous(&shape, &strides);
-    let shareable = contiguous && !read_only && nbytes > 0;
-    if copy == Some(false) && !shareable && nbytes > 0 {
-        return Err(PyBufferError::new_err(format!(
-            "copy=False, but the device tensor cannot be shared zero-copy ({}); pass copy=None \
-             or copy=True",
-            if read_only {
-                "it is read-only"
-            } else {
-                "it is not C-contiguous"
-            }
-        )));
-    }
-    if !contiguous {
-        return import_strided(device, dtype, &shape, &strides, addr, producer, owner);
-    }
-    let share = shareable && copy != Some(true);
-    // SAFETY: the producer promised (DLPack / CAI) that addr holds nbytes bytes of this
-    // C-contiguous shape on `device` while `owner` lives; `producer` is its live stream.
-    unsafe {
-        RawArray::from_device_memory(device, dtype, &shape, addr, nbytes, owner, share, producer)
-    }
-    .py()
-}
-
-/// Copies a non-contiguous device tensor into a new C-contiguous array on the same device.
-/// The reachable span is staged through the host and gathered there: correct for any
-/// non-negative strides, at host-copy speed. `owner` is released once the span is read.
-fn import_strided(
-    device: &Arc<Device>,
-    dtype: DType,
-    shape: &[usize],
-    strides: &[i64],
-    addr: u64,
-    producer: Option<StreamRef>,
-    owner: Box<dyn std::any::Any + Send + Sync>,
-) -> PyResult<RawArray> {
-    let size = dtype.size();
-    let span = span_bytes(shape, strides, size)?;
-    let stream = StreamRef::legacy();
-    // SAFETY: the producer promised that addr holds the tensor, whose elements all lie
-    // within `span` bytes from addr (non-negative strides, checked above), while `owner`
-    // lives; the buffer (and owner) is dropped after the synchronous copy below.
-    let foreign = unsafe { DeviceBuffer::from_foreign(device, addr, span, owner, stream) }.py()?;
-    if let Some(p) = producer {
-        let ev = Event::new(device).py()?;
-        ev.record(p).py()?;
-        stream.wait(&ev).py()?;
-    }
-    let mut staging = Vec::new();
-    staging.try_reserve_exact(span).map_err(|_| {
-        pyo3::exceptions::PyMemoryError::new_err(format!(
-            "cannot stage the strided tensor's {span} bytes through host memory"
-        ))
-    })?;
-    staging.resize(span, 0);
-    memarray_cuda::transfer::copy_dtoh(&mut staging, &foreign, 0, stream).py()?;
-    drop(foreign);
-    let mut raw = RawArray::zeros(dtype, shape, device.id()).py()?;
-    let out = raw.host_bytes_mut(None).py()?;
-    // SAFETY: every element offset lies within `span`, which `staging` holds in full.
-    unsafe { crate::strided::gather_raw(staging.as_ptr(), shape, strides, size, out) };
-    raw.move_memory(Location::Device(device.id()), None, true, None)
-        .py()?;
-    Ok(raw)
-}
-
-/// Bytes from the first element to the end of the last one for non-negative strides
-/// (in elements); a negative stride or an overflow is refused.
-fn span_bytes(shape: &[usize], strides: &[i64], size: usize) -> PyResult<usize> {
-    let overflow = || PyBufferError::new_err("the tensor's strides reach beyond 64-bit offsets");
-    let mut last = 0u64;
-    for (&d, &s) in shape.iter().zip(strides) {
-        if s < 0 {
-            return Err(PyBufferError::new_err(format!(
-                "negative stride {s} is not supported; make the tensor contiguous first"
-            )));
-        }
-        let reach = (d.saturating_sub(1) as u64)
-            .checked_mul(s as u64)
-            .ok_or_else(overflow)?;
-        last = last.checked_add(reach).ok_or_else(overflow)?;
-    }
-    let bytes = last
-        .checked_add(1)
-        .and_then(|n| n.checked_mul(size as u64))
-        .ok_or_else(overflow)?;
-    usize::try_from(bytes).map_err(|_| overflow())
 }
 
 /// Imports an object exposing `__cuda_array_interface__` (Numba, CuPy, torch).
@@ -390,14 +246,6 @@ pub fn from_cuda_array_interface(
              0..2**64",
         )
     })?;
-    if !addr.is_multiple_of(dtype.align()) {
-        // A misaligned kernel access would fault and poison the context.
-        return Err(PyBufferError::new_err(format!(
-            "data address {addr:#x} is not aligned to the {} bytes {} elements need",
-            dtype.align(),
-            dtype
-        )));
-    }
     let size = dtype.size() as i64;
     let strides: Vec<i64> = match iface.get_item("strides")? {
         Some(s) if !s.is_none() => s
@@ -427,7 +275,6 @@ pub fn from_cuda_array_interface(
             shape.len()
         )));
     }
-    let nbytes = memarray_core::shape::checked_nbytes(&shape, dtype.size()).py()?;
     if iface.get_item("mask")?.is_some_and(|m| !m.is_none()) {
         return Err(PyBufferError::new_err(
             "masked CUDA arrays are not supported",
@@ -448,18 +295,28 @@ pub fn from_cuda_array_interface(
         // SAFETY: the producer names a live stream of its own.
         producer = Some(unsafe { StreamRef::from_raw(h) }.py()?);
     }
-    let raw = import_device(
-        &device,
-        dtype,
-        shape,
-        strides,
-        addr as u64,
-        nbytes,
-        read_only,
-        copy,
-        producer,
-        Box::new(Keep(obj.clone().unbind())),
-    )?;
+    // The layout passes the one check DLPack tensors pass (memarray-core's): aligned,
+    // strides non-negative and not overlapping, the span inside the address space.
+    // SAFETY: the producer promises (the interface) that `addr` holds this layout on its
+    // device while the object lives, which `Keep` holds.
+    let t = unsafe {
+        ForeignTensor::new(
+            Place::Device(device.id()),
+            addr as u64,
+            0,
+            dtype,
+            shape,
+            strides,
+            read_only,
+            Box::new(Keep(obj.clone().unbind())),
+        )
+    }
+    .py()?;
+    let copy = memarray_cuda::array::CopyPolicy::from(copy);
+    let raw = obj
+        .py()
+        .detach_section(|| RawArray::import(t, copy, producer))
+        .py()?;
     Ok(raw.into())
 }
 

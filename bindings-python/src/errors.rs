@@ -50,6 +50,8 @@ pub fn core_err(e: CoreError) -> PyErr {
             path,
             ..
         } => PyOSError::new_err((errno, msg, path)),
+        // A tensor whose layout memarray cannot address: the buffer protocols' exception.
+        CoreError::Layout(_) => PyBufferError::new_err(msg),
         e => exception(e.kind(), msg),
     }
 }
@@ -63,14 +65,18 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// Converts a CUDA-layer error to its Python exception: its kind's, except that host
-/// access to device data is a `BufferError` saying how to get the data, and asking for
-/// device data or a spill the array cannot give is a `ValueError`.
+/// access to device data is a `BufferError` saying how to get the data, a foreign tensor
+/// that cannot be imported as asked is a `BufferError`, and asking for device data or a
+/// spill the array cannot give is a `ValueError`.
 pub fn cuda_err(e: CudaError) -> PyErr {
     let msg = e.to_string();
     match e {
         CudaError::Core(c) => core_err(c),
         CudaError::Array(ArrayError::NotOnDevice { .. } | ArrayError::NotSpillable { .. }) => {
             PyValueError::new_err(msg)
+        }
+        CudaError::Array(ArrayError::NotShareable { .. } | ArrayError::ForeignMemory { .. }) => {
+            PyBufferError::new_err(msg)
         }
         CudaError::Array(ArrayError::NotOnHost { location }) => PyBufferError::new_err(format!(
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \

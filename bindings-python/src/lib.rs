@@ -30,7 +30,6 @@ mod pickle;
 mod resources;
 mod spill;
 mod stream;
-mod strided;
 
 use pyo3::prelude::*;
 

@@ -57,7 +57,7 @@ impl PyMemArray {
                     return None;
                 }
                 if has_out && raw.host_overlaps(addr, raw.nbytes()) {
-                    return Some(Err(memarray_cuda::CudaError::BadSetting {
+                    return Some(Err(memarray_cuda::CudaError::InvalidArgument {
                         what: "to_numpy(out=...)",
                         detail: "out shares memory with the array".into(),
                     }));

@@ -363,6 +363,33 @@ def test_strided_device_tensors_are_copied_unless_copy_false():
     c = cupy.arange(24, dtype=cupy.int32).reshape(4, 6)[:, ::3]
     mc = memarray.cuda.from_cuda_array_interface(c)
     np.testing.assert_array_equal(mc.to_numpy(), cupy.asnumpy(c))
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        memarray.cuda.from_cuda_array_interface(c, copy=False)
+
+
+@gpu
+def test_issue29_cai_and_dlpack_follow_one_layout_rule():
+    # One import road: a broadcast (stride 0) view is refused the same way whether it
+    # comes through the CUDA Array Interface or DLPack, naming the overlap.
+    cupy = pytest.importorskip("cupy")
+    b = cupy.broadcast_to(cupy.arange(3.0), (4, 3))
+    for imp in (memarray.cuda.from_cuda_array_interface, memarray.from_dlpack):
+        with pytest.raises(BufferError, match="same element"):
+            imp(b)
+    # A misaligned pointer through either road: refused before any read.
+    raw = cupy.zeros(16, dtype=cupy.uint8)
+
+    class Misaligned:
+        __cuda_array_interface__ = {
+            "version": 3,
+            "shape": (2,),
+            "typestr": "<f4",
+            "data": (raw.data.ptr + 1, False),
+            "strides": None,
+        }
+
+    with pytest.raises(BufferError, match="not a multiple of"):
+        memarray.cuda.from_cuda_array_interface(Misaligned())
 
 
 @gpu

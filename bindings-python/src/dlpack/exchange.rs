@@ -270,7 +270,7 @@ unsafe extern "C" fn to_py_object(
         }
         // SAFETY: the protocol hands over ownership of a live tensor ("stolen").
         let t = unsafe { ImportedTensor::from_versioned(p) }.py()?;
-        let raw = super::import_tensor(py, t, None, StreamRef::legacy())?;
+        let raw = super::import_tensor(py, t.into_foreign(), None, Some(StreamRef::legacy()))?;
         let obj = Bound::new(py, PyMemArray::from(raw))?;
         // SAFETY: out is valid for one write; the new reference passes to the caller.
         unsafe { *out = obj.into_ptr().cast() };
@@ -361,10 +361,9 @@ unsafe extern "C" fn allocator(
             let buf = raw
                 .export_buffer(None, false, memarray_cuda::array::Consumer::NoSync)
                 .map_err(|e| ("RuntimeError".to_string(), e.to_string()))?;
-            let device = memarray_dlpack::Device::from(buf.location);
-            let spec = memarray_dlpack::ExportSpec::contiguous(buf.ptr, device, dtype, shape);
+            let (spec, owner) = memarray_dlpack::ExportSpec::from_buffer(buf);
             // The owner keeps the array (and so its memory) until the consumer deletes.
-            let owner: Box<dyn std::any::Any + Send> = Box::new((raw, buf.owner));
+            let owner: Box<dyn std::any::Any + Send> = Box::new((raw, owner));
             export_versioned(spec, owner).map_err(|e| ("RuntimeError".to_string(), e.to_string()))
         },
     );
@@ -400,11 +399,11 @@ pub fn from_dlpack(
     // `__dlpack__` call; the producer's current work stream orders its work.
     if let Some(api) = api_of(obj)? {
         let (t, producer) = take(api, obj)?;
-        return super::import_tensor(py, t, copy, producer).map(Into::into);
+        return super::import_tensor(py, t.into_foreign(), copy, Some(producer)).map(Into::into);
     }
     let cap = super::request_capsule(obj)?;
     let t = super::take_capsule(&cap)?;
-    super::import_tensor(py, t, copy, StreamRef::legacy()).map(Into::into)
+    super::import_tensor(py, t.into_foreign(), copy, Some(StreamRef::legacy())).map(Into::into)
 }
 
 #[pymethods]

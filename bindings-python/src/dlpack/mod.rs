@@ -19,11 +19,11 @@ use pyo3::{PyErr, ffi};
 
 use std::sync::{Mutex, PoisonError};
 
-use memarray_core::{HostBuffer, Location, LockGuard, LockToken, MemoryKind};
-use memarray_cuda::array::RawArray;
+use memarray_core::{ForeignTensor, Location, LockGuard, LockToken};
+use memarray_cuda::array::{CopyPolicy, RawArray};
 use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use memarray_dlpack::{
-    DeviceType, ExportSpec, ImportedTensor, call_deleter_unversioned, call_deleter_versioned,
+    ExportSpec, ImportedTensor, call_deleter_unversioned, call_deleter_versioned,
     export_unversioned, export_versioned,
 };
 
@@ -163,7 +163,7 @@ pub(crate) fn export_spec(
     h: Option<i64>,
     target: Target,
     copy: Option<bool>,
-) -> PyResult<(ExportSpec, Box<dyn std::any::Any + Send + Sync>)> {
+) -> PyResult<(ExportSpec, Box<dyn std::any::Any + Send>)> {
     let export = |raw: &mut RawArray| -> PyResult<_> {
         raw.check(token).py()?;
         let target = target.resolve(raw)?;
@@ -178,15 +178,12 @@ pub(crate) fn export_spec(
             }
             raw.move_memory(target, None, false, token).py()?;
         }
-        let buf = raw
-            .export_buffer(token, copy == Some(true), consumer)
-            .py()?;
-        Ok((buf, raw.dtype(), raw.shape().to_vec()))
+        raw.export_buffer(token, copy == Some(true), consumer).py()
     };
     // A move or a copy allocates and copies, and pending work may be waited for: then
     // with the GIL released. (`dl_device` naming where the data already is, as torch
     // passes it, is no move.)
-    let (buf, dtype, shape) = arr.with_if(
+    let buf = arr.with_if(
         py,
         |raw| {
             copy != Some(true)
@@ -195,10 +192,7 @@ pub(crate) fn export_spec(
         },
         export,
     )?;
-    let device = memarray_dlpack::Device::from(buf.location);
-    let mut spec = ExportSpec::contiguous(buf.ptr, device, dtype, shape);
-    spec.is_copied = copy == Some(true);
-    Ok((spec, buf.owner))
+    Ok(ExportSpec::from_buffer(buf))
 }
 
 // Entering takes a `LockGuard`; leaving (or the context's collection) drops it.
@@ -394,7 +388,7 @@ pub(crate) enum NumpyImport {
     /// Its memory, shared as it is: the import is done.
     Shared(RawArray),
     /// Its tensor, for [`import_tensor`] (a copy, a refusal, or sharing after all).
-    Tensor(ImportedTensor),
+    Tensor(ForeignTensor),
 }
 
 impl NumpyImport {
@@ -402,7 +396,7 @@ impl NumpyImport {
     pub(crate) fn import(self, py: Python<'_>, copy: Option<bool>) -> PyResult<RawArray> {
         match self {
             NumpyImport::Shared(raw) => Ok(raw),
-            NumpyImport::Tensor(t) => import_tensor(py, t, copy, StreamRef::legacy()),
+            NumpyImport::Tensor(t) => import_tensor(py, t, copy, None),
         }
     }
 }
@@ -446,7 +440,7 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
     // error when IsValid fails.
     unsafe {
         if ffi::PyCapsule_IsValid(raw, NAME_VERSIONED.as_ptr()) != 1 {
-            return take_capsule(&cap).map(|t| Some(NumpyImport::Tensor(t)));
+            return take_capsule(&cap).map(|t| Some(NumpyImport::Tensor(t.into_foreign())));
         }
         let p = ffi::PyCapsule_GetPointer(raw, NAME_VERSIONED.as_ptr());
         let p = NonNull::new(p.cast::<DLManagedTensorVersioned>())
@@ -456,67 +450,27 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
         }
         // An exact ndarray's capsule describes NumPy's own live memory.
         let t = ImportedTensor::from_versioned_trusted(p).py()?;
-        Ok(Some(NumpyImport::Tensor(t)))
+        Ok(Some(NumpyImport::Tensor(t.into_foreign())))
     }
 }
 
-/// Imports a taken tensor; CUDA data is ordered after `producer`. Sharing the memory
-/// (C-contiguous, writable, non-empty, no copy asked) only wraps it: cheaper with the GIL
-/// held than releasing it. A copy, an empty array's allocation and a refusal (whose
-/// producer deleter takes the GIL itself) run detached.
+/// Imports a taken tensor through memarray-cuda's one import ([`RawArray::import`]);
+/// CUDA data is ordered after `producer`. Sharing the memory (C-contiguous, writable,
+/// non-empty, no copy asked) only wraps it: cheaper with the GIL held than releasing it.
+/// A copy, an empty array's allocation and a refusal (whose producer deleter takes the
+/// GIL itself) run detached.
 pub(crate) fn import_tensor(
     py: Python<'_>,
-    t: ImportedTensor,
+    t: ForeignTensor,
     copy: Option<bool>,
-    producer: StreamRef,
+    producer: Option<StreamRef>,
 ) -> PyResult<RawArray> {
-    let shares = copy != Some(true) && t.is_c_contiguous() && !t.read_only() && !t.is_empty();
-    if shares {
-        return import_with(t, copy, producer);
+    let copy = CopyPolicy::from(copy);
+    if copy != CopyPolicy::Always && t.shareable().is_ok() {
+        return RawArray::import(t, copy, producer).py();
     }
-    py.detach_section(|| import_with(t, copy, producer))
-}
-
-fn import_with(t: ImportedTensor, copy: Option<bool>, producer: StreamRef) -> PyResult<RawArray> {
-    let (dtype, shape) = (t.dtype(), t.shape().to_vec());
-    match t.device().kind {
-        DeviceType::Cuda => crate::cuda::import_device_tensor(t, copy, producer),
-        DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged => {
-            let shareable = t.is_c_contiguous() && !t.read_only() && !t.is_empty();
-            if copy == Some(false) && !shareable && !t.is_empty() {
-                return Err(PyBufferError::new_err(format!(
-                    "copy=False, but the tensor cannot be shared zero-copy ({}); pass \
-                     copy=None or copy=True",
-                    if t.read_only() {
-                        "it is read-only"
-                    } else {
-                        "it is not C-contiguous"
-                    }
-                )));
-            }
-            if shareable && copy != Some(true) {
-                let kind = match t.device().kind {
-                    DeviceType::CudaHost => MemoryKind::Pinned,
-                    DeviceType::CudaManaged => MemoryKind::Managed,
-                    _ => MemoryKind::Host,
-                };
-                let ptr = NonNull::new(t.data().cast::<u8>())
-                    .ok_or_else(|| PyBufferError::new_err("tensor with elements has null data"))?;
-                let len = t.nbytes();
-                // SAFETY: ImportedTensor validated that data + nbytes is the producer's
-                // memory, live until its deleter runs, which happens when `t` drops.
-                let host = unsafe { HostBuffer::from_foreign(ptr, len, kind, Box::new(t)) };
-                return RawArray::from_host_buffer(dtype, &shape, host, 0).py();
-            }
-            let mut raw = RawArray::zeros(dtype, &shape, 0).py()?;
-            if !t.is_empty() {
-                let bytes = raw.host_bytes_mut(None).py()?;
-                // SAFETY: t describes validated host memory of its shape and strides.
-                unsafe { crate::strided::gather(&t, bytes) };
-            }
-            Ok(raw)
-        }
-    }
+    py.detach_section(|| RawArray::import(t, copy, producer))
+        .py()
 }
 
 /// Exports whose deleter has not run yet, `(unversioned, versioned)`: a diagnostic for

@@ -6,15 +6,14 @@
 //! Anything else (a dtype memarray does not store, a foreign byte order, strides that
 //! are not whole elements) is left to the `__dlpack__` path, which keeps NumPy's rules.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use memarray_core::{DType, HostBuffer, MAX_NDIM, MemoryKind};
+use memarray_core::{DType, ForeignTensor, HostBuffer, MAX_NDIM, MemoryKind, Place};
 use memarray_cuda::array::RawArray;
-use memarray_dlpack::ImportedTensor;
 
 use crate::errors::IntoPyResult;
 
@@ -82,20 +81,34 @@ pub(crate) fn layout(obj: &Bound<'_, PyAny>) -> PyResult<Option<Layout>> {
 /// The tensor of `obj`, an exact `numpy.ndarray` of layout `l`, owning a reference to it.
 ///
 /// # Errors
-/// The import's own checks (misaligned data, negative or overlapping strides), as the
+/// The layout's checks (misaligned data, negative or overlapping strides), as the
 /// `__dlpack__` path raises them.
-pub(crate) fn view(obj: &Bound<'_, PyAny>, l: &Layout) -> PyResult<ImportedTensor> {
-    let owner: Box<dyn std::any::Any + Send> = Box::new(obj.clone().unbind());
-    // SAFETY: shape and strides of equal length; NumPy's data spans its layout and lives
-    // while the array does, which `owner` keeps.
+pub(crate) fn view(obj: &Bound<'_, PyAny>, l: &Layout) -> PyResult<ForeignTensor> {
+    let mut shape = Vec::with_capacity(l.ndim);
+    for (dim, &extent) in l.shape[..l.ndim].iter().enumerate() {
+        let Ok(e) = usize::try_from(extent) else {
+            // NumPy never makes one; the capsule path's error, should it.
+            return Err(memarray_dlpack::DlpackError::NegativeShape {
+                dim,
+                extent,
+                shape: l.shape[..l.ndim].to_vec(),
+            })
+            .py();
+        };
+        shape.push(e);
+    }
+    // SAFETY: NumPy's data spans its layout and lives while the array does, which the
+    // owner keeps.
     unsafe {
-        ImportedTensor::from_host_view(
-            l.data.cast::<c_void>(),
+        ForeignTensor::new(
+            Place::Host,
+            l.data as u64,
+            0,
             l.dtype,
-            &l.shape[..l.ndim],
-            &l.strides[..l.ndim],
+            shape,
+            l.strides[..l.ndim].to_vec(),
             l.read_only,
-            owner,
+            Box::new(obj.clone().unbind()),
         )
     }
     .py()

@@ -363,7 +363,9 @@ memarray_status memarray_array_to_dlpack(const memarray_array *a,
 // Imports a DLPack 1.x versioned managed tensor, which becomes memarray's whatever the
 // status (its deleter runs when the array is done with it, or before an error returns).
 // C-contiguous writable tensors are shared zero-copy (host, pinned, managed or CUDA
-// memory); read-only ones are copied; others are refused. `producer`: the stream the
+// memory); read-only and strided ones (any non-negative, non-overlapping strides) are
+// copied into a C-contiguous array where the data is: the rules of Python's
+// `memarray.from_dlpack`, through the same import. `producer`: the stream the
 // producer's work on a CUDA tensor is queued on (NULL: the legacy default stream);
 // later work on the array waits for it. On success `*out` is a new array: release it
 // with `memarray_array_free`.

@@ -33,9 +33,11 @@
 pub mod dtype;
 mod dtype_lookup;
 pub mod error;
+pub mod foreign;
 pub mod fork;
 pub mod host;
 pub mod indexer;
+pub mod layout;
 pub mod lock;
 pub mod npy;
 mod npy_literal;
@@ -44,7 +46,8 @@ pub mod shape;
 pub mod spill;
 
 pub use dtype::{DType, Element};
-pub use error::{CoreError, ErrorKind, Result};
+pub use error::{CoreError, ErrorKind, LayoutError, Result};
+pub use foreign::{ForeignTensor, Place};
 pub use host::HostBuffer;
 pub use indexer::{Indexer, indexer_bytes};
 pub use lock::{Lock, LockGuard, LockToken};

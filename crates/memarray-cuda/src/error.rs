@@ -82,16 +82,42 @@ pub enum CudaError {
         /// Where the memory was needed.
         location: Location,
     },
+    /// An argument outside what the operation accepts (a partition that does not fit, a
+    /// reduction a dtype has no form of, a stream handle that is not a stream).
+    #[error("{what}: {detail}")]
+    InvalidArgument {
+        /// The operation or argument.
+        what: &'static str,
+        /// What is wrong and what is accepted.
+        detail: String,
+    },
+    /// A setting memarray was given (a call or an environment variable) that it refuses.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// A kernel that cannot be compiled, loaded or launched as asked.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
     /// Device memory that cannot be shared with another process, or an IPC handle that
     /// cannot be opened here.
-    #[error("CUDA IPC: {reason}")]
-    Ipc {
-        /// What failed and why, with the fix where there is one.
-        reason: String,
-    },
+    #[error(transparent)]
+    Ipc(#[from] IpcError),
+    /// An error of the MemArray mirror (where the data is against what an operation
+    /// needs).
+    #[error(transparent)]
+    Array(#[from] ArrayError),
+    /// An error from memarray-core (shapes, bounds, allocation).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+}
+
+/// A setting memarray refuses: staging and spill settings from a call, or an environment
+/// variable it does not understand. Nothing changes when one is refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettingError {
     /// An environment variable with a value memarray does not understand.
     #[error("environment variable {var}={value:?} is not understood; expected {expected}")]
-    BadEnv {
+    Env {
         /// The variable.
         var: &'static str,
         /// Its value.
@@ -101,19 +127,90 @@ pub enum CudaError {
     },
     /// A setting outside its accepted range.
     #[error("{what}: {detail}")]
-    BadSetting {
+    Invalid {
         /// The setting.
         what: &'static str,
         /// What is wrong and what is accepted.
         detail: String,
     },
-    /// An error of the MemArray mirror (where the data is against what an operation
-    /// needs).
-    #[error(transparent)]
-    Array(#[from] ArrayError),
-    /// An error from memarray-core (shapes, bounds, allocation).
-    #[error(transparent)]
-    Core(#[from] CoreError),
+}
+
+impl SettingError {
+    /// A value given in a call is the caller's argument; a variable the environment
+    /// holds is a failure of the run's setup.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SettingError::Env { .. } => ErrorKind::Failed,
+            SettingError::Invalid { .. } => ErrorKind::InvalidArgument,
+        }
+    }
+}
+
+/// A kernel that cannot be compiled, loaded or launched as asked (the seed kernel's
+/// module, users' PTX, cubins, CUDA source, their arguments and launch shapes). Each is
+/// the caller's input refused, with the driver's or NVRTC's words.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// An image the driver refuses (bad PTX, another architecture's cubin), or none.
+    #[error("kernel module: {detail}")]
+    Module {
+        /// What is wrong, with the driver's error.
+        detail: String,
+    },
+    /// A kernel name the module does not hold.
+    #[error("kernel name: {detail}")]
+    Kernel {
+        /// Which name, and the driver's answer.
+        detail: String,
+    },
+    /// Arguments that do not match the kernel's parameters.
+    #[error("kernel arguments: {detail}")]
+    Arguments {
+        /// Which argument and why.
+        detail: String,
+    },
+    /// A grid or block the launch cannot take.
+    #[error("launch configuration: {detail}")]
+    Configuration {
+        /// The grid and block, and the limits.
+        detail: String,
+    },
+    /// CUDA source NVRTC cannot compile (the log), or text it cannot take.
+    #[error("{what}: {detail}")]
+    Compile {
+        /// NVRTC, the source or its name.
+        what: &'static str,
+        /// What failed, with NVRTC's log.
+        detail: String,
+    },
+}
+
+/// CUDA IPC refused: memory that cannot be shared, a handle that is not one, or one that
+/// cannot be opened in this process.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IpcError {
+    /// Bytes that are not a memarray IPC handle.
+    #[error("CUDA IPC: {reason}")]
+    Handle {
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// Data that cannot be shared with another process (on the host, or from memory
+    /// CUDA cannot export).
+    #[error("CUDA IPC: {reason}")]
+    Export {
+        /// Why, with the fix.
+        reason: String,
+    },
+    /// A handle that cannot be opened here (this process made it, its exporter is gone,
+    /// it claims more than the allocation holds).
+    #[error("CUDA IPC: {reason}")]
+    Open {
+        /// Why, with the driver's answer.
+        reason: String,
+    },
 }
 
 /// Errors of the MemArray mirror (`memarray_cuda::array`), apart from driver and device
@@ -161,6 +258,22 @@ pub enum ArrayError {
          any operation through a mutable reference or a SharedArray restores it)"
     )]
     Spilled,
+    /// A foreign tensor that cannot be shared zero-copy, imported with copies forbidden.
+    #[error(
+        "the tensor cannot be shared zero-copy ({reason}) and a copy was forbidden \
+         (copy=False); allow a copy (copy=None or copy=True)"
+    )]
+    NotShareable {
+        /// Why, in words ("it is read-only", "it is not C-contiguous").
+        reason: &'static str,
+    },
+    /// A foreign device tensor whose memory the driver does not know, or that reaches
+    /// past the end of its allocation.
+    #[error("refused foreign device tensor: {reason}")]
+    ForeignMemory {
+        /// The driver's answer, with the numbers.
+        reason: String,
+    },
     /// A spill asked for by name ([`crate::array::SharedArray::evict`]) that cannot happen now.
     #[error("the array cannot be spilled now: {reason}")]
     NotSpillable {
@@ -170,11 +283,15 @@ pub enum ArrayError {
 }
 
 impl ArrayError {
-    /// What kind of failure this is: the data is not where the call needs it, or (not
-    /// spillable now) the call failed.
+    /// What kind of failure this is: the data is not where the call needs it, a foreign
+    /// tensor the caller cannot import so (their argument), or (not spillable now) the
+    /// call failed.
     pub fn kind(&self) -> ErrorKind {
         match self {
             ArrayError::NotSpillable { .. } => ErrorKind::Failed,
+            ArrayError::NotShareable { .. } | ArrayError::ForeignMemory { .. } => {
+                ErrorKind::InvalidArgument
+            }
             _ => ErrorKind::WrongLocation,
         }
     }
@@ -192,8 +309,11 @@ impl CudaError {
             CudaError::Array(a) => a.kind(),
             CudaError::Unavailable { .. } => ErrorKind::Unavailable,
             CudaError::Driver { .. } => ErrorKind::Driver,
+            CudaError::Setting(e) => e.kind(),
+            // The caller's kernel, arguments or launch shape.
+            CudaError::Launch(_) => ErrorKind::InvalidArgument,
             // A resource or device the caller named that cannot serve: their argument.
-            CudaError::BadSetting { .. }
+            CudaError::InvalidArgument { .. }
             | CudaError::NoSuchDevice { .. }
             | CudaError::Inaccessible { .. } => ErrorKind::InvalidArgument,
             _ => ErrorKind::Failed,

@@ -298,7 +298,7 @@ pub(crate) fn parallel(n: usize, f: &(dyn Fn(usize) -> Result<()> + Sync)) -> Re
 }
 
 pub(crate) fn panicked() -> CudaError {
-    CudaError::BadSetting {
+    CudaError::InvalidArgument {
         what: "staged copy",
         detail: "a staging lane panicked".into(),
     }

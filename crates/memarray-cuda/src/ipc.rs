@@ -14,7 +14,7 @@
 //! microsecond. The exporter must keep the memory alive while importers use it, and not
 //! overwrite it until they are done (an acknowledgement back); CUDA forbids opening a
 //! handle in the process that made it. Memory that is not from `cuMemAlloc` (managed
-//! memory, the driver's async pool) cannot be shared: [`CudaError::Ipc`].
+//! memory, the driver's async pool) cannot be shared: [`CudaError::Ipc`] ([`IpcError`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use crate::buffer::{DeviceBuffer, IpcExport};
 use crate::device::Device;
 use crate::driver;
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, IpcError, Result};
 use crate::event::Event;
 use crate::stream::StreamRef;
 
@@ -68,16 +68,16 @@ impl IpcHandle {
         out
     }
 
-    /// The inverse of [`to_bytes`](Self::to_bytes); anything else is [`CudaError::Ipc`].
+    /// The inverse of [`to_bytes`](Self::to_bytes); anything else is [`IpcError::Handle`].
     pub fn from_bytes(b: &[u8]) -> Result<Self> {
         if b.len() != IPC_HANDLE_BYTES || &b[..4] != TAG {
-            return Err(CudaError::Ipc {
+            return Err(CudaError::from(IpcError::Open {
                 reason: format!(
                     "not a memarray IPC handle ({} bytes; a handle is {IPC_HANDLE_BYTES} \
                      bytes starting with MAH2)",
                     b.len()
                 ),
-            });
+            }));
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
@@ -91,9 +91,9 @@ impl IpcHandle {
                 Some(e)
             }
             other => {
-                return Err(CudaError::Ipc {
+                return Err(CudaError::from(IpcError::Open {
                     reason: format!("bad event flag {other} in an IPC handle"),
-                });
+                }));
             }
         };
         Ok(Self {
@@ -152,12 +152,14 @@ impl DeviceBuffer {
         }
         let _ctx = self.device().bind()?;
         let addr = self.device_ptr();
-        let refuse = |e: CudaError| CudaError::Ipc {
-            reason: format!(
-                "memory from {} cannot be shared with another process ({e}); IPC needs \
+        let refuse = |e: CudaError| {
+            CudaError::from(IpcError::Export {
+                reason: format!(
+                    "memory from {} cannot be shared with another process ({e}); IPC needs \
                  cuMemAlloc memory: the device resource or a pool over it",
-                self.resource().name()
-            ),
+                    self.resource().name()
+                ),
+            })
         };
         // SAFETY: the buffer is live and its device's context is bound above.
         let (base, size) = unsafe { driver::mem_get_address_range(addr) }.map_err(refuse)?;
@@ -191,11 +193,11 @@ impl Mapping {
         if let Some(e) = events.get(h) {
             return Ok(e.clone());
         }
-        let e = Arc::new(
-            Event::open_ipc(&self.device, h).map_err(|e| CudaError::Ipc {
+        let e = Arc::new(Event::open_ipc(&self.device, h).map_err(|e| {
+            CudaError::from(IpcError::Open {
                 reason: format!("cannot open the exporter's event ({e})"),
-            })?,
-        );
+            })
+        })?);
         events.insert(*h, e.clone());
         Ok(e)
     }
@@ -228,11 +230,11 @@ pub fn open(h: &IpcHandle) -> Result<DeviceBuffer> {
 /// importer to order its work after.
 pub fn open_with_event(h: &IpcHandle) -> Result<(DeviceBuffer, Option<Arc<Event>>)> {
     if h.pid == std::process::id() {
-        return Err(CudaError::Ipc {
+        return Err(CudaError::from(IpcError::Open {
             reason: "this handle was made by this process; CUDA opens IPC handles only in \
                      other processes (use the array itself here)"
                 .into(),
-        });
+        }));
     }
     let device = Device::get(h.device_id)?;
     let mapping = {
@@ -244,13 +246,13 @@ pub fn open_with_event(h: &IpcHandle) -> Result<(DeviceBuffer, Option<Arc<Event>
                 // SAFETY: the device's context is bound; a stale or foreign handle is a
                 // driver error, not undefined behaviour.
                 let base = unsafe { driver::ipc_open_mem_handle(&h.handle) }.map_err(|e| {
-                    CudaError::Ipc {
+                    CudaError::from(IpcError::Open {
                         reason: format!(
                             "cannot open the handle of process {} on cuda:{} ({e}); the \
                              exporting process may have exited or freed the memory",
                             h.pid, h.device_id
                         ),
-                    }
+                    })
                 })?;
                 // SAFETY: base is a live mapping in this device's context.
                 let (_, size) = unsafe { driver::mem_get_address_range(base) }?;
@@ -268,12 +270,12 @@ pub fn open_with_event(h: &IpcHandle) -> Result<(DeviceBuffer, Option<Arc<Event>
     };
     let end = h.offset.checked_add(h.nbytes);
     if end.is_none_or(|e| e > mapping.size as u64) {
-        return Err(CudaError::Ipc {
+        return Err(CudaError::from(IpcError::Open {
             reason: format!(
                 "the handle claims {} bytes at offset {} of a {}-byte allocation",
                 h.nbytes, h.offset, mapping.size
             ),
-        });
+        }));
     }
     let event = h.event.as_ref().map(|e| mapping.event(e)).transpose()?;
     let addr = mapping.base + h.offset;
@@ -334,6 +336,6 @@ mod tests {
             pid: std::process::id(),
             event: None,
         };
-        assert!(matches!(open(&h), Err(CudaError::Ipc { .. })));
+        assert!(matches!(open(&h), Err(CudaError::Ipc(_))));
     }
 }

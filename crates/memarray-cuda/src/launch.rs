@@ -41,7 +41,7 @@ pub use crate::module::{Function, LaunchConfig, Module};
 use crate::array::{RawArray, SharedArray};
 use crate::device::Device;
 use crate::driver;
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, LaunchError, Result};
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
 
@@ -132,10 +132,7 @@ pub fn launch_indexed(
     operands: &mut [Operand<'_>],
     params: &[Param],
 ) -> Result<()> {
-    let bad = |detail: String| CudaError::BadSetting {
-        what: "kernel arguments",
-        detail,
-    };
+    let bad = |detail: String| CudaError::from(LaunchError::Arguments { detail });
     if params.len() != f.params.len() {
         return Err(bad(format!(
             "{} takes {} parameters, {} given",
@@ -172,13 +169,12 @@ pub fn launch_indexed(
         op.array.check(op.token)?;
     }
     if cfg.grid.contains(&0) || cfg.block.contains(&0) {
-        return Err(CudaError::BadSetting {
-            what: "launch configuration",
+        return Err(CudaError::from(LaunchError::Configuration {
             detail: format!(
                 "grid {:?} and block {:?} must be at least 1 each",
                 cfg.grid, cfg.block
             ),
-        });
+        }));
     }
     let device = f.module.device.clone();
     let stream = stream.unwrap_or(StreamRef::legacy());
@@ -274,12 +270,11 @@ pub fn launch_shared(
         let at = match uses.iter().position(|u| std::ptr::eq(u.array, array)) {
             Some(j) => {
                 if token.is_some() && uses[j].token.is_some() && token != uses[j].token {
-                    return Err(CudaError::BadSetting {
-                        what: "kernel arguments",
+                    return Err(CudaError::from(LaunchError::Arguments {
                         detail: format!(
                             "argument {i}: the array is passed twice with different tokens"
                         ),
-                    });
+                    }));
                 }
                 uses[j].token = uses[j].token.or(token);
                 j

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::driver::{self, CUfunction, CUmodule};
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, LaunchError, Result};
 
 /// A loaded module (PTX, cubin or fatbin) of one device; unloaded when the last
 /// [`Function`] of it and the module itself are gone.
@@ -36,13 +36,12 @@ impl Drop for Module {
 impl Module {
     /// Loads `image` on `device`: PTX text (with or without its closing NUL), a cubin or a
     /// fatbin. A driver's refusal (bad PTX, an image for another architecture) is
-    /// [`CudaError::BadSetting`] with the driver's error, naming `cuModuleLoadData`.
+    /// [`LaunchError::Module`] with the driver's error, naming `cuModuleLoadData`.
     pub fn load(device: &Arc<Device>, image: &[u8]) -> Result<Arc<Module>> {
         if image.is_empty() {
-            return Err(CudaError::BadSetting {
-                what: "kernel module",
+            return Err(CudaError::from(LaunchError::Module {
                 detail: "the image is empty (expected PTX text, a cubin or a fatbin)".into(),
-            });
+            }));
         }
         // PTX is text the driver reads up to a NUL: make sure there is one. (Binary images,
         // ELF cubins and fatbins, start with their magic numbers and carry their length.)
@@ -51,10 +50,9 @@ impl Module {
         let owned;
         let bytes = if is_text && image.last() != Some(&0) {
             if image.contains(&0) {
-                return Err(CudaError::BadSetting {
-                    what: "kernel module",
+                return Err(CudaError::from(LaunchError::Module {
                     detail: "PTX text with a NUL byte inside".into(),
-                });
+                }));
             }
             owned = [image, &[0]].concat();
             &owned[..]
@@ -66,10 +64,11 @@ impl Module {
         let raw = unsafe { driver::module_load_image(bytes) }.map_err(|e| match e {
             // The image is the caller's input: the driver's refusal of it is a bad
             // argument, not a device failure.
-            CudaError::Driver { .. } if !e.is_out_of_memory() => CudaError::BadSetting {
-                what: "kernel module",
-                detail: format!("the driver refused the image ({e})"),
-            },
+            CudaError::Driver { .. } if !e.is_out_of_memory() => {
+                CudaError::from(LaunchError::Module {
+                    detail: format!("the driver refused the image ({e})"),
+                })
+            }
             e => e,
         })?;
         Ok(Arc::new(Module {
@@ -82,7 +81,7 @@ impl Module {
     /// `-I<dir>` for `memarray/indexer.cuh`, `-DNAME=...`, `--std=c++17`) and loads it.
     /// Kernels meant for [`Module::function`] are declared `extern "C"`. Without NVRTC:
     /// [`CudaError::Unavailable`] naming what was tried; a compile error:
-    /// [`CudaError::BadSetting`] with NVRTC's log.
+    /// [`LaunchError::Compile`] with NVRTC's log.
     pub fn from_cuda_source(
         device: &Arc<Device>,
         source: &str,
@@ -101,17 +100,17 @@ impl Module {
     /// The kernel `name` (its `extern "C"` name); an error naming it when the module has
     /// none.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
-        let c = CString::new(name).map_err(|_| CudaError::BadSetting {
-            what: "kernel name",
-            detail: format!("{name:?} contains a NUL byte"),
+        let c = CString::new(name).map_err(|_| {
+            CudaError::from(LaunchError::Kernel {
+                detail: format!("{name:?} contains a NUL byte"),
+            })
         })?;
         let _ctx = self.device.bind()?;
         // SAFETY: the module is live (self) and its context bound.
         let f = unsafe { driver::module_get_function(self.raw, &c) }.map_err(|e| {
-            CudaError::BadSetting {
-                what: "kernel name",
+            CudaError::from(LaunchError::Kernel {
                 detail: format!("the module has no kernel {name:?} ({e})"),
-            }
+            })
         })?;
         // SAFETY: f is a function of this live module; the context is bound.
         let (params, block, blocks_per_sm) = unsafe {

@@ -10,7 +10,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, LaunchError, Result};
 
 type Program = *mut std::ffi::c_void;
 type Res = c_int;
@@ -120,16 +120,16 @@ impl Lib {
         }
         // SAFETY: nvrtcGetErrorString returns a static string for any code.
         let msg = unsafe { CStr::from_ptr((self.error_string)(r)) }.to_string_lossy();
-        Err(CudaError::BadSetting {
+        Err(CudaError::from(LaunchError::Compile {
             what: "NVRTC",
             detail: format!("{call} failed: {msg}"),
-        })
+        }))
     }
 }
 
 /// Compiles `source` (named `name` in messages) to PTX for compute capability
 /// `(major, minor)` with NVRTC `options` (`-I...`, `-D...`, `--std=c++17` ...). A compile
-/// error is [`CudaError::BadSetting`] carrying NVRTC's log.
+/// error is [`LaunchError::Compile`](crate::LaunchError::Compile) carrying NVRTC's log.
 pub(crate) fn compile_to_ptx(
     source: &str,
     name: &str,
@@ -138,7 +138,7 @@ pub(crate) fn compile_to_ptx(
 ) -> Result<Vec<u8>> {
     let lib = load()?;
     let nul = |s: &str, what: &'static str| {
-        CString::new(s).map_err(|_| CudaError::BadSetting {
+        CString::new(s).map_err(|_| CudaError::InvalidArgument {
             what,
             detail: "contains a NUL byte".into(),
         })
@@ -177,10 +177,10 @@ pub(crate) fn compile_to_ptx(
                 (lib.log)(prog, buf.as_mut_ptr().cast());
                 String::from_utf8_lossy(&buf[..n.saturating_sub(1)]).into_owned()
             };
-            return Err(CudaError::BadSetting {
+            return Err(CudaError::from(LaunchError::Compile {
                 what: "CUDA source",
                 detail: format!("{name} does not compile:\n{log}"),
-            });
+            }));
         }
         let mut n = 0usize;
         // SAFETY: prog compiled; the buffer holds n bytes (NUL included).

@@ -38,7 +38,7 @@ impl StreamRef {
     }
 
     /// Wraps a raw `CUstream` handle, e.g. one from PyTorch or CuPy. Refuses 0 with
-    /// [`CudaError::NullStream`], and with [`CudaError::BadSetting`] a handle that cannot
+    /// [`CudaError::NullStream`], and with [`CudaError::InvalidArgument`] a handle that cannot
     /// be a stream: a `CUstream` is the address of the driver's host-side stream object,
     /// so anything but 1, 2 or an aligned address of mapped memory is a forged or stale
     /// integer, which the driver would dereference and crash on (issue 13).
@@ -48,7 +48,7 @@ impl StreamRef {
     ///    this `StreamRef` or any copy of it is used.
     pub unsafe fn from_raw(handle: usize) -> Result<Self> {
         if handle > 2 && !plausible_stream_address(handle) {
-            return Err(CudaError::BadSetting {
+            return Err(CudaError::InvalidArgument {
                 what: "stream handle",
                 detail: format!(
                     "{handle:#x} is not a CUDA stream (not 1, 2 or the address of a live \
@@ -265,7 +265,7 @@ mod tests {
             // SAFETY: refused before any use.
             let e = unsafe { StreamRef::from_raw(forged) }.unwrap_err();
             assert!(
-                matches!(e, CudaError::BadSetting { .. }),
+                matches!(e, CudaError::InvalidArgument { .. }),
                 "{forged:#x}: {e}"
             );
         }

@@ -128,7 +128,7 @@ fn gpu_staged_fill_errors_and_panics_end_the_copy_on_both_paths() {
         .unwrap();
         let fails = |off: usize, buf: &mut [u8]| {
             if off >= n / 2 {
-                return Err(memarray_cuda::CudaError::BadSetting {
+                return Err(memarray_cuda::CudaError::InvalidArgument {
                     what: "test fill",
                     detail: format!("refused at {off}"),
                 });

@@ -423,3 +423,65 @@ fn gpu_write_all_and_host_add_index_on_device_data() {
     a.move_memory(Location::Host, None, true, None).unwrap();
     assert_eq!(a.as_slice().unwrap(), &[0x0909; 5]);
 }
+
+/// Issue 29: the one import of a foreign device tensor. A C-contiguous tensor over
+/// another array's device memory is shared; a strided view of it is gathered into a new
+/// C-contiguous device array; a claim past the end of the allocation is refused before
+/// any copy reads it; copies forbidden refuse the view.
+#[test]
+fn foreign_device_tensors_share_gather_or_refuse() {
+    use memarray_core::foreign::{ForeignTensor, Place};
+    use memarray_cuda::array::{CopyPolicy, RawArray};
+    let Some(_dev) = gpu_or_skip() else { return };
+    let values: Vec<u8> = (0..24).map(|i| i as u8 * 3).collect();
+    let mut src = RawArray::zeros(DType::U8, &[4, 6], 0).unwrap();
+    src.host_bytes_mut(None).unwrap().copy_from_slice(&values);
+    src.move_memory(DEV0, None, false, None).unwrap();
+    let buf = src.device_buffer(None).unwrap();
+    let addr = buf.device_ptr();
+    let tensor = |shape: Vec<usize>, strides: Vec<i64>| {
+        // SAFETY: `buf` (the owner) holds 24 bytes at `addr` on device 0; the layouts that
+        // reach past them are refused by the import's driver check before any read.
+        unsafe {
+            ForeignTensor::new(
+                Place::Device(0),
+                addr,
+                0,
+                DType::U8,
+                shape,
+                strides,
+                false,
+                Box::new(buf.clone()),
+            )
+        }
+        .unwrap()
+    };
+    let shared = RawArray::import(tensor(vec![4, 6], vec![6, 1]), CopyPolicy::Never, None).unwrap();
+    assert_eq!(shared.device_ptr(None).unwrap(), addr, "shared, not copied");
+    // Every other column, transposed: 3 x 4, gathered on the device.
+    let mut view =
+        RawArray::import(tensor(vec![3, 4], vec![2, 6]), CopyPolicy::IfNeeded, None).unwrap();
+    assert_eq!(view.location(), DEV0);
+    assert_ne!(view.device_ptr(None).unwrap(), addr);
+    view.move_memory(Location::Host, None, false, None).unwrap();
+    let mut want = Vec::new();
+    for i in 0..3 {
+        for j in 0..4 {
+            want.push(values[j * 6 + i * 2]);
+        }
+    }
+    assert_eq!(view.host_bytes(None).unwrap(), &want[..]);
+    let e = RawArray::import(tensor(vec![3, 4], vec![2, 6]), CopyPolicy::Never, None).unwrap_err();
+    assert!(
+        matches!(e, CudaError::Array(ArrayError::NotShareable { .. })),
+        "{e}"
+    );
+    // 25 bytes claimed over a 24-byte array: the pool may round the allocation up, so
+    // claim far past it.
+    let e =
+        RawArray::import(tensor(vec![1 << 30], vec![1]), CopyPolicy::IfNeeded, None).unwrap_err();
+    assert!(
+        matches!(e, CudaError::Array(ArrayError::ForeignMemory { .. })),
+        "{e}"
+    );
+}

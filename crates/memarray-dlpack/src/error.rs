@@ -1,11 +1,14 @@
 //! The DLPack error type.
 
-use memarray_core::{CoreError, DType, ErrorKind};
+use memarray_core::{CoreError, DType, ErrorKind, LayoutError};
 use thiserror::Error;
 
 /// Everything memarray-dlpack refuses, on export or import. Each variant names the numbers
 /// involved and what to change. The Python layer maps all of them to `BufferError`, except
-/// [`DlpackError::Core`], which keeps the mapping of the wrapped [`CoreError`].
+/// [`DlpackError::Core`], which keeps the mapping of the wrapped [`CoreError`]. A strided
+/// layout memarray cannot address (negative or overlapping strides, a null or misaligned
+/// pointer, a span past the address space) is `Core(Layout(..))`: the one layout check,
+/// in memarray-core, that the CUDA Array Interface's tensors pass too.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DlpackError {
@@ -108,75 +111,6 @@ pub enum DlpackError {
         shape: Vec<i64>,
     },
 
-    /// `strides` has a different length from `shape` (export only).
-    #[error("{strides} strides given for a shape of ndim {ndim}; pass one stride per dimension")]
-    StridesLength {
-        /// Dimensions of the shape.
-        ndim: usize,
-        /// Strides given.
-        strides: usize,
-    },
-
-    /// A negative stride on a dimension of extent above 1.
-    #[error(
-        "stride {stride} in dimension {dim} (strides {strides:?}, shape {shape:?}) is negative; \
-         memarray views need non-negative strides: copy the array (e.g. np.ascontiguousarray) \
-         before exchanging it"
-    )]
-    NegativeStride {
-        /// The dimension.
-        dim: usize,
-        /// Its stride, in elements.
-        stride: i64,
-        /// All strides, in elements.
-        strides: Vec<i64>,
-        /// The shape.
-        shape: Vec<usize>,
-    },
-
-    /// Strides under which two indices may address the same element (including stride 0,
-    /// as broadcasting produces).
-    #[error(
-        "strides {strides:?} with shape {shape:?} let different indices address the same \
-         element (overlapping or broadcast view); copy the array before exchanging it"
-    )]
-    OverlappingStrides {
-        /// Strides, in elements.
-        strides: Vec<i64>,
-        /// The shape.
-        shape: Vec<usize>,
-    },
-
-    /// The memory span the strides reach, or the end address, does not fit in 64 bits.
-    #[error(
-        "strides {strides:?} with shape {shape:?} and element size {itemsize} reach past \
-         the 64-bit address space from address {address:#x}"
-    )]
-    SpanOverflow {
-        /// Strides, in elements.
-        strides: Vec<i64>,
-        /// The shape.
-        shape: Vec<usize>,
-        /// Element size in bytes.
-        itemsize: usize,
-        /// `data + byte_offset`, or `data` if that sum overflows.
-        address: u64,
-    },
-
-    /// The tensor reaches past the end of any process's address space.
-    #[error(
-        "the tensor spans {span} bytes from address {address:#x}, past {limit:#x}, where no \
-         process maps memory: the data pointer, byte_offset or strides are not real"
-    )]
-    OutsideAddressSpace {
-        /// `data + byte_offset`.
-        address: u64,
-        /// Bytes from the first element to the end of the last.
-        span: u64,
-        /// The end of user space ([`crate::ADDRESS_LIMIT`]).
-        limit: u64,
-    },
-
     /// Host memory the tensor claims that is not mapped in this process.
     #[error(
         "the host tensor's {span} bytes from address {address:#x} are not all mapped in this \
@@ -187,33 +121,6 @@ pub enum DlpackError {
         address: u64,
         /// Bytes from the first element to the end of the last.
         span: u64,
-    },
-
-    /// A null data pointer for a tensor that has elements.
-    #[error(
-        "data pointer is null but shape {shape:?} has elements; only empty tensors may be null"
-    )]
-    NullData {
-        /// The shape.
-        shape: Vec<usize>,
-    },
-
-    /// `data + byte_offset` is not aligned for the element type.
-    #[error(
-        "data address {data:#x} + byte_offset {byte_offset} = {address:#x} is not a multiple of \
-         {align}, the alignment of {dtype}; the producer must pass an element-aligned offset"
-    )]
-    Misaligned {
-        /// The data pointer.
-        data: u64,
-        /// The byte offset.
-        byte_offset: u64,
-        /// Their sum (wrapping).
-        address: u64,
-        /// The element type.
-        dtype: DType,
-        /// Its alignment in bytes.
-        align: usize,
     },
 
     /// A read-only export requested as an unversioned tensor, which cannot carry the flag.
@@ -235,5 +142,12 @@ impl DlpackError {
             }
             _ => ErrorKind::InvalidArgument,
         }
+    }
+}
+
+impl From<LayoutError> for DlpackError {
+    /// A layout refused by memarray-core's one check, as `Core(Layout(..))`.
+    fn from(e: LayoutError) -> Self {
+        DlpackError::Core(CoreError::Layout(e))
     }
 }

@@ -18,11 +18,11 @@ use dlpack_rs::ffi::{
     DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion,
     DLTensor,
 };
-use memarray_core::{DType, MAX_NDIM};
+use memarray_core::foreign::ExportBuffer;
+use memarray_core::{DType, MAX_NDIM, layout};
 
 use crate::device::Device;
 use crate::error::DlpackError;
-use crate::layout;
 use crate::pool::{Managed, Slot};
 
 /// What to export: a pointer, where it lives, and how to read it.
@@ -50,6 +50,17 @@ pub struct ExportSpec {
 }
 
 impl ExportSpec {
+    /// The export of memarray's `buf` (C-contiguous, writable, `is_copied` as the buffer
+    /// says), and the owner to hand [`export_versioned`] / [`export_unversioned`] with it:
+    /// the one sequence every exporter (Python's `__dlpack__`, the C exchange allocator,
+    /// the C ABI) follows.
+    pub fn from_buffer(buf: ExportBuffer) -> (Self, Box<dyn Any + Send>) {
+        let mut spec =
+            ExportSpec::contiguous(buf.ptr, Device::from(buf.location), buf.dtype, buf.shape);
+        spec.is_copied = buf.is_copied;
+        (spec, buf.owner)
+    }
+
     /// A writable, C-contiguous, not-copied export of `shape` at `data`.
     pub fn contiguous(data: *mut c_void, device: Device, dtype: DType, shape: Vec<usize>) -> Self {
         ExportSpec {
@@ -103,11 +114,9 @@ pub fn export_unversioned(
 ///
 /// # Errors
 /// [`DlpackError::NegativeDeviceId`]; `Core(TooManyDims)` above [`MAX_NDIM`] dimensions;
-/// `Core(ShapeOverflow)` when the byte size overflows; [`DlpackError::StridesLength`],
-/// [`DlpackError::NegativeStride`], [`DlpackError::OverlappingStrides`],
-/// [`DlpackError::SpanOverflow`] for bad strides; [`DlpackError::NullData`] for a null
-/// pointer with elements; [`DlpackError::Misaligned`]. On error `owner` is dropped before
-/// returning.
+/// `Core(ShapeOverflow)` when the byte size overflows; `Core(Layout(..))` for strides, a
+/// null pointer with elements or a misaligned one ([`memarray_core::LayoutError`]). On
+/// error `owner` is dropped before returning.
 pub fn export_versioned(
     spec: ExportSpec,
     owner: Box<dyn Any + Send>,
@@ -157,7 +166,7 @@ fn fill<T: Managed>(
             &c_strides[..ndim]
         }
     };
-    layout::check_layout(
+    layout::check(
         &spec.shape,
         strides,
         spec.dtype,

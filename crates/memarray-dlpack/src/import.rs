@@ -1,7 +1,6 @@
 //! Import: a validated, borrowed view of a foreign managed tensor that calls the producer's
 //! deleter exactly once, when dropped or when validation fails.
 
-use std::any::Any;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::slice;
@@ -10,7 +9,7 @@ use dlpack_rs::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED,
     DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTensor,
 };
-use memarray_core::{DType, MAX_NDIM, shape};
+use memarray_core::{DType, ForeignTensor, MAX_NDIM, Place, shape};
 
 use crate::device::{Device, DeviceType};
 use crate::error::DlpackError;
@@ -18,19 +17,25 @@ use crate::export::{call_deleter_unversioned, call_deleter_versioned};
 use crate::layout;
 
 /// What keeps an import's memory alive: a managed-tensor pointer of either kind, whose
-/// deleter runs once on drop, or the owner of a [`ImportedTensor::from_host_view`] view.
+/// deleter runs once on drop. It is the owner of the import's [`ForeignTensor`].
 enum Owned {
     Unversioned(NonNull<DLManagedTensor>),
     Versioned(NonNull<DLManagedTensorVersioned>),
-    View { _owner: Box<dyn Any + Send> },
 }
+
+// SAFETY: the only cross-thread effect is the producer's deleter, run by `Drop` on whichever
+// thread drops this. DLPack lets the consumer end a tensor from any thread; Python producers
+// (NumPy, CuPy, cuda.core) take the GIL inside their deleters and this crate's own deleters
+// are thread-safe.
+unsafe impl Send for Owned {}
+// SAFETY: `&Owned` gives nothing to call: the pointer is only read by `Drop`.
+unsafe impl Sync for Owned {}
 
 impl std::fmt::Debug for Owned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Owned::Unversioned(p) => f.debug_tuple("Unversioned").field(p).finish(),
             Owned::Versioned(p) => f.debug_tuple("Versioned").field(p).finish(),
-            Owned::View { .. } => f.write_str("View"),
         }
     }
 }
@@ -43,8 +48,6 @@ impl Drop for Owned {
             Owned::Unversioned(p) => unsafe { call_deleter_unversioned(p) },
             // SAFETY: as above.
             Owned::Versioned(p) => unsafe { call_deleter_versioned(p) },
-            // The owner drops with `self`.
-            Owned::View { .. } => {}
         }
     }
 }
@@ -54,7 +57,9 @@ impl Drop for Owned {
 ///
 /// The data itself is borrowed, not copied. Non-contiguous strided views are accepted
 /// ([`is_c_contiguous`](Self::is_c_contiguous) is then false and callers read element-wise);
-/// negative and overlapping strides are refused.
+/// negative and overlapping strides are refused, by memarray-core's one layout check (the
+/// tensor is a [`ForeignTensor`] inside, which [`into_foreign`](Self::into_foreign) hands
+/// to memarray-cuda's import).
 ///
 /// # Example
 ///
@@ -77,25 +82,13 @@ impl Drop for Owned {
 /// ```
 #[derive(Debug)]
 pub struct ImportedTensor {
-    owned: Owned,
-    data: *mut c_void,
-    byte_offset: u64,
+    /// The description memarray-cuda imports, owning the managed pointer.
+    tensor: ForeignTensor,
     device: Device,
-    dtype: DType,
-    shape: Vec<usize>,
-    strides: Vec<i64>,
-    read_only: bool,
+    byte_offset: u64,
     is_copied: bool,
     version: Option<(u32, u32)>,
 }
-
-// SAFETY: the only cross-thread effect is the producer's deleter, run by `Drop` on whichever
-// thread drops this. DLPack lets the consumer end a tensor from any thread; Python producers
-// (NumPy, CuPy, cuda.core) take the GIL inside their deleters and this crate's own deleters
-// are thread-safe. All other state is an owned copy.
-unsafe impl Send for ImportedTensor {}
-// SAFETY: `&ImportedTensor` only reads the owned copies; it never calls into the producer.
-unsafe impl Sync for ImportedTensor {}
 
 impl ImportedTensor {
     /// Takes over an unversioned `DLManagedTensor` (a `"dltensor"` capsule's pointer).
@@ -128,10 +121,10 @@ impl ImportedTensor {
     /// [`DlpackError::UnsupportedVersion`], [`DlpackError::UnknownDeviceType`],
     /// [`DlpackError::NegativeDeviceId`], [`DlpackError::VectorLanes`],
     /// [`DlpackError::UnsupportedDType`], [`DlpackError::BadNdim`], [`DlpackError::NullShape`],
-    /// [`DlpackError::NegativeShape`], `Core(ShapeOverflow)`, [`DlpackError::NegativeStride`],
-    /// [`DlpackError::OverlappingStrides`], [`DlpackError::SpanOverflow`],
-    /// [`DlpackError::NullData`], [`DlpackError::Misaligned`]. The deleter has then already
-    /// been called, exactly once.
+    /// [`DlpackError::NegativeShape`], `Core(ShapeOverflow)`, `Core(Layout(..))` for the
+    /// strides, a null or misaligned pointer or a span past the address space
+    /// ([`memarray_core::LayoutError`]), [`DlpackError::Unmapped`]. The deleter has then
+    /// already been called, exactly once.
     ///
     /// # Safety
     /// 1. `p` points to a valid `DLManagedTensorVersioned` (any major version); if its major
@@ -159,46 +152,6 @@ impl ImportedTensor {
     ) -> Result<Self, DlpackError> {
         // SAFETY: the caller's contract.
         unsafe { Self::versioned(p, false) }
-    }
-
-    /// A host tensor described field by field rather than by a managed tensor: the same
-    /// checks as [`from_versioned_trusted`](Self::from_versioned_trusted) (no mapping
-    /// checks), with `owner` keeping the memory alive until this drops. For producers
-    /// whose layout the caller reads directly (an exact NumPy `ndarray`'s fields), which
-    /// skips the producer's `__dlpack__` call and its capsule. `version` is `None`.
-    ///
-    /// # Errors
-    /// As [`from_versioned`](Self::from_versioned) for the shape, strides, data and dtype;
-    /// `owner` is then dropped.
-    ///
-    /// # Safety
-    /// 1. `shape` and `strides` (in elements) have the same length.
-    /// 2. `data` is mapped host memory over the layout's span, live while `owner` is.
-    pub unsafe fn from_host_view(
-        data: *mut c_void,
-        dtype: DType,
-        shape: &[i64],
-        strides: &[i64],
-        read_only: bool,
-        owner: Box<dyn Any + Send>,
-    ) -> Result<Self, DlpackError> {
-        let (code, bits, lanes) = dtype.dlpack();
-        let dl = DLTensor {
-            data,
-            device: Device::CPU.to_dl(),
-            ndim: i32::try_from(shape.len()).unwrap_or(i32::MAX),
-            dtype: dlpack_rs::ffi::DLDataType { code, bits, lanes },
-            shape: shape.as_ptr().cast_mut(),
-            strides: strides.as_ptr().cast_mut(),
-            byte_offset: 0,
-        };
-        let flags = if read_only {
-            DLPACK_FLAG_BITMASK_READ_ONLY
-        } else {
-            0
-        };
-        // SAFETY: `dl` describes `shape.len()` entries of shape and strides (item 1).
-        unsafe { Self::from_parts(Owned::View { _owner: owner }, &dl, flags, None, false) }
     }
 
     /// # Safety
@@ -283,7 +236,6 @@ impl ImportedTensor {
             };
             shape.push(e);
         }
-        layout::check_shape(&shape, dtype)?;
         // Null strides mean C-contiguous before DLPack 1.2; still accepted from old producers.
         let strides = if ndim == 0 {
             Vec::new()
@@ -298,41 +250,43 @@ impl ImportedTensor {
             // SAFETY: non-null with `ndim` readable entries (item 1).
             unsafe { slice::from_raw_parts(dl.strides, ndim) }.to_vec()
         };
-        let data = dl.data;
-        layout::check_layout(&shape, &strides, dtype, data as u64, dl.byte_offset)?;
+        let place = match device.kind {
+            DeviceType::Cpu => Place::Host,
+            DeviceType::CudaHost => Place::Pinned,
+            DeviceType::CudaManaged => Place::Managed,
+            // `Device::from_dl` refused a negative id.
+            DeviceType::Cuda => Place::Device(device.id as u32),
+        };
+        let read_only = flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0;
+        // The one layout check (memarray-core's); on error the owner drops, calling the
+        // deleter.
+        // SAFETY: the producer describes its own memory, live until the deleter runs,
+        // which `owned` (the tensor's owner) does when dropped.
+        let tensor = unsafe {
+            ForeignTensor::new(
+                place,
+                dl.data as u64,
+                dl.byte_offset,
+                dtype,
+                shape,
+                strides,
+                read_only,
+                Box::new(owned),
+            )
+        }?;
         // Host-accessible memory must be mapped here: a forged pointer or stride would
         // otherwise fault on the first read (issue 13, item 5). Device memory is checked
         // by the CUDA layer, which can ask the driver.
-        if check_mapped
-            && matches!(
-                device.kind,
-                DeviceType::Cpu | DeviceType::CudaHost | DeviceType::CudaManaged
-            )
-            && !shape.contains(&0)
-        {
-            let address = (data as u64).wrapping_add(dl.byte_offset);
-            let span = layout::span_bytes(&shape, &strides, dtype.size()) as u64;
+        if check_mapped && !matches!(place, Place::Device(_)) && !tensor.is_empty() {
+            let (address, span) = (tensor.data(), tensor.span_bytes() as u64);
             if !layout::host_range_mapped(address, span) {
                 return Err(DlpackError::Unmapped { address, span });
             }
         }
-        if usize::try_from(dl.byte_offset).is_err() {
-            return Err(DlpackError::SpanOverflow {
-                strides,
-                shape,
-                itemsize: dtype.size(),
-                address: data as u64,
-            });
-        }
         Ok(ImportedTensor {
-            owned,
-            data,
-            byte_offset: dl.byte_offset,
+            tensor,
             device,
-            dtype,
-            shape,
-            strides,
-            read_only: flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0,
+            byte_offset: dl.byte_offset,
             is_copied: flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0,
             version,
         })
@@ -341,9 +295,7 @@ impl ImportedTensor {
     /// Address of the first element: the producer's `data + byte_offset`. A host or device
     /// address depending on [`device`](Self::device); null only for an empty tensor.
     pub fn data(&self) -> *mut c_void {
-        // Offset checked at import to stay within the 64-bit address space; no provenance
-        // is claimed (it may be a device address).
-        self.data.wrapping_byte_add(self.byte_offset as usize)
+        self.tensor.data() as *mut c_void
     }
 
     /// Where the data lives.
@@ -353,33 +305,33 @@ impl ImportedTensor {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.tensor.dtype()
     }
 
     /// Extents.
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        self.tensor.shape()
     }
 
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
-        self.shape.len()
+        self.tensor.shape().len()
     }
 
     /// Strides in elements, one per dimension: the producer's, or C-contiguous ones when it
     /// passed null.
     pub fn strides(&self) -> &[i64] {
-        &self.strides
+        self.tensor.strides()
     }
 
     /// Whether the elements are dense in C order (extent-1 strides and empty tensors aside).
     pub fn is_c_contiguous(&self) -> bool {
-        shape::is_c_contiguous(&self.shape, &self.strides)
+        self.tensor.is_c_contiguous()
     }
 
     /// The versioned read-only flag; false for unversioned tensors.
     pub fn read_only(&self) -> bool {
-        self.read_only
+        self.tensor.read_only()
     }
 
     /// The versioned is-copied flag; false for unversioned tensors.
@@ -389,23 +341,23 @@ impl ImportedTensor {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        self.tensor.shape().iter().product()
     }
 
     /// Whether the tensor has no elements (some extent is 0).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.tensor.is_empty()
     }
 
     /// Bytes of the elements: `len() * dtype().size()` (checked at import).
     pub fn nbytes(&self) -> usize {
-        self.len() * self.dtype.size()
+        self.tensor.nbytes()
     }
 
     /// Bytes from the first element to the end of the last one; equals
     /// [`nbytes`](Self::nbytes) for contiguous tensors, more for strided views.
     pub fn span_bytes(&self) -> usize {
-        layout::span_bytes(&self.shape, &self.strides, self.dtype.size())
+        self.tensor.span_bytes()
     }
 
     /// The producer's `byte_offset`, already included in [`data`](Self::data).
@@ -420,7 +372,19 @@ impl ImportedTensor {
 
     /// Whether this came from a `DLManagedTensorVersioned`.
     pub fn is_versioned(&self) -> bool {
-        matches!(self.owned, Owned::Versioned(_))
+        self.version.is_some()
+    }
+
+    /// The tensor as memarray-cuda imports it (`RawArray::import`); the producer's deleter
+    /// runs when it, or the array sharing its memory, drops.
+    pub fn into_foreign(self) -> ForeignTensor {
+        self.tensor
+    }
+}
+
+impl From<ImportedTensor> for ForeignTensor {
+    fn from(t: ImportedTensor) -> Self {
+        t.into_foreign()
     }
 }
 

@@ -19,10 +19,13 @@
 //!
 //! **Checks**, on export and import alike: device type (CPU, CUDA, CUDAHost, CUDAManaged) and
 //! a non-negative id; dtype (the fifteen [`DType`]s, lanes 1); ndim 0 to [`MAX_NDIM`];
-//! non-negative extents whose element count and byte size fit; strides non-negative and
-//! non-overlapping (non-contiguous views are fine); data non-null unless empty;
-//! `data + byte_offset` element-aligned; the reachable span within 64 bits. On import also
-//! the major version (1).
+//! non-negative extents whose element count and byte size fit; and the layout, by
+//! memarray-core's one check ([`memarray_core::layout::check`], which the CUDA Array
+//! Interface's tensors pass too): strides non-negative and non-overlapping (non-contiguous
+//! views are fine); data non-null unless empty; `data + byte_offset` element-aligned; the
+//! reachable span within 64 bits. On import also the major version (1). An import is a
+//! [`memarray_core::ForeignTensor`] inside ([`ImportedTensor::into_foreign`]), the
+//! description memarray-cuda's one import takes.
 //!
 //! **Left to the caller**: that device memory really is as large as described (host memory
 //! is checked to be mapped, and no tensor may reach past the end of user space), and that
@@ -30,7 +33,7 @@
 //! element-wise copies of non-contiguous imports.
 //!
 //! **Errors**: [`DlpackError`], one variant per refused field, with the numbers and the fix;
-//! core errors arrive as [`DlpackError::Core`].
+//! core errors (the layout's included) arrive as [`DlpackError::Core`].
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -48,9 +51,9 @@ pub use export::{
     export_versioned,
 };
 pub use import::ImportedTensor;
-pub use layout::ADDRESS_LIMIT;
+pub use memarray_core::layout::ADDRESS_LIMIT;
 pub use pool::{PoolStats, SlotStats, pool_stats};
 
 /// The FFI structs, re-exported so callers need no direct `dlpack-rs` dependency.
 pub use dlpack_rs::ffi;
-pub use memarray_core::{CoreError, DType, MAX_NDIM};
+pub use memarray_core::{CoreError, DType, LayoutError, MAX_NDIM};

@@ -11,8 +11,8 @@ use std::thread;
 use common::{counted, host_buffer};
 use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use memarray_dlpack::{
-    CoreError, DType, Device, DlpackError, ExportSpec, ImportedTensor, call_deleter_unversioned,
-    call_deleter_versioned, export_unversioned, export_versioned,
+    CoreError, DType, Device, DlpackError, ExportSpec, ImportedTensor, LayoutError,
+    call_deleter_unversioned, call_deleter_versioned, export_unversioned, export_versioned,
 };
 
 fn spec(shape: Vec<usize>) -> ExportSpec {
@@ -243,33 +243,50 @@ fn export_validation_errors_drop_the_owner() {
     export_fails(s, true, |e| {
         matches!(
             e,
-            DlpackError::StridesLength {
+            DlpackError::Core(CoreError::Layout(LayoutError::StridesLength {
                 ndim: 2,
                 strides: 1
-            }
+            }))
         )
     });
 
     let mut s = spec(vec![2, 3]);
     s.strides = Some(vec![3, -1]);
     export_fails(s, true, |e| {
-        matches!(e, DlpackError::NegativeStride { dim: 1, .. })
+        matches!(
+            e,
+            DlpackError::Core(CoreError::Layout(LayoutError::NegativeStride {
+                dim: 1,
+                ..
+            }))
+        )
     });
 
     let mut s = spec(vec![2, 3]);
     s.strides = Some(vec![0, 1]);
     export_fails(s, true, |e| {
-        matches!(e, DlpackError::OverlappingStrides { .. })
+        matches!(
+            e,
+            DlpackError::Core(CoreError::Layout(LayoutError::OverlappingStrides { .. }))
+        )
     });
 
     let mut s = spec(vec![2, 3]);
     s.data = std::ptr::null_mut();
-    export_fails(s, true, |e| matches!(e, DlpackError::NullData { .. }));
+    export_fails(s, true, |e| {
+        matches!(
+            e,
+            DlpackError::Core(CoreError::Layout(LayoutError::NullData { .. }))
+        )
+    });
 
     let mut s = spec(vec![2, 3]);
     s.byte_offset = 1;
     export_fails(s, true, |e| {
-        matches!(e, DlpackError::Misaligned { align: 4, .. })
+        matches!(
+            e,
+            DlpackError::Core(CoreError::Layout(LayoutError::Misaligned { align: 4, .. }))
+        )
     });
 
     let mut s = spec(vec![2, 3]);

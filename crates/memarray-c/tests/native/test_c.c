@@ -145,6 +145,29 @@ static void count_delete(struct DLManagedTensorVersioned* self) {
     free(self);
 }
 
+/* A 2 x 3 int32 host tensor over the values 0..5, with strides (s0, s1) in elements;
+   shape and strides share one allocation (count_delete frees it through shape). */
+static struct DLManagedTensorVersioned* strided_tensor(int64_t s0, int64_t s1) {
+    struct DLManagedTensorVersioned* f = calloc(1, sizeof *f);
+    f->version.major = 1;
+    f->deleter = count_delete;
+    int32_t* d = calloc(6, sizeof(int32_t));
+    for (int i = 0; i < 6; ++i) d[i] = i;
+    f->dl_tensor.data = d;
+    f->dl_tensor.device.device_type = kDLCPU;
+    f->dl_tensor.ndim = 2;
+    f->dl_tensor.shape = malloc(4 * sizeof(int64_t));
+    f->dl_tensor.shape[0] = 2;
+    f->dl_tensor.shape[1] = 3;
+    f->dl_tensor.strides = f->dl_tensor.shape + 2;
+    f->dl_tensor.strides[0] = s0;
+    f->dl_tensor.strides[1] = s1;
+    f->dl_tensor.dtype.code = kDLInt;
+    f->dl_tensor.dtype.bits = 32;
+    f->dl_tensor.dtype.lanes = 1;
+    return f;
+}
+
 static void dlpack_both_ways(void) {
     /* Out: a versioned tensor over the array's host memory, alive past the array. */
     uint64_t shape[2] = {2, 3};
@@ -204,6 +227,24 @@ static void dlpack_both_ways(void) {
     a = NULL;
     CHECK(memarray_array_from_dlpack(f, NULL, &a) != MEMARRAY_STATUS_OK);
     CHECK(a == NULL && deleted == 2);
+
+    /* A strided one (a 2 x 3 view in Fortran order) is copied into C order, as Python's
+       from_dlpack does; the copy is the array's, so the tensor ends at once. */
+    f = strided_tensor(1, 2);
+    OK(memarray_array_from_dlpack(f, NULL, &a));
+    CHECK(deleted == 3);
+    int32_t c_order[6];
+    OK(memarray_array_read(a, c_order, sizeof c_order, 0));
+    CHECK(c_order[0] == 0 && c_order[1] == 2 && c_order[2] == 4);
+    CHECK(c_order[3] == 1 && c_order[4] == 3 && c_order[5] == 5);
+    memarray_array_free(a);
+
+    /* Overlapping strides (a broadcast) are refused, by the same rule as Python's. */
+    f = strided_tensor(0, 1);
+    a = NULL;
+    FAILS(memarray_array_from_dlpack(f, NULL, &a), MEMARRAY_STATUS_INVALID_ARGUMENT,
+          "same element");
+    CHECK(a == NULL && deleted == 4);
 }
 
 static void resources_limit_and_count(void) {

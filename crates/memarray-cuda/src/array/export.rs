@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use memarray_core::foreign::ExportBuffer;
 use memarray_core::{HostBuffer, Location, LockToken};
 
 use super::device_side::Consumer;
@@ -10,22 +11,6 @@ use super::raw::RawArray;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::stream::StreamRef;
-
-/// Memory handed to an exporter: an address (host, or device when `location` is a
-/// device), and an owner that keeps it alive until dropped.
-#[derive(Debug)]
-pub struct ExportBuffer {
-    /// First byte of the data.
-    pub ptr: *mut std::ffi::c_void,
-    /// Where `ptr` points.
-    pub location: Location,
-    /// Keeps the memory alive; drop it when the export ends. Never touches Python.
-    pub owner: Box<dyn std::any::Any + Send + Sync>,
-}
-
-// SAFETY: `ptr` is only an address handed to the exporter; ExportBuffer never
-// dereferences it, and `owner` (which keeps the memory alive) is Send + Sync itself.
-unsafe impl Send for ExportBuffer {}
 
 impl RawArray {
     /// The buffer to hand to a zero-copy export of the current data, or with `copy` a
@@ -57,6 +42,9 @@ impl RawArray {
                 Ok(ExportBuffer {
                     ptr: buf.as_mut_ptr().cast(),
                     location: Location::Host,
+                    dtype: self.dtype,
+                    shape: self.shape.clone(),
+                    is_copied: copy,
                     owner: Box::new(buf),
                 })
             }
@@ -65,6 +53,9 @@ impl RawArray {
                 Ok(ExportBuffer {
                     ptr: ptr as *mut std::ffi::c_void,
                     location: Location::Device(id),
+                    dtype: self.dtype,
+                    shape: self.shape.clone(),
+                    is_copied: copy,
                     owner,
                 })
             }

@@ -4,7 +4,7 @@ use memarray_core::{CoreError, DType, Location, LockToken, shape};
 
 use super::device_side::DeviceSide;
 use super::raw::RawArray;
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, IpcError, Result};
 use crate::ipc::{IpcHandle, open_with_event};
 
 impl RawArray {
@@ -19,12 +19,12 @@ impl RawArray {
         self.check(token)?;
         self.restore(None, false, token)?;
         let Location::Device(_) = self.location else {
-            return Err(CudaError::Ipc {
+            return Err(CudaError::from(IpcError::Export {
                 reason: format!(
                     "the data is on {}; move it to a device before sharing it",
                     self.location
                 ),
-            });
+            }));
         };
         let buffer = self.dev.device_buffer()?;
         buffer.ipc_handle_with(|event| self.dev.record_shared(event))

@@ -84,7 +84,7 @@ impl RawArray {
     pub fn scatter(&self, devices: &[u32], token: Option<LockToken>) -> Result<Vec<RawArray>> {
         self.check(token)?;
         if self.shape.is_empty() || devices.is_empty() {
-            return Err(CudaError::BadSetting {
+            return Err(CudaError::InvalidArgument {
                 what: "scatter",
                 detail: format!(
                     "needs an array with a first axis and at least one device (shape {:?}, \
@@ -149,12 +149,12 @@ impl RawArray {
     /// One array at `to` holding `parts` (same dtype and trailing shape, on any devices or
     /// the host) concatenated along the first axis. The parts are left as they were.
     pub fn gather(parts: &[&RawArray], to: Location) -> Result<RawArray> {
-        let first = parts.first().ok_or(CudaError::BadSetting {
+        let first = parts.first().ok_or(CudaError::InvalidArgument {
             what: "gather",
             detail: "needs at least one part".into(),
         })?;
         if first.shape.is_empty() {
-            return Err(CudaError::BadSetting {
+            return Err(CudaError::InvalidArgument {
                 what: "gather",
                 detail: "parts need a first axis (got a 0-d array)".into(),
             });
@@ -163,7 +163,7 @@ impl RawArray {
         for p in parts {
             p.check(None)?;
             if p.dtype != first.dtype || p.shape.get(1..) != first.shape.get(1..) {
-                return Err(CudaError::BadSetting {
+                return Err(CudaError::InvalidArgument {
                     what: "gather",
                     detail: format!(
                         "parts must share dtype and trailing shape: {} {:?} vs {} {:?}",
@@ -282,12 +282,12 @@ mod tests {
         let s = RawArray::zeros(DType::F32, &[], 0).unwrap();
         assert!(matches!(
             s.scatter(&[0], None),
-            Err(CudaError::BadSetting { .. })
+            Err(CudaError::InvalidArgument { .. })
         ));
         let a = RawArray::zeros(DType::F32, &[4], 0).unwrap();
         assert!(matches!(
             a.scatter(&[], None),
-            Err(CudaError::BadSetting { .. })
+            Err(CudaError::InvalidArgument { .. })
         ));
     }
 }

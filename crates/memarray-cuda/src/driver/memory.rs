@@ -441,7 +441,7 @@ pub(crate) unsafe fn memcpy_batch_async(
 ) -> Result<()> {
     init()?;
     if dsts.len() != srcs.len() || srcs.len() != sizes.len() {
-        return Err(crate::error::CudaError::BadSetting {
+        return Err(crate::error::CudaError::InvalidArgument {
             what: "memcpy batch",
             detail: format!(
                 "{} destinations, {} sources, {} sizes",

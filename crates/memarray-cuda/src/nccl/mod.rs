@@ -112,7 +112,7 @@ impl ReduceOp {
             "min" => Self::Min,
             "avg" | "mean" => Self::Avg,
             _ => {
-                return Err(CudaError::BadSetting {
+                return Err(CudaError::InvalidArgument {
                     what: "reduction",
                     detail: format!("{name:?} is not one of sum, prod, max, min, avg"),
                 }

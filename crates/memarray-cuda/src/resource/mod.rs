@@ -36,7 +36,7 @@ pub use pool::{AsyncAlloc, AsyncPoolResource};
 
 use crate::device::Device;
 use crate::driver;
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, Result, SettingError};
 use crate::per_device::PerDevice;
 use crate::stream::StreamRef;
 
@@ -125,18 +125,18 @@ pub enum ResourceChoice {
 }
 
 /// Parses a `MEMARRAY_MEMORY_RESOURCE` value (surrounding spaces ignored; empty is the
-/// default, `pool`); anything else is [`CudaError::BadEnv`] naming the accepted values.
+/// default, `pool`); anything else is [`SettingError::Env`] naming the accepted values.
 pub fn parse_resource_choice(value: &str) -> Result<ResourceChoice> {
     match value.trim() {
         "" | "pool" => Ok(ResourceChoice::Pool),
         "device" => Ok(ResourceChoice::Device),
         "async" => Ok(ResourceChoice::Async),
         "managed" => Ok(ResourceChoice::Managed),
-        other => Err(CudaError::BadEnv {
+        other => Err(CudaError::from(SettingError::Env {
             var: RESOURCE_ENV,
             value: other.to_string(),
             expected: "pool (the default), device, async or managed",
-        }),
+        })),
     }
 }
 

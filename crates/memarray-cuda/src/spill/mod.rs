@@ -31,7 +31,7 @@ use memarray_core::spill::{SpillOutcome, SpillRegistry, SpillStatistics, Spiller
 use memarray_core::{FileResource, HostBuffer, HostResource, MemoryResource};
 
 use crate::device::Device;
-use crate::error::{ArrayError, CudaError, Result};
+use crate::error::{ArrayError, CudaError, Result, SettingError};
 use crate::stream::{Stream, StreamRef};
 
 mod settings;
@@ -297,10 +297,10 @@ pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
     if let Some(dir) = &settings.file_dir
         && !dir.is_dir()
     {
-        return Err(CudaError::BadSetting {
+        return Err(CudaError::from(SettingError::Invalid {
             what: "spill directory",
             detail: format!("{} does not exist or is not a directory", dir.display()),
-        });
+        }));
     }
     let pinned = crate::resource::pinned_pool(&dev);
     let state = Arc::new(DeviceSpill {

@@ -249,7 +249,7 @@ mod tests {
             },
         ] {
             let e = set_config(Direction::ToHost, bad).unwrap_err();
-            assert!(matches!(e, CudaError::BadSetting { .. }), "{e}");
+            assert!(matches!(e, CudaError::InvalidArgument { .. }), "{e}");
         }
         assert_eq!(config(Direction::ToHost).unwrap(), before);
     }

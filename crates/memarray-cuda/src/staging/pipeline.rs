@@ -121,7 +121,7 @@ impl LaneJob<'_> {
             }
             Direction::ToHost => {
                 let HostSide::Memory(host) = self.host else {
-                    return Err(CudaError::BadSetting {
+                    return Err(CudaError::InvalidArgument {
                         what: "staged copy",
                         detail: "a download needs a host destination".into(),
                     });

@@ -3,7 +3,7 @@
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::error::{CudaError, Result};
+use crate::error::{CudaError, Result, SettingError};
 
 /// Smallest chunk a lane copies: below it the per-chunk driver calls dominate.
 pub const MIN_CHUNK: usize = 64 << 10;
@@ -82,9 +82,11 @@ impl StagingConfig {
     }
 
     fn check(self) -> Result<Self> {
-        let bad = |detail: String| CudaError::BadSetting {
-            what: "staging configuration",
-            detail,
+        let bad = |detail: String| {
+            CudaError::from(SettingError::Invalid {
+                what: "staging configuration",
+                detail,
+            })
         };
         if !(1..=MAX_THREADS).contains(&self.threads) {
             return Err(bad(format!(
@@ -154,10 +156,12 @@ fn from_env() -> Configs {
             ("MEMARRAY_STAGING_CHUNK", &mut c.chunk_bytes),
         ] {
             if let Ok(value) = std::env::var(var) {
-                *field = value.trim().parse().map_err(|_| CudaError::BadEnv {
-                    var,
-                    value: value.clone(),
-                    expected: "a positive integer",
+                *field = value.trim().parse().map_err(|_| {
+                    CudaError::from(SettingError::Env {
+                        var,
+                        value: value.clone(),
+                        expected: "a positive integer",
+                    })
                 })?;
             }
         }
@@ -177,7 +181,7 @@ pub fn config(dir: Direction) -> Result<StagingConfig> {
 }
 
 /// Replaces the settings for `dir`; out-of-range values are refused with
-/// [`CudaError::BadSetting`] and change nothing.
+/// [`SettingError::Invalid`] and change nothing.
 pub fn set_config(dir: Direction, c: StagingConfig) -> Result<()> {
     let c = c.check()?;
     let mut slot = config_slot().lock().unwrap_or_else(PoisonError::into_inner);

@@ -198,7 +198,7 @@ impl ShortJob<'_> {
                 std::ptr::copy_nonoverlapping(pinned.as_ptr(), (host + off) as *mut u8, n)
             },
             (Direction::ToHost, HostSide::Fill(_)) => {
-                return Err(CudaError::BadSetting {
+                return Err(CudaError::InvalidArgument {
                     what: "staged copy",
                     detail: "a download needs a host destination".into(),
                 });
