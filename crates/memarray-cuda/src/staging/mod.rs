@@ -121,7 +121,7 @@ mod tests {
     use super::pipeline::i_chunks;
     use super::short::{MAX_SHORT_LANES, short_plan};
     use super::*;
-    use crate::error::CudaError;
+    use crate::error::{CudaError, SettingError};
 
     #[test]
     fn plan_gives_each_lane_two_chunks_within_bounds() {
@@ -249,7 +249,10 @@ mod tests {
             },
         ] {
             let e = set_config(Direction::ToHost, bad).unwrap_err();
-            assert!(matches!(e, CudaError::InvalidArgument { .. }), "{e}");
+            assert!(
+                matches!(e, CudaError::Setting(SettingError::Invalid { .. })),
+                "{e}"
+            );
         }
         assert_eq!(config(Direction::ToHost).unwrap(), before);
     }
