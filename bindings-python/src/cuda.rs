@@ -103,8 +103,6 @@ pub fn cuda_array_interface<'py>(
     Ok(d)
 }
 
-/// Imports an object exposing `__cuda_array_interface__` (Numba, CuPy, torch).
-/// staging_config() -> dict
 /// --
 ///
 /// The staged-copy settings for pageable host memory, per direction (`"to_device"`,
@@ -191,6 +189,10 @@ fn set_staging_config(
     Ok(())
 }
 
+/// Imports an object exposing `__cuda_array_interface__` (Numba, CuPy, torch): shared
+/// zero-copy where the layout allows, copied otherwise (`copy` as in `from_dlpack`).
+/// Raises BufferError for a layout memarray cannot address (negative or overlapping
+/// strides, a misaligned pointer) or memory the driver does not know.
 #[pyfunction]
 #[pyo3(signature = (obj, copy=None))]
 pub fn from_cuda_array_interface(
