@@ -62,7 +62,7 @@ LAYERS = {
         ["errors", "convert", "once", "held"],
         ["dtype"],
         ["device", "fork"],
-        ["stream"],
+        ["stream", "foreign"],
         ["resources", "host_pool"],
         ["interop"],
         ["array"],

@@ -137,7 +137,7 @@ fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
     }
     let cap = crate::dlpack::request_capsule(item)?;
     let t = crate::dlpack::take_capsule(&cap)?;
-    crate::dlpack::import_tensor(py, t.into_foreign(), None, Some(StreamRef::legacy()))
+    crate::foreign::import(py, t.into_foreign(), None, Some(StreamRef::legacy()))
 }
 
 /// --

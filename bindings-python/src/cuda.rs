@@ -12,7 +12,6 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use memarray_core::{DType, ForeignTensor, Location, Place};
 use memarray_cuda::StreamRef;
-use memarray_cuda::array::RawArray;
 
 use crate::array::PyMemArray;
 use crate::convert;
@@ -314,12 +313,7 @@ pub fn from_cuda_array_interface(
         )
     }
     .py()?;
-    let copy = memarray_cuda::array::CopyPolicy::from(copy);
-    let raw = obj
-        .py()
-        .detach_section(|| RawArray::import(t, copy, producer))
-        .py()?;
-    Ok(raw.into())
+    crate::foreign::import(obj.py(), t, copy, producer).map(Into::into)
 }
 
 /// Holds a Python producer alive; dropping it without the GIL defers the decref to pyo3.

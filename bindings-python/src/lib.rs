@@ -18,6 +18,7 @@ mod dlpack;
 mod dtype;
 mod element;
 mod errors;
+mod foreign;
 mod fork;
 mod held;
 mod host_pool;

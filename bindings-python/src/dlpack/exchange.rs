@@ -270,7 +270,7 @@ unsafe extern "C" fn to_py_object(
         }
         // SAFETY: the protocol hands over ownership of a live tensor ("stolen").
         let t = unsafe { ImportedTensor::from_versioned(p) }.py()?;
-        let raw = super::import_tensor(py, t.into_foreign(), None, Some(StreamRef::legacy()))?;
+        let raw = crate::foreign::import(py, t.into_foreign(), None, Some(StreamRef::legacy()))?;
         let obj = Bound::new(py, PyMemArray::from(raw))?;
         // SAFETY: out is valid for one write; the new reference passes to the caller.
         unsafe { *out = obj.into_ptr().cast() };
@@ -399,11 +399,11 @@ pub fn from_dlpack(
     // `__dlpack__` call; the producer's current work stream orders its work.
     if let Some(api) = api_of(obj)? {
         let (t, producer) = take(api, obj)?;
-        return super::import_tensor(py, t.into_foreign(), copy, Some(producer)).map(Into::into);
+        return crate::foreign::import(py, t.into_foreign(), copy, Some(producer)).map(Into::into);
     }
     let cap = super::request_capsule(obj)?;
     let t = super::take_capsule(&cap)?;
-    super::import_tensor(py, t.into_foreign(), copy, Some(StreamRef::legacy())).map(Into::into)
+    crate::foreign::import(py, t.into_foreign(), copy, Some(StreamRef::legacy())).map(Into::into)
 }
 
 #[pymethods]

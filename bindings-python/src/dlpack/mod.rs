@@ -9,7 +9,6 @@
 pub(crate) mod exchange;
 mod ndarray;
 
-use crate::fork::Detach;
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
@@ -20,7 +19,7 @@ use pyo3::{PyErr, ffi};
 use std::sync::{Mutex, PoisonError};
 
 use memarray_core::{ForeignTensor, Location, LockGuard, LockToken};
-use memarray_cuda::array::{CopyPolicy, RawArray};
+use memarray_cuda::array::RawArray;
 use memarray_dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use memarray_dlpack::{
     ExportSpec, ImportedTensor, call_deleter_unversioned, call_deleter_versioned,
@@ -31,7 +30,6 @@ use crate::array::PyMemArray;
 use crate::device::{KDLCPU, KDLCUDA, Target};
 use crate::errors::IntoPyResult;
 use crate::stream::{consumer_for, parse_dlpack_stream};
-use memarray_cuda::StreamRef;
 
 const NAME: &CStr = c"dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
@@ -387,7 +385,7 @@ static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
 pub(crate) enum NumpyImport {
     /// Its memory, shared as it is: the import is done.
     Shared(RawArray),
-    /// Its tensor, for [`import_tensor`] (a copy, a refusal, or sharing after all).
+    /// Its tensor, for [`crate::foreign::import`] (a copy, a refusal, or sharing after all).
     Tensor(ForeignTensor),
 }
 
@@ -396,7 +394,7 @@ impl NumpyImport {
     pub(crate) fn import(self, py: Python<'_>, copy: Option<bool>) -> PyResult<RawArray> {
         match self {
             NumpyImport::Shared(raw) => Ok(raw),
-            NumpyImport::Tensor(t) => import_tensor(py, t, copy, None),
+            NumpyImport::Tensor(t) => crate::foreign::import(py, t, copy, None),
         }
     }
 }
@@ -452,25 +450,6 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
         let t = ImportedTensor::from_versioned_trusted(p).py()?;
         Ok(Some(NumpyImport::Tensor(t.into_foreign())))
     }
-}
-
-/// Imports a taken tensor through memarray-cuda's one import ([`RawArray::import`]);
-/// CUDA data is ordered after `producer`. Sharing the memory (C-contiguous, writable,
-/// non-empty, no copy asked) only wraps it: cheaper with the GIL held than releasing it.
-/// A copy, an empty array's allocation and a refusal (whose producer deleter takes the
-/// GIL itself) run detached.
-pub(crate) fn import_tensor(
-    py: Python<'_>,
-    t: ForeignTensor,
-    copy: Option<bool>,
-    producer: Option<StreamRef>,
-) -> PyResult<RawArray> {
-    let copy = CopyPolicy::from(copy);
-    if copy != CopyPolicy::Always && t.shareable().is_ok() {
-        return RawArray::import(t, copy, producer).py();
-    }
-    py.detach_section(|| RawArray::import(t, copy, producer))
-        .py()
 }
 
 /// Exports whose deleter has not run yet, `(unversioned, versioned)`: a diagnostic for
