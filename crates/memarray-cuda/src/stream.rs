@@ -108,6 +108,11 @@ impl From<StreamRef> for RawStream {
     }
 }
 
+/// Whether `raw` is a driver stream memarray created (recycled, never destroyed).
+pub(crate) fn is_owned(raw: usize) -> bool {
+    owned_streams().contains(&raw)
+}
+
 /// Handles of every driver stream memarray created (never destroyed).
 fn owned_streams() -> std::sync::MutexGuard<'static, std::collections::HashSet<usize>> {
     static OWNED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<usize>>> =

@@ -127,3 +127,41 @@ pub fn nccl_or_skip() -> bool {
         }
     }
 }
+
+/// A driver stream memarray did not make, as torch, CuPy or cuda.core hand one over, and
+/// destroyed when dropped (memarray's own streams are recycled, never destroyed): for
+/// tests of what memarray may do with a foreign stream after the call that named it.
+#[derive(Debug)]
+pub struct ForeignStream {
+    device: Arc<Device>,
+    raw: usize,
+}
+
+impl ForeignStream {
+    /// A new non-blocking stream on `device`.
+    pub fn new(device: &Arc<Device>) -> crate::Result<Self> {
+        let _ctx = device.bind()?;
+        // SAFETY: `bind` made the device's context current.
+        let cu = unsafe { crate::driver::stream_create_non_blocking() }?;
+        Ok(ForeignStream {
+            device: device.clone(),
+            raw: cu as usize,
+        })
+    }
+
+    /// The handle, as a foreign library would pass it.
+    pub fn raw(&self) -> usize {
+        self.raw
+    }
+}
+
+impl Drop for ForeignStream {
+    fn drop(&mut self) {
+        if let Ok(_ctx) = self.device.bind() {
+            // SAFETY: a live stream of this device's context, created by `new`; the test
+            // names it no more.
+            let _ =
+                unsafe { crate::driver::stream_destroy(crate::driver::stream_handle(self.raw)) };
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use memarray_core::resource::conformance;
 use memarray_core::{MemoryResource, RawStream, StatisticsAdaptor};
 use memarray_cuda::resource::CachingPool;
-use memarray_cuda::testing::gpu_or_skip;
+use memarray_cuda::testing::{ForeignStream, gpu_or_skip};
 use memarray_cuda::{
     DeviceBuffer, DeviceResource, ManagedResource, PinnedResource, Stream, transfer,
 };
@@ -164,16 +164,19 @@ fn gpu_pool_never_names_a_stream_again_after_its_call() {
     let upstream: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(&dev));
     let pool = CachingPool::new(upstream, &dev, usize::MAX);
     let sizes = [4 << 10, 1 << 20, 5 << 20];
-    let gone = Stream::new(&dev).unwrap();
+    // A foreign stream (memarray's own are recycled, never destroyed).
+    let gone = ForeignStream::new(&dev).unwrap();
+    // SAFETY: live until dropped below, after its last call.
+    let gone_raw = unsafe { RawStream::from_raw(gone.raw()) };
     let blocks: Vec<_> = sizes
         .iter()
-        .map(|&n| pool.allocate(n, 256, Some(raw(&gone))).unwrap())
+        .map(|&n| pool.allocate(n, 256, Some(gone_raw)).unwrap())
         .collect();
     for (&p, &n) in blocks.iter().zip(&sizes) {
         // SAFETY: p came from the pool with these arguments and is freed once, on `gone`.
-        unsafe { pool.deallocate(p, n, 256, Some(raw(&gone))) };
+        unsafe { pool.deallocate(p, n, 256, Some(gone_raw)) };
     }
-    gone.synchronize().unwrap();
+    dev.synchronize().unwrap();
     drop(gone); // destroyed: its handle may name anything now
     let other = Stream::new(&dev).unwrap();
     for (&p, &n) in blocks.iter().zip(&sizes) {
@@ -187,4 +190,55 @@ fn gpu_pool_never_names_a_stream_again_after_its_call() {
     assert!(pool.trim() > 0);
     assert_eq!(pool.statistics().upstream_bytes, 0);
     dev.synchronize().unwrap();
+}
+
+#[test]
+fn gpu_pool_frees_on_memarrays_own_streams_record_no_event_and_still_order_reuse() {
+    // memarray's streams outlive every call: a free there records nothing (the bare
+    // pool's cost); a reuse on another stream records an event on the freeing stream then,
+    // and trimming orders the give-back the same way.
+    let Some(dev) = gpu_or_skip() else { return };
+    let upstream: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(&dev));
+    let pool = Arc::new(CachingPool::new(upstream.clone(), &dev, usize::MAX));
+    let (a, b) = (Stream::new(&dev).unwrap(), Stream::new(&dev).unwrap());
+    let bytes = 1 << 20;
+    // Cheap, like a free on the legacy stream: compare the medians of both.
+    let cost = |s: RawStream| {
+        let mut t: Vec<f64> = (0..7)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                for _ in 0..2000 {
+                    let p = pool.allocate(bytes, 256, Some(s)).unwrap();
+                    // SAFETY: freed once, on the stream it was allocated on.
+                    unsafe { pool.deallocate(p, bytes, 256, Some(s)) };
+                }
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[3]
+    };
+    let legacy = cost(RawStream::LEGACY);
+    let own = cost(raw(&a));
+    assert!(
+        own < legacy * 1.5,
+        "a free on memarray's stream costs {own:.4} s per 2000 against {legacy:.4} s on legacy"
+    );
+    // Ordering still holds (as gpu_pool_reuses_across_streams_only_after_the_work_completed).
+    let p = pool.allocate(bytes, 256, Some(raw(&a))).unwrap();
+    let big = DeviceBuffer::zeroed(&dev, 1 << 30, upstream.clone(), a.as_ref()).unwrap();
+    for _ in 0..40 {
+        let _ = transfer::memset_zero(&big, 0, 1 << 30, a.as_ref()).unwrap();
+    }
+    // SAFETY: freed once, on a, its last use.
+    unsafe { pool.deallocate(p, bytes, 256, Some(raw(&a))) };
+    let q = pool.allocate(bytes, 256, Some(raw(&b))).unwrap();
+    assert_ne!(q, p, "reused on b while a's work was still queued");
+    // SAFETY: as above, on b.
+    unsafe { pool.deallocate(q, bytes, 256, Some(raw(&b))) };
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    drop(big);
+    assert!(pool.trim() > 0);
+    assert_eq!(pool.statistics().upstream_bytes, 0);
 }

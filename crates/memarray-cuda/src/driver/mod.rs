@@ -364,6 +364,15 @@ pub(crate) unsafe fn stream_create_non_blocking() -> Result<CUstream> {
     Ok(s)
 }
 
+/// Destroys stream `s` (work already queued on it still runs).
+///
+/// # Safety
+/// 1. `s` is a live stream of the current context that nothing uses afterwards.
+pub(crate) unsafe fn stream_destroy(s: CUstream) -> Result<()> {
+    // SAFETY: item 1.
+    check("cuStreamDestroy_v2", unsafe { sys::cuStreamDestroy_v2(s) })
+}
+
 /// Blocks until all work on `s` is done.
 ///
 /// # Safety

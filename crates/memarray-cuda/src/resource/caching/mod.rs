@@ -10,11 +10,13 @@
 //! - **Streams.** A freed block remembers the stream it was freed on. An allocation on the
 //!   same stream reuses it at once (stream order makes that safe). On another stream it is
 //!   reused only once the work queued on its stream before the free has completed: an
-//!   event recorded there at the free (a stream other than the legacy default stream may
-//!   be destroyed once its call returns, so the pool never names it again) is queried,
-//!   never waited for; until it completes the block is skipped. Giving such a block back
-//!   upstream makes the legacy default stream wait for that event (host memory: the host
-//!   waits). A pool made without a device ([`CachingPool::host`]) serves host code only
+//!   event is queried, never waited for; until it completes the block is skipped. A
+//!   foreign stream (or the per-thread default stream) may be destroyed, or name another
+//!   stream, once its call returns, so the pool records that event at the free and never
+//!   names the stream again; on the legacy default stream and memarray's own streams
+//!   (recycled, never destroyed) it records one only when needed, at a reuse elsewhere or
+//!   a give-back, so a free there costs no driver call. Giving a block back upstream makes
+//!   the legacy default stream wait for that event (host memory: the host waits). A pool made without a device ([`CachingPool::host`]) serves host code only
 //!   and ignores stream arguments.
 //! - **Out of memory**: the pool gives its cache back and retries once before failing.
 //! - Alignments above [`POOL_ALIGN`] pass straight through to the upstream.
@@ -98,8 +100,8 @@ struct State {
     /// Segment base -> size.
     segments: HashMap<usize, usize>,
     live: HashMap<usize, Live>,
-    /// Free blocks freed on a stream other than the legacy default stream: the event
-    /// recorded there at the free (the stream itself may be gone since).
+    /// Free blocks freed on a stream that may not outlive its call (foreign, per-thread
+    /// default): the event recorded there at the free (the stream itself may be gone).
     freed: HashMap<usize, Event>,
     /// Spare events.
     events: Vec<Event>,

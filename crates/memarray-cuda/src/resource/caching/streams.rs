@@ -1,6 +1,10 @@
-//! Stream-ordered reuse: the event recorded at a free on a stream other than the legacy
-//! default stream, and the check that a free block may go to another stream. A freed-on
-//! stream is never named after the call that named it (it may be destroyed since).
+//! Stream-ordered reuse: the event recorded at a free on a stream that may not outlive the
+//! call (a foreign stream, or the per-thread default stream, which names another stream
+//! on another thread), and the check that a free block may go to another stream. Such a
+//! stream is never named after the call that named it (it may be destroyed since). The
+//! legacy default stream and memarray's own streams (recycled, never destroyed) need no
+//! event at the free: one is recorded on them when it is needed, at a reuse elsewhere or a
+//! give-back, which keeps a free on them at the pool's bare cost.
 
 use memarray_core::RawStream;
 
@@ -23,27 +27,54 @@ impl CachingPool {
     /// now (the work queued before its free has completed; no host block). Any doubt (no
     /// device, an error) is a no.
     pub(super) fn block_idle(&self, st: &mut State, addr: usize, from: Tag) -> bool {
-        let Some(device) = &self.device else {
+        if self.device.is_none() {
             return true;
-        };
+        }
         if let Some(e) = st.freed.get(&addr) {
             return e.is_complete().unwrap_or(false);
         }
-        if from != RawStream::LEGACY.raw() {
-            return false; // freed on a stream with no event: never happens; stay safe
-        }
-        // The legacy default stream lives as long as the context.
-        let event = match st.events.pop() {
-            Some(e) => e,
-            None => match Event::new(device) {
-                Ok(e) => e,
-                Err(_) => return false,
-            },
+        // Freed on a lasting stream: what is queued there now includes the free's work.
+        let Some(event) = self.event_now(st, from) else {
+            return false; // a stream with no event that may be gone: never happens; stay safe
         };
-        let idle =
-            event.record(StreamRef::legacy()).is_ok() && event.is_complete().unwrap_or(false);
+        let idle = event.is_complete().unwrap_or(false);
         st.events.push(event);
         idle
+    }
+
+    /// The event that orders the reuse or give-back of free block `addr`, freed on `tag`:
+    /// the one recorded at its free, or one recorded now on a lasting stream (`None` for
+    /// the legacy default stream, which the give-back itself runs on). The caller hands
+    /// the event back to `st.events` when done.
+    pub(super) fn order_event(&self, st: &mut State, addr: usize, tag: Tag) -> Option<Event> {
+        if let Some(e) = st.freed.remove(&addr) {
+            return Some(e);
+        }
+        if tag == RawStream::LEGACY.raw() {
+            return None;
+        }
+        self.event_now(st, tag)
+    }
+
+    /// An event recorded now on `tag` if it is a lasting stream (the legacy default
+    /// stream or one of memarray's own); `None` otherwise or on error.
+    fn event_now(&self, st: &mut State, tag: Tag) -> Option<Event> {
+        let device = self.device.as_ref()?;
+        if !lasting(tag) {
+            return None;
+        }
+        // SAFETY: a lasting stream lives as long as its context (checked above).
+        let stream = StreamRef::from_raw_stream(unsafe { RawStream::from_raw(tag) }).ok()?;
+        let event = match st.events.pop() {
+            Some(e) => e,
+            None => Event::new(device).ok()?,
+        };
+        if event.record(stream).is_ok() {
+            Some(event)
+        } else {
+            st.events.push(event);
+            None
+        }
     }
 
     /// The live stream of the current call's tag (the caller named it just now).
@@ -57,12 +88,17 @@ impl CachingPool {
     }
 
     /// Records, on `stream` (live now), the event that says when free block `addr` may
-    /// be used on another stream. Without an event the block is never reused elsewhere.
+    /// be used on another stream, unless the stream lasts (then one is recorded when
+    /// needed). Without an event a block freed on a passing stream is never reused
+    /// elsewhere.
     pub(super) fn note_free(&self, st: &mut State, addr: usize, stream: StreamRef) {
         let Some(device) = &self.device else {
             return;
         };
         st.drop_event(addr);
+        if lasting(stream.raw()) {
+            return;
+        }
         let event = match st.events.pop() {
             Some(e) => e,
             None => match Event::new(device) {
@@ -76,4 +112,11 @@ impl CachingPool {
             st.events.push(event);
         }
     }
+}
+
+/// Whether a stream outlives every call: the legacy default stream, or one memarray
+/// created (recycled, never destroyed). Not the per-thread default stream: its handle
+/// names a different stream on each thread.
+fn lasting(tag: Tag) -> bool {
+    tag == RawStream::LEGACY.raw() || (tag > 2 && crate::stream::is_owned(tag))
 }

@@ -62,7 +62,7 @@ impl CachingPool {
             for (a, b) in &blocks {
                 st.large.remove(a);
                 remove_free(st, b.tag, b.size, *a);
-                events.extend(st.freed.remove(a));
+                events.extend(self.order_event(st, *a, b.tag));
             }
             st.segments.remove(&segment);
             let tag = match tags.as_slice() {
@@ -86,7 +86,7 @@ impl CachingPool {
         for ((class, tag), mut addrs) in small {
             while st.stats.cached_bytes > target {
                 let Some(a) = addrs.pop() else { break };
-                let events: Vec<Event> = st.freed.remove(&a).into_iter().collect();
+                let events: Vec<Event> = self.order_event(st, a, tag).into_iter().collect();
                 self.give_back(a, class, tag, &events, host_memory);
                 st.events.extend(events);
                 st.stats.cached_bytes -= class as u64;
