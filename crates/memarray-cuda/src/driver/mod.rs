@@ -115,6 +115,7 @@ const ENTRY_POINTS: &[&str] = &[
     "cuPointerGetAttribute",
     "cuPointerGetAttributes",
     "cuStreamCreate",
+    "cuStreamDestroy_v2",
     "cuStreamSynchronize",
     "cuStreamWaitEvent",
 ];
