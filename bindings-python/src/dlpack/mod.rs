@@ -7,7 +7,6 @@
 //! is unchanged (never consumed). Deleters drop Rust owners only, so they need no GIL.
 
 pub(crate) mod exchange;
-mod ndarray;
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
@@ -400,9 +399,9 @@ impl NumpyImport {
 }
 
 /// An exact `numpy.ndarray` (not a subclass, whose `__dlpack__` may be anyone's), read
-/// from its fields ([`ndarray::layout`]) where it can be: with `share`, an array that can
-/// be shared as it is comes back [`NumpyImport::Shared`] ([`ndarray::share`]), anything
-/// else as a tensor ([`ndarray::view`]). Arrays the fields do not describe go through
+/// from its fields ([`crate::numpy::layout`]) where it can be: with `share`, an array that can
+/// be shared as it is comes back [`NumpyImport::Shared`] ([`crate::numpy::share`]), anything
+/// else as a tensor ([`crate::numpy::view`]). Arrays the fields do not describe go through
 /// their versioned capsule without the mapping checks
 /// ([`ImportedTensor::from_versioned_trusted`]: NumPy's pointers are its own live
 /// memory). `None` for any other object, or an array NumPy cannot export. Host data: no
@@ -412,11 +411,11 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
     if !obj.get_type().is(crate::dtype::ndarray_type(py)?) {
         return Ok(None);
     }
-    if let Some(l) = ndarray::layout(obj)? {
-        if share && let Some(raw) = ndarray::share(obj, &l) {
+    if let Some(l) = crate::numpy::layout(obj)? {
+        if share && let Some(raw) = crate::numpy::share(obj, &l) {
             return Ok(Some(NumpyImport::Shared(raw)));
         }
-        return ndarray::view(obj, &l).map(|t| Some(NumpyImport::Tensor(t)));
+        return crate::numpy::view(obj, &l).map(|t| Some(NumpyImport::Tensor(t)));
     }
     // A dtype memarray does not hold (strings, objects, a foreign byte order) is the
     // TypeError every dtype argument gives, naming it, not NumPy's BufferError from its
