@@ -84,7 +84,7 @@ impl StreamRef {
     /// handle is only promised for the call that passed it, so memarray never keeps one
     /// for later work.
     pub fn is_persistent(self) -> bool {
-        self.is_default() || owned_streams().contains(&self.raw())
+        self.is_default() || is_owned(self.raw())
     }
 
     /// Blocks until all work on this stream is done. A default stream here is
@@ -108,19 +108,20 @@ impl From<StreamRef> for RawStream {
     }
 }
 
-/// Whether `raw` is a driver stream memarray created (recycled, never destroyed).
+/// Whether `raw` is a driver stream memarray created (recycled, never destroyed). Asked
+/// at every pool free on a non-default stream: a read lock.
 pub(crate) fn is_owned(raw: usize) -> bool {
-    owned_streams().contains(&raw)
+    owned_streams()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&raw)
 }
 
 /// Handles of every driver stream memarray created (never destroyed).
-fn owned_streams() -> std::sync::MutexGuard<'static, std::collections::HashSet<usize>> {
-    static OWNED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<usize>>> =
+fn owned_streams() -> &'static std::sync::RwLock<std::collections::HashSet<usize>> {
+    static OWNED: std::sync::OnceLock<std::sync::RwLock<std::collections::HashSet<usize>>> =
         std::sync::OnceLock::new();
-    OWNED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    OWNED.get_or_init(Default::default)
 }
 
 /// An owned stream on one device, created `CU_STREAM_NON_BLOCKING` (it does not
@@ -160,12 +161,17 @@ impl Stream {
             None => {
                 let _ctx = device.bind()?;
                 // SAFETY: `bind` made the device's live context current (item 1).
-                unsafe { driver::stream_create_non_blocking() }?
+                let cu = unsafe { driver::stream_create_non_blocking() }?;
+                // An idle stream was listed when it was created.
+                owned_streams()
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(cu as usize);
+                cu
             }
         };
         // The driver never returns a null stream from cuStreamCreate.
         let handle = NonZeroUsize::new(cu as usize).ok_or(CudaError::NullStream)?;
-        owned_streams().insert(handle.get());
         Ok(Stream {
             device: device.clone(),
             handle: StreamRef(handle),

@@ -260,16 +260,7 @@ impl CachingPool {
                 free: true,
                 tag,
             };
-            st.large.insert(addr + size, rest);
-            st.large_free
-                .entry(tag)
-                .or_default()
-                .insert((rest.size, addr + size));
-            if tag != RawStream::LEGACY.raw()
-                && let Some(stream) = self.stream_of(tag)
-            {
-                self.note_free(st, addr + size, stream);
-            }
+            self.cache_free(st, addr + size, rest);
         }
         Some(addr)
     }
@@ -369,17 +360,8 @@ impl CachingPool {
                             free: true,
                             tag,
                         };
-                        st.large.insert(p + size, rest);
-                        st.large_free
-                            .entry(tag)
-                            .or_default()
-                            .insert((rest.size, p + size));
                         st.stats.cached_bytes += rest.size as u64;
-                        if tag != RawStream::LEGACY.raw()
-                            && let Some(stream) = self.stream_of(tag)
-                        {
-                            self.note_free(&mut st, p + size, stream);
-                        }
+                        self.cache_free(&mut st, p + size, rest);
                     }
                     p
                 }
@@ -406,11 +388,7 @@ impl CachingPool {
             }
             Live::Small { class, tag } => {
                 let tag = stream.map_or(tag, |_| self.tag(stream));
-                if tag != RawStream::LEGACY.raw()
-                    && let Some(s) = self.stream_of(tag)
-                {
-                    self.note_free(&mut st, addr, s);
-                }
+                self.note_free(&mut st, addr, tag);
                 st.small_free.entry((class, tag)).or_default().push(addr);
                 st.stats.used_bytes -= class as u64;
                 st.stats.cached_bytes += class as u64;
@@ -450,16 +428,7 @@ impl CachingPool {
                     b.size += p.size;
                     start = p_addr;
                 }
-                st.large.insert(start, b);
-                st.large_free
-                    .entry(tag)
-                    .or_default()
-                    .insert((b.size, start));
-                if tag != RawStream::LEGACY.raw()
-                    && let Some(s) = self.stream_of(tag)
-                {
-                    self.note_free(&mut st, start, s);
-                }
+                self.cache_free(&mut st, start, b);
             }
         }
         if st.stats.cached_bytes > self.release_threshold as u64 {

@@ -8,7 +8,7 @@
 
 use memarray_core::RawStream;
 
-use super::{CachingPool, State, Tag};
+use super::{CachingPool, LargeBlock, State, Tag};
 use crate::event::Event;
 use crate::stream::StreamRef;
 
@@ -87,18 +87,30 @@ impl CachingPool {
         StreamRef::from_raw_stream(unsafe { RawStream::from_raw(tag) }).ok()
     }
 
-    /// Records, on `stream` (live now), the event that says when free block `addr` may
-    /// be used on another stream, unless the stream lasts (then one is recorded when
-    /// needed). Without an event a block freed on a passing stream is never reused
-    /// elsewhere.
-    pub(super) fn note_free(&self, st: &mut State, addr: usize, stream: StreamRef) {
-        let Some(device) = &self.device else {
-            return;
-        };
+    /// Puts free large block `b` at `addr` in the cache, freed on its stream (the current
+    /// call's), and notes the free ([`note_free`](Self::note_free)).
+    pub(super) fn cache_free(&self, st: &mut State, addr: usize, b: LargeBlock) {
+        st.large.insert(addr, b);
+        st.large_free
+            .entry(b.tag)
+            .or_default()
+            .insert((b.size, addr));
+        self.note_free(st, addr, b.tag);
+    }
+
+    /// Notes that block `addr` is free on `tag`, the stream the current call named: an
+    /// older event of the block goes, and on a stream that may not outlive the call the
+    /// event that says when the block may be used on another stream is recorded now (on
+    /// a lasting stream one is recorded when needed). Without an event a block freed on
+    /// a passing stream is never reused elsewhere.
+    pub(super) fn note_free(&self, st: &mut State, addr: usize, tag: Tag) {
         st.drop_event(addr);
-        if lasting(stream.raw()) {
+        if lasting(tag) {
             return;
         }
+        let (Some(device), Some(stream)) = (&self.device, self.stream_of(tag)) else {
+            return;
+        };
         let event = match st.events.pop() {
             Some(e) => e,
             None => match Event::new(device) {
