@@ -29,8 +29,10 @@ impl Detach for Python<'_> {
     {
         // No memarray lock is held here (every caller takes its locks inside `f`): while a
         // fork is prepared, wait for it with the GIL released, else threads that keep
-        // starting sections could keep the fork waiting for ever.
-        if fork::forking() {
+        // starting sections could keep the fork waiting for ever. A thread already inside a
+        // section (a producer's deleter calling memarray during an import) goes on: the fork
+        // waits for its outer section, which waiting here would never let end.
+        if fork::forking() && !fork::in_section() {
             #[allow(clippy::disallowed_methods)]
             self.detach(fork::wait_fork_done);
         }
@@ -53,7 +55,7 @@ fn _before_fork(py: Python<'_>) {
     // Best effort: a failure here leaves the child to fill them.
     let _ = crate::dtype::fill_tables(py);
     fork::begin_fork();
-    while fork::in_flight() > 0 {
+    while fork::others_in_flight() {
         #[allow(clippy::disallowed_methods)]
         py.detach(fork::wait_idle);
     }

@@ -142,3 +142,67 @@ print("statuses", [os.waitpid(p, 0)[1] for p in pids])
             timeout=300,
         )
         assert "statuses [0, 0, 0, 0, 0, 0, 0, 0]" in out, out
+
+
+REENTRANT_DELETER = """
+import ctypes, os, signal, sys, threading, time
+import numpy as np
+import memarray
+from hostile import (KEEP, DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion,
+                     DLTensor, _new_capsule)
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+calls = []
+
+def deleter(_p):
+    # Python code, as NumPy's, CuPy's and torch's deleters may be, calling memarray from
+    # inside the import's detached copy.
+    time.sleep(0.002)
+    memarray.MemArray([4], np.float32).copy()
+    calls.append(1)
+
+DEL = DELETER(deleter)
+data = (ctypes.c_double * 64)(*range(64))
+shape, strides = (ctypes.c_int64 * 1)(8), (ctypes.c_int64 * 1)(2)
+KEEP.extend([DEL, data, shape, strides])
+
+def strided_capsule():
+    t = DLTensor()
+    t.data, t.device, t.ndim = ctypes.addressof(data), DLDevice(1, 0), 1
+    t.dtype = DLDataType(2, 64, 1)
+    t.shape, t.strides = ctypes.addressof(shape), ctypes.addressof(strides)
+    m = DLManagedTensorVersioned()
+    m.version, m.dl_tensor = DLPackVersion(1, 3), t
+    m.deleter = ctypes.cast(DEL, ctypes.c_void_p)
+    KEEP.append(m)
+    return _new_capsule(ctypes.addressof(m), b"dltensor_versioned", None)
+
+stop = threading.Event()
+
+def importer():
+    while not stop.is_set():
+        a = memarray.from_dlpack(strided_capsule())  # strided: a copy, GIL released
+        assert a.to_numpy()[1] == 2.0
+
+t = threading.Thread(target=importer, daemon=True)
+t.start()
+time.sleep(0.05)
+statuses = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        ok = memarray.MemArray([3], np.float32).copy().to_numpy().sum() == 0
+        os._exit(0 if ok else 3)
+    statuses.append(os.waitpid(pid, 0)[1])
+stop.set()
+t.join()
+print("statuses", statuses, "deleter ran", bool(calls))
+"""
+
+
+def test_fork_returns_while_a_deleter_reenters_memarray_inside_an_import():
+    # The fork waits for sections in flight; a section nested in one (the deleter's call)
+    # must not wait for the fork in turn. A hang is TimeoutExpired: the test fails.
+    out = child_stdout(REENTRANT_DELETER, timeout=120)
+    assert "statuses " + str([0] * 20) + " deleter ran True" in out, out

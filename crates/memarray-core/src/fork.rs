@@ -12,6 +12,9 @@
 //!   always counted before the last check); a front end that holds no lock of memarray's at
 //!   that point waits first while [`forking`] (else new sections could starve the fork); one
 //!   entered by any other thread ([`section_waiting`]) waits while a fork is being prepared.
+//!   A thread already inside a section never waits for a fork ([`in_section`]): its outer
+//!   section is what the fork waits for (a producer's deleter that calls back into memarray
+//!   from inside an import is such a nested section), so waiting would never end.
 //! - **Generations.** [`generation`] counts the forks this process descends from (a
 //!   `pthread_atfork` child handler adds one). Process-local state that cannot cross a fork
 //!   (worker threads, a cache of driver handles) remembers the generation it was made in and
@@ -29,9 +32,15 @@
 //! assert_eq!(fork::generation(), before); // no fork here
 //! ```
 
+use std::cell::Cell;
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+
+thread_local! {
+    // Sections this thread holds (a `Section` is dropped on the thread that made it).
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -39,8 +48,10 @@ static FORKING: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn after_fork_in_child() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
-    // The child has one thread, the one that forked: nothing of the parent's is in flight.
-    IN_FLIGHT.store(0, Ordering::SeqCst);
+    // The child has one thread, the one that forked: only its own sections are in flight
+    // (their drops count down). A const-initialised thread local without a destructor is a
+    // plain TLS read, as async-signal-safe as the atomics.
+    IN_FLIGHT.store(DEPTH.with(Cell::get), Ordering::SeqCst);
     FORKING.store(false, Ordering::SeqCst);
 }
 
@@ -61,38 +72,54 @@ pub fn generation() -> u64 {
 }
 
 /// Work that may hold memarray's locks; while one lives, a fork waits (see the module
-/// docs). Sections nest.
+/// docs). Sections nest. A section ends on the thread that entered it: it may be moved into
+/// a closure that runs on that thread (Python's `detach`), never to another thread.
 #[must_use = "the section ends when this is dropped"]
 #[derive(Debug)]
 pub struct Section(());
 
+impl Section {
+    fn enter() -> Section {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Section(())
+    }
+}
+
 impl Drop for Section {
     fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
         IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Whether the calling thread is inside a section now. Such a thread never waits for a
+/// fork: the fork waits for its section to end.
+pub fn in_section() -> bool {
+    DEPTH.with(Cell::get) > 0
 }
 
 /// Enters a section from a thread that holds the host language's lock (Python's GIL, held
 /// by the thread that forks): never waits.
 pub fn section() -> Section {
     install();
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    Section(())
+    Section::enter()
 }
 
 /// Enters a section from a thread that may run while a fork is being prepared (a foreign
-/// allocator's callback, a C caller): waits until the fork is done. Call it before taking
-/// any lock.
+/// allocator's callback, a C caller): waits until the fork is done, unless this thread is
+/// already inside a section (then the fork is waiting for it). Call it before taking any
+/// lock.
 pub fn section_waiting() -> Section {
     install();
     loop {
-        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        let section = Section::enter();
         // SeqCst on both sides: either the forking thread sees this count, or this thread
         // sees its flag.
-        if !FORKING.load(Ordering::SeqCst) {
-            return Section(());
+        if !FORKING.load(Ordering::SeqCst) || DEPTH.with(Cell::get) > 1 {
+            return section;
         }
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        drop(section);
         wait_fork_done();
     }
 }
@@ -115,17 +142,22 @@ pub fn in_flight() -> usize {
     IN_FLIGHT.load(Ordering::SeqCst)
 }
 
+/// Whether sections of other threads than the caller are alive now: what a fork waits for.
+pub fn others_in_flight() -> bool {
+    in_flight() > DEPTH.with(Cell::get)
+}
+
 /// Marks a fork as being prepared: [`section_waiting`] waits from now until [`end_fork`].
 pub fn begin_fork() {
     install();
     FORKING.store(true, Ordering::SeqCst);
 }
 
-/// Waits (sleeping) until no section is in flight. Call it without the host language's
-/// lock, after [`begin_fork`].
+/// Waits (sleeping) until no section is in flight but the calling thread's own. Call it
+/// without the host language's lock, after [`begin_fork`].
 pub fn wait_idle() {
     let mut spins = 0u32;
-    while in_flight() > 0 {
+    while others_in_flight() {
         if spins < 100 {
             std::thread::yield_now();
             spins += 1;
@@ -169,10 +201,24 @@ mod tests {
             !entered.load(Ordering::SeqCst),
             "entered while a fork was prepared"
         );
-        // A section of a thread holding the host lock is never held back.
+        // A section of a thread holding the host lock is never held back, and neither is
+        // one nested inside it (the fork waits for the outer one).
         let s = section();
+        assert!(in_section());
         assert_eq!(in_flight(), base + 1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let nested = std::thread::spawn(move || {
+            let _outer = section();
+            let _inner = section_waiting();
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "a section nested in another waited for the fork that waits for it"
+        );
+        nested.join().unwrap();
         drop(s);
+        assert!(!in_section());
         wait_idle();
         end_fork();
         t.join().unwrap();
