@@ -467,3 +467,72 @@ def test_issue13_dlpack_import_kinds_still_work():
     for t in (x, x[:, ::2], x.T):
         np.testing.assert_array_equal(memarray.from_dlpack(t).to_numpy(), t)
     assert memarray.from_dlpack(np.zeros((0, 5))).shape == (0, 5)
+
+
+UNREADABLE = """
+import ctypes, mmap
+import numpy as np
+import memarray
+from hostile import (KEEP, DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion,
+                     DLTensor, _new_capsule, Producer)
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+m = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+guard = base + mmap.PAGESIZE
+assert libc.mprotect(guard, mmap.PAGESIZE, 0) == 0  # PROT_NONE: mapped, unreadable
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+deleted = []
+DEL = DELETER(lambda p: deleted.append(p))
+KEEP.append(DEL)
+data = (ctypes.c_double * 8)(*range(8))
+shape, strides = (ctypes.c_int64 * 1)(8), (ctypes.c_int64 * 1)(1)
+KEEP.extend([data, shape, strides])
+
+def tensor(**at):
+    t = DLTensor()
+    t.data = at.get("data", ctypes.addressof(data))
+    t.device, t.ndim, t.dtype = DLDevice(1, 0), 1, DLDataType(2, 64, 1)
+    t.shape = at.get("shape", ctypes.addressof(shape))
+    t.strides = at.get("strides", ctypes.addressof(strides))
+    mt = DLManagedTensorVersioned()
+    mt.version, mt.dl_tensor = DLPackVersion(1, 3), t
+    mt.deleter = ctypes.cast(DEL, ctypes.c_void_p)
+    KEEP.append(mt)
+    return _new_capsule(ctypes.addressof(mt), b"dltensor_versioned", None)
+
+cases = {
+    "struct": lambda: _new_capsule(guard, b"dltensor_versioned", None),
+    "shape": lambda: tensor(shape=guard),
+    "strides": lambda: tensor(strides=guard),
+    "data": lambda: tensor(data=guard),
+    "data across the guard": lambda: tensor(data=guard - 32),
+}
+for name, make in cases.items():
+    for entry in (
+        memarray.from_dlpack,
+        lambda c: memarray.from_dlpack(Producer(c)),
+        lambda c: memarray.asarray(Producer(c)),
+        lambda c: memarray.move_many([Producer(c)], "cpu"),
+    ):
+        before = len(deleted)
+        try:
+            entry(make())
+        except BufferError as e:
+            assert "readable" in str(e), (name, str(e))
+        else:
+            raise AssertionError(f"{name}: imported")
+        want = 0 if name == "struct" else 1
+        assert len(deleted) - before == want, (name, len(deleted) - before)
+# An honest tensor beside the guard still imports.
+a = memarray.from_dlpack(tensor(data=guard - 64))
+print("refused all; honest", a.shape)
+"""
+
+
+def test_forged_tensors_in_a_mapped_but_unreadable_page_are_buffer_errors():
+    r = run_child(UNREADABLE)
+    assert_clean(r)
+    assert "refused all; honest (8,)" in r.stdout, r.stdout

@@ -81,7 +81,12 @@ fn compile(compiler: &str, source: &str, out: &str, extra: &[&str], link_static:
 }
 
 fn run(exe: &Path) {
-    let valgrind = std::env::var("MEMARRAY_NATIVE_VALGRIND").is_ok_and(|v| v == "1");
+    run_with(exe, &[], true);
+}
+
+fn run_with(exe: &Path, env: &[(&str, &str)], valgrind_allowed: bool) {
+    let valgrind =
+        valgrind_allowed && std::env::var("MEMARRAY_NATIVE_VALGRIND").is_ok_and(|v| v == "1");
     let mut cmd = if valgrind {
         let mut c = Command::new("valgrind");
         c.args([
@@ -99,6 +104,7 @@ fn run(exe: &Path) {
     } else {
         Command::new(exe)
     };
+    cmd.envs(env.iter().copied());
     cmd.env(
         "MEMARRAY_TEST_PTX",
         crate_dir().join("../memarray-cuda/ptx/add_index_f32.ptx"),
@@ -152,6 +158,30 @@ fn the_c_tests_pass_against_the_static_library() {
         &["-std=c11"],
         true,
     ));
+}
+
+#[test]
+fn the_c_tests_pass_under_address_and_undefined_behaviour_sanitizers() {
+    // The C side instrumented (the Rust library is not: its own checks run under valgrind).
+    // LSan is off: the library's process-wide caches live until exit by design.
+    let exe = compile(
+        "cc",
+        "test_c.c",
+        "test_c_asan",
+        &[
+            "-std=c11",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ],
+        false,
+    );
+    // ASan and valgrind do not run together: this binary always runs bare.
+    run_with(
+        &exe,
+        &[("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")],
+        false,
+    );
 }
 
 #[test]

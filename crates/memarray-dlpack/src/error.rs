@@ -111,10 +111,11 @@ pub enum DlpackError {
         shape: Vec<i64>,
     },
 
-    /// Host memory the tensor claims that is not mapped in this process.
+    /// Host memory the tensor (its struct, shape, strides or data) claims that this process
+    /// cannot read: not mapped, or mapped without read access (a guard page).
     #[error(
-        "the host tensor's {span} bytes from address {address:#x} are not all mapped in this \
-         process: the data pointer, byte_offset or strides are not real"
+        "the host tensor's {span} bytes from address {address:#x} are not all readable by this \
+         process: the struct, shape, strides, data pointer or byte_offset are not real"
     )]
     Unmapped {
         /// `data + byte_offset`.

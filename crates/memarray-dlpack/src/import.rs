@@ -105,7 +105,7 @@ impl ImportedTensor {
     /// 2. Ownership passes to the returned value (or is ended on error): the caller never
     ///    calls the deleter nor reads `p` again.
     pub unsafe fn from_unversioned(p: NonNull<DLManagedTensor>) -> Result<Self, DlpackError> {
-        check_struct_mapped(p.as_ptr() as u64, size_of::<DLManagedTensor>())?;
+        check_struct_readable(p.as_ptr() as u64, size_of::<DLManagedTensor>())?;
         let owned = Owned::Unversioned(p);
         // SAFETY: `p` is valid for reads (item 1); `DLTensor` is `Copy`.
         let dl = unsafe { (*p.as_ptr()).dl_tensor };
@@ -140,13 +140,13 @@ impl ImportedTensor {
     }
 
     /// [`ImportedTensor::from_versioned`] without the checks that the struct, shape,
-    /// strides and host data are mapped (up to four `msync` calls, most of an import's
+    /// strides and host data are readable (up to four probes, most of an import's
     /// cost), for tensors from a producer the caller knows (NumPy's exact `ndarray`):
     /// every other check runs.
     ///
     /// # Safety
     /// As [`ImportedTensor::from_versioned`], and every pointer in the tensor (and its host
-    /// data, for `data + byte_offset` over the layout's span) is mapped.
+    /// data, for `data + byte_offset` over the layout's span) is readable.
     pub unsafe fn from_versioned_trusted(
         p: NonNull<DLManagedTensorVersioned>,
     ) -> Result<Self, DlpackError> {
@@ -155,14 +155,14 @@ impl ImportedTensor {
     }
 
     /// # Safety
-    /// As [`ImportedTensor::from_versioned`]; with `!check_mapped`, as
+    /// As [`ImportedTensor::from_versioned`]; with `!check_readable`, as
     /// [`ImportedTensor::from_versioned_trusted`].
     unsafe fn versioned(
         p: NonNull<DLManagedTensorVersioned>,
-        check_mapped: bool,
+        check_readable: bool,
     ) -> Result<Self, DlpackError> {
-        if check_mapped {
-            check_struct_mapped(p.as_ptr() as u64, size_of::<DLManagedTensorVersioned>())?;
+        if check_readable {
+            check_struct_readable(p.as_ptr() as u64, size_of::<DLManagedTensorVersioned>())?;
         }
         let owned = Owned::Versioned(p);
         // SAFETY: `version` is the first field in every major version (item 1).
@@ -179,10 +179,10 @@ impl ImportedTensor {
         let (flags, dl) = unsafe { ((*p.as_ptr()).flags, (*p.as_ptr()).dl_tensor) };
         let version = Some((version.major, version.minor));
         // SAFETY: `dl` is the valid tensor of item 1.
-        unsafe { Self::from_parts(owned, &dl, flags, version, check_mapped) }
+        unsafe { Self::from_parts(owned, &dl, flags, version, check_readable) }
     }
 
-    /// Validates `dl` and copies its fields. The shape and strides arrays must be mapped
+    /// Validates `dl` and copies its fields. The shape and strides arrays must be readable
     /// (a forged pointer is refused rather than read). On error `owned` drops, calling the deleter.
     ///
     /// # Safety
@@ -193,7 +193,7 @@ impl ImportedTensor {
         dl: &DLTensor,
         flags: u64,
         version: Option<(u32, u32)>,
-        check_mapped: bool,
+        check_readable: bool,
     ) -> Result<Self, DlpackError> {
         let device = Device::from_dl(dl.device)?;
         let (code, bits, lanes) = (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes);
@@ -216,7 +216,8 @@ impl ImportedTensor {
             &[]
         } else if dl.shape.is_null() {
             return Err(DlpackError::NullShape { ndim });
-        } else if check_mapped && !layout::host_range_mapped(dl.shape as u64, (ndim * 8) as u64) {
+        } else if check_readable && !layout::host_range_readable(dl.shape as u64, (ndim * 8) as u64)
+        {
             return Err(DlpackError::Unmapped {
                 address: dl.shape as u64,
                 span: (ndim * 8) as u64,
@@ -241,7 +242,9 @@ impl ImportedTensor {
             Vec::new()
         } else if dl.strides.is_null() {
             shape::c_strides(&shape)
-        } else if check_mapped && !layout::host_range_mapped(dl.strides as u64, (ndim * 8) as u64) {
+        } else if check_readable
+            && !layout::host_range_readable(dl.strides as u64, (ndim * 8) as u64)
+        {
             return Err(DlpackError::Unmapped {
                 address: dl.strides as u64,
                 span: (ndim * 8) as u64,
@@ -274,12 +277,12 @@ impl ImportedTensor {
                 Box::new(owned),
             )
         }?;
-        // Host-accessible memory must be mapped here: a forged pointer or stride would
+        // Host-accessible memory must be readable here: a forged pointer or stride would
         // otherwise fault on the first read (issue 13, item 5). Device memory is checked
         // by the CUDA layer, which can ask the driver.
-        if check_mapped && !matches!(place, Place::Device(_)) && !tensor.is_empty() {
+        if check_readable && !matches!(place, Place::Device(_)) && !tensor.is_empty() {
             let (address, span) = (tensor.data(), tensor.span_bytes() as u64);
-            if !layout::host_range_mapped(address, span) {
+            if !layout::host_range_readable(address, span) {
                 return Err(DlpackError::Unmapped { address, span });
             }
         }
@@ -388,11 +391,11 @@ impl From<ImportedTensor> for ForeignTensor {
     }
 }
 
-/// Refuses a managed-tensor pointer whose struct is not mapped here (a forged capsule):
+/// Refuses a managed-tensor pointer whose struct cannot be read here (a forged capsule):
 /// the struct cannot be read, so its deleter cannot be called either, and the tensor is
 /// left alone.
-fn check_struct_mapped(address: u64, size: usize) -> Result<(), DlpackError> {
-    if layout::host_range_mapped(address, size as u64) {
+fn check_struct_readable(address: u64, size: usize) -> Result<(), DlpackError> {
+    if layout::host_range_readable(address, size as u64) {
         Ok(())
     } else {
         Err(DlpackError::Unmapped {

@@ -28,7 +28,7 @@
 //! description memarray-cuda's one import takes.
 //!
 //! **Left to the caller**: that device memory really is as large as described (host memory
-//! is checked to be mapped, and no tensor may reach past the end of user space), and that
+//! is checked to be readable, and no tensor may reach past the end of user space), and that
 //! it outlives the export (the owner's job); stream synchronisation; capsules and the GIL;
 //! element-wise copies of non-contiguous imports.
 //!

@@ -2,9 +2,11 @@
  * valgrind in CI). Exits non-zero on the first failed check. Without a GPU, device calls
  * must fail with MEMARRAY_STATUS_CUDA_UNAVAILABLE; with one, they must work. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#define _DEFAULT_SOURCE         /* MAP_ANONYMOUS */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "memarray.h"
 
@@ -247,6 +249,54 @@ static void dlpack_both_ways(void) {
     CHECK(a == NULL && deleted == 4);
 }
 
+/* Forged tensors whose struct, shape, strides or data lie in a mapped page this process
+   cannot read (PROT_NONE, as a thread stack's guard page): refused with INVALID_ARGUMENT,
+   never a fault; the deleter runs once where the struct could be read. */
+static int guard_deleted = 0;
+static void guard_delete(struct DLManagedTensorVersioned* self) {
+    ++guard_deleted;
+    free(self->manager_ctx);
+    free(self);
+}
+
+static void unreadable_tensors_are_refused(void) {
+    long page = 4096;
+    char* m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(m != MAP_FAILED);
+    CHECK(mprotect(m + page, page, PROT_NONE) == 0);
+    int64_t* guard = (int64_t*)(m + page);
+    memarray_array* a = NULL;
+
+    FAILS(memarray_array_from_dlpack((struct DLManagedTensorVersioned*)guard, NULL, &a),
+          MEMARRAY_STATUS_INVALID_ARGUMENT, "readable");
+    CHECK(a == NULL);
+
+    for (int field = 0; field < 3; ++field) {
+        /* A 2 x 3 int32 tensor; its shape, strides and data in one block. */
+        struct DLManagedTensorVersioned* f = calloc(1, sizeof *f);
+        int64_t* block = calloc(8, sizeof(int64_t));
+        f->version.major = 1;
+        f->manager_ctx = block;
+        f->deleter = guard_delete;
+        f->dl_tensor.device.device_type = kDLCPU;
+        f->dl_tensor.ndim = 2;
+        f->dl_tensor.dtype.code = kDLInt;
+        f->dl_tensor.dtype.bits = 32;
+        f->dl_tensor.dtype.lanes = 1;
+        f->dl_tensor.shape = field == 0 ? guard : block;
+        f->dl_tensor.strides = field == 1 ? guard : block + 2;
+        f->dl_tensor.data = field == 2 ? (void*)guard : (void*)(block + 4);
+        block[0] = 2;
+        block[1] = 3;
+        block[2] = 3;
+        block[3] = 1;
+        FAILS(memarray_array_from_dlpack(f, NULL, &a), MEMARRAY_STATUS_INVALID_ARGUMENT,
+              "readable");
+        CHECK(a == NULL && guard_deleted == field + 1);
+    }
+    CHECK(munmap(m, 2 * page) == 0);
+}
+
 static void resources_limit_and_count(void) {
     memarray_resource *host = NULL, *stats = NULL, *limited = NULL, *pool = NULL;
     OK(memarray_resource_host(&host));
@@ -417,6 +467,7 @@ int main(void) {
     arrays_round_trip();
     bad_input_is_refused();
     dlpack_both_ways();
+    unreadable_tensors_are_refused();
     resources_limit_and_count();
     device_calls();
     printf("test_c: %d checks passed\n", checks);
