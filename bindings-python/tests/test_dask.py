@@ -153,6 +153,106 @@ def test_corrupt_or_truncated_frames_are_clear_errors_never_crashes():
     assert all(v == "ValueError" for v in out.values()), out
 
 
+FORGED_FRAMES = """
+import json, numpy as np, memarray, memarray.dask as md
+
+class Frame:
+    # A device frame as the transport hands it over; only its interface is read before
+    # the checks pass.
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = dict(
+            {"version": 3, "shape": (96,), "typestr": "|u1", "data": (1 << 40, False),
+             "strides": None, "stream": None}, **cai)
+
+good = {"dtype": "float64", "shape": [12], "typestr": "<f8", "nbytes": 96}
+cuda_cases = {
+    "bool header viewed as float64": (
+        {"dtype": "bool", "shape": [96], "typestr": "<f8", "nbytes": 96}, Frame()),
+    "bool header, 768 bytes claimed": (
+        {"dtype": "bool", "shape": [96], "typestr": "<f8", "nbytes": 768}, Frame()),
+    "broadcast frame (1 byte of memory)": (good, Frame(strides=(0,))),
+    "stepped frame": (good, Frame(shape=(48,), strides=(2,))),
+    "frame smaller than nbytes": (good, Frame(shape=(95,))),
+    "dtype as np.dtype": (dict(good, dtype=np.dtype("float64")), Frame()),
+    "str shape in the frame": (good, Frame(shape="96")),
+    "int shape in the frame": (good, Frame(shape=96)),
+    "unknown typestr": (good, Frame(typestr="<q9")),
+    "non-tuple data": (good, Frame(data=[1 << 40, False])),
+    "nbytes disagrees": (dict(good, nbytes=8), Frame()),
+    "bfloat16": ({"dtype": "bfloat16", "shape": [48], "typestr": "<V2", "nbytes": 96}, Frame()),
+    "no interface": (good, object()),
+}
+host = memarray.asarray(np.arange(6.0))
+h, f = md.serialize(host)
+host_cases = {
+    "host_memory 5": (dict(h, host_memory=5), f),
+    "host_memory bytes": (dict(h, host_memory=b"pageable"), f),
+    "2-d non-contiguous frame": (h, [np.arange(24.0).reshape(4, 6)[:, ::4]]),
+    "dtype as np.dtype": (dict(h, dtype=np.dtype("float64")), f),
+    "nbytes disagrees": (dict(h, nbytes=47), f),
+    "frame not a buffer": (h, [object()]),
+}
+out = {}
+for family, fn, cases in (("cuda", md.cuda_deserialize, cuda_cases),
+                          ("dask", md.deserialize, host_cases)):
+    for name, (hh, frame) in cases.items():
+        try:
+            fn(hh, frame if isinstance(frame, list) else [frame])
+            out[family + ": " + name] = "accepted"
+        except ValueError as e:
+            out[family + ": " + name] = "ValueError" + (" nbytes" if "nbytes" in str(e) else "")
+        except Exception as e:
+            out[family + ": " + name] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"""
+
+
+def test_forged_dask_frames_and_headers_are_value_errors_before_any_view():
+    out = json.loads(child_stdout(FORGED_FRAMES).strip().splitlines()[-1])
+    assert all(v.startswith("ValueError") for v in out.values()), out
+    for name in ("cuda: nbytes disagrees", "cuda: frame smaller than nbytes",
+                 "dask: nbytes disagrees", "cuda: bool header, 768 bytes claimed"):
+        assert out[name] == "ValueError nbytes", out
+
+
+@pytest.mark.gpu
+def test_cuda_frames_are_viewed_within_their_own_bytes_and_flags():
+    # A pooled frame: viewing past it would read a neighbour's bytes.
+    out = child_stdout(
+        """
+import json, numpy as np, memarray, memarray.dask as md
+from memarray.cuda import _Memory
+res = {}
+frame = memarray.asarray(np.arange(96, dtype=np.uint8), device="cuda")
+ptr = frame.__cuda_array_interface__["data"][0]
+for name, hh, fr in (
+    ("bool as f8", {"dtype": "bool", "shape": [96], "typestr": "<f8", "nbytes": 96}, frame),
+    ("broadcast", {"dtype": "uint8", "shape": [96], "typestr": "|u1", "nbytes": 96},
+     type("F", (), {"__cuda_array_interface__": {"version": 3, "shape": (96,), "typestr": "|u1",
+      "data": (ptr, False), "strides": (0,), "stream": None}})()),
+):
+    try:
+        md.cuda_deserialize(hh, [fr])
+        res[name] = "accepted"
+    except ValueError:
+        res[name] = "ValueError"
+# A read-only frame arrives as a copy: the sender's bytes cannot be written through it.
+ro = _Memory(frame, ptr, (96,), "|u1", read_only=True)
+c = md.cuda_deserialize({"dtype": "uint8", "shape": [96], "typestr": "|u1", "nbytes": 96}, [ro])
+c[0] = 200
+res["read-only copied"] = [c.__cuda_array_interface__["data"][0] != ptr,
+                           int(frame.to_numpy()[0]) == 0, int(c.to_numpy()[0]) == 200]
+# An honest frame is still shared zero-copy.
+d = md.cuda_deserialize({"dtype": "uint8", "shape": [96], "typestr": "|u1", "nbytes": 96}, [frame])
+res["honest shared"] = d.__cuda_array_interface__["data"][0] == ptr
+print(json.dumps(res))
+"""
+    )
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r == {"bool as f8": "ValueError", "broadcast": "ValueError",
+                 "read-only copied": [True, True, True], "honest shared": True}, r
+
+
 def test_registration_happens_in_either_import_order():
     for first, then in (("memarray", "dask"), ("dask", "memarray"), ("distributed", "memarray")):
         out = child_stdout(

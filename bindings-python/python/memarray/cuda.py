@@ -42,16 +42,24 @@ __all__ = [
 class _Memory:
     """Device memory at ``ptr`` as ``shape`` of ``typestr`` (C order) through the CUDA
     Array Interface, keeping ``owner`` alive: what ``from_cuda_array_interface`` takes to
-    view a raw address (a cuda.core Buffer, a Dask frame, an array's bytes). Described as
-    writable: a read-only one would be copied on import."""
+    view a raw address (a cuda.core Buffer, a Dask frame, an array's bytes). Writable
+    unless ``read_only`` (a read-only one is copied on import)."""
 
-    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], typestr: str) -> None:
+    def __init__(
+        self,
+        owner: Any,
+        ptr: int,
+        shape: tuple[int, ...],
+        typestr: str,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.owner = owner
         self.__cuda_array_interface__ = {
             "version": 3,
             "shape": shape,
             "typestr": typestr,
-            "data": (ptr, False),
+            "data": (ptr, read_only),
             "strides": None,
             "stream": None,
         }

@@ -136,19 +136,82 @@ def tokenize(a: MemArray) -> tuple[Any, ...]:
 # ---------------------------------------------------------------- serializers
 
 
+HOST_MEMORY = ("pageable", "pinned", "managed", "auto")
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _check_header(header: object, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    """The header's dtype (a name, as ``serialize`` writes it), shape and, where given,
+    ``nbytes`` agreeing with them; every refusal is a ValueError."""
     if not isinstance(header, Mapping) or not all(k in header for k in keys):
         raise ValueError(f"a memarray frame header must be a dict with keys {list(keys)}")
     dtype, shape = header["dtype"], header["shape"]
-    if dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"a memarray frame header names an unknown dtype {dtype!r}")
+    if not isinstance(dtype, str) or dtype not in SUPPORTED_DTYPES:
+        raise ValueError(
+            f"a memarray frame header names dtype {dtype!r}; it must be one of the names "
+            f"{sorted(SUPPORTED_DTYPES)}"
+        )
     if (
         not isinstance(shape, list | tuple)
         or len(shape) > MAX_NDIM
-        or not all(isinstance(d, int) and d >= 0 for d in shape)
+        or not all(_int(d) and d >= 0 for d in shape)
     ):
         raise ValueError(f"a memarray frame header has an invalid shape {shape!r}")
+    if "nbytes" in header:
+        need = _itemsize(dtype) * int(np.prod(shape, dtype=object))
+        if not _int(header["nbytes"]) or header["nbytes"] != need:
+            raise ValueError(
+                f"a memarray frame header's nbytes {header['nbytes']!r} is not the "
+                f"{need} bytes of {dtype} {list(shape)}"
+            )
     return header
+
+
+def _itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
+def _device_frame(frame: object) -> tuple[int, int, bool]:
+    """``(pointer, bytes, read_only)`` of a device frame, from its own CUDA Array Interface:
+    a well-formed v3 dict describing dense C-order memory (the only memory a header's
+    shape can be laid over). ValueError otherwise."""
+    cai = getattr(frame, "__cuda_array_interface__", None)
+    if not isinstance(cai, Mapping):
+        raise ValueError(f"a cuda frame must have __cuda_array_interface__, not {type(frame)}")
+    data, shape, typestr = cai.get("data"), cai.get("shape"), cai.get("typestr", "|u1")
+    if (
+        not isinstance(data, tuple)
+        or len(data) != 2
+        or not _int(data[0])
+        or not isinstance(data[1], bool)
+    ):
+        raise ValueError(f"a cuda frame's data must be a (pointer, read_only) tuple, not {data!r}")
+    if not isinstance(shape, tuple) or not all(_int(d) and d >= 0 for d in shape):
+        raise ValueError(f"a cuda frame's shape must be a tuple of extents, not {shape!r}")
+    try:
+        if not isinstance(typestr, str):
+            raise TypeError
+        item = np.dtype(typestr).itemsize
+    except (TypeError, ValueError):
+        raise ValueError(f"a cuda frame has an unknown typestr {typestr!r}") from None
+    nbytes = item * int(np.prod(shape, dtype=object))
+    strides = cai.get("strides")
+    if strides is not None and nbytes > 0:
+        if not isinstance(strides, tuple) or len(strides) != len(shape):
+            raise ValueError(f"a cuda frame has invalid strides {strides!r} for shape {shape}")
+        dense, step = [], item
+        for extent in reversed(shape):
+            dense.append(step)
+            step *= extent
+        if any(s != d for s, d, e in zip(strides, reversed(dense), shape, strict=True) if e > 1):
+            raise ValueError(
+                f"a cuda frame with strides {strides} over shape {shape} is not dense C-order "
+                "memory: its bytes cannot carry an array"
+            )
+    return data[0], nbytes, data[1]
 
 
 def serialize(a: MemArray) -> tuple[dict[str, Any], list[memoryview]]:
@@ -172,14 +235,25 @@ def deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     from ._pickle import rebuild
 
     h = _check_header(header, ("dtype", "shape", "device", "device_id", "host_memory"))
-    if len(frames) != 1:
-        raise ValueError(f"a memarray array travels in one frame, not {len(frames)}")
+    if not isinstance(frames, list | tuple) or len(frames) != 1:
+        raise ValueError("a memarray array travels in one frame")
     device, device_id = h["device"], h["device_id"]
-    if not isinstance(device_id, int) or device_id < 0:
+    if not _int(device_id) or device_id < 0:
         raise ValueError(f"a memarray frame header has an invalid device id {device_id!r}")
-    if device is not None and (not isinstance(device, int) or device < 0):
+    if device is not None and (not _int(device) or device < 0):
         raise ValueError(f"a memarray frame header has an invalid device {device!r}")
-    return rebuild(frames[0], h["dtype"], h["shape"], device, device_id, h["host_memory"])
+    if h["host_memory"] not in HOST_MEMORY or not isinstance(h["host_memory"], str):
+        raise ValueError(
+            f"a memarray frame header's host_memory must be one of {HOST_MEMORY}, "
+            f"not {h['host_memory']!r}"
+        )
+    try:
+        view = memoryview(frames[0])
+    except TypeError:
+        raise ValueError(f"a memarray host frame must be a buffer, not {type(frames[0])}") from None
+    if not view.c_contiguous:
+        raise ValueError(f"a memarray host frame must be C-contiguous (shape {view.shape})")
+    return rebuild(view, h["dtype"], h["shape"], device, device_id, h["host_memory"])
 
 
 def cuda_serialize(a: MemArray) -> tuple[dict[str, Any], list[MemArray]]:
@@ -206,29 +280,27 @@ def cuda_serialize(a: MemArray) -> tuple[dict[str, Any], list[MemArray]]:
 def cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     """The inverse of ``cuda_serialize``, zero-copy over any device frame with a CUDA Array
     Interface (``rmm.DeviceBuffer``, CuPy memory, a MemArray); the array keeps the frame
-    alive. A frame smaller than the header says is a ValueError."""
+    alive. The frame's own interface is checked before it is viewed: dense C-order memory
+    of at least the header's ``nbytes``; a read-only frame gives a copy. Anything else is
+    a ValueError."""
     from .cuda import _Memory, from_cuda_array_interface
 
     h = _check_header(header, ("dtype", "shape", "typestr", "nbytes"))
-    if len(frames) != 1:
-        raise ValueError(f"a memarray array travels in one frame, not {len(frames)}")
-    frame, shape = frames[0], tuple(h["shape"])
-    if h["typestr"] != np.dtype(h["dtype"]).str and h["dtype"] != "bool":
-        raise ValueError(f"typestr {h['typestr']!r} does not match dtype {h['dtype']!r}")
-    need = np.dtype(h["dtype"]).itemsize * int(np.prod(shape, dtype=object))
-    cai = getattr(frame, "__cuda_array_interface__", None)
-    if not isinstance(cai, Mapping) or "data" not in cai or "shape" not in cai:
-        raise ValueError(f"a cuda frame must have __cuda_array_interface__, not {type(frame)}")
-    fitem = np.dtype(cai.get("typestr", "|u1")).itemsize
-    have = fitem * int(np.prod(tuple(cai["shape"]), dtype=object))
-    if need != h["nbytes"] or have < need:
+    if not isinstance(frames, list | tuple) or len(frames) != 1:
+        raise ValueError("a memarray array travels in one frame")
+    shape, dtype = tuple(h["shape"]), h["dtype"]
+    if dtype == "bfloat16" or h["typestr"] != np.dtype(dtype).str:
+        raise ValueError(f"typestr {h['typestr']!r} does not match dtype {dtype!r}")
+    ptr, have, read_only = _device_frame(frames[0])
+    need = h["nbytes"]
+    if have < need:
         raise ValueError(
-            f"a cuda frame of {have} bytes for {need} bytes of {h['dtype']} {list(shape)}"
+            f"a cuda frame of {have} bytes for nbytes {need} of {dtype} {list(shape)}"
         )
     if need == 0:
-        return _memarray.zeros(shape, h["dtype"], device="cuda")
-    typed = _Memory(frame, int(cai["data"][0]), shape, h["typestr"])
-    return from_cuda_array_interface(typed, copy=False)
+        return _memarray.zeros(shape, dtype, device="cuda")
+    typed = _Memory(frames[0], ptr, shape, h["typestr"], read_only=read_only)
+    return from_cuda_array_interface(typed, copy=None if read_only else False)
 
 
 # ---------------------------------------------------------------- registration
