@@ -57,6 +57,18 @@ def test_point_to_point_and_collectives_on_two_ranks():
     assert len(passed) == 2 and not re.search(r"\d+ (failed|error)", out), out[-3000:]
 
 
+def test_a_rank_refusing_a_collective_locally_leaves_no_rank_waiting():
+    # A hang is TimeoutExpired: the test fails instead of waiting for ever.
+    r = run_np2(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(HERE, "mpi_divergent_cases.py")],
+        timeout=180,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    passed = re.findall(r"\d+ passed", out)
+    assert len(passed) == 2 and not re.search(r"\d+ (failed|error)", out), out[-3000:]
+
+
 def test_the_halo_example_matches_one_numpy_process_bit_for_bit():
     r = run_np2(["examples/mpi_halo.py", "--steps", "50"])
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]

@@ -24,6 +24,13 @@ reductions take the dtypes MPI has arithmetic for, with MPI's ops (SUM, PROD, MI
 LAND, LOR, ...), and refuse the rest with a ValueError before anything is sent (MPI has no
 float16 or bfloat16 arithmetic; complex numbers have no order; bool takes the logical ops).
 Shapes and dtypes must agree across ranks, as MPI's own buffers must.
+
+Collectives agree on refusals first: a rank that refuses locally (its array locked, a dtype
+MPI cannot reduce, a wrong-shaped root array, no memory for the result) tells the others
+through one small ``Allreduce``, and every rank raises the refusal of the lowest refusing
+rank, of the same type, naming that rank; none is left waiting in MPI. Point-to-point calls
+cannot agree with a peer that is not calling: a refused ``send`` leaves its ``recv``
+waiting, as in MPI itself.
 """
 
 from __future__ import annotations
@@ -234,12 +241,63 @@ def _bufs(*pairs: tuple[MemArray | None, bool]) -> Iterator[list[_Buf | None]]:
         yield made
         ok = True
     finally:
-        for b in made:
-            if b is None:
-                continue
-            if not ok:
-                b.landing = None  # nothing arrived: leave the array as it was
-            b.done()
+        _finish(made, ok)
+
+
+def _finish(made: list[_Buf | None], ok: bool) -> None:
+    for b in made:
+        if b is None:
+            continue
+        if not ok:
+            b.landing = None  # nothing arrived: leave the array as it was
+        b.done()
+
+
+def _agree(comm: Any, error: Exception | None) -> None:
+    """Every rank learns whether any rank refused, before anything is sent: one
+    one-integer ``Allreduce`` when none did. When one did, every rank raises the refusal of
+    the lowest refusing rank, of its type, naming that rank (a rank's own refusal, if
+    different, is chained)."""
+    flag = np.array([0 if error is None else 1], np.int32)
+    comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+    if not flag[0]:
+        return
+    mine = None if error is None else (type(error), str(error))
+    reports = comm.allgather(mine)
+    rank, (cls, message) = next((r, e) for r, e in enumerate(reports) if e is not None)
+    if rank == comm.rank and error is not None:
+        raise error
+    text = f"rank {rank} refused: {message}"
+    try:
+        agreed = cls(text)
+    except Exception:  # a class that does not take one message
+        agreed = RuntimeError(f"{cls.__name__} on {text}")
+    raise agreed from error
+
+
+@contextlib.contextmanager
+def _collective(
+    comm: Any, check: Any, *pairs: tuple[Any, bool]
+) -> Iterator[list[_Buf | None]]:
+    """``_bufs`` for a collective: ``check()`` (which returns the (array, write) pairs to
+    add) and the buffers' own refusals (a locked array, a wrong shape, a dtype MPI cannot
+    reduce) are agreed on by every rank first (``_agree``), so all raise or none does and
+    no rank is left waiting in MPI for one that left."""
+    made: list[_Buf | None] = []
+    error: Exception | None = None
+    try:
+        extra = check() or ()
+        for a, write in (*pairs, *extra):
+            made.append(_Buf(a, write) if a is not None else None)
+    except Exception as e:
+        error = e
+    ok = False
+    try:
+        _agree(comm, error)
+        yield made
+        ok = True
+    finally:
+        _finish(made, ok)
 
 
 def _like(shape: Sequence[int], a: MemArray) -> MemArray:
@@ -323,7 +381,7 @@ def waitall(requests: Sequence[Request]) -> None:
 
 def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:
     """Root's data into ``a`` on every rank (in place); returns ``a``."""
-    with _bufs((_check(a, "a"), comm.rank != root)) as (b,):
+    with _collective(comm, lambda: [(_check(a, "a"), comm.rank != root)]) as (b,):
         assert b is not None
         comm.Bcast(b.spec(), root=root)
     return a
@@ -331,10 +389,14 @@ def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:
 
 def allreduce(comm: Any, a: MemArray, op: Any = MPI.SUM) -> MemArray:
     """Every rank's ``a`` reduced with ``op`` into ``a`` on every rank (in place)."""
-    _check_op(str(_check(a, "a").dtype), op)
-    t = TYPES[str(a.dtype)]
-    with _bufs((a, False)) as (src,):
+
+    def check() -> list[tuple[MemArray, bool]]:
+        _check_op(str(_check(a, "a").dtype), op)
+        return [(a, False)]
+
+    with _collective(comm, check) as (src,):
         assert src is not None
+        t = TYPES[str(a.dtype)]
         if src.scope is not None:  # device memory itself: in place
             comm.Allreduce(MPI.IN_PLACE, src.spec(mpitype=t), op=op)
             return a
@@ -347,11 +409,17 @@ def allreduce(comm: Any, a: MemArray, op: Any = MPI.SUM) -> MemArray:
 def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray | None:
     """Every rank's ``a`` reduced with ``op``: a new array on ``root`` (where ``a`` is),
     None elsewhere."""
-    _check_op(str(_check(a, "a").dtype), op)
-    t = TYPES[str(a.dtype)]
-    out = _like(a.shape, a) if comm.rank == root else None
-    with _bufs((a, False), (out, True)) as (src, dst):
+    out: MemArray | None = None
+
+    def check() -> list[tuple[MemArray | None, bool]]:
+        nonlocal out
+        _check_op(str(_check(a, "a").dtype), op)
+        out = _like(a.shape, a) if comm.rank == root else None
+        return [(a, False), (out, True)]
+
+    with _collective(comm, check) as (src, dst):
         assert src is not None
+        t = TYPES[str(a.dtype)]
         comm.Reduce(src.spec(mpitype=t), dst.spec(mpitype=t) if dst else None, op=op, root=root)
     return out
 
@@ -359,8 +427,14 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
 def gather(comm: Any, a: MemArray, root: int = 0) -> MemArray | None:
     """Every rank's ``a`` stacked on ``root`` (shape ``(size, *a.shape)``, where ``a`` is);
     None elsewhere."""
-    out = _like((comm.size, *_check(a, "a").shape), a) if comm.rank == root else None
-    with _bufs((a, False), (out, True)) as (src, dst):
+    out: MemArray | None = None
+
+    def check() -> list[tuple[MemArray | None, bool]]:
+        nonlocal out
+        out = _like((comm.size, *_check(a, "a").shape), a) if comm.rank == root else None
+        return [(a, False), (out, True)]
+
+    with _collective(comm, check) as (src, dst):
         assert src is not None
         comm.Gather(src.spec(), dst.spec(a.nbytes) if dst else None, root=root)
     return out
@@ -368,9 +442,15 @@ def gather(comm: Any, a: MemArray, root: int = 0) -> MemArray | None:
 
 def allgather(comm: Any, a: MemArray) -> MemArray:
     """Every rank's ``a`` stacked on every rank (shape ``(size, *a.shape)``)."""
-    out = _like((comm.size, *_check(a, "a").shape), a)
-    with _bufs((a, False), (out, True)) as (src, dst):
-        assert src is not None and dst is not None
+    out: MemArray | None = None
+
+    def check() -> list[tuple[MemArray | None, bool]]:
+        nonlocal out
+        out = _like((comm.size, *_check(a, "a").shape), a)
+        return [(a, False), (out, True)]
+
+    with _collective(comm, check) as (src, dst):
+        assert src is not None and dst is not None and out is not None
         comm.Allgather(src.spec(), dst.spec(a.nbytes))
     return out
 
@@ -378,9 +458,11 @@ def allgather(comm: Any, a: MemArray) -> MemArray:
 def scatter(comm: Any, a: MemArray | None, out: MemArray, root: int = 0) -> MemArray:
     """Root's ``a`` (shape ``(size, *out.shape)``) split along its first axis: part ``i``
     into rank ``i``'s ``out``; returns ``out``. ``a`` is ignored except on root."""
-    out = _check(out, "out")
-    src_array = None
-    if comm.rank == root:
+
+    def check() -> list[tuple[MemArray | None, bool]]:
+        _check(out, "out")
+        if comm.rank != root:
+            return [(None, False), (out, True)]
         src_array = _check(a, "a")
         if tuple(src_array.shape) != (comm.size, *out.shape) or str(src_array.dtype) != str(
             out.dtype
@@ -389,7 +471,9 @@ def scatter(comm: Any, a: MemArray | None, out: MemArray, root: int = 0) -> MemA
                 f"scatter's a must be {(comm.size, *out.shape)} of {out.dtype} on root, "
                 f"not {tuple(src_array.shape)} of {src_array.dtype}"
             )
-    with _bufs((src_array, False), (out, True)) as (src, dst):
+        return [(src_array, False), (out, True)]
+
+    with _collective(comm, check) as (src, dst):
         assert dst is not None
         comm.Scatter(src.spec(out.nbytes) if src else None, dst.spec(), root=root)
     return out
@@ -398,12 +482,17 @@ def scatter(comm: Any, a: MemArray | None, out: MemArray, root: int = 0) -> MemA
 def alltoall(comm: Any, a: MemArray) -> MemArray:
     """Part ``j`` of rank ``i``'s ``a`` (its first axis is ``size`` long) becomes part ``i``
     of rank ``j``'s result (same shape and place)."""
-    a = _check(a, "a")
-    if not a.shape or a.shape[0] != comm.size:
-        raise ValueError(f"alltoall's a must have {comm.size} parts along its first axis")
-    out = _like(a.shape, a)
-    part = a.nbytes // comm.size
-    with _bufs((a, False), (out, True)) as (src, dst):
-        assert src is not None and dst is not None
+    out: MemArray | None = None
+
+    def check() -> list[tuple[MemArray | None, bool]]:
+        nonlocal out
+        if not _check(a, "a").shape or a.shape[0] != comm.size:
+            raise ValueError(f"alltoall's a must have {comm.size} parts along its first axis")
+        out = _like(a.shape, a)
+        return [(a, False), (out, True)]
+
+    with _collective(comm, check) as (src, dst):
+        assert src is not None and dst is not None and out is not None
+        part = a.nbytes // comm.size
         comm.Alltoall(src.spec(part), dst.spec(part))
     return out
