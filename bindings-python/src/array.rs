@@ -365,8 +365,10 @@ impl PyMemArray {
 
     /// Copies the current data to `device_type`: a DLPack device code
     /// (memarray.dlpack.kDLCPU or kDLCUDA, with `device_id`), or a device as `zeros` and
-    /// `asarray` spell it ("cpu", "cuda" (the array's `device_id`), "cuda:N", a
-    /// `(device_type, id)` pair, a torch.device). The copy runs on `stream`: None (the array's last stream on that device, else the legacy default), an
+    /// `asarray` spell it ("cpu", "cuda" (the array's `device_id`, or the `device_id`
+    /// argument when given), "cuda:N", a `(device_type, id)` pair, a torch.device). A
+    /// `device_id` that contradicts the device ("cuda:2" with 1, "cpu" with any id) is a
+    /// ValueError. The copy runs on `stream`: None (the array's last stream on that device, else the legacy default), an
     /// int handle (0 = the legacy default stream, as in the original MemArray), or a stream object
     /// (memarray.cuda.Stream, torch.cuda.Stream, cupy.cuda.Stream, anything with
     /// `__cuda_stream__`). Returns at once if the data is already there. With
@@ -383,7 +385,7 @@ impl PyMemArray {
         let target = if device_type.is_instance_of::<PyInt>() || device_type.hasattr("__index__")? {
             Target::parse_args(device_type, device_id)?
         } else {
-            Target::from_device(device_type)?
+            Target::from_device_with_id(device_type, device_id)?
         };
         self.move_to(py, target, stream, !async_copy, None)
     }

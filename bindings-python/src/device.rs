@@ -55,6 +55,31 @@ impl Target {
         })
     }
 
+    /// A device as `zeros(device=...)` spells it with `move_memory`'s `device_id` beside it:
+    /// `"cuda"` plus an id is that device; an id that contradicts `"cuda:N"`, or any id with
+    /// the host, is a ValueError (never silently dropped).
+    pub(crate) fn from_device_with_id(
+        obj: &Bound<'_, PyAny>,
+        device_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let target = Self::from_device(obj)?;
+        let Some(id) = convert::opt_int::<i64>(device_id, "device_id")? else {
+            return Ok(target);
+        };
+        let id = u32::try_from(id)
+            .map_err(|_| PyValueError::new_err(format!("invalid device_id {id}")))?;
+        match target {
+            Target::Cuda(None) => Ok(Target::Cuda(Some(id))),
+            Target::Cuda(Some(n)) if n == id => Ok(target),
+            Target::Cuda(Some(n)) => Err(PyValueError::new_err(format!(
+                "device cuda:{n} and device_id={id} disagree: give one of them"
+            ))),
+            Target::Host | Target::Current => Err(PyValueError::new_err(format!(
+                "device_id={id} was given with a host device: the host has no device id"
+            ))),
+        }
+    }
+
     /// Parses Python's `device_type` and optional `device_id` arguments.
     pub(crate) fn parse_args(
         device_type: &Bound<'_, PyAny>,

@@ -104,5 +104,38 @@ def test_move_memory_by_name_on_the_gpu():
     np.testing.assert_array_equal(a.to_numpy(), [0.0, 1.0, 2.0])
 
 
+def test_move_memory_never_drops_a_device_id_given_with_a_name():
+    a = filled((3,))
+    with pytest.raises(ValueError, match="disagree"):
+        a.move_memory("cuda:2", 1)
+    with pytest.raises(ValueError, match="host has no device id"):
+        a.move_memory("cpu", 0)
+    with pytest.raises(ValueError, match="device_id"):
+        a.move_memory("cuda", -1)
+    assert a.device == "cpu"
+    a.move_memory("cpu")  # no id: fine
+    if not memarray.cuda.is_available():
+        with pytest.raises(memarray.CudaUnavailableError):
+            a.move_memory("cuda", 0)
+
+
+@pytest.mark.gpu
+def test_move_memory_by_name_goes_to_the_device_id_given():
+    a = filled((3,))
+    a.move_memory("cuda", 0)
+    a.move_memory("cuda:0", 0)
+    assert a.device == "cuda:0"
+    n = memarray.cuda.device_count()
+    if n > 1:
+        a.move_memory("cuda", 1)
+        assert a.device == "cuda:1"
+    else:
+        # One GPU: device 1 does not exist, so the move is refused instead of staying on 0.
+        with pytest.raises(ValueError, match="1"):
+            a.move_memory("cuda", 1)
+        assert a.device == "cuda:0"
+    np.testing.assert_array_equal(a.to_numpy(), [0.0, 1.0, 2.0])
+
+
 def test_version():
     assert memarray.__version__ and memarray.__version__[0].isdigit()
