@@ -39,6 +39,21 @@ fn exception(kind: ErrorKind, msg: String) -> PyErr {
     }
 }
 
+/// The name of the built-in Python exception of each [`ErrorKind`], for callers that
+/// report errors as names without the GIL (the DLPack exchange API's allocator hands the
+/// consumer a type name). memarray's own classes are named by their built-in base
+/// (`LockError`, `CudaUnavailableError`: `RuntimeError`), which any consumer can raise.
+pub fn builtin_exception_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::OutOfRange => "IndexError",
+        ErrorKind::InvalidArgument => "ValueError",
+        ErrorKind::Dtype => "TypeError",
+        ErrorKind::OutOfMemory => "MemoryError",
+        ErrorKind::Io => "OSError",
+        _ => "RuntimeError",
+    }
+}
+
 /// Converts a core error to its Python exception.
 pub fn core_err(e: CoreError) -> PyErr {
     let msg = e.to_string();

@@ -210,8 +210,12 @@ print(json.dumps(out))
 def test_forged_dask_frames_and_headers_are_value_errors_before_any_view():
     out = json.loads(child_stdout(FORGED_FRAMES).strip().splitlines()[-1])
     assert all(v.startswith("ValueError") for v in out.values()), out
-    for name in ("cuda: nbytes disagrees", "cuda: frame smaller than nbytes",
-                 "dask: nbytes disagrees", "cuda: bool header, 768 bytes claimed"):
+    for name in (
+        "cuda: nbytes disagrees",
+        "cuda: frame smaller than nbytes",
+        "dask: nbytes disagrees",
+        "cuda: bool header, 768 bytes claimed",
+    ):
         assert out[name] == "ValueError nbytes", out
 
 
@@ -249,8 +253,12 @@ print(json.dumps(res))
 """
     )
     r = json.loads(out.strip().splitlines()[-1])
-    assert r == {"bool as f8": "ValueError", "broadcast": "ValueError",
-                 "read-only copied": [True, True, True], "honest shared": True}, r
+    assert r == {
+        "bool as f8": "ValueError",
+        "broadcast": "ValueError",
+        "read-only copied": [True, True, True],
+        "honest shared": True,
+    }, r
 
 
 def test_registration_happens_in_either_import_order():

@@ -7,6 +7,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from children import assert_clean, run_child
 
 import memarray
 
@@ -196,3 +197,84 @@ def test_from_dlpack_of_torch_goes_through_its_table_and_orders_on_its_stream(mo
     a2 = memarray.from_dlpack(t)
     a2.add_index_tuple()
     assert torch.equal(t[:3].cpu(), torch.tensor([5.0, 6.0, 7.0]))  # zero-copy
+
+
+def test_allocator_checks_ndim_before_reading_the_shape():
+    # ndim 40 over a 2-entry shape that ends a page, a PROT_NONE page after it: reading 40
+    # entries would fault. In a child, so a crash fails the test.
+    r = run_child(
+        """
+import ctypes, mmap
+from test_exchange import ALLOC, SET_ERROR, DLDataType, DLDevice, DLTensor, Managed, table
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+m = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+assert libc.mprotect(base + mmap.PAGESIZE, mmap.PAGESIZE, 0) == 0
+shape = (ctypes.c_int64 * 2).from_address(base + mmap.PAGESIZE - 16)
+shape[0], shape[1] = 2, 3
+errors = []
+cb = SET_ERROR(lambda ctx, kind, msg: errors.append((kind, msg)))
+proto = DLTensor(None, DLDevice(1, 0), 40, DLDataType(2, 32, 1),
+                 ctypes.cast(ctypes.addressof(shape), ctypes.POINTER(ctypes.c_int64)), None, 0)
+out = ctypes.POINTER(Managed)()
+rc = ALLOC(table().allocator)(ctypes.byref(proto), ctypes.byref(out), None, cb)
+print(rc, errors)
+"""
+    )
+    assert_clean(r)
+    assert "-1 [(b'ValueError', b'ndim 40 is outside 0..=32')]" in r.stdout, r.stdout
+
+
+def test_allocator_reports_each_failure_by_its_kind():
+    api = table()
+    errors = []
+    cb = SET_ERROR(lambda ctx, kind, msg: errors.append((kind.decode(), msg.decode())))
+    out = ctypes.POINTER(Managed)()
+    huge = (ctypes.c_int64 * 3)(1 << 40, 1 << 40, 1 << 40)
+    overflow = DLTensor(None, DLDevice(1, 0), 3, DLDataType(2, 64, 1), huge, None, 0)
+    assert ALLOC(api.allocator)(ctypes.byref(overflow), ctypes.byref(out), None, cb) == -1
+    assert errors[-1][0] == "ValueError", errors
+    if not memarray.cuda.is_available():
+        two = (ctypes.c_int64 * 1)(2)
+        on_gpu = DLTensor(None, DLDevice(2, 0), 1, DLDataType(2, 32, 1), two, None, 0)
+        assert ALLOC(api.allocator)(ctypes.byref(on_gpu), ctypes.byref(out), None, cb) == -1
+        assert errors[-1][0] == "RuntimeError" and "CUDA" in errors[-1][1], errors
+    assert not any(kind == "MemoryError" for kind, _ in errors), errors
+
+
+def test_a_table_chained_to_itself_falls_back_to_the_python_protocol():
+    # prev_api pointing at its own header, major 2: the walk must end (it looped for ever
+    # holding the GIL) and from_dlpack then uses __dlpack__.
+    r = run_child(
+        """
+import ctypes
+import numpy as np
+import memarray
+from test_exchange import Version
+
+class Header(ctypes.Structure):
+    _fields_ = [("version", Version), ("prev_api", ctypes.c_void_p)]
+
+h = Header(Version(2, 0), None)
+h.prev_api = ctypes.addressof(h)
+new = ctypes.pythonapi.PyCapsule_New
+new.restype = ctypes.py_object
+new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+name = ctypes.c_char_p(b"dlpack_exchange_api")
+
+class Cyclic:
+    __dlpack_c_exchange_api__ = new(ctypes.addressof(h), name, None)
+    def __init__(self):
+        self.x = np.arange(3.0)
+    def __dlpack__(self, **kw):
+        return self.x.__dlpack__(**kw)
+    def __dlpack_device__(self):
+        return self.x.__dlpack_device__()
+
+print(memarray.from_dlpack(Cyclic()).to_numpy().tolist())
+""",
+        timeout=60,
+    )
+    assert_clean(r)
+    assert "[0.0, 1.0, 2.0]" in r.stdout, r.stdout

@@ -60,7 +60,14 @@ def test_point_to_point_and_collectives_on_two_ranks():
 def test_a_rank_refusing_a_collective_locally_leaves_no_rank_waiting():
     # A hang is TimeoutExpired: the test fails instead of waiting for ever.
     r = run_np2(
-        ["-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(HERE, "mpi_divergent_cases.py")],
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            os.path.join(HERE, "mpi_divergent_cases.py"),
+        ],
         timeout=180,
     )
     out = r.stdout + r.stderr

@@ -294,9 +294,7 @@ def cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     ptr, have, read_only = _device_frame(frames[0])
     need = h["nbytes"]
     if have < need:
-        raise ValueError(
-            f"a cuda frame of {have} bytes for nbytes {need} of {dtype} {list(shape)}"
-        )
+        raise ValueError(f"a cuda frame of {have} bytes for nbytes {need} of {dtype} {list(shape)}")
     if need == 0:
         return _memarray.zeros(shape, dtype, device="cuda")
     typed = _Memory(frames[0], ptr, shape, h["typestr"], read_only=read_only)

@@ -276,9 +276,7 @@ def _agree(comm: Any, error: Exception | None) -> None:
 
 
 @contextlib.contextmanager
-def _collective(
-    comm: Any, check: Any, *pairs: tuple[Any, bool]
-) -> Iterator[list[_Buf | None]]:
+def _collective(comm: Any, check: Any, *pairs: tuple[Any, bool]) -> Iterator[list[_Buf | None]]:
     """``_bufs`` for a collective: ``check()`` (which returns the (array, write) pairs to
     add) and the buffers' own refusals (a locked array, a wrong shape, a dtype MPI cannot
     reduce) are agreed on by every rank first (``_agree``), so all raise or none does and

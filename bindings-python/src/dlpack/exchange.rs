@@ -100,6 +100,10 @@ pub fn api_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
     Ok(api)
 }
 
+/// How many tables a `prev_api` chain is followed through (one per major version since
+/// 1; far more than will ever exist).
+const MAX_CHAIN: usize = 64;
+
 fn lookup(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
     let Ok(attr) = ty.getattr("__dlpack_c_exchange_api__") else {
         return Ok(None);
@@ -117,17 +121,24 @@ fn lookup(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
     let Some(mut header) = NonNull::new(p.cast::<DLPackExchangeAPIHeader>()) else {
         return Ok(None);
     };
-    // A newer major version may chain to an older table we understand.
-    loop {
+    // A newer major version may chain to an older table we understand. The walk is
+    // bounded: a table that chains to itself (or in a circle) would otherwise loop for ever
+    // holding the GIL; without a major-1 table in reach, the Python protocol is used.
+    let mut found = false;
+    for _ in 0..MAX_CHAIN {
         // SAFETY: the producer promises a live, static table (header first).
         let h = unsafe { header.as_ref() };
         if h.version.major == 1 {
+            found = true;
             break;
         }
         match NonNull::new(h.prev_api) {
             Some(prev) => header = prev,
             None => return Ok(None),
         }
+    }
+    if !found {
+        return Ok(None);
     }
     // SAFETY: a major-1 header starts a full DLPackExchangeAPI table.
     let api: &'static DLPackExchangeAPI = unsafe { &*header.as_ptr().cast() };
@@ -330,14 +341,27 @@ unsafe extern "C" fn allocator(
                     ),
                 )
             })?;
-            let ndim = usize::try_from(proto.ndim)
-                .map_err(|_| ("ValueError".to_string(), format!("ndim {}", proto.ndim)))?;
+            // ndim is checked before the shape is read: a forged ndim must not make the
+            // allocator read past the caller's shape array.
+            let ndim = match usize::try_from(proto.ndim) {
+                Ok(n) if n <= memarray_core::MAX_NDIM => n,
+                _ => {
+                    return Err((
+                        "ValueError".to_string(),
+                        format!(
+                            "ndim {} is outside 0..={}",
+                            proto.ndim,
+                            memarray_core::MAX_NDIM
+                        ),
+                    ));
+                }
+            };
             let shape: Vec<usize> = if ndim == 0 {
                 Vec::new()
             } else if proto.shape.is_null() {
                 return Err(("ValueError".into(), "null shape".into()));
             } else {
-                // SAFETY: the prototype's shape holds ndim entries.
+                // SAFETY: the prototype's shape holds ndim entries (at most MAX_NDIM).
                 unsafe { std::slice::from_raw_parts(proto.shape, ndim) }
                     .iter()
                     .map(|&d| {
@@ -355,12 +379,21 @@ unsafe extern "C" fn allocator(
                 }
                 other => return Err(("ValueError".into(), format!("device type {other}"))),
             };
+            // Failures are named by their kind, as every other entry point raises them (a
+            // shape too large is a ValueError, no CUDA a RuntimeError, only an
+            // out-of-memory a MemoryError).
+            let named = |e: memarray_cuda::CudaError| {
+                (
+                    crate::errors::builtin_exception_name(e.kind()).to_string(),
+                    e.to_string(),
+                )
+            };
             let mut raw =
                 RawArray::born_with(dtype, &shape, location, Fill::Unset, None, None, None)
-                    .map_err(|e| ("MemoryError".to_string(), e.to_string()))?;
+                    .map_err(named)?;
             let buf = raw
                 .export_buffer(None, false, memarray_cuda::array::Consumer::NoSync)
-                .map_err(|e| ("RuntimeError".to_string(), e.to_string()))?;
+                .map_err(named)?;
             let (spec, owner) = memarray_dlpack::ExportSpec::from_buffer(buf);
             // The owner keeps the array (and so its memory) until the consumer deletes.
             let owner: Box<dyn std::any::Any + Send> = Box::new((raw, owner));
