@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import csv
 import gc
+import os
 import threading
 
 import numpy as np
 import pytest
+from children import assert_clean, run_child
 
 import memarray
 from memarray import dlpack
@@ -282,3 +284,30 @@ def test_tracking_backtraces_stacks_and_bad_input_issue15():
     for bad in ("", "x" * 65, "a\nb", "\udcff", "Torch", "pytorch"):
         with pytest.raises(ValueError, match="unknown source|source"):
             mr.Tracking(mr.Host(), source=bad)
+
+
+def test_tracking_keeps_stacks_of_code_under_a_non_utf8_path(tmp_path):
+    # A file under a directory named with byte 0xff: its frame's file name holds a lone
+    # surrogate, which UTF-8 cannot encode. The stack is kept, the byte escaped.
+    d = os.path.join(os.fsencode(tmp_path), b"dir\xff")
+    os.mkdir(d)
+    with open(os.path.join(d, b"site.py"), "w") as f:
+        f.write("def allocate(t):\n    return t.allocate(64)\n")
+    r = run_child(
+        f"""
+import sys
+sys.path.insert(0, {os.fsdecode(d)!r})
+import importlib.util
+spec = importlib.util.spec_from_file_location("where", {os.fsdecode(os.path.join(d, b"site.py"))!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+from memarray import resources as mr
+t = mr.Tracking(mr.Host(), stacks=True)
+a = mod.allocate(t)
+stack = t.snapshot()["live"][0]["stack"]
+print(ascii(stack))
+"""
+    )
+    assert_clean(r)
+    assert "dir\\\\udcff" in r.stdout or "dir\\\\xff" in r.stdout, r.stdout
+    assert "site.py:2 in allocate" in r.stdout, r.stdout

@@ -89,3 +89,24 @@ def test_issue27_item2_torchs_memory_viz_renders_memarrays_sites(tmp_path):
     sites = {f["filename"] for e in shown["device_traces"][0] for f in e["frames"]}
     assert any(name.endswith(HERE) for name in sites), sites
     del y, torch
+
+
+def test_forged_devices_and_stacks_are_value_errors_at_once():
+    import time
+
+    t = mr.Tracking(mr.Host(), stacks=True)
+    a = t.allocate(64)
+    snap = t.snapshot()
+    a.free()
+    for device in (10**7, 2**62, -1, True, "0", 1.0, 1024):
+        forged = dict(snap, live=[dict(snap["live"][0], device=device)])
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match="device"):
+            mr.torch_snapshot(forged)
+        assert time.perf_counter() - start < 0.5, device  # no list per device index
+    forged = dict(snap, live=[dict(snap["live"][0], device=1023)])
+    assert len(mr.torch_snapshot(forged)["device_traces"]) == 1025  # cuda:0..1023, host
+    for stack in (5, b"x.py:1 in f", ["x.py:1 in f"]):
+        forged = dict(snap, live=[dict(snap["live"][0], stack=stack)])
+        with pytest.raises(ValueError, match="stack"):
+            mr.torch_snapshot(forged)

@@ -76,7 +76,9 @@ def relieve(library: str, device: int | None) -> int | None:
 
 def stack(limit: int = 24) -> str:
     """The calling thread's Python stack, outermost first, memarray's own frames left
-    out: one ``file:line in function`` per line."""
+    out: one ``file:line in function`` per line. What UTF-8 cannot encode (a file under a
+    path that is not valid UTF-8 holds lone surrogates) is backslash-escaped, so the stack
+    is always kept."""
     frame: FrameType | None = sys._getframe(1)
     rows: list[str] = []
     while frame is not None and len(rows) < limit:
@@ -84,4 +86,7 @@ def stack(limit: int = 24) -> str:
         if not code.co_filename.startswith(_HERE):
             rows.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
         frame = frame.f_back
-    return "\n".join(reversed(rows))
+    text = "\n".join(reversed(rows))
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

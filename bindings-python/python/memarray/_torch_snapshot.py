@@ -15,11 +15,26 @@ import pickle
 from typing import Any
 
 
-def _frames(stack: str | None) -> list[dict[str, Any]]:
+#: Device indices a snapshot may name: torch's format has one trace list per index up to the
+#: largest, so an index is bounded to keep the output proportional to the snapshot.
+MAX_DEVICE = 1023
+
+
+def _device(d: object) -> int | None:
+    if d is None:
+        return None
+    if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= MAX_DEVICE:
+        raise ValueError(f"device {d!r} is not a CUDA device index in 0..={MAX_DEVICE} or None")
+    return d
+
+
+def _frames(stack: object) -> list[dict[str, Any]]:
     """torch's frames (innermost first) from a memarray stack (outermost first, one
     ``file:line in function`` per line)."""
-    if not stack:
+    if stack is None:
         return []
+    if not isinstance(stack, str):
+        raise ValueError(f"a stack is a str or None, not {type(stack).__name__}")
     frames = []
     for line in reversed(stack.splitlines()):
         where, _, name = line.partition(" in ")
@@ -39,7 +54,8 @@ def torch_snapshot(snapshot: dict) -> dict:
     list per device: ``alloc``, ``free_requested`` and ``free_completed`` entries with
     ``addr``, ``size``, ``stream``, ``time_us`` and ``frames``), plus ``"memarray"``:
     ``tiers`` (device index -> ``"cuda:N"`` or ``"host"``) and ``events`` (spills and
-    restores: ``time_us``, ``action``, ``size``). ValueError for anything else."""
+    restores: ``time_us``, ``action``, ``size``). Devices are indices 0..=1023 or None (the
+    host). ValueError for anything else."""
     if not isinstance(snapshot, dict) or not {"live", "timeline", "sources"} <= snapshot.keys():
         raise ValueError(
             "torch_snapshot takes a memarray.resources Tracking snapshot() dict "
@@ -48,7 +64,7 @@ def torch_snapshot(snapshot: dict) -> dict:
     try:
         live = list(snapshot["live"])
         trace = list(snapshot.get("trace", []))
-        devices = {a["device"] for a in live} | {row[5] for row in trace}
+        devices = {_device(a["device"]) for a in live} | {_device(row[5]) for row in trace}
         gpus = sorted(d for d in devices if d is not None)
         host_index = (max(gpus) + 1) if gpus else 0
         index = {d: d for d in gpus}
@@ -100,7 +116,7 @@ def torch_snapshot(snapshot: dict) -> dict:
             {"time_us": int(ns) // 1000, "action": str(kind), "size": int(size)}
             for ns, kind, size in snapshot.get("events", [])
         ]
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
         raise ValueError(f"not a valid Tracking snapshot: {e!r}") from e
     tiers = {i: ("host" if d is None else f"cuda:{d}") for d, i in index.items()}
     return {
