@@ -311,3 +311,51 @@ print(ascii(stack))
     assert_clean(r)
     assert "dir\\\\udcff" in r.stdout or "dir\\\\xff" in r.stdout, r.stdout
     assert "site.py:2 in allocate" in r.stdout, r.stdout
+
+
+def _plot_snapshot():
+    t = mr.Tracking(mr.Host(), stacks=True)
+    a = t.allocate(4096)
+    snap = t.snapshot()
+    a.free()
+    return snap
+
+
+def test_plot_refusals_are_value_errors_and_leave_no_figure_open(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    snap = _plot_snapshot()
+    plt.close("all")
+    huge = dict(snap, live=[dict(snap["live"][0], size=10**400)])
+    wide = dict(snap, timeline=[[snap["timeline"][0][0], 10**400]])
+    head = "event,address,size,source,time\n"
+    csv_huge = tmp_path / "huge.csv"
+    csv_huge.write_text(head + f"allocate,0x1,{'9' * 400},x,0\n")
+    for data in (huge, wide, str(csv_huge)):
+        with pytest.raises(ValueError, match="2\\*\\*64|valid"):
+            mr.plot(data, tmp_path / "x.png")
+    for _ in range(20):  # failures in drawing itself (a format matplotlib does not know)
+        with pytest.raises(ValueError):
+            mr.plot(snap, tmp_path / "x.unknownformat")
+    assert plt.get_fignums() == []
+    with pytest.raises(ValueError, match="empty"):
+        mr.plot(snap, "")
+
+
+def test_plot_returns_the_file_it_wrote(tmp_path):
+    pytest.importorskip("matplotlib")
+    snap = _plot_snapshot()
+    out = mr.plot(snap, str(tmp_path / "dot."))
+    assert out == str(tmp_path / "dot.png") and os.path.isfile(out)
+    out = mr.plot(snap, str(tmp_path / ".hidden"))
+    assert out == str(tmp_path / ".hidden.png") and os.path.isfile(out)
+    assert sorted(os.listdir(tmp_path)) == [".hidden.png", "dot.png"]
+
+
+def test_plot_draws_a_stack_holding_a_lone_surrogate(tmp_path):
+    pytest.importorskip("matplotlib")
+    snap = _plot_snapshot()
+    forged = dict(snap, live=[dict(snap["live"][0], stack="/dir\udcff/site.py:2 in f")])
+    out = mr.plot(forged, tmp_path / "s.png")
+    assert os.path.getsize(out) > 0

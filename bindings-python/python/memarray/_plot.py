@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections import defaultdict
 from typing import Any
@@ -24,6 +25,29 @@ Events = list[tuple[float, str]]
 LOG_COLUMNS = "time,event,device,address,size,stream,source"
 
 
+def _bytes(v: Any) -> int:
+    """A byte count as a snapshot or log holds it: an int in 0..2**64 (what a resource can
+    count); anything else is a ValueError while reading, not an error while drawing."""
+    n = int(v)
+    if not 0 <= n < 1 << 64:
+        raise ValueError(f"byte count {v!r} is outside 0..2**64")
+    return n
+
+
+def _seconds(v: float) -> float:
+    if not math.isfinite(v):
+        raise ValueError(f"time {v!r} is not finite")
+    return v
+
+
+def _printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) backslash-escaped: the
+    labels matplotlib draws."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _from_snapshot(
     snap: dict,
 ) -> tuple[list[float], dict[str, list[int]], dict[str, int], Events]:
@@ -31,13 +55,13 @@ def _from_snapshot(
     times: list[float] = []
     series: dict[str, list[int]] = {n: [] for n in names}
     for row in snap["timeline"]:
-        times.append(row[0] / 1e9)
+        times.append(_seconds(row[0] / 1e9))
         for n, b in zip(names, row[1:], strict=True):
-            series[n].append(int(b))
+            series[n].append(_bytes(b))
     sites: dict[str, int] = defaultdict(int)
     for a in snap["live"]:
-        sites[f"{a['source']}: {_site(a.get('stack'))}"] += int(a["size"])
-    events = [(e[0] / 1e9, str(e[1])) for e in snap.get("events", [])]
+        sites[_printable(f"{a['source']}: {_site(a.get('stack'))}")] += _bytes(a["size"])
+    events = [(_seconds(e[0] / 1e9), str(e[1])) for e in snap.get("events", [])]
     return times, series, dict(sites), events
 
 
@@ -72,25 +96,25 @@ def _from_log(
         for row in reader:
             event, addr, source = row["event"], row["address"], row["source"]
             if event == "allocate":
-                size = int(row["size"])
+                size = _bytes(row["size"])
                 live[addr] = (source, size)
                 current[source] += size
             elif event == "deallocate" and addr in live:
                 src, size = live.pop(addr)
                 current[src] -= size
             elif event in ("spill", "restore"):
-                events.append((float(row["time"]), event))
+                events.append((_seconds(float(row["time"])), event))
                 continue
             else:
                 continue
-            times.append(float(row["time"]))
+            times.append(_seconds(float(row["time"])))
             rows.append(dict(current))
     start = min(times[:1] + [t for t, _ in events[:1]], default=0.0)
     names = sorted({n for r in rows for n in r})
     series = {n: [r.get(n, 0) for r in rows] for n in names}
     sites: dict[str, int] = defaultdict(int)
     for src, size in live.values():
-        sites[src] += size
+        sites[_printable(src)] += size
     return [t - start for t in times], series, dict(sites), [(t - start, k) for t, k in events]
 
 
@@ -99,16 +123,23 @@ _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError, In
 
 
 def _output(path: Any) -> str:
-    """The file ``plot`` writes: ``path`` with ``.png`` added when it has no suffix
-    (matplotlib would add it silently); a directory is IsADirectoryError."""
+    """The file ``plot`` writes: ``path`` with ``.png`` added when it has no suffix, or
+    ``png`` when it ends in a bare dot (matplotlib would add them silently, and the returned
+    path would not be the file); an empty path is a ValueError, a directory
+    IsADirectoryError."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
     out = os.fspath(path)
     if isinstance(out, bytes):
         out = os.fsdecode(out)
+    if not out:
+        raise ValueError("path is empty: name the file plot writes (e.g. 'memory.png')")
     if os.path.isdir(out):
         raise IsADirectoryError(21, "plot writes a file, not into a directory", out)
-    if not os.path.splitext(out)[1]:
+    suffix = os.path.splitext(out)[1]
+    if suffix == ".":
+        out += "png"
+    elif not suffix:
         out += ".png"
     return out
 
@@ -151,8 +182,27 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
         )
     _extend_last_step(times, series, max((t for t, _ in events), default=0.0))
     plt = _matplotlib()
-    used = {n: v for n, v in series.items() if any(v)}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), height_ratios=[3, 2])
+    try:
+        _draw(fig, ax1, ax2, times, series, sites, events, top, out)
+    finally:
+        # Closed on every path: a failed call leaves no figure open.
+        plt.close(fig)
+    return out
+
+
+def _draw(
+    fig: Any,
+    ax1: Any,
+    ax2: Any,
+    times: list[float],
+    series: dict[str, list[int]],
+    sites: dict[str, int],
+    events: Events,
+    top: int,
+    out: str,
+) -> None:
+    used = {n: v for n, v in series.items() if any(v)}
     mib = 1 << 20
     if used and times:
         ax1.stackplot(
@@ -183,5 +233,3 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
     ax2.set_title(f"largest live allocation sites (top {top})")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
