@@ -536,3 +536,50 @@ def test_forged_tensors_in_a_mapped_but_unreadable_page_are_buffer_errors():
     r = run_child(UNREADABLE)
     assert_clean(r)
     assert "refused all; honest (8,)" in r.stdout, r.stdout
+
+
+class _DeviceAnswer:
+    """A host producer whose ``__dlpack_device__`` says ``dev``."""
+
+    def __init__(self, dev):
+        self.x, self.dev = np.arange(3.0), dev
+
+    def __dlpack__(self, **kw):
+        return self.x.__dlpack__(**{k: v for k, v in kw.items() if k != "stream"})
+
+    def __dlpack_device__(self):
+        return self.dev
+
+
+IMPORTS = {
+    "from_dlpack": memarray.from_dlpack,
+    "asarray": memarray.asarray,
+    "asarray cpu": lambda p: memarray.asarray(p, device="cpu"),
+    "move_many": lambda p: memarray.move_many([p], "cpu"),
+}
+
+
+@pytest.mark.parametrize("name", IMPORTS)
+def test_a_producers_device_answer_out_of_range_is_a_value_error(name):
+    for dev in ((1, 2**63), (1, -(2**63) - 1), (2**63, 0), (1, 2**64), (1,), None):
+        with pytest.raises(ValueError, match="__dlpack_device__"):
+            IMPORTS[name](_DeviceAnswer(dev))
+    with pytest.raises(TypeError, match="__dlpack_device__"):
+        IMPORTS[name](_DeviceAnswer(("x", 0)))
+
+
+def test_a_bfloat16_host_producer_imports_the_same_every_way():
+    src = memarray.zeros((3,), "bfloat16")
+    src[1] = 2.5
+
+    class NotNumpy:  # as a torch CPU tensor or a JAX array: not an ndarray
+        def __dlpack__(self, **kw):
+            return src.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    for name, f in IMPORTS.items():
+        got = f(NotNumpy())
+        got = got[0] if isinstance(got, list) else got
+        assert str(got.dtype) == "bfloat16" and got[1] == 2.5, name

@@ -108,8 +108,19 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
 
         if isinstance(obj, np.ndarray) or not hasattr(obj, "__dlpack__"):
             host = np.asarray(obj)
+        elif target == (dlpack.kDLCPU, 0):
+            # memarray's own import: every dtype (NumPy's DLPack import refuses bfloat16),
+            # the same result as asarray(obj) and from_dlpack(obj).
+            return from_dlpack(obj, copy=copy)
         else:
-            host = np.from_dlpack(obj)
+            try:
+                host = np.from_dlpack(obj)
+            except (RuntimeError, BufferError, TypeError):
+                # A dtype NumPy cannot take (bfloat16): a copy through memarray's import,
+                # uploaded (a copy, so the producer's memory is never written).
+                a = from_dlpack(obj, copy=True)
+                a.move_memory(*target)
+                return a
         if target == (dlpack.kDLCPU, 0):
             return from_dlpack(host, copy=copy)
         out = empty(host.shape, host.dtype, device=device)
@@ -130,5 +141,11 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
 def _on_device(obj) -> bool:
     """Whether ``obj`` (not a MemArray) holds its data on a CUDA device."""
     if hasattr(obj, "__dlpack_device__"):
-        return obj.__dlpack_device__()[0] in (dlpack.kDLCUDA, dlpack.kDLCUDAManaged)
+        dev = obj.__dlpack_device__()
+        if not isinstance(dev, tuple) or len(dev) != 2:
+            raise ValueError(
+                "the producer's __dlpack_device__() must return (device_type, device_id), "
+                f"not {dev!r}"
+            )
+        return dev[0] in (dlpack.kDLCUDA, dlpack.kDLCUDAManaged)
     return hasattr(obj, "__cuda_array_interface__")

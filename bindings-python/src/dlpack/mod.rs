@@ -26,6 +26,7 @@ use memarray_dlpack::{
 };
 
 use crate::array::PyMemArray;
+use crate::convert;
 use crate::device::{KDLCPU, KDLCUDA, Target};
 use crate::errors::IntoPyResult;
 use crate::stream::{consumer_for, parse_dlpack_stream};
@@ -353,13 +354,30 @@ pub(crate) fn take_capsule(cap: &Bound<'_, PyAny>) -> PyResult<ImportedTensor> {
     )))
 }
 
+/// A producer's `__dlpack_device__()`: a pair of integers, each in `i64` (a ValueError
+/// naming the producer's answer otherwise, never an OverflowError; a TypeError for
+/// non-integers, as for arguments).
+pub(crate) fn producer_device(obj: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
+    let answer = obj.call_method0("__dlpack_device__")?;
+    let (kind, id): (Bound<'_, PyAny>, Bound<'_, PyAny>) = answer.extract().map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "the producer's __dlpack_device__() must return (device_type, device_id), not {}",
+            answer.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    Ok((
+        convert::int(&kind, "the producer's __dlpack_device__() device type")?,
+        convert::int(&id, "the producer's __dlpack_device__() device id")?,
+    ))
+}
+
 /// Asks a producer for a capsule: versioned first, then the pre-1.0 signature.
 pub(crate) fn request_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     if !obj.hasattr("__dlpack__")? {
         return Ok(obj.clone());
     }
-    let (dev_type, _): (i64, i64) = obj.call_method0("__dlpack_device__")?.extract()?;
+    let (dev_type, _) = producer_device(obj)?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("max_version", (1, 3))?;
     if dev_type == KDLCUDA {
