@@ -41,7 +41,7 @@ LAYERS = {
     ],
     "crates/memarray-cuda/src": [
         ["error", "driver", "per_device"],
-        ["device"],
+        ["env", "device"],
         ["stream", "event"],
         ["resource"],
         ["buffer"],

@@ -51,6 +51,15 @@ fn synchronize(py: Python<'_>, device_id: Option<&Bound<'_, PyAny>>) -> PyResult
 
 static TYPESTRS: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
 
+/// Whether CUDA Array Interface imports order after the producer's stream
+/// (`MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC`: `0` turns it off; a value that is not UTF-8 is a
+/// ValueError naming the variable, checked at import).
+pub(crate) fn cai_sync() -> PyResult<bool> {
+    let v = memarray_cuda::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC")
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(v.as_deref() != Some("0"))
+}
+
 /// The CUDA Array Interface v3 dict of device-resident data. Keys and typestrs are
 /// interned: this is on the hot path of every CuPy / Numba / torch.as_tensor call.
 pub fn cuda_array_interface<'py>(
@@ -285,7 +294,7 @@ pub fn from_cuda_array_interface(
     // Work the producer has queued on its stream must precede ours: the array starts
     // with an event recorded there as its pending work (unless disabled).
     let mut producer = None;
-    let sync = std::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC").as_deref() != Ok("0");
+    let sync = cai_sync()?;
     if sync && let Some(s) = iface.get_item("stream")?.filter(|s| !s.is_none()) {
         let h: usize = convert::int(&s, "__cuda_array_interface__ stream")?;
         if h == 0 {

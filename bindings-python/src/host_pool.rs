@@ -37,9 +37,11 @@ static POOL: OnceLock<Option<Arc<CachingPool>>> = OnceLock::new();
 /// has already said so; see [`check_env`]).
 pub fn pool() -> Option<&'static Arc<CachingPool>> {
     POOL.get_or_init(|| {
-        let cap = match std::env::var("MEMARRAY_NUMPY_POOL") {
-            Ok(v) => memarray_cuda::spill::parse_bytes(&v).ok()?,
-            Err(_) => DEFAULT_CACHE_BYTES,
+        let cap = match memarray_cuda::env::var(POOL_ENV) {
+            Ok(Some(v)) => memarray_cuda::spill::parse_bytes(&v).ok()?,
+            Ok(None) => DEFAULT_CACHE_BYTES,
+            // Refused at import (check_env): unreachable unless the value changed since.
+            Err(_) => return None,
         };
         (cap > 0).then(|| {
             let upstream: Arc<dyn MemoryResource> = Arc::new(HugePageHost);
@@ -54,13 +56,17 @@ pub fn pool() -> Option<&'static Arc<CachingPool>> {
 
 /// Checks `MEMARRAY_NUMPY_POOL` at import, so a bad value is an error naming it.
 pub fn check_env() -> PyResult<()> {
-    if let Ok(v) = std::env::var("MEMARRAY_NUMPY_POOL") {
+    let value = memarray_cuda::env::var(POOL_ENV)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    if let Some(v) = value {
         memarray_cuda::spill::parse_bytes(&v).map_err(|e| {
-            pyo3::exceptions::PyValueError::new_err(format!("MEMARRAY_NUMPY_POOL={v:?}: {e}"))
+            pyo3::exceptions::PyValueError::new_err(format!("{POOL_ENV}={v:?}: {e}"))
         })?;
     }
     Ok(())
 }
+
+const POOL_ENV: &str = "MEMARRAY_NUMPY_POOL";
 
 /// A block of `nbytes` from the pool (contents unspecified), or None without a pool.
 pub fn block(nbytes: usize) -> PyResult<Option<HostBytes>> {

@@ -44,7 +44,13 @@ pub(crate) fn numpy_data_ptr(a: &Bound<'_, PyAny>) -> PyResult<usize> {
 #[pymodule]
 fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // Every environment variable memarray reads is checked here: a bad value (not UTF-8,
+    // not understood) is a ValueError naming it at import, never ignored or left to
+    // fail at first use.
     host_pool::check_env()?;
+    memarray_cuda::check_env()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    cuda::cai_sync()?;
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<dlpack::DLPackContext>()?;
     m.add_function(wrap_pyfunction!(dlpack::exchange::from_dlpack, m)?)?;

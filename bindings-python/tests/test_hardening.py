@@ -583,3 +583,69 @@ def test_a_bfloat16_host_producer_imports_the_same_every_way():
         got = f(NotNumpy())
         got = got[0] if isinstance(got, list) else got
         assert str(got.dtype) == "bfloat16" and got[1] == 2.5, name
+
+
+ENV_VARS = [
+    "MEMARRAY_SPILL",
+    "MEMARRAY_DEVICE_BUDGET",
+    "MEMARRAY_HOST_BUDGET",
+    "MEMARRAY_NUMPY_POOL",
+    "MEMARRAY_STAGING_THREADS",
+    "MEMARRAY_STAGING_CHUNK",
+    "MEMARRAY_MEMORY_RESOURCE",
+    "MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC",
+]
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MEMARRAY_")}
+
+
+@pytest.mark.parametrize("var", ENV_VARS)
+def test_an_environment_value_that_is_not_utf8_fails_the_import_naming_it(var):
+    env = _clean_env()
+    env[var] = os.fsdecode(b"\xff\xfe")  # passed to the child as the raw bytes
+    r = run_child("import memarray", env=env)
+    assert r.returncode == 1 and "ValueError" in r.stderr and var in r.stderr, r.stderr[-1500:]
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("MEMARRAY_HOST_BUDGET", "18446744073709551616"),
+        ("MEMARRAY_DEVICE_BUDGET", "17179869184GiB"),
+        ("MEMARRAY_NUMPY_POOL", "0.5"),
+        ("MEMARRAY_NUMPY_POOL", "18446744073709551616"),
+        ("MEMARRAY_STAGING_THREADS", "lots"),
+        ("MEMARRAY_MEMORY_RESOURCE", "lots"),
+    ],
+)
+def test_bad_environment_values_fail_the_import_naming_the_variable(var, value):
+    env = _clean_env()
+    env[var] = value
+    r = run_child("import memarray", env=env)
+    assert r.returncode == 1 and "ValueError" in r.stderr and var in r.stderr, r.stderr[-1500:]
+
+
+def test_good_environment_values_import_and_a_spill_dir_may_be_any_bytes():
+    env = _clean_env()
+    env.update(
+        MEMARRAY_HOST_BUDGET="18446744073709551615",
+        MEMARRAY_NUMPY_POOL="0.5KiB",
+        MEMARRAY_STAGING_THREADS="3",
+        MEMARRAY_MEMORY_RESOURCE="device",
+        MEMARRAY_SPILL_DIR=os.fsdecode(b"/tmp/\xff"),
+    )
+    r = run_child("import memarray; print('imported')", env=env)
+    assert_clean(r)
+    assert "imported" in r.stdout
+
+
+def test_mpi_cuda_awareness_override_is_checked_at_import():
+    pytest.importorskip("mpi4py")
+    for value in ("yes", os.fsdecode(b"\xff")):
+        env = dict(_clean_env(), MEMARRAY_MPI_CUDA_AWARE=value)
+        r = run_child("import memarray.mpi", env=env)
+        assert r.returncode == 1 and "MEMARRAY_MPI_CUDA_AWARE" in r.stderr, r.stderr[-1500:]
+    r = run_child("import memarray.mpi", env=dict(_clean_env(), MEMARRAY_MPI_CUDA_AWARE="1"))
+    assert_clean(r)

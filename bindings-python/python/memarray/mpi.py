@@ -156,17 +156,29 @@ def _ask_library() -> bool:
 _aware: bool | None = None
 
 
+def _env_cuda_aware() -> bool | None:
+    """``MEMARRAY_MPI_CUDA_AWARE``: ``0`` / ``1``, None when unset or empty; any other
+    value (``yes``, bytes that are not UTF-8) is a ValueError naming it."""
+    env = os.environ.get("MEMARRAY_MPI_CUDA_AWARE")
+    if env is None or env.strip() == "":
+        return None
+    if env.strip() not in ("0", "1"):
+        raise ValueError(f"MEMARRAY_MPI_CUDA_AWARE must be 0 or 1, not {env!r}")
+    return env.strip() == "1"
+
+
+_env_cuda_aware()  # a bad value fails the import, as every memarray variable does
+
+
 def is_cuda_aware(comm: Any = None) -> bool:
     """Whether MPI takes device pointers: ``MEMARRAY_MPI_CUDA_AWARE`` (``0`` or ``1``) if
     set, else the library's answer (Open MPI's ``MPIX_Query_cuda_support``, MPICH's
     ``MPIX_GPU_query_support``; any other library: no). ``comm`` is accepted for symmetry
     with the other calls (the answer is the library's)."""
     del comm
-    env = os.environ.get("MEMARRAY_MPI_CUDA_AWARE")
-    if env is not None and env.strip() != "":
-        if env.strip() not in ("0", "1"):
-            raise ValueError(f"MEMARRAY_MPI_CUDA_AWARE must be 0 or 1, not {env!r}")
-        return env.strip() == "1"
+    env = _env_cuda_aware()
+    if env is not None:
+        return env
     global _aware
     if _aware is None:
         _aware = _ask_library()

@@ -58,6 +58,7 @@ mod driver;
 pub mod array;
 pub mod buffer;
 pub mod device;
+pub mod env;
 pub mod error;
 pub mod event;
 mod host_threads;
@@ -88,6 +89,23 @@ pub use resource::{
     AsyncPoolResource, DeviceResource, ManagedResource, PinnedFlags, PinnedResource,
 };
 pub use stream::{Stream, StreamRef};
+
+/// Checks every environment variable memarray-cuda reads (`MEMARRAY_MEMORY_RESOURCE`, the
+/// staging variables, `MEMARRAY_SPILL` and its budgets), so a front end can refuse a bad
+/// value when it starts (Python's `import memarray` does) instead of at first use.
+///
+/// # Errors
+/// [`SettingError::Env`] or, for the spill variables, [`SettingError::Invalid`] naming
+/// the variable: a value that is not UTF-8 or not understood.
+pub fn check_env() -> Result<()> {
+    resource::resource_choice_from_env()?;
+    staging::config(staging::Direction::ToDevice)?;
+    spill::env_settings().map_err(|detail| SettingError::Invalid {
+        what: "the spill environment",
+        detail,
+    })?;
+    Ok(())
+}
 
 /// The `ndarray` version memarray's views are of ([`MemArray::view`]): use it to build
 /// arrays for [`MemArray::from_ndarray`] without a version of your own to keep in step.

@@ -140,10 +140,18 @@ pub fn parse_resource_choice(value: &str) -> Result<ResourceChoice> {
     }
 }
 
+/// What `MEMARRAY_MEMORY_RESOURCE` asks for (the pool when unset).
+///
+/// # Errors
+/// [`SettingError::Env`] for a value that is not UTF-8 or names no resource.
+pub fn resource_choice_from_env() -> Result<ResourceChoice> {
+    let value = crate::env::var(RESOURCE_ENV)?.unwrap_or_default();
+    parse_resource_choice(&value)
+}
+
 /// The resource `MEMARRAY_MEMORY_RESOURCE` names for `device`.
 fn resource_from_env(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
-    let value = std::env::var(RESOURCE_ENV).unwrap_or_default();
-    Ok(match parse_resource_choice(&value)? {
+    Ok(match resource_choice_from_env()? {
         ResourceChoice::Device => Arc::new(DeviceResource::new(device)),
         ResourceChoice::Pool => Arc::new(CachingPool::new(
             Arc::new(DeviceResource::new(device)),

@@ -26,30 +26,52 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a byte count (for example 4GiB or 4000000000)"))?;
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "tb" | "t" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+    let not_a_count = || format!("{s:?} is not a byte count (for example 4GiB or 4000000000)");
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "tb" | "t" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
         u => {
             return Err(format!(
                 "{s:?}: unknown unit {u:?} (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
             ));
         }
     };
-    let v = n * mult;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("{s:?} is out of range"));
+    let out_of_range = || format!("{s:?} is out of range: a byte count is below 2**64");
+    // Exact integer arithmetic (a float would round 2**64 - 1 up to 2**64 and take it).
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    if whole.is_empty() && frac.is_empty() || frac.contains('.') {
+        return Err(not_a_count());
     }
-    Ok(v as u64)
+    let digits = |d: &str| -> std::result::Result<u128, String> {
+        if d.is_empty() {
+            return Ok(0);
+        }
+        if d.len() > 30 {
+            return Err(out_of_range());
+        }
+        d.parse::<u128>().map_err(|_| not_a_count())
+    };
+    let scale = 10u128
+        .checked_pow(u32::try_from(frac.len()).map_err(|_| not_a_count())?)
+        .filter(|_| frac.len() <= 30)
+        .ok_or_else(out_of_range)?;
+    let (whole, frac) = (digits(whole)?, digits(frac)?);
+    let scaled = whole
+        .checked_mul(scale)
+        .and_then(|w| w.checked_add(frac))
+        .and_then(|v| v.checked_mul(u128::from(mult)))
+        .ok_or_else(out_of_range)?;
+    if scaled % scale != 0 {
+        return Err(format!("{s:?} is not a whole number of bytes"));
+    }
+    u64::try_from(scaled / scale).map_err(|_| out_of_range())
 }
 
 /// The devices and settings the environment asks for: `MEMARRAY_SPILL` (`1`, `on` or
@@ -57,9 +79,13 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 /// `MEMARRAY_DEVICE_BUDGET`, `MEMARRAY_HOST_BUDGET` (byte counts, [`parse_bytes`]) and
 /// `MEMARRAY_SPILL_DIR`.
 pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, String> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    let bytes = |k: &str| -> std::result::Result<Option<u64>, String> {
-        var(k)
+    let var = |k: &'static str| -> std::result::Result<Option<String>, String> {
+        Ok(crate::env::var(k)
+            .map_err(|e| e.to_string())?
+            .filter(|v| !v.trim().is_empty()))
+    };
+    let bytes = |k: &'static str| -> std::result::Result<Option<u64>, String> {
+        var(k)?
             .map(|v| parse_bytes(&v).map_err(|e| format!("{k}: {e}")))
             .transpose()
     };
@@ -67,7 +93,11 @@ pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, 
     // either way, never silently ignored.
     let device_budget = bytes("MEMARRAY_DEVICE_BUDGET")?;
     let host_budget = bytes("MEMARRAY_HOST_BUDGET")?;
-    let Some(which) = var("MEMARRAY_SPILL") else {
+    // A directory is a path: any bytes (not only UTF-8) name one.
+    let file_dir = std::env::var_os("MEMARRAY_SPILL_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let Some(which) = var("MEMARRAY_SPILL")? else {
         return Ok(None);
     };
     let which = which.trim().to_ascii_lowercase();
@@ -95,7 +125,7 @@ pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, 
         SpillSettings {
             device_budget,
             host_budget,
-            file_dir: var("MEMARRAY_SPILL_DIR").map(PathBuf::from),
+            file_dir,
         },
     )))
 }

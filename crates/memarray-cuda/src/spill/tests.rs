@@ -10,9 +10,31 @@ mod basics {
         assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
         assert_eq!(parse_bytes("123"), Ok(123));
         assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
-        for bad in ["", "GiB", "-1", "4 parsecs", "1e400", "nan"] {
+        for bad in ["", "GiB", "-1", "4 parsecs", "1e400", "nan", ".", "1.2.3"] {
             assert!(parse_bytes(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn byte_counts_are_exact_below_two_to_the_64() {
+        assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_bytes("16777215.99999999906867742538TiB").ok(), None);
+        for over in [
+            "18446744073709551616",
+            "17179869184GiB",
+            "16777216TiB",
+            "99999999999999999999999999999999999",
+        ] {
+            let e = parse_bytes(over).unwrap_err();
+            assert!(e.contains("2**64"), "{over}: {e}");
+        }
+        // Fractions of a byte are not byte counts; fractions of a unit that make whole
+        // bytes are.
+        assert!(parse_bytes("0.5").unwrap_err().contains("whole"));
+        assert!(parse_bytes("1.0000000001KiB").is_err());
+        assert_eq!(parse_bytes("0.5KiB"), Ok(512));
+        assert_eq!(parse_bytes(".5KiB"), Ok(512));
+        assert_eq!(parse_bytes("2."), Ok(2));
     }
 }
 

@@ -155,7 +155,7 @@ fn from_env() -> Configs {
             ("MEMARRAY_STAGING_THREADS", &mut c.threads),
             ("MEMARRAY_STAGING_CHUNK", &mut c.chunk_bytes),
         ] {
-            if let Ok(value) = std::env::var(var) {
+            if let Some(value) = crate::env::var(var)? {
                 *field = value.trim().parse().map_err(|_| {
                     CudaError::from(SettingError::Env {
                         var,
