@@ -427,6 +427,43 @@ def test_setup_reaches_every_worker_and_statistics_gather_them():
     assert len(out["done"]) == 2 and out["keys"] == ["devices", "pressure"], out
 
 
+def test_setup_with_a_spill_dir_no_worker_has_changes_no_worker(tmp_path):
+    out = _cluster(
+        f"""
+        before = client.run(lambda dask_worker: dask_worker.memarray)
+        try:
+            md.setup(client, spill_dir="/nonexistent/memarray-spill")
+            out["error"] = None
+        except ValueError as e:
+            out["error"] = str(e)
+        out["unchanged"] = client.run(lambda dask_worker: dask_worker.memarray) == before
+        out["plugins"] = sorted(client.run(lambda dask_worker: list(dask_worker.plugins)).values())
+        done = md.setup(client, spill_dir={str(tmp_path)!r})
+        out["done"] = sorted(v["spill"] if "spill" in v else v["skipped"][:7] for v in done.values())
+        """
+    )
+    assert out["error"] and "changed no worker" in out["error"], out
+    assert "/nonexistent/memarray-spill" in out["error"] and out["unchanged"], out
+    assert all("memarray" not in p for p in out["plugins"]), out
+    assert len(out["done"]) == 2, out
+
+
+def test_a_worker_checks_everything_before_changing_anything(tmp_path):
+    from memarray._dask_worker import _check
+
+    _check({"spill": True, "spill_dir": str(tmp_path), "hooks": []})
+    for settings, match in (
+        ({"spill": True, "spill_dir": str(tmp_path / "missing")}, "not a directory"),
+        ({"hooks": ["no-such-hook"]}, "hooks are"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            _check(settings)
+    f = tmp_path / "a-file"
+    f.write_text("")
+    with pytest.raises(ValueError, match="not a directory"):
+        _check({"spill": True, "spill_dir": str(f)})
+
+
 def test_the_pipeline_example_matches_numpy():
     import subprocess
     import sys

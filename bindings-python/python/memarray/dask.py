@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import _memarray, resources, spill
-from ._dask_worker import HOOKS, RESOURCES, _apply, _Settings
+from ._dask_worker import HOOKS, RESOURCES, _apply, _check, _Settings
 from ._memarray import MAX_NDIM, SUPPORTED_DTYPES, MemArray
 
 __all__ = ["dask_setup", "deserialize", "serialize", "setup", "statistics", "tokenize"]
@@ -392,10 +392,19 @@ def setup(
     when any is given, or with ``spilling=True``; budgets are bytes or strings such as
     "4GiB"), and the allocator hooks named in ``hooks`` (torch, cupy, rmm, numba). Returns
     what each worker did, by address. A bad setting is a ValueError here, before any
-    worker changes."""
+    worker changes: values are checked on the client, and what only a worker can answer
+    (``spill_dir`` is a writable directory there, each hook's library is installed there)
+    on every worker first; a worker that joins later checks before it changes anything."""
     from ._dask_plugin import MemarrayPlugin
 
     settings = _settings(device_budget, host_budget, spill_dir, resource, tuple(hooks), spilling)
+    # What only a worker can answer (its spill directory, its libraries), asked of every
+    # worker before the plugin changes any: all or none.
+    answers = client.run(_check, settings, on_error="return")
+    refused = {w: e for w, e in answers.items() if isinstance(e, BaseException)}
+    if refused:
+        detail = "; ".join(f"{w}: {e}" for w, e in sorted(refused.items()))
+        raise ValueError(f"memarray.dask.setup changed no worker: {detail}")
     client.register_plugin(MemarrayPlugin(settings), name="memarray")
     done: dict[str, Any] = client.run(_worker_state)
     return done
