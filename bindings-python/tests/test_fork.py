@@ -6,6 +6,9 @@ a hang is a failed child, not a hung run."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from children import child_stdout
 
 CHURN = """
@@ -206,3 +209,55 @@ def test_fork_returns_while_a_deleter_reenters_memarray_inside_an_import():
     # must not wait for the fork in turn. A hang is TimeoutExpired: the test fails.
     out = child_stdout(REENTRANT_DELETER, timeout=120)
     assert "statuses " + str([0] * 20) + " deleter ran True" in out, out
+
+
+@pytest.mark.gpu
+def test_a_child_forked_after_cuda_started_gets_one_clear_error_and_keeps_host_arrays():
+    out = child_stdout(
+        """
+import json, os, signal
+import numpy as np
+import memarray
+
+a = memarray.asarray(np.arange(64.0), device="cuda")   # CUDA starts in the parent
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    res = {}
+    for name, call in (
+        ("zeros", lambda: memarray.zeros((64,), "float32", device="cuda")),
+        ("to_numpy", lambda: a.to_numpy()),
+        ("move_memory", lambda: a.move_memory("cpu")),
+        ("stream", lambda: memarray.cuda.Stream()),
+    ):
+        try:
+            call()
+            res[name] = "worked"
+        except memarray.CudaUnavailableError as e:
+            res[name] = "CudaUnavailableError" + (" spawn" if "'spawn'" in str(e) else "")
+        except Exception as e:
+            res[name] = type(e).__name__ + ": " + str(e)[:200]
+    res["available"] = memarray.cuda.is_available()
+    h = memarray.asarray(np.arange(1 << 20, dtype=np.float32))
+    res["host"] = float(h.to_numpy().sum()) == float(np.arange(1 << 20, dtype=np.float32).sum())
+    os.write(w, json.dumps(res).encode())
+    os._exit(0)
+os.close(w)
+data = b""
+while chunk := os.read(r, 65536):
+    data += chunk
+os.waitpid(pid, 0)
+print(data.decode())
+"""
+    )
+    res = json.loads(out.strip().splitlines()[-1])
+    want = "CudaUnavailableError spawn"
+    assert res == {
+        "zeros": want,
+        "to_numpy": want,
+        "move_memory": want,
+        "stream": want,
+        "available": False,
+        "host": True,
+    }, res

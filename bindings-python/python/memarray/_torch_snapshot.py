@@ -14,7 +14,6 @@ import os
 import pickle
 from typing import Any
 
-
 #: Device indices a snapshot may name: torch's format has one trace list per index up to the
 #: largest, so an index is bounded to keep the output proportional to the snapshot.
 MAX_DEVICE = 1023
@@ -67,7 +66,7 @@ def torch_snapshot(snapshot: dict) -> dict:
         devices = {_device(a["device"]) for a in live} | {_device(row[5]) for row in trace}
         gpus = sorted(d for d in devices if d is not None)
         host_index = (max(gpus) + 1) if gpus else 0
-        index = {d: d for d in gpus}
+        index: dict[int | None, int] = {d: d for d in gpus}
         index[None] = host_index
         n = max([host_index, *gpus]) + 1
         segments = []

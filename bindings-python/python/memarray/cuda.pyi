@@ -139,4 +139,12 @@ class _Memory:
 
     owner: Any
     __cuda_array_interface__: dict[str, Any]
-    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], typestr: str) -> None: ...
+    def __init__(
+        self,
+        owner: Any,
+        ptr: int,
+        shape: tuple[int, ...],
+        typestr: str,
+        *,
+        read_only: bool = False,
+    ) -> None: ...

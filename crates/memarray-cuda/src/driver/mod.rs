@@ -27,10 +27,14 @@ pub(crate) use sys::{CUcontext, CUdevice, CUevent, CUfunction, CUmemoryPool, CUm
 /// `CUDA_ERROR_NOT_READY`.
 const NOT_READY: sys::CUresult = sys::CUresult::CUDA_ERROR_NOT_READY;
 
-/// Loads libcuda and runs `cuInit(0)` once; later calls return the cached outcome.
+/// Loads libcuda and runs `cuInit(0)` once; later calls return the cached outcome. In a
+/// process forked after CUDA was initialised (the driver's state does not survive a fork:
+/// every call there fails with `CUDA_ERROR_NOT_INITIALIZED` or worse), every call is
+/// [`CudaError::Unavailable`] naming the cause and the fix, as torch says it.
 pub(crate) fn init() -> Result<()> {
-    static INIT: OnceLock<Result<(), String>> = OnceLock::new();
-    INIT.get_or_init(|| {
+    // The fork generation (memarray_core::fork) cuInit succeeded in.
+    static INIT: OnceLock<Result<u64, String>> = OnceLock::new();
+    let outcome = INIT.get_or_init(|| {
         // SAFETY: loading libcuda runs its initialisers, which is what every CUDA program
         // does; no other code of ours runs concurrently with the OnceLock initialiser.
         if !unsafe { sys::is_culib_present() } {
@@ -44,18 +48,34 @@ pub(crate) fn init() -> Result<()> {
         // cudarc resolves each entry point on first use and panics when one is missing:
         // check them all here, once (issue 13).
         probe_entry_points()?;
+        let generation = memarray_core::fork::generation();
         // SAFETY: the library is present (checked above); cuInit takes a plain integer.
         let r = unsafe { sys::cuInit(0) };
         if r == sys::CUresult::CUDA_SUCCESS {
-            Ok(())
+            Ok(generation)
         } else {
             let (name, message) = describe(r);
             Err(format!("cuInit failed: {name} ({message})"))
         }
-    })
-    .clone()
-    .map_err(|reason| CudaError::Unavailable { reason })
+    });
+    match outcome {
+        Ok(generation) if *generation == memarray_core::fork::generation() => Ok(()),
+        Ok(_) => Err(CudaError::Unavailable {
+            reason: FORKED_AFTER_INIT.to_string(),
+        }),
+        Err(reason) => Err(CudaError::Unavailable {
+            reason: reason.clone(),
+        }),
+    }
 }
+
+/// Why CUDA is unusable in a child forked after its parent initialised CUDA.
+pub(crate) const FORKED_AFTER_INIT: &str = "CUDA cannot be used in a process forked after \
+    CUDA was initialised in its parent (the driver's state does not survive fork). Start \
+    child processes with the 'spawn' or 'forkserver' method \
+    (multiprocessing.set_start_method('spawn'), or \
+    concurrent.futures.ProcessPoolExecutor(mp_context=multiprocessing.get_context('spawn'))), \
+    or fork before the parent first uses CUDA. Host arrays keep working here";
 
 /// Every driver entry point memarray calls. cudarc resolves each on its first call and
 /// panics when the library lacks it; [`init`] checks them all first. A unit test keeps
