@@ -225,7 +225,7 @@ mod tests {
         assert!(entered.load(Ordering::SeqCst));
         assert_eq!(in_flight(), base);
 
-        // A forked child is a new generation with nothing in flight.
+        // A forked child is a new generation with nothing of other threads in flight.
         let before = generation();
         let _s = section();
         // The child answers through a pipe (its exit status is not the answer: under
@@ -237,7 +237,8 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            let ok = generation() == before + 1 && in_flight() == 0;
+            // Only the forking thread's own section (`_s`) is counted in the child.
+            let ok = generation() == before + 1 && in_flight() == 1 && !others_in_flight();
             let answer = if ok { b'Y' } else { b'N' };
             // SAFETY: fds[1] is the pipe's write end; one byte from a live local.
             unsafe {
