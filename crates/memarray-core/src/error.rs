@@ -146,6 +146,16 @@ pub enum CoreError {
         /// The file.
         path: String,
     },
+    /// A resource that cannot serve at all here: its driver or device is unusable in this
+    /// process (no driver, or a process forked after its parent started CUDA). Nothing
+    /// ran out of memory.
+    #[error("{resource} cannot allocate: {reason}")]
+    Unavailable {
+        /// The resource's name.
+        resource: String,
+        /// Why, in words (with the fix where there is one).
+        reason: String,
+    },
     /// A source name that is not one of [`Source`](crate::resource::Source)'s.
     #[error(
         "unknown source {name:?}: allocations are attributed to memarray, torch, cupy, numba \
@@ -197,6 +207,7 @@ impl CoreError {
                 ErrorKind::Dtype
             }
             CoreError::Alloc { .. } | CoreError::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            CoreError::Unavailable { .. } => ErrorKind::Unavailable,
             CoreError::Io { .. } | CoreError::FileInUse { .. } => ErrorKind::Io,
             CoreError::ShapeOverflow { .. }
             | CoreError::ShapeMismatch { .. }

@@ -363,6 +363,11 @@ impl CudaError {
                 resource: resource.to_string(),
                 reason: e.to_string(),
             },
+            // No driver, or a forked child: not an allocation failure (never MemoryError).
+            CudaError::Unavailable { reason } => CoreError::Unavailable {
+                resource: resource.to_string(),
+                reason,
+            },
             other => CoreError::Alloc {
                 bytes,
                 align,
@@ -382,6 +387,17 @@ pub type Result<T, E = CudaError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unusable_driver_under_a_resource_is_unavailable_not_out_of_memory() {
+        let e = CudaError::Unavailable {
+            reason: "forked".into(),
+        }
+        .into_alloc(512, 256, "cuda:0 device");
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(!e.is_out_of_memory());
+        assert!(e.to_string().contains("forked"));
+    }
 
     #[test]
     fn one_classification_for_every_boundary() {
