@@ -105,12 +105,17 @@ impl ImportedTensor {
     /// 2. Ownership passes to the returned value (or is ended on error): the caller never
     ///    calls the deleter nor reads `p` again.
     pub unsafe fn from_unversioned(p: NonNull<DLManagedTensor>) -> Result<Self, DlpackError> {
-        check_struct_readable(p.as_ptr() as u64, size_of::<DLManagedTensor>())?;
+        let mut readable = layout::Readable::default();
+        check_struct_readable(
+            &mut readable,
+            p.as_ptr() as u64,
+            size_of::<DLManagedTensor>(),
+        )?;
         let owned = Owned::Unversioned(p);
         // SAFETY: `p` is valid for reads (item 1); `DLTensor` is `Copy`.
         let dl = unsafe { (*p.as_ptr()).dl_tensor };
         // SAFETY: `dl` is the valid tensor of item 1.
-        unsafe { Self::from_parts(owned, &dl, 0, None, true) }
+        unsafe { Self::from_parts(owned, &dl, 0, None, Some(&mut readable)) }
     }
 
     /// Takes over a `DLManagedTensorVersioned` (a `"dltensor_versioned"` capsule's pointer).
@@ -161,8 +166,13 @@ impl ImportedTensor {
         p: NonNull<DLManagedTensorVersioned>,
         check_readable: bool,
     ) -> Result<Self, DlpackError> {
+        let mut readable = layout::Readable::default();
         if check_readable {
-            check_struct_readable(p.as_ptr() as u64, size_of::<DLManagedTensorVersioned>())?;
+            check_struct_readable(
+                &mut readable,
+                p.as_ptr() as u64,
+                size_of::<DLManagedTensorVersioned>(),
+            )?;
         }
         let owned = Owned::Versioned(p);
         // SAFETY: `version` is the first field in every major version (item 1).
@@ -178,8 +188,9 @@ impl ImportedTensor {
         // SAFETY: a major-1 struct has this layout (item 1); both fields are `Copy`.
         let (flags, dl) = unsafe { ((*p.as_ptr()).flags, (*p.as_ptr()).dl_tensor) };
         let version = Some((version.major, version.minor));
+        let readable = check_readable.then_some(&mut readable);
         // SAFETY: `dl` is the valid tensor of item 1.
-        unsafe { Self::from_parts(owned, &dl, flags, version, check_readable) }
+        unsafe { Self::from_parts(owned, &dl, flags, version, readable) }
     }
 
     /// Validates `dl` and copies its fields. The shape and strides arrays must be readable
@@ -193,9 +204,11 @@ impl ImportedTensor {
         dl: &DLTensor,
         flags: u64,
         version: Option<(u32, u32)>,
-        check_readable: bool,
+        mut readable: Option<&mut layout::Readable>,
     ) -> Result<Self, DlpackError> {
         let device = Device::from_dl(dl.device)?;
+        let mut unreadable =
+            |address: u64, len: u64| readable.as_mut().is_some_and(|r| !r.check(address, len));
         let (code, bits, lanes) = (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes);
         if lanes != 1 {
             return Err(DlpackError::VectorLanes { code, bits, lanes });
@@ -216,8 +229,7 @@ impl ImportedTensor {
             &[]
         } else if dl.shape.is_null() {
             return Err(DlpackError::NullShape { ndim });
-        } else if check_readable && !layout::host_range_readable(dl.shape as u64, (ndim * 8) as u64)
-        {
+        } else if unreadable(dl.shape as u64, (ndim * 8) as u64) {
             return Err(DlpackError::Unmapped {
                 address: dl.shape as u64,
                 span: (ndim * 8) as u64,
@@ -242,9 +254,7 @@ impl ImportedTensor {
             Vec::new()
         } else if dl.strides.is_null() {
             shape::c_strides(&shape)
-        } else if check_readable
-            && !layout::host_range_readable(dl.strides as u64, (ndim * 8) as u64)
-        {
+        } else if unreadable(dl.strides as u64, (ndim * 8) as u64) {
             return Err(DlpackError::Unmapped {
                 address: dl.strides as u64,
                 span: (ndim * 8) as u64,
@@ -280,9 +290,9 @@ impl ImportedTensor {
         // Host-accessible memory must be readable here: a forged pointer or stride would
         // otherwise fault on the first read (issue 13, item 5). Device memory is checked
         // by the CUDA layer, which can ask the driver.
-        if check_readable && !matches!(place, Place::Device(_)) && !tensor.is_empty() {
+        if !matches!(place, Place::Device(_)) && !tensor.is_empty() {
             let (address, span) = (tensor.data(), tensor.span_bytes() as u64);
-            if !layout::host_range_readable(address, span) {
+            if unreadable(address, span) {
                 return Err(DlpackError::Unmapped { address, span });
             }
         }
@@ -394,8 +404,12 @@ impl From<ImportedTensor> for ForeignTensor {
 /// Refuses a managed-tensor pointer whose struct cannot be read here (a forged capsule):
 /// the struct cannot be read, so its deleter cannot be called either, and the tensor is
 /// left alone.
-fn check_struct_readable(address: u64, size: usize) -> Result<(), DlpackError> {
-    if layout::host_range_readable(address, size as u64) {
+fn check_struct_readable(
+    readable: &mut layout::Readable,
+    address: u64,
+    size: usize,
+) -> Result<(), DlpackError> {
+    if readable.check(address, size as u64) {
         Ok(())
     } else {
         Err(DlpackError::Unmapped {

@@ -5,11 +5,11 @@
 //! page, such as a thread stack's guard page): asking whether a page is mapped (`msync`) is
 //! not enough. Two questions, cheapest first:
 //! - **A probe.** Ranges up to [`PROBE_PAGES`] pages (the managed struct, shape, strides,
-//!   small data) are read one byte per page with `process_vm_readv` on this process, which
-//!   reports `EFAULT` instead of faulting and changes no mapping. A successful probe is
-//!   proof. A failed one is not: the kernel cannot pin driver-mapped memory (CUDA's pinned
-//!   and managed host memory) that a plain load reads fine, so a failure is settled by the
-//!   mappings' protections.
+//!   small data) have one byte per page copied by the kernel into a private memory file
+//!   (a `pwrite` a page), which reports `EFAULT` instead of faulting and changes no mapping. A
+//!   successful probe is proof; a failed one is settled by the mappings' protections. One
+//!   import proves each page once ([`Readable`]): shape and strides beside the struct cost
+//!   nothing more.
 //! - **The mappings.** Longer ranges, and failed probes, are checked against the protection
 //!   of every mapping that covers them: `PROCMAP_QUERY` (Linux >= 6.11, one `ioctl` per
 //!   mapping) or else the text of `/proc/self/maps` (a few hundred microseconds). Nothing of
@@ -17,10 +17,50 @@
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 const PAGE: u64 = 4096;
-/// Ranges up to this many pages are probed (one system call).
-const PROBE_PAGES: u64 = 64;
+/// Ranges up to this many pages are probed (a system call a page); longer ones ask the
+/// mappings (one `ioctl` a mapping).
+const PROBE_PAGES: u64 = 8;
+
+/// The pages one import has proven readable, so that a range on pages already proven
+/// (shape and strides beside the managed struct or beside each other, as producers
+/// usually allocate them) costs no system call. Valid for one import: mappings change.
+#[derive(Default)]
+pub(crate) struct Readable {
+    proven: [(u64, u64); 4],
+    n: usize,
+}
+
+impl Readable {
+    /// Whether `[address, address + len)` can be read (see [`host_range_readable`]).
+    pub(crate) fn check(&mut self, address: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let Some(end) = address.checked_add(len) else {
+            return false;
+        };
+        let lo = address - address % PAGE;
+        let hi = end.div_ceil(PAGE).saturating_mul(PAGE);
+        if self.proven[..self.n]
+            .iter()
+            .any(|&(a, b)| a <= lo && hi <= b)
+        {
+            return true;
+        }
+        if !host_range_readable(address, len) {
+            return false;
+        }
+        if self.n < self.proven.len() {
+            self.proven[self.n] = (lo, hi);
+            self.n += 1;
+        }
+        true
+    }
+}
 
 /// Whether every byte of `[address, address + len)` can be read by this process. `len` 0
 /// is trivially readable.
@@ -43,54 +83,78 @@ pub(crate) fn host_range_readable(address: u64, len: u64) -> bool {
 }
 
 /// Reads one byte of every page of `[address, end)` (at most [`PROBE_PAGES`]) through the
-/// kernel, which fails with `EFAULT` where a plain read would fault. `true` proves the range
-/// readable; `false` proves nothing (see the module docs).
+/// kernel, which fails with `EFAULT` where a plain read would fault: a `pwrite` of that
+/// byte into a private memory file (the kernel copies from user memory as a load would, so
+/// pinned and managed memory pass too). `true` proves the range readable; `false` proves
+/// nothing (no memory file here), and the mappings decide.
 fn probe(address: u64, end: u64) -> bool {
-    let mut sink = [0u8; PROBE_PAGES as usize];
-    let mut remote = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; PROBE_PAGES as usize];
-    let mut n = 0usize;
+    let Some(fd) = sink() else {
+        return false;
+    };
     let mut at = address;
-    while at < end && n < remote.len() {
-        remote[n] = libc::iovec {
-            iov_base: at as usize as *mut libc::c_void,
-            iov_len: 1,
-        };
-        n += 1;
+    while at < end {
+        // One page per call (a vectored write would be one call, but valgrind names each
+        // of its vector's entries apart, and the forged one can be any).
+        // SAFETY: `fd` is this process's memory file; the kernel only reads the byte
+        // (copy_from_user), reporting unreadable memory as EFAULT, never a fault. Offset
+        // 0: the file never grows past one byte.
+        let wrote = unsafe { libc::pwrite(fd, at as usize as *const libc::c_void, 1, 0) };
+        if wrote != 1 {
+            return false;
+        }
         at = (at / PAGE + 1) * PAGE;
     }
-    let local = libc::iovec {
-        iov_base: sink.as_mut_ptr().cast(),
-        iov_len: n,
-    };
-    // SAFETY: the local iovec covers `n` bytes of `sink`, which lives for the call; the
-    // remote iovecs are only read by the kernel, which validates them and reports
-    // unreadable memory as an error (EFAULT) or a short count, never a fault.
-    let got = unsafe {
-        libc::process_vm_readv(
-            libc::getpid(),
-            &raw const local,
-            1,
-            remote.as_ptr(),
-            n as _,
-            0,
-        )
-    };
-    at >= end && got == n as isize
+    true
+}
+
+/// The memory file the probe writes into (made once; a child shares its parent's, which
+/// is harmless: its contents are never read). `None` without `memfd_create`.
+fn sink() -> Option<libc::c_int> {
+    static FD: std::sync::OnceLock<Option<libc::c_int>> = std::sync::OnceLock::new();
+    *FD.get_or_init(|| {
+        // SAFETY: a NUL-terminated name and plain flags; the descriptor lives for the
+        // process (close-on-exec).
+        let fd = unsafe { libc::memfd_create(c"memarray-probe".as_ptr(), libc::MFD_CLOEXEC) };
+        (fd >= 0).then_some(fd)
+    })
 }
 
 /// Whether `[address, end)` is covered by readable mappings; `None` when /proc cannot be
 /// read.
 fn mappings_readable(address: u64, end: u64) -> Option<bool> {
-    let mut maps = std::fs::File::open("/proc/self/maps").ok()?;
-    if let Some(ok) = query_readable(&maps, address, end) {
+    if let Some(ok) = query_cached(address, end) {
         return Some(ok);
     }
     let mut text = String::new();
-    maps.read_to_string(&mut text).ok()?;
+    std::fs::File::open("/proc/self/maps")
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
     Some(covered_readable(&text, address, end))
+}
+
+/// `/proc/self/maps` kept open for `PROCMAP_QUERY` (an open is most of a query's cost),
+/// with the fork generation it was opened in: a child's inherited descriptor describes
+/// its parent, so a child opens its own.
+static MAPS: Mutex<Option<(u64, std::fs::File)>> = Mutex::new(None);
+/// Set once the kernel is known to lack `PROCMAP_QUERY` (Linux < 6.11).
+static NO_QUERY: AtomicBool = AtomicBool::new(false);
+
+fn query_cached(address: u64, end: u64) -> Option<bool> {
+    if NO_QUERY.load(Ordering::Relaxed) {
+        return None;
+    }
+    let generation = memarray_core::fork::generation();
+    let mut maps = MAPS.lock().unwrap_or_else(PoisonError::into_inner);
+    if maps.as_ref().is_none_or(|(g, _)| *g != generation) {
+        *maps = Some((generation, std::fs::File::open("/proc/self/maps").ok()?));
+    }
+    let (_, file) = maps.as_ref()?;
+    let answer = query_readable(file, address, end);
+    if answer.is_none() {
+        NO_QUERY.store(true, Ordering::Relaxed);
+    }
+    answer
 }
 
 /// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
