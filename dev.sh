@@ -28,8 +28,7 @@ install_wheel() {
   # Build the release wheel and install it into the venv (no editable install: the test
   # suite exercises what users get).
   echo "== building the release wheel (about a minute the first time on 2 cores)" >&2
-  "$VENV/bin/maturin" build --release -q -m bindings-python/Cargo.toml -o target/wheels \
-    -i "$VENV/bin/python" >/dev/null
+  "$VENV/bin/maturin" build --release -q -o target/wheels -i "$VENV/bin/python" >/dev/null
   local whl
   whl=$(ls -t target/wheels/memarray-*.whl | head -n 1)
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$whl"
@@ -113,7 +112,7 @@ case "$cmd" in
     ;;
   wheel)
     [ -x "$VENV/bin/maturin" ] || venv
-    "$VENV/bin/maturin" build --release -m bindings-python/Cargo.toml -o dist
+    "$VENV/bin/maturin" build --release -o dist
     ;;
   *)
     sed -n '2,9p' "$0"

@@ -54,7 +54,7 @@ strip --strip-debug "$STAGE/lib/libmemarray.so"
 
 echo "== building the abi3 wheel"
 [ -x .venv/bin/maturin ] || ./dev.sh venv
-.venv/bin/maturin build --release -q -m bindings-python/Cargo.toml -o "$STAGE/wheels" >/dev/null
+.venv/bin/maturin build --release -q -o "$STAGE/wheels" >/dev/null
 cp scripts/gpu-remote.sh "$STAGE/remote.sh"
 # Peers the device lacks (RMM, filecheck for Numba's tests, Dask and the dependencies the
 # device's Python does not have) travel as wheels, downloaded once into the ignored
