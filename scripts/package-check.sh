@@ -31,7 +31,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PY" -m venv "$work/build"
 "$work/build/bin/pip" install -q --disable-pip-version-check "maturin>=1.9,<2"
-"$work/build/bin/maturin" sdist -m bindings-python/Cargo.toml -o "$work/dist" >/dev/null
+"$work/build/bin/maturin" sdist -o "$work/dist" >/dev/null
 sdist=$(ls "$work"/dist/memarray-*.tar.gz)
 echo "sdist: $(basename "$sdist") ($(tar tzf "$sdist" | wc -l) files)"
 "$PY" -m venv "$work/fresh"
@@ -49,5 +49,25 @@ a.add_index_tuple()
 a.move_memory(memarray.dlpack.kDLCPU)
 assert pickle.loads(pickle.dumps(a)).to_numpy().tolist() == [[0, 2, 4], [4, 6, 8]]
 print("sdist import: ok,", memarray.__file__)
+PY
+)
+
+echo "== pip install . from the root, in a fresh venv (plain pip: maturin comes from PyPI)"
+"$PY" -m venv "$work/root"
+"$work/root/bin/pip" install -q --disable-pip-version-check .
+(cd "$work" && "$work/root/bin/python" - <<'PY'
+from importlib import metadata
+
+import numpy as np
+
+import memarray
+
+m = metadata.metadata("memarray")
+extras = set(m.get_all("Provides-Extra"))
+assert {"dask", "mpi", "plot", "notebook", "all"} <= extras, extras
+assert m["License-Expression"] == "Apache-2.0" and m.get_all("Project-URL"), m
+assert "memarray" in (m.get_payload() or m["Description"] or "")  # the README
+assert memarray.asarray(np.arange(3.0)).to_numpy().tolist() == [0.0, 1.0, 2.0]
+print("pip install . : ok,", memarray.__file__, "extras", sorted(extras))
 PY
 )
