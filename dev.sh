@@ -40,9 +40,9 @@ install_wheel() {
   local progress=-q
   if [ -t 2 ] || [ "${MEMARRAY_VERBOSE:-0}" = 1 ]; then
     progress=
-    echo "== building the release wheel (cargo's progress below; about 6 minutes the first time on 2 idle cores, seconds after)" >&2
+    echo "== building the release wheel (cargo's progress below; under a minute the first time on 2 idle cores, seconds after)" >&2
   else
-    echo "== building the release wheel (about 6 minutes the first time on 2 idle cores, seconds after)" >&2
+    echo "== building the release wheel (under a minute the first time on 2 idle cores, seconds after)" >&2
   fi
   "$VENV/bin/maturin" build --release $progress -o target/wheels -i "$VENV/bin/python" >/dev/null
   local whl
