@@ -71,6 +71,7 @@ LAYERS = {
             "numpy",
             "buffer",
             "conventions",
+            "familiar",
             "ipc",
             "pickle",
             "born",

@@ -254,7 +254,8 @@ impl PyMemArray {
 #[pymethods]
 impl PyMemArray {
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default
-    /// float64); `device_id` is the CUDA device it moves to; `host_memory` picks the host
+    /// float64); `device_id` is the CUDA device it moves to (default: the thread's current
+    /// device, `memarray.cuda.current_device()`); `host_memory` picks the host
     /// buffer kind: "pageable", "pinned", "managed", or "auto" (pinned from 16 MiB up
     /// when a CUDA device is present, else pageable; measured in docs/python-guide.md).
     /// `host_resource` / `device_resource` (`memarray.resources`) give this array its own
@@ -270,9 +271,27 @@ impl PyMemArray {
         host_resource: Option<&Bound<'_, PyAny>>,
         device_resource: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // Data where a shape belongs (`MemArray(np.array([2, 3]))`) would silently become
+        // a zero-filled array of that shape.
+        for protocol in [
+            "__array_interface__",
+            "__dlpack__",
+            "__cuda_array_interface__",
+        ] {
+            if shape.hasattr(protocol)? {
+                return Err(PyTypeError::new_err(format!(
+                    "MemArray(shape, dtype) makes a zero-filled array of a shape; {} is an \
+                     array: memarray.asarray(x) makes a MemArray of its data",
+                    crate::errors::type_name(shape)
+                )));
+            }
+        }
         let shape = parse_shape(shape)?;
         let dtype = parse_dtype(dtype)?;
-        let device_id: u32 = convert::opt_int(device_id, "device_id")?.unwrap_or(0);
+        let device_id: u32 = match convert::opt_int(device_id, "device_id")? {
+            Some(id) => id,
+            None => crate::device::current_cuda(),
+        };
         let kind = host_kind_arg(host_memory)?;
         let host = crate::resources::resource_arg(host_resource)?;
         let device = crate::resources::resource_arg(device_resource)?;
@@ -388,6 +407,36 @@ impl PyMemArray {
             Target::from_device_with_id(device_type, device_id)?
         };
         self.move_to(py, target, stream, !async_copy, None)
+    }
+
+    /// The Array API's `to_device`: this array's data on `device` ("cpu", "cuda" (the
+    /// current device), "cuda:N", an int N, a DLPack pair, a torch.device), as a new
+    /// array; the array itself when the data is there already. This array is not moved
+    /// (`move_memory` moves it in place). `stream`: as `move_memory`'s.
+    #[pyo3(signature = (device, /, *, stream=None))]
+    fn to_device(
+        slf: &Bound<'_, Self>,
+        device: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let target = crate::device::parse_device(Some(device))?;
+        let this = slf.get();
+        if this.peek(py, |raw| raw.location()) == target {
+            return Ok(slf.clone().into_any().unbind());
+        }
+        let copy = this.copy(py)?;
+        copy.move_to(
+            py,
+            match target {
+                Location::Host => Target::Host,
+                Location::Device(id) => Target::Cuda(Some(id)),
+            },
+            stream,
+            true,
+            None,
+        )?;
+        Ok(Bound::new(py, copy)?.into_any().unbind())
     }
 
     /// Adds the sum of each element's indices to it: on the GPU (moving the data there)

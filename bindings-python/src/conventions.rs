@@ -59,6 +59,23 @@ impl PyMemArray {
         })
     }
 
+    /// Whether work queued on a stream for this array (a copy, a kernel, a consumer's
+    /// recorded stream) has not been waited for yet: a host access would wait for it.
+    #[getter]
+    fn pending_work(&self, py: Python<'_>) -> bool {
+        self.peek(py, |raw| raw.has_pending_work())
+    }
+
+    /// The notebook's view (Jupyter calls it for a cell's value): a table of the facts
+    /// (shape, dtype, device, where the data is now, bytes, lock, pending work) and the
+    /// values as NumPy elides them. Never syncs the device beyond what `str` does.
+    fn _repr_html_(slf: &Bound<'_, Self>) -> PyResult<String> {
+        slf.py()
+            .import("memarray._html")?
+            .call_method1("array_html", (slf,))?
+            .extract()
+    }
+
     /// `str(a)` is NumPy's `str` of the data (`[[0. 1.]\n [2. 3.]]`, summarised past 1,000
     /// elements): host data is viewed, device data of up to 1,000 elements copied; a
     /// larger device array or a locked one gives the `repr` summary.

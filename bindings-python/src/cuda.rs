@@ -41,6 +41,45 @@ fn device_count() -> PyResult<u32> {
     memarray_cuda::device_count().py()
 }
 
+/// The calling thread's current CUDA device: CUDA's current context on this thread, which
+/// `set_device`, `with memarray.cuda.device(n):`, `torch.cuda.set_device(n)` and CuPy's
+/// `Device(n).use()` all set, so they agree; 0 when none was set (as torch answers).
+/// `"cuda"` and an unset device in creation functions (`zeros(..., device="cuda")`,
+/// `MemArray(...)`) mean this device.
+#[pyfunction]
+fn current_device() -> PyResult<u32> {
+    Ok(memarray_cuda::current_device().py()?.unwrap_or(0))
+}
+
+/// Makes `device` (an int N or "cuda:N") the calling thread's current CUDA device (its
+/// primary context current, as `cudaSetDevice` does). ValueError for a device that does
+/// not exist, TypeError for a host device.
+#[pyfunction]
+fn set_device(device: &Bound<'_, PyAny>) -> PyResult<()> {
+    let id = match crate::device::parse_device(Some(device))? {
+        Location::Device(id) => id,
+        Location::Host => {
+            return Err(PyValueError::new_err(
+                "set_device takes a CUDA device (an int N or \"cuda:N\"), not the host",
+            ));
+        }
+    };
+    memarray_cuda::Device::get(id).py()?.make_current().py()
+}
+
+/// The device of the context current on the calling thread, None when none is.
+#[pyfunction]
+fn _current_context_device() -> PyResult<Option<u32>> {
+    memarray_cuda::current_device().py()
+}
+
+/// Leaves no CUDA context current on the calling thread (what `with device(n):` restores
+/// when none was current before it).
+#[pyfunction]
+fn _clear_device() -> PyResult<()> {
+    memarray_cuda::device::clear_current().py()
+}
+
 /// Blocks until all work on `device_id` (default 0) is done.
 #[pyfunction]
 #[pyo3(signature = (device_id=None))]
@@ -336,6 +375,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(is_available, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(unavailable_reason, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(device_count, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(current_device, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(set_device, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(_clear_device, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(_current_context_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(synchronize, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(from_cuda_array_interface, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(staging_config, &cuda)?)?;

@@ -122,6 +122,13 @@ impl Target {
     }
 }
 
+/// The calling thread's current CUDA device (CUDA's current context, shared with torch,
+/// CuPy and `cudaSetDevice`), 0 when no context is current or there is no driver (then
+/// the first device use says why): what `"cuda"` and an unset device mean.
+pub(crate) fn current_cuda() -> u32 {
+    memarray_cuda::current_device().ok().flatten().unwrap_or(0)
+}
+
 /// `(device_type, device_id)` of a location, as `__dlpack_device__` gives it.
 pub(crate) fn location_tuple(loc: Location) -> (i64, i64) {
     match loc {
@@ -155,7 +162,7 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
             .to_ascii_lowercase();
         return match s.as_str() {
             "cpu" | "host" => Ok(Location::Host),
-            "cuda" | "gpu" => Ok(Location::Device(0)),
+            "cuda" | "gpu" => Ok(Location::Device(current_cuda())),
             _ => match s.strip_prefix("cuda:").map(str::parse::<i64>) {
                 Some(Ok(id)) => cuda(id),
                 _ => Err(PyValueError::new_err(format!(
@@ -190,7 +197,7 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
         let index = crate::convert::opt_int::<i64>(Some(&index), "device.index")?;
         return match (ty.as_str(), index) {
             ("cpu", _) => Ok(Location::Host),
-            ("cuda", id) => cuda(id.unwrap_or(0)),
+            ("cuda", id) => id.map_or(Ok(Location::Device(current_cuda())), cuda),
             (other, _) => Err(PyValueError::new_err(format!(
                 "unsupported device type {other:?}"
             ))),

@@ -18,6 +18,7 @@ mod dlpack;
 mod dtype;
 mod element;
 mod errors;
+mod familiar;
 mod foreign;
 mod fork;
 mod held;

@@ -139,3 +139,117 @@ def test_move_memory_by_name_goes_to_the_device_id_given():
 
 def test_version():
     assert memarray.__version__ and memarray.__version__[0].isdigit()
+
+
+@pytest.mark.parametrize(
+    "verb, hint",
+    [
+        ("cuda", "move_memory"),
+        ("cpu", "to_numpy"),
+        ("to", "to_device"),
+        ("numpy", "to_numpy"),
+        ("get", "to_numpy"),
+        ("item", r"float\(a\)"),
+        ("T", "torch.from_dlpack"),
+        ("reshape", "torch.from_dlpack"),
+        ("sum", "cupy.asarray"),
+    ],
+)
+def test_familiar_verbs_of_other_libraries_name_memarrays_own(verb, hint):
+    a = filled((3,))
+    with pytest.raises(AttributeError, match=hint):
+        getattr(a, verb)
+    assert not hasattr(a, verb)  # still an AttributeError: hasattr and getattr(.., d) work
+    with pytest.raises(AttributeError) as e:
+        a.no_such_attribute  # noqa: B018
+    assert "no attribute 'no_such_attribute'" in str(e.value)
+
+
+def test_arithmetic_points_to_the_libraries_that_compute():
+    a = filled((3,))
+    for op in (
+        lambda: a + 1,
+        lambda: 1 + a,
+        lambda: a * 2,
+        lambda: a - a,
+        lambda: a / 2,
+        lambda: a // 2,
+        lambda: a @ a,
+        lambda: -a,
+    ):
+        with pytest.raises(TypeError, match="torch.from_dlpack"):
+            op()
+    assert (np.asarray(a) + 1).tolist() == [1.0, 2.0, 3.0]  # the route it names works
+
+
+def test_data_where_a_shape_belongs_points_to_asarray():
+    for data in (np.array([2, 3]), memarray.zeros((2,), "int64")):
+        with pytest.raises(TypeError, match="memarray.asarray"):
+            memarray.MemArray(data)
+    assert memarray.MemArray([2, 3]).shape == (2, 3)
+
+
+def test_to_device_returns_the_array_or_a_new_one_there():
+    a = filled((3,))
+    assert a.to_device("cpu") is a
+    assert a.to_device((memarray.dlpack.kDLCPU, 0)) is a
+    if not memarray.cuda.is_available():
+        with pytest.raises(memarray.CudaUnavailableError):
+            a.to_device("cuda")
+        with pytest.raises(memarray.CudaUnavailableError):
+            memarray.cuda.current_device()
+        with pytest.raises(memarray.CudaUnavailableError):
+            memarray.cuda.set_device(0)
+    with pytest.raises(ValueError, match="not the host"):
+        memarray.cuda.set_device("cpu")
+    assert a.device == "cpu"
+
+
+def test_repr_html_shows_where_the_data_is_and_the_values():
+    a = filled((2, 3))
+    page = a._repr_html_()
+    for fact in ("(2, 3)", "float64", "host (", "48 bytes", "unlocked", "pending work"):
+        assert fact in page, (fact, page)
+    assert "<pre>[[0. 1. 2.]" in page
+    with a.get_dlpack():
+        assert "locked (token" in a._repr_html_()
+    big = memarray.zeros((100_000,), "float32")
+    assert "..." in big._repr_html_()  # NumPy's elision
+    assert "<script" not in page
+
+
+@pytest.mark.gpu
+def test_the_current_device_is_cudas_and_cuda_means_it():
+    import threading
+
+    seen = {}
+
+    def worker():
+        seen["before"] = memarray._memarray.cuda._current_context_device()
+        with memarray.cuda.device(0) as d:
+            seen["inside"] = (d, memarray.cuda.current_device())
+            seen["born"] = memarray.zeros((4,), "float32", device="cuda").device
+            seen["default"] = memarray.MemArray([4]).device_id
+        seen["after"] = memarray._memarray.cuda._current_context_device()
+
+    t = threading.Thread(target=worker)  # a fresh thread: no context current
+    t.start()
+    t.join()
+    assert seen == {
+        "before": None,
+        "inside": (0, 0),
+        "born": "cuda:0",
+        "default": 0,
+        "after": None,
+    }, seen
+    a = filled((3,))
+    b = a.to_device("cuda")
+    assert b is not a and b.device == "cuda:0" and a.device == "cpu"
+    assert b.to_device("cuda:0") is b
+    np.testing.assert_array_equal(b.to_numpy(), [0.0, 1.0, 2.0])
+    n = memarray.cuda.device_count()
+    with pytest.raises(ValueError):
+        memarray.cuda.set_device(n)
+    torch = pytest.importorskip("torch")
+    memarray.cuda.set_device(0)
+    assert torch.cuda.current_device() == memarray.cuda.current_device() == 0

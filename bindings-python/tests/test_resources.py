@@ -354,3 +354,20 @@ def test_plot_draws_a_stack_holding_a_lone_surrogate(tmp_path):
     forged = dict(snap, live=[dict(snap["live"][0], stack="/dir\udcff/site.py:2 in f")])
     out = mr.plot(forged, tmp_path / "s.png")
     assert os.path.getsize(out) > 0
+
+
+def test_plot_without_a_path_returns_a_figure_and_leaves_the_backend_alone():
+    pytest.importorskip("matplotlib")
+    r = run_child(
+        """
+import sys, matplotlib
+matplotlib.use("svg")
+from memarray import resources as mr
+t = mr.Tracking(mr.Host(), stacks=True)
+a = t.allocate(4096)
+fig = mr.plot(t.snapshot())
+print(type(fig).__name__, matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)
+"""
+    )
+    assert_clean(r)
+    assert r.stdout.split() == ["Figure", "svg", "False"], r.stdout

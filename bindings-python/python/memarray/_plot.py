@@ -9,15 +9,16 @@ from collections import defaultdict
 from typing import Any
 
 
-def _matplotlib():
+def _figure_class() -> Any:
+    """matplotlib's ``Figure``, used without pyplot: no backend is chosen or changed and
+    no figure is registered (so none is left open)."""
     try:
-        import matplotlib
+        from matplotlib.figure import Figure
     except ImportError as e:
-        raise ImportError("memarray.resources.plot needs matplotlib: pip install matplotlib") from e
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
+        raise ImportError(
+            'memarray.resources.plot needs matplotlib: pip install "memarray[plot]"'
+        ) from e
+    return Figure
 
 
 Events = list[tuple[float, str]]
@@ -156,10 +157,10 @@ def _extend_last_step(times: list[float], series: dict[str, list[int]], end: flo
         v.append(v[-1])
 
 
-def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
+def plot(data: Any, path: str | os.PathLike[str] | None = None, top: int = 10) -> Any:
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise ValueError(f"top must be a positive int, not {top!r}")
-    out = _output(path)
+    out = None if path is None else _output(path)
     if isinstance(data, dict):
         if not {"timeline", "sources", "live"} <= data.keys():
             raise ValueError(
@@ -181,13 +182,12 @@ def plot(data: Any, path: str | os.PathLike, top: int = 10) -> str:
             f"plot takes a snapshot() dict or a Logging CSV path, not {type(data).__name__}"
         )
     _extend_last_step(times, series, max((t for t, _ in events), default=0.0))
-    plt = _matplotlib()
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), height_ratios=[3, 2])
-    try:
-        _draw(fig, ax1, ax2, times, series, sites, events, top, out)
-    finally:
-        # Closed on every path: a failed call leaves no figure open.
-        plt.close(fig)
+    fig = _figure_class()(figsize=(10, 8))
+    ax1, ax2 = fig.subplots(2, 1, height_ratios=[3, 2])
+    _draw(fig, ax1, ax2, times, series, sites, events, top)
+    if out is None:
+        return fig
+    fig.savefig(out, dpi=100)
     return out
 
 
@@ -200,7 +200,6 @@ def _draw(
     sites: dict[str, int],
     events: Events,
     top: int,
-    out: str,
 ) -> None:
     used = {n: v for n, v in series.items() if any(v)}
     mib = 1 << 20
@@ -232,4 +231,3 @@ def _draw(
     ax2.set_xlabel("live MiB")
     ax2.set_title(f"largest live allocation sites (top {top})")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)

@@ -4,6 +4,8 @@ device, except ``is_available`` and ``unavailable_reason``."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from ._memarray import cuda as _cuda
@@ -17,6 +19,8 @@ Event = _cuda.Event
 is_available = _cuda.is_available
 unavailable_reason = _cuda.unavailable_reason
 device_count = _cuda.device_count
+current_device = _cuda.current_device
+set_device = _cuda.set_device
 synchronize = _cuda.synchronize
 from_cuda_array_interface = _cuda.from_cuda_array_interface
 staging_config = _cuda.staging_config
@@ -29,7 +33,10 @@ __all__ = [
     "Module",
     "Out",
     "Stream",
+    "current_device",
+    "device",
     "device_count",
+    "set_device",
     "from_cuda_array_interface",
     "is_available",
     "set_staging_config",
@@ -63,3 +70,20 @@ class _Memory:
             "strides": None,
             "stream": None,
         }
+
+
+@contextlib.contextmanager
+def device(n: int | str) -> Iterator[int]:
+    """``with memarray.cuda.device(1):`` makes device 1 the calling thread's current CUDA
+    device for the block (``"cuda"`` and unset devices in creation functions mean it, and
+    torch and CuPy see it as theirs), then restores what was current before, also when
+    the block raises. Yields the device's index."""
+    previous = _cuda._current_context_device()
+    set_device(n)
+    try:
+        yield current_device()
+    finally:
+        if previous is None:
+            _cuda._clear_device()
+        else:
+            set_device(previous)

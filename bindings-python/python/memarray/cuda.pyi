@@ -2,6 +2,7 @@
 bindings-python/src/cuda.rs). Stream and Event report ``__module__ == "memarray.cuda"``."""
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, Self, final, type_check_only
 
 import numpy as np
@@ -15,7 +16,10 @@ __all__ = [
     "Module",
     "Out",
     "Stream",
+    "current_device",
+    "device",
     "device_count",
+    "set_device",
     "from_cuda_array_interface",
     "is_available",
     "set_staging_config",
@@ -62,6 +66,16 @@ class Event:
 def is_available() -> bool: ...
 def unavailable_reason() -> str | None: ...
 def device_count() -> int: ...
+def current_device() -> int:
+    """The calling thread's current CUDA device (shared with torch and CuPy); 0 when none
+    was set."""
+
+def set_device(device: int | str) -> None:
+    """Makes ``device`` the calling thread's current CUDA device."""
+
+def device(n: int | str) -> AbstractContextManager[int]:
+    """``with memarray.cuda.device(n):``: device ``n`` current for the block."""
+
 def synchronize(device_id: int | None = None) -> None: ...
 def from_cuda_array_interface(
     obj: _HasCudaArrayInterface, copy: bool | None = None

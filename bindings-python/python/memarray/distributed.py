@@ -123,7 +123,9 @@ def init(
     With ``comm`` (an mpi4py communicator, ``mpirun``-launched ranks), rank and size are
     the communicator's, the id is broadcast over it from rank 0, and the device is the
     rank's index among the ranks sharing its node (``Split_type(COMM_TYPE_SHARED)``)
-    modulo the node's device count, unless ``device`` is given."""
+    modulo the node's device count, unless ``device`` is given. That device becomes the
+    calling thread's current device (``memarray.cuda.set_device``), so ``"cuda"`` in
+    creation functions means it."""
     if comm is not None:
         return _init_mpi(comm, device)
     rank = rank if rank is not None else _env_int("RANK")
@@ -152,6 +154,7 @@ def init(
             path = Path(tempfile.gettempdir()) / f"memarray-nccl-{tag}.id"
         unique_id = _d.exchange_id_file(os.fspath(path), rank, timeout)
     comm = _d.init_rank(device, world_size, rank, unique_id)
+    _make_current(device)
     if path is not None and rank == 0:
         with contextlib.suppress(OSError):
             os.remove(path)
@@ -174,7 +177,17 @@ def _init_mpi(comm: Any, device: int | None) -> Communicator:
     _ensure_loaded()
     uid = _d.unique_id() if rank == 0 else None
     uid = comm.bcast(uid, root=0)
-    return _d.init_rank(device, size, rank, uid)
+    out = _d.init_rank(device, size, rank, uid)
+    _make_current(device)
+    return out
+
+
+def _make_current(device: int) -> None:
+    """The rank's GPU becomes the calling thread's current device: ``"cuda"`` in creation
+    functions then means it (as it does for torch after ``torch.cuda.set_device``)."""
+    from . import cuda
+
+    cuda.set_device(device)
 
 
 def communicators(devices: Sequence[int]) -> list[Communicator]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _memarray
 from ._memarray import _resources as _r
@@ -442,16 +442,18 @@ def numpy_pool_statistics() -> dict | None:
     return _r.numpy_pool_statistics()
 
 
-def plot(snapshot_or_log, path, top: int = 10) -> str:
+def plot(snapshot_or_log: Any, path: Any = None, top: int = 10) -> Any:
     """Draws device memory over time per source library (stacked) and the ``top``
     largest live allocation sites (by Python stack's innermost frame, or source without
-    stacks) to the image ``path`` (its format from its suffix; ``.png`` is added when it
-    has none); returns the path written. ``snapshot_or_log`` is a ``snapshot()`` dict or
-    the path of a ``Logging`` CSV (sites are then its sources). Spills and restores
-    (``memarray.spill``) are ticks along the time axis. A malformed snapshot or CSV is
-    ValueError, a directory as ``path`` IsADirectoryError, a missing CSV
-    FileNotFoundError. Needs matplotlib (``pip install matplotlib``): ImportError
-    without it."""
+    stacks). Without ``path``, returns the matplotlib ``Figure`` (a notebook shows it
+    inline); with one, writes the image there (its format from its suffix; ``.png`` is
+    added when it has none) and returns the path written. matplotlib's pyplot is never
+    used: the session's backend is not changed and no figure is left open.
+    ``snapshot_or_log`` is a ``snapshot()`` dict or the path of a ``Logging`` CSV (sites
+    are then its sources). Spills and restores (``memarray.spill``) are ticks along the
+    time axis. A malformed snapshot or CSV is ValueError, a directory as ``path``
+    IsADirectoryError, a missing CSV FileNotFoundError. Needs matplotlib (``pip install
+    "memarray[plot]"``): ImportError without it."""
     from ._plot import plot as draw
 
     return draw(snapshot_or_log, path, top)

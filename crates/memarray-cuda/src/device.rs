@@ -36,6 +36,24 @@ pub fn current_context_is_null() -> Result<bool> {
     Ok(driver::ctx_get_current()?.is_null())
 }
 
+/// The device of the CUDA context current on the calling thread, as CUDA keeps it per
+/// thread: set by [`Device::make_current`], torch's `torch.cuda.set_device`, CuPy's
+/// `Device.use()` or `cudaSetDevice`, so all of them agree. `None` when no context is
+/// current on this thread.
+///
+/// # Errors
+/// [`CudaError::Unavailable`] without a driver.
+pub fn current_device() -> Result<Option<u32>> {
+    driver::ctx_get_device()
+}
+
+/// Leaves no context current on the calling thread (undoes [`Device::make_current`] where
+/// nothing was current before it).
+pub fn clear_current() -> Result<()> {
+    // SAFETY: a null context unbinds; nothing is released.
+    unsafe { driver::ctx_set_current(std::ptr::null_mut()) }
+}
+
 /// Whether this process can use at least one CUDA device. Never panics.
 pub fn is_available() -> bool {
     device_count().is_ok_and(|n| n > 0)
@@ -194,6 +212,17 @@ impl Device {
             previous,
             bound: self.ctx,
         })
+    }
+
+    /// Makes this device's primary context current on the calling thread and leaves it
+    /// so (the thread's current device, [`current_device`]; what `cudaSetDevice` does).
+    pub fn make_current(&self) -> Result<()> {
+        if driver::ctx_get_current()? != self.ctx {
+            // SAFETY: `ctx` is a primary context retained in `open` and never released
+            // (item 1 of `ctx_set_current`).
+            unsafe { driver::ctx_set_current(self.ctx) }?;
+        }
+        Ok(())
     }
 
     /// The device's name, e.g. `"NVIDIA H200"`.

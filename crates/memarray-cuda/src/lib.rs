@@ -82,7 +82,9 @@ pub mod transfer;
 
 pub use array::{HostKind, MemArray, RawArray};
 pub use buffer::{DEVICE_ALIGN, DeviceBuffer};
-pub use device::{Device, check_device_span, device_count, device_of_pointer, is_available};
+pub use device::{
+    Device, check_device_span, current_device, device_count, device_of_pointer, is_available,
+};
 pub use error::{ArrayError, CudaError, IpcError, LaunchError, Result, SettingError};
 pub use event::{Enqueued, Event};
 pub use resource::{

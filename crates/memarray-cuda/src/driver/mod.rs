@@ -83,6 +83,7 @@ pub(crate) const FORKED_AFTER_INIT: &str = "CUDA cannot be used in a process for
 const ENTRY_POINTS: &[&str] = &[
     "cuCtxEnablePeerAccess",
     "cuCtxGetCurrent",
+    "cuCtxGetDevice",
     "cuCtxSetCurrent",
     "cuCtxSynchronize",
     "cuDeviceCanAccessPeer",
@@ -311,6 +312,17 @@ pub(crate) fn ctx_get_current() -> Result<CUcontext> {
     // SAFETY: the out pointer is valid.
     check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
     Ok(ctx)
+}
+
+/// The device of the context current on the calling thread; `None` when none is.
+pub(crate) fn ctx_get_device() -> Result<Option<u32>> {
+    if ctx_get_current()?.is_null() {
+        return Ok(None);
+    }
+    let mut dev: CUdevice = 0;
+    // SAFETY: the out pointer is valid; a context is current (checked above).
+    check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) })?;
+    Ok(u32::try_from(dev).ok())
 }
 
 /// Makes `ctx` current on the calling thread.

@@ -1,0 +1,51 @@
+"""HTML views for the notebook: ``MemArray._repr_html_`` and the resources'. Plain HTML
+(a table and a ``<pre>``), escaped, no scripts: it renders the same in Jupyter, VS Code and
+a static nbconvert page."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit} ({n:,} bytes)"
+    return f"{n:,} bytes"
+
+
+def where(a: Any) -> str:
+    """Where the data is now, in words: the device, or the host buffer's kind, or the
+    spill tier."""
+    if a.spilled:
+        return f"spilled from cuda:{a.device_id} to the host"
+    if a.on_device:
+        return f"{a.device} memory"
+    return f"host ({a.host_memory})"
+
+
+def _table(rows: list[tuple[str, str]], title: str) -> str:
+    body = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
+        f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+        for k, v in rows
+    )
+    return f"<div><b>{html.escape(title)}</b><table>{body}</table>"
+
+
+def array_html(a: Any) -> str:
+    """``a._repr_html_()``: the facts and NumPy's elided values (host data viewed, device
+    data of up to 1,000 elements copied, as ``str(a)``)."""
+    lock = f"locked (token {a.lock_id})" if a.locked else "unlocked"
+    rows = [
+        ("shape", str(tuple(a.shape))),
+        ("dtype", str(a.dtype)),
+        ("device", a.device),
+        ("data is in", where(a)),
+        ("bytes", _bytes(int(a.nbytes))),
+        ("lock", lock),
+        ("pending work", "queued on a stream" if a.pending_work else "none"),
+    ]
+    values = str(a) if not a.locked else "(locked: values not read)"
+    return _table(rows, "memarray.MemArray") + f"<pre>{html.escape(values)}</pre></div>"

@@ -1,0 +1,109 @@
+//! Verbs users bring from torch, CuPy and NumPy that a MemArray does not have (`a.cuda()`,
+//! `a.numpy()`, `a.T`, `a + 1`, `a.sum()`): each is an error naming memarray's verb or the
+//! zero-copy route to a library that computes, instead of a bare `AttributeError` /
+//! `TypeError`. Its own `#[pymethods]` block; `__getattr__` runs only after normal lookup
+//! failed, so it costs nothing on any real attribute.
+
+use pyo3::exceptions::{PyAttributeError, PyTypeError};
+use pyo3::prelude::*;
+
+use crate::array::PyMemArray;
+
+/// Where to compute: a MemArray stores and moves data; libraries compute on it zero-copy.
+const COMPUTE: &str = "a MemArray stores and moves data and has no arithmetic, views or \
+    reductions: compute on it zero-copy with torch.from_dlpack(a), cupy.asarray(a) or \
+    jax.dlpack.from_dlpack(a) (device data), or np.asarray(a) (host data)";
+
+/// The hint for a familiar name, if it is one.
+fn hint(name: &str) -> Option<String> {
+    Some(match name {
+        "cuda" => "a MemArray moves in place: a.move_memory(\"cuda\") (or a.to_device(\"cuda\") \
+                   for a new array on the device)"
+            .into(),
+        "cpu" => "a.move_memory(\"cpu\") moves the data to the host in place; a.to_numpy() \
+                  gives a NumPy copy, np.asarray(a) a zero-copy view of host data"
+            .into(),
+        "to" => "a.to_device(device) returns the data on another device (the Array API's \
+                 verb); a.move_memory(device) moves it in place"
+            .into(),
+        "numpy" | "get" | "asnumpy" | "tolist" => {
+            "a.to_numpy() gives a NumPy copy from any device; np.asarray(a) is a zero-copy \
+             view of host data"
+                .into()
+        }
+        "item" => "a[i, j] reads one element; float(a) / int(a) convert a one-element array".into(),
+        "T" | "mT" | "transpose" | "reshape" | "view" | "flatten" | "ravel" | "astype"
+        | "squeeze" | "sum" | "mean" | "max" | "min" | "std" | "var" | "prod" | "any" | "all"
+        | "argmax" | "argmin" | "dot" | "matmul" | "cumsum" | "clip" | "round" | "abs"
+        | "fill_" | "zero_" | "copy_" => COMPUTE.into(),
+        _ => return None,
+    })
+}
+
+#[pymethods]
+impl PyMemArray {
+    /// The attribute `name`, which normal lookup did not find: for the verbs of torch,
+    /// CuPy and NumPy, an AttributeError naming memarray's.
+    fn __getattr__(&self, name: &str) -> PyResult<Py<PyAny>> {
+        Err(match hint(name) {
+            Some(h) => PyAttributeError::new_err(format!(
+                "'MemArray' object has no attribute '{name}': {h}"
+            )),
+            None => {
+                PyAttributeError::new_err(format!("'MemArray' object has no attribute '{name}'"))
+            }
+        })
+    }
+
+    fn __neg__(&self) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __add__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __radd__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __sub__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __rsub__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __mul__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __rmul__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __truediv__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __rtruediv__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __floordiv__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __rfloordiv__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __matmul__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __rmatmul__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+}
