@@ -4,7 +4,7 @@
 #   ./dev.sh test      cargo test --workspace + pytest (bindings-python/tests) + the guides' blocks,
 #                      quiet (logs in target/), one verdict line at the end; -v shows all
 #   ./dev.sh lint      clippy -D warnings, rustfmt --check, ruff
-#   ./dev.sh doc       cargo doc for the workspace
+#   ./dev.sh doc       cargo doc for the workspace and an index of the crates (--open opens it)
 #   ./dev.sh wheel     build the abi3 wheel into dist/
 #   ./dev.sh bench     cargo bench, then benches/transfer.py (torch, CuPy side by side) + plot
 #   ./dev.sh venv      create .venv with maturin, numpy, pytest and the wheel installed
@@ -164,6 +164,9 @@ case "$cmd" in
       echo '<li><a href="memarray/index.html">memarray</a> (crate memarray-c): the C ABI</li></ul>'
     } > target/doc/index.html
     echo "== target/doc/index.html"
+    if [ "${1:-}" = "--open" ]; then
+      "$PY" -m webbrowser -t "file://$PWD/target/doc/index.html" >/dev/null
+    fi
     ;;
   wheel)
     [ -x "$VENV/bin/maturin" ] || venv

@@ -9,6 +9,12 @@ where one is present (`just test-gpu`) and is reported as skipped, by name, else
 block marked `python no-run` (a fragment that needs a second process or a peer library)
 is only compiled. Exits 1 and shows the failing block on the first error.
 
+Then the same blocks are pasted, as a reader pastes them, into the plain interactive
+interpreter (`python -i`, one session per file): an indented block needs a blank line
+after it there, and a blank line inside one ends it early, so a block that runs as a
+script can still fail when pasted. Any traceback there fails the run too. A `python gpu`
+block must open with a comment a reader sees on GitHub (`# needs a CUDA device`).
+
     python3 scripts/doc_blocks.py [FILE...]
     python3 scripts/doc_blocks.py --emit OUT.py   # every block, one script, for mypy
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -61,10 +68,11 @@ def main(argv: list[str]) -> int:
         np.row_stack = np.vstack  # numba 0.68 (the GPU machine's) imports it; NumPy 2.5 dropped it
 
     gpu = memarray.cuda.is_available()
-    ran = skipped = compiled = 0
+    ran = skipped = compiled = pasted = 0
     for name in argv or FILES:
         path = ROOT / name
         ns: dict = {"__name__": "__doc__"}
+        session: list[str] = []
         with tempfile.TemporaryDirectory() as scratch:
             cwd = os.getcwd()
             os.chdir(scratch)
@@ -75,10 +83,15 @@ def main(argv: list[str]) -> int:
                     if "no-run" in tags:
                         compiled += 1
                         continue
+                    if "gpu" in tags and not code.lstrip().startswith("# needs a CUDA device"):
+                        print(f"FAILED {where}: a `python gpu` block opens with the comment "
+                              "'# needs a CUDA device', which a reader sees on GitHub")
+                        return 1
                     if "gpu" in tags and not gpu:
                         print(f"SKIPPED {where}: needs a CUDA device")
                         skipped += 1
                         continue
+                    session.append(code)
                     try:
                         exec(compiled_code, ns)
                     except Exception:
@@ -86,10 +99,38 @@ def main(argv: list[str]) -> int:
                         traceback.print_exc()
                         return 1
                     ran += 1
+                failure = paste(session, scratch)
+                if failure:
+                    print(f"FAILED {name}: pasted into `python -i`, its blocks fail:\n{failure}")
+                    return 1
+                pasted += len(session)
             finally:
                 os.chdir(cwd)
-    print(f"doc blocks: {ran} ran, {skipped} skipped (no GPU), {compiled} compiled only")
+    print(
+        f"doc blocks: {ran} ran, {skipped} skipped (no GPU), {compiled} compiled only; "
+        f"{pasted} pasted into the interactive interpreter"
+    )
     return 0
+
+
+def paste(codes: list[str], cwd: str) -> str | None:
+    """Feeds the blocks, in order, to one interactive interpreter as pasted text (each
+    block a paste of its own, then Enter: a blank line between blocks); the session's
+    error output when a traceback appears, else None."""
+    text = "\n".join(c if c.endswith("\n") else c + "\n" for c in codes) + "\nexit()\n"
+    r = subprocess.run(
+        [sys.executable, "-i", "-q"],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env=dict(os.environ, PYTHONSTARTUP="", PYTHONINSPECT=""),
+    )
+    err = r.stderr.replace(">>> ", "").replace("... ", "")
+    if "Traceback" in err or "Error:" in err:
+        return err[-3000:]
+    return None
 
 
 if __name__ == "__main__":
