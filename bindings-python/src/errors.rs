@@ -67,6 +67,14 @@ pub fn core_err(e: CoreError) -> PyErr {
         } => PyOSError::new_err((errno, msg, path)),
         // A tensor whose layout memarray cannot address: the buffer protocols' exception.
         CoreError::Layout(_) => PyBufferError::new_err(msg),
+        // In Python a lock is held by a block (`with a.get_dlpack(...)`, `with
+        // a.device_view()`): the fix is the view it gave, or leaving it.
+        CoreError::Locked {
+            requested: None, ..
+        } => LockError::new_err(format!(
+            "{msg}: the array is held by a `with a.get_dlpack(...)` or `with a.device_view()` \
+             block; inside it use the view that block gave, or leave the block first"
+        )),
         e => exception(e.kind(), msg),
     }
 }

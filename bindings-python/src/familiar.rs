@@ -44,7 +44,15 @@ fn hint(name: &str) -> Option<String> {
 impl PyMemArray {
     /// The attribute `name`, which normal lookup did not find: for the verbs of torch,
     /// CuPy and NumPy, an AttributeError naming memarray's.
-    fn __getattr__(&self, name: &str) -> PyResult<Py<PyAny>> {
+    fn __getattr__(slf: &Bound<'_, Self>, name: &str) -> PyResult<Py<PyAny>> {
+        // A property of the class that raised AttributeError (`__cuda_array_interface__`
+        // of host data) brought Python here: its own error, which says why, is raised
+        // again.
+        if let Ok(descriptor) = slf.get_type().getattr(name) {
+            return descriptor
+                .call_method1("__get__", (slf, slf.get_type()))
+                .map(Bound::unbind);
+        }
         Err(match hint(name) {
             Some(h) => PyAttributeError::new_err(format!(
                 "'MemArray' object has no attribute '{name}': {h}"

@@ -134,3 +134,12 @@ def test_enter_moves_back_after_another_thread_moved_gpu():
         assert d.__dlpack_device__() == (dlpack.kDLCPU, 0)
         np.from_dlpack(d)[...] = 5
     assert (a.to_numpy() == 5).all()
+
+
+def test_a_lock_error_inside_a_block_says_how_to_get_on():
+    a = memarray.MemArray([3])
+    with a.get_dlpack() as t:
+        with pytest.raises(memarray.LockError, match="use the view that block gave"):
+            a.to_numpy()
+        assert t is not None
+    assert a.to_numpy().tolist() == [0.0, 0.0, 0.0]
