@@ -84,8 +84,10 @@ def main(argv: list[str]) -> int:
                         compiled += 1
                         continue
                     if "gpu" in tags and not code.lstrip().startswith("# needs a CUDA device"):
-                        print(f"FAILED {where}: a `python gpu` block opens with the comment "
-                              "'# needs a CUDA device', which a reader sees on GitHub")
+                        print(
+                            f"FAILED {where}: a `python gpu` block opens with the comment "
+                            "'# needs a CUDA device', which a reader sees on GitHub"
+                        )
                         return 1
                     if "gpu" in tags and not gpu:
                         print(f"SKIPPED {where}: needs a CUDA device")
