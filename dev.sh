@@ -17,7 +17,7 @@ VENV=.venv
 # What the demo needs (the wheel's build tool and its one dependency), and what the tests
 # and lint add. Pinned to ranges tested here; quiet unless something fails.
 DEMO_PACKAGES=("maturin>=1.9,<2" "numpy>=2.2.5")
-TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7"
+TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
   "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2")
 
 make_venv() {

@@ -118,6 +118,12 @@ class Resource:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name})"
 
+    def _repr_html_(self) -> str:
+        """The notebook's view: kind, device and the figures this resource keeps."""
+        from ._html import resource_html
+
+        return resource_html(self)
+
 
 def _check(upstream) -> Resource:
     if not isinstance(upstream, Resource):

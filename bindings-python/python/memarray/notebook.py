@@ -1,0 +1,275 @@
+"""memarray in the notebook: a live memory monitor per device.
+
+``memarray.notebook.monitor()`` (a cell's value, or ``display(monitor())``) draws, for each
+device and refreshed about once a second by a background thread while it is shown, the
+device's bytes as one bar: what each library holds through memarray (memarray's arrays,
+torch, CuPy, Numba, RMM, cuda.core: the default resource's ``Statistics`` or ``Tracking``
+tell them apart; without either, one band for all), what memarray's pool keeps cached, what
+the driver says is used outside memarray (its used bytes minus memarray's), and free
+memory; beside the bar, the spilled host and file tiers and the spill budget. Hovering a
+band shows its top allocation sites when the resource is a ``Tracking(stacks=True)``. A
+button saves a torch-format snapshot (``resources.save_torch_snapshot``) when there is a
+Tracking. The thread starts when the monitor is first shown and stops when it is closed
+or the kernel restarts; a monitor never shown costs nothing.
+
+Needs ipywidgets (``pip install "memarray[notebook]"``). ``usage`` and ``render`` are the
+pure halves (one frame of figures, its HTML), usable without a notebook.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import Any
+
+from . import cuda, resources, spill
+
+__all__ = ["Monitor", "monitor", "render", "usage"]
+
+#: Band colours, by name (libraries first, then memarray's cache and what is outside it).
+COLOURS = {
+    "memarray": "#4c72b0",
+    "torch": "#dd8452",
+    "cupy": "#55a868",
+    "numba": "#c44e52",
+    "rmm": "#8172b3",
+    "cuda_core": "#937860",
+    "through memarray": "#4c72b0",
+    "cached by memarray": "#b0c4de",
+    "outside memarray": "#999999",
+}
+
+
+def _stack(resource: resources.Resource | None) -> list[resources.Resource]:
+    out = []
+    while resource is not None:
+        out.append(resource)
+        resource = resource.upstream
+    return out
+
+
+def _sites(snapshot: dict[str, Any], source: str, top: int = 3) -> list[str]:
+    """The ``top`` allocation sites of ``source``'s live bytes (innermost frame)."""
+    from ._plot import _site
+
+    sizes: dict[str, int] = {}
+    for a in snapshot.get("live", []):
+        if a.get("source") == source:
+            site = _site(a.get("stack"))
+            sizes[site] = sizes.get(site, 0) + int(a["size"])
+    best = sorted(sizes.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    return [f"{_mib(b)} at {s}" for s, b in best]
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MiB"
+
+
+def usage(
+    resource: resources.Resource | None,
+    *,
+    total: int | None = None,
+    free: int | None = None,
+    spilled: dict[str, Any] | None = None,
+    budget: int | None = None,
+    label: str = "",
+) -> dict[str, Any]:
+    """One frame of figures for a resource stack (a device's default resource): the bands
+    (``[(name, bytes, sites)]``: each library through memarray, memarray's cache, outside
+    memarray), the driver's ``total`` and ``free`` bytes where known, the spilled tiers
+    and the budget. Reads counters only: no device work, no sync."""
+    stack = _stack(resource)
+    bands: list[tuple[str, int, list[str]]] = []
+    tracking = next((r for r in stack if isinstance(r, resources.Tracking)), None)
+    stats = next((r for r in stack if isinstance(r, resources.Statistics)), None)
+    pool = next((r for r in stack if isinstance(r, resources.Pool)), None)
+    through = 0
+    if tracking is not None:
+        snap = tracking.snapshot()
+        by_source: dict[str, int] = {}
+        for a in snap["live"]:
+            by_source[a["source"]] = by_source.get(a["source"], 0) + int(a["size"])
+        for source in snap["sources"]:
+            if by_source.get(source):
+                bands.append((source, by_source[source], _sites(snap, source)))
+                through += by_source[source]
+    elif stats is not None:
+        for source, s in stats.statistics().get("by_source", {}).items():
+            if s["current_bytes"]:
+                bands.append((source, int(s["current_bytes"]), []))
+                through += int(s["current_bytes"])
+    elif pool is not None:
+        through = int(pool.statistics()["used_bytes"])
+        if through:
+            bands.append(("through memarray", through, []))
+    cached = int(pool.statistics()["cached_bytes"]) if pool is not None else 0
+    if cached:
+        bands.append(("cached by memarray", cached, []))
+    if total is not None and free is not None:
+        outside = max(0, total - free - through - cached)
+        if outside:
+            bands.append(("outside memarray", outside, []))
+    return {
+        "label": label,
+        "bands": bands,
+        "total": total,
+        "free": free,
+        "host_bytes": int((spilled or {}).get("host_bytes", 0)),
+        "file_bytes": int((spilled or {}).get("file_bytes", 0)),
+        "budget": budget,
+        "tracking": tracking is not None,
+    }
+
+
+def device_usage(device: int) -> dict[str, Any]:
+    """``usage`` of ``device``'s default resource, with the driver's figures and spilling's."""
+    r = resources.get_default_resource(device)
+    info = r.memory_info()
+    free, total = info if info is not None else (None, None)
+    settings = spill.settings(device) or {}
+    return usage(
+        r,
+        total=total,
+        free=free,
+        spilled=spill.statistics(device),
+        budget=settings.get("device_budget"),
+        label=f"cuda:{device}",
+    )
+
+
+def render(frames: list[dict[str, Any]], note: str = "") -> str:
+    """The HTML of frames: a bar per device (bands in proportion to the device's total, or
+    to their sum where the total is unknown), a legend with the figures, the spilled tiers
+    and the budget. Plain HTML, escaped, no scripts."""
+    out = ["<div style='font-family:sans-serif;font-size:12px'>"]
+    if note:
+        out.append(f"<div>{html.escape(note)}</div>")
+    for f in frames:
+        bands = f["bands"]
+        scale = f["total"] or sum(b for _, b, _ in bands) or 1
+        out.append(f"<div style='margin-top:6px'><b>{html.escape(f['label'])}</b>")
+        if f["total"] is not None:
+            used = f["total"] - (f["free"] or 0)
+            out.append(f" &mdash; {_mib(used)} used of {_mib(f['total'])}")
+        out.append(
+            "<div style='display:flex;width:100%;height:18px;border:1px solid #ccc;"
+            "background:#fff'>"
+        )
+        for name, n, sites in bands:
+            tip = f"{name}: {_mib(n)}" + "".join(f"\n{s}" for s in sites)
+            width = 100.0 * n / scale
+            out.append(
+                f"<div title='{html.escape(tip, quote=True)}' "
+                f"style='width:{width:.3f}%;background:{COLOURS.get(name, '#64b5cd')}'></div>"
+            )
+        out.append("</div><div>")
+        out.append(
+            " &nbsp; ".join(
+                f"<span style='color:{COLOURS.get(name, '#64b5cd')}'>&#9632;</span> "
+                f"{html.escape(name)} {_mib(n)}"
+                for name, n, _ in bands
+            )
+            or "nothing held through memarray"
+        )
+        extra = []
+        if f["host_bytes"] or f["file_bytes"]:
+            extra.append(f"spilled: host {_mib(f['host_bytes'])}, file {_mib(f['file_bytes'])}")
+        if f["budget"]:
+            extra.append(f"budget {_mib(int(f['budget']))}")
+        if extra:
+            out.append(" &nbsp;|&nbsp; " + html.escape("; ".join(extra)))
+        out.append("</div></div>")
+    out.append("</div>")
+    return "".join(out)
+
+
+class Monitor:
+    """The widget ``monitor()`` returns: an HTML view refreshed by a background thread
+    while shown, and a button that saves a torch-format snapshot."""
+
+    def __init__(self, devices: list[int] | None, interval: float) -> None:
+        import ipywidgets as w
+
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, not {interval!r}")
+        self.devices = devices
+        self.interval = float(interval)
+        self.view = w.HTML()
+        self.button = w.Button(description="save torch snapshot")
+        self.status = w.Label()
+        self.button.on_click(self._save)
+        self.widget = w.VBox([self.view, w.HBox([self.button, self.status])])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.refresh()
+
+    def frames(self) -> tuple[list[dict[str, Any]], str]:
+        if not cuda.is_available():
+            return [], f"no CUDA device here: {cuda.unavailable_reason()}"
+        devices = self.devices if self.devices is not None else range(cuda.device_count())
+        return [device_usage(d) for d in devices], ""
+
+    def refresh(self) -> None:
+        """Draws one frame now."""
+        frames, note = self.frames()
+        self.view.value = render(frames, note)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.view.comm is None:  # closed
+                break
+            try:
+                self.refresh()
+            except Exception as e:  # shown in the widget, never raised in a thread
+                self.view.value = f"<pre>{html.escape(repr(e))}</pre>"
+
+    def start(self) -> None:
+        """Starts refreshing (done when the monitor is first shown)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, daemon=True, name="memarray-monitor")
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stops refreshing and closes the widget."""
+        self._stop.set()
+        self.widget.close()
+
+    def _save(self, _button: Any = None, path: str = "memarray-snapshot.pickle") -> None:
+        devices = self.devices if self.devices is not None else range(cuda.device_count())
+        for d in devices:
+            tracking = next(
+                (
+                    r
+                    for r in _stack(resources.get_default_resource(d))
+                    if isinstance(r, resources.Tracking)
+                ),
+                None,
+            )
+            if tracking is not None:
+                out = resources.save_torch_snapshot(tracking.snapshot(), path)
+                self.status.value = f"saved {out} (python -m torch.cuda._memory_viz)"
+                return
+        self.status.value = "no Tracking in the default resource: nothing to save"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        self.start()
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        self.start()
+        display(self.widget)
+
+
+def monitor(devices: list[int] | None = None, interval: float = 1.0) -> Monitor:
+    """A live memory monitor (see the module's docs): every device, or ``devices``,
+    refreshed every ``interval`` seconds while shown. Needs ipywidgets."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            'memarray.notebook.monitor needs ipywidgets: pip install "memarray[notebook]"'
+        ) from e
+    return Monitor(devices, interval)

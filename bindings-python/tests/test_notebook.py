@@ -1,0 +1,107 @@
+"""memarray in the notebook: the live monitor's figures and picture (usage, render), the
+widget's refresh thread, and the HTML views of arrays and resources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import memarray
+from memarray import resources as mr
+
+
+def _tracked():
+    t = mr.Tracking(mr.Statistics(mr.Pool(mr.Host())), stacks=True)
+    held = [t.allocate(3 << 20, source="cupy"), t.allocate(1 << 20, source="torch")]
+    return t, held
+
+
+def test_usage_splits_a_device_into_libraries_cache_and_outside():
+    from memarray import notebook
+
+    t, held = _tracked()
+    f = notebook.usage(t, total=64 << 20, free=32 << 20, budget=48 << 20, label="cuda:0")
+    bands = {name: n for name, n, _ in f["bands"]}
+    assert bands["cupy"] == 3 << 20 and bands["torch"] == 1 << 20, bands
+    through = sum(n for name, n in bands.items() if name not in ("outside memarray",))
+    assert bands["outside memarray"] == (64 << 20) - (32 << 20) - through, bands
+    sites = {name: s for name, _, s in f["bands"]}
+    assert sites["cupy"] and "test_notebook.py" in sites["cupy"][0], sites
+    assert f["budget"] == 48 << 20 and f["tracking"]
+    # Without Tracking: a Statistics stack still tells libraries apart; a bare pool has one
+    # band for all.
+    s = mr.Statistics(mr.Pool(mr.Host()))
+    a = s.allocate(1 << 20, source="numba")
+    assert [b[0] for b in notebook.usage(s)["bands"]][:1] == ["numba"]
+    p = mr.Pool(mr.Host())
+    b = p.allocate(1 << 20)
+    assert notebook.usage(p)["bands"][0][:2] == ("through memarray", 1 << 20)
+    del a, b, held
+
+
+def test_render_draws_bands_in_proportion_and_escapes():
+    from memarray import notebook
+
+    frame = {
+        "label": "cuda:0 <b>",
+        "bands": [
+            ("torch", 1 << 20, ["1.0 MiB at x.py:1 in <module>"]),
+            ("outside memarray", 3 << 20, []),
+        ],
+        "total": 8 << 20,
+        "free": 4 << 20,
+        "host_bytes": 2 << 20,
+        "file_bytes": 0,
+        "budget": 6 << 20,
+        "tracking": True,
+    }
+    page = notebook.render([frame])
+    assert "width:12.500%" in page and "width:37.500%" in page, page
+    assert "cuda:0 &lt;b&gt;" in page and "&lt;module&gt;" in page and "<script" not in page
+    assert "spilled: host 2.0 MiB" in page and "budget 6.0 MiB" in page
+    assert "4.0 MiB used of 8.0 MiB" in page
+
+
+def test_the_monitor_refreshes_while_shown_and_stops_when_closed():
+    pytest.importorskip("ipywidgets")
+    from memarray import notebook
+
+    m = notebook.monitor(interval=0.05)
+    assert m._thread is None  # not shown: no thread, no cost
+    first = m.view.value
+    if not memarray.cuda.is_available():
+        assert "no CUDA device here" in first
+    bundle = m._repr_mimebundle_()  # what Jupyter calls to show it
+    assert bundle and m._thread is not None and m._thread.is_alive()
+    m.close()
+    m._thread.join(timeout=5)
+    assert not m._thread.is_alive()
+    with pytest.raises(ValueError, match="interval"):
+        notebook.monitor(interval=0)
+
+
+def test_a_resource_shows_its_figures_in_the_notebook():
+    s = mr.Statistics(mr.Pool(mr.Host()))
+    a = s.allocate(1 << 20, source="torch")
+    page = s._repr_html_()
+    assert "memarray.resources.Statistics" in page and "torch" in page and "1.0 MiB" in page
+    lim = mr.Limiting(mr.Host(), 1 << 30)
+    b = lim.allocate(4096)
+    assert "4.0 KiB (4,096 bytes) of 1.0 GiB" in lim._repr_html_()
+    del a, b
+
+
+@pytest.mark.gpu
+def test_the_monitor_sees_memarrays_arrays_and_the_driver_on_a_device():
+    from memarray import notebook
+
+    t = mr.Tracking(mr.Pool(mr.Device(0)), stacks=True)
+    with mr.using(t, 0):
+        x = memarray.zeros((1 << 22,), "float32", device="cuda")  # 16 MiB through memarray
+        f = notebook.device_usage(0)
+        del x
+    bands = {name: n for name, n, _ in f["bands"]}
+    assert bands.get("memarray", 0) >= 16 << 20, bands
+    assert f["total"] and f["free"] is not None and f["total"] > f["free"]
+    assert "cuda:0" in notebook.render([f])
+    assert np.isfinite(f["total"])
