@@ -18,6 +18,7 @@ VENV=.venv
 # and lint add. Pinned to ranges tested here; quiet unless something fails.
 DEMO_PACKAGES=("maturin>=1.9,<2" "numpy>=2.2.5")
 TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
+  "nbclient>=0.10" "nbformat>=5.10" "nbconvert>=7.16" "ipykernel>=6.29"
   "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2")
 
 make_venv() {
@@ -104,6 +105,8 @@ case "$cmd" in
     # The venv installs matplotlib: its plot tests must run, not skip.
     # The C extension test builds against the libmemarray.so cargo test just built.
     echo "== pytest bindings-python/tests (log: target/pytest.log)"
+    # Where chromium is installed (CI installs it), the tour notebook must render in it.
+    if command -v chromium >/dev/null; then export MEMARRAY_REQUIRE_BROWSER=1; fi
     MEMARRAY_REQUIRE_PLOT=1 MEMARRAY_C_LIB_DIR="$PWD/target/debug" \
       MEMARRAY_REQUIRE_DASK=1 MEMARRAY_REQUIRE_MPI=1 "$VENV/bin/python" -m pytest bindings-python/tests -q \
       2>&1 | show target/pytest.log || failed=1

@@ -3,6 +3,9 @@ widget's refresh thread, and the HTML views of arrays and resources."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -105,3 +108,29 @@ def test_the_monitor_sees_memarrays_arrays_and_the_driver_on_a_device():
     assert f["total"] and f["free"] is not None and f["total"] > f["free"]
     assert "cuda:0" in notebook.render([f])
     assert np.isfinite(f["total"])
+
+
+def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
+    # Executed by a fresh kernel, exported as nbconvert's HTML, rendered by headless
+    # Chromium (CI installs it; MEMARRAY_REQUIRE_BROWSER=1 makes a missing one a failure).
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("nbclient")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    browser = any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome"))
+    if not browser and os.environ.get("MEMARRAY_REQUIRE_BROWSER") == "1":
+        raise AssertionError("MEMARRAY_REQUIRE_BROWSER=1 but no chromium")
+    args = [] if browser else ["--no-browser"]
+    r = subprocess.run(
+        [sys.executable, str(root / "scripts" / "notebook_check.py"), str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "tour executed" in r.stdout
+    if browser:
+        assert "rendered in chromium" in r.stdout
+        assert (tmp_path / "tour.png").stat().st_size > 10_000

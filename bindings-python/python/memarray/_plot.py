@@ -186,9 +186,35 @@ def plot(data: Any, path: str | os.PathLike[str] | None = None, top: int = 10) -
     ax1, ax2 = fig.subplots(2, 1, height_ratios=[3, 2])
     _draw(fig, ax1, ax2, times, series, sites, events, top)
     if out is None:
+        _show_inline(type(fig))
         return fig
     fig.savefig(out, dpi=100)
     return out
+
+
+def _show_inline(figure_class: Any) -> None:
+    """In IPython, figures draw inline as PNG: IPython does that itself once pyplot's
+    inline backend is active, which this module never activates; where no PNG formatter
+    for figures is registered, one is (the backend is left as it is)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    png = shell.display_formatter.formatters["image/png"]
+    if figure_class in png.type_printers:
+        return
+
+    def to_png(fig: Any) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+    png.for_type(figure_class, to_png)
 
 
 def _draw(

@@ -253,14 +253,15 @@ class Monitor:
         self.status.value = "no Tracking in the default resource: nothing to save"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The widget, plus its current picture as static HTML for pages without a live
+        kernel (nbconvert, GitHub's viewer)."""
         self.start()
-        return self.widget._repr_mimebundle_(**kwargs)
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        self.start()
-        display(self.widget)
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, tuple):
+            data, meta = bundle
+        else:
+            data, meta = bundle, {}
+        return {**data, "text/html": self.view.value}, meta
 
 
 def monitor(devices: list[int] | None = None, interval: float = 1.0) -> Monitor:
