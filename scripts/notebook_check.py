@@ -7,7 +7,7 @@ picture, writes the executed notebook and nbconvert's HTML of it to OUT, then op
 HTML in headless Chromium: the rendered page (its DOM after layout) must hold the table
 and the monitor's bars, and a screenshot is written beside it.
 
-    python3 scripts/notebook_check.py OUT_DIR [--no-browser]
+    python3 scripts/notebook_check.py OUT_DIR [--no-browser]   # without: execution only
 """
 
 from __future__ import annotations
@@ -123,11 +123,11 @@ def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[0] if argv else "target/notebook")
     out.mkdir(parents=True, exist_ok=True)
     executed = execute(out)
-    page = to_html(executed)
-    print(f"tour executed: {executed}; html: {page}")
+    print(f"tour executed: {executed}")
     if "--no-browser" not in argv:
+        page = to_html(executed)
         shot = look(page)
-        print(f"rendered in chromium: {shot}")
+        print(f"rendered in chromium: {page} -> {shot}")
     return 0
 
 
