@@ -414,10 +414,8 @@ def test_issue26_item12_docs_name_nothing_outside_the_repo_without_a_link():
                 and name != "README.md"
             ):
                 problems.append(f"{name}: {m.group(0)!r} without a link")
-        if "shared/design" in text or "contract outside" in text or "memarray[plot]" in text:
-            problems.append(
-                f"{name}: names something outside the repo or an extra that does not exist"
-            )
+        if "shared/design" in text or "contract outside" in text:
+            problems.append(f"{name}: names something outside the repo")
         if name in user_docs and re.search(r"\bissues? \d", prose):
             problems.append(f"{name}: a bare issue number")
     assert not problems, "\n".join(problems)
