@@ -649,3 +649,27 @@ def test_mpi_cuda_awareness_override_is_checked_at_import():
         assert r.returncode == 1 and "MEMARRAY_MPI_CUDA_AWARE" in r.stderr, r.stderr[-1500:]
     r = run_child("import memarray.mpi", env=dict(_clean_env(), MEMARRAY_MPI_CUDA_AWARE="1"))
     assert_clean(r)
+
+
+@pytest.mark.gpu
+def test_pinned_and_managed_host_memory_pass_the_readability_check():
+    # The check reads one byte a page through the kernel; driver-mapped host memory (pinned,
+    # managed) must pass it as plain memory does. The producer is not an ndarray, so the
+    # checked road is taken.
+    class Wrapped:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __dlpack__(self, **kw):
+            return self.inner.__dlpack__(**{k: v for k, v in kw.items() if k != "stream"})
+
+        def __dlpack_device__(self):
+            return self.inner.__dlpack_device__()
+
+    for kind in ("pinned", "managed"):
+        src = memarray.MemArray([1 << 16], np.float32, host_memory=kind)
+        src.read_numpy_array(np.arange(1 << 16, dtype=np.float32))
+        got = memarray.from_dlpack(Wrapped(src))  # 256 KiB: the probe's and the maps' road
+        assert got.to_numpy()[-1] == (1 << 16) - 1, kind
+        small = memarray.MemArray([8], np.float32, host_memory=kind)
+        assert memarray.from_dlpack(Wrapped(small)).to_numpy().tolist() == [0.0] * 8, kind
