@@ -18,7 +18,7 @@ VENV=.venv
 # and lint add. Pinned to ranges tested here; quiet unless something fails.
 DEMO_PACKAGES=("maturin>=1.9,<2" "numpy>=2.2.5")
 TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
-  "nbclient>=0.10" "nbformat>=5.10" "nbconvert>=7.16" "ipykernel>=6.29"
+  "nbclient>=0.10" "nbformat>=5.10" "nbconvert>=7.16" "ipykernel>=6.29" "tqdm>=4.66"
   "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2")
 
 make_venv() {

@@ -5,6 +5,9 @@
 use crate::fork::Detach;
 use pyo3::prelude::*;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use memarray_core::Location;
 use memarray_cuda::array::{Fill, RawArray};
 
@@ -126,20 +129,41 @@ pub fn full(
 /// OSError for a missing, unreadable, in-use or non-regular file (or one that shrinks
 /// while read), ValueError for a bad or short one.
 #[pyfunction]
-#[pyo3(signature = (path, device=None, host_memory=None))]
+#[pyo3(signature = (path, device=None, host_memory=None, _progress=None))]
 pub fn load(
     py: Python<'_>,
     path: &Bound<'_, PyAny>,
     device: Option<&Bound<'_, PyAny>>,
     host_memory: Option<&Bound<'_, PyAny>>,
+    _progress: Option<&Bound<'_, Progress>>,
 ) -> PyResult<PyMemArray> {
     let location = parse_device(device)?;
     let kind = host_kind_arg(host_memory)?;
     let path = crate::convert::path(path, "path")?;
+    let done = _progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.get().0.clone());
     let raw = py
-        .detach_section(|| RawArray::load_npy(&path, location, kind))
+        .detach_section(|| RawArray::load_npy_counted(&path, location, kind, &done))
         .py()?;
     Ok(raw.into())
+}
+
+/// A byte counter a long `.npy` load or save advances while it runs, read from another
+/// thread by memarray's progress bars (`memarray._progress`).
+#[pyclass(frozen, name = "_Progress", module = "memarray")]
+pub struct Progress(Arc<AtomicU64>);
+
+#[pymethods]
+impl Progress {
+    #[new]
+    fn new() -> Self {
+        Progress(Arc::new(AtomicU64::new(0)))
+    }
+
+    /// Bytes done so far.
+    #[getter]
+    fn done(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 // `.npy` save (load is above).
@@ -147,8 +171,27 @@ pub fn load(
 impl PyMemArray {
     /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read
     /// back from the device in pieces when it is there). GIL released.
-    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (path, _progress=None))]
+    fn save(
+        slf: &Bound<'_, Self>,
+        path: &Bound<'_, PyAny>,
+        _progress: Option<&Bound<'_, Progress>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        if _progress.is_none() {
+            // A long save in an interactive session gets a bar: memarray._progress runs
+            // this method again, with a counter, in a thread of its own.
+            let nbytes = slf.get().peek(py, |raw| raw.nbytes());
+            let helper = py.import("memarray._progress")?;
+            if helper.call_method1("wanted", (nbytes,))?.is_truthy()? {
+                helper.call_method1("save", (slf, path))?;
+                return Ok(());
+            }
+        }
+        let this = slf.get();
         let path = crate::convert::path(path, "path")?;
-        self.with_detached(py, |raw| raw.save_npy(&path, None)).py()
+        let done = _progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.get().0.clone());
+        this.with_detached(py, |raw| raw.save_npy_counted(&path, None, &done))
+            .py()
     }
 }

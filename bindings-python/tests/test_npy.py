@@ -116,3 +116,34 @@ def test_large_load_onto_the_device_reads_through_the_staged_pipeline(tmp_path):
         f.truncate(1 << 20)
     with pytest.raises(ValueError, match="holds"):
         memarray.load(tmp_path / "x.npy", device="cuda")
+
+
+def test_long_loads_and_saves_show_a_bar_only_when_asked_or_interactive(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    import memarray._progress as progress
+
+    path = tmp_path / "big.npy"
+    np.save(path, np.arange(1 << 24, dtype=np.float32))  # 64 MiB: large enough for a bar
+    saved = progress.AFTER
+    progress.AFTER = 0.0  # show at once: the test need not take a second
+    try:
+        memarray.set_progress(True)
+        a = memarray.load(path)
+        a.save(tmp_path / "again.npy")
+        err = capsys.readouterr().err
+        assert "load big.npy" in err and "save again.npy" in err and "100%" in err, err
+        memarray.set_progress(None)  # pytest's output is not interactive: no bar
+        b = memarray.load(path)
+        b.save(tmp_path / "quiet.npy")
+        assert capsys.readouterr().err == ""
+        memarray.set_progress(False)
+        assert not progress.wanted(1 << 40)
+    finally:
+        progress.AFTER = saved
+        memarray.set_progress(None)
+    assert np.array_equal(np.load(tmp_path / "again.npy"), np.load(path))
+    assert b.to_numpy()[-1] == (1 << 24) - 1
+    with pytest.raises(TypeError):
+        memarray.set_progress("yes")
+    with pytest.raises(FileNotFoundError):
+        memarray.load(tmp_path / "missing.npy")

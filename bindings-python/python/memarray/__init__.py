@@ -25,11 +25,23 @@ from ._memarray import (
     from_ipc_handle,
     full,
     gather,
-    load,
     move_many,
     scatter,
     zeros,
 )
+from ._progress import set_progress
+
+
+def load(path, device=None, host_memory=None) -> MemArray:
+    """Reads a ``.npy`` file into a new array on ``device`` (None: the host), read from
+    the file straight there (parallel reads; no host copy for a device). OSError for a
+    missing, unreadable, in-use or non-regular file (or one that shrinks while read),
+    ValueError for a bad or short one. In an interactive session a load still running
+    after about a second shows a progress bar (``set_progress``)."""
+    from . import _progress
+
+    return _progress.load(path, device, host_memory)
+
 
 # Dask, distributed and dask-cuda: MemArrays are registered with them once both are
 # imported, in either order (memarray.dask).
@@ -55,6 +67,7 @@ __all__ = [
     "full",
     "gather",
     "load",
+    "set_progress",
     "move_many",
     "resources",
     "scatter",

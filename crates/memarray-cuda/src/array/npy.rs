@@ -10,6 +10,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use memarray_core::npy::{parse_header, write_header};
 use memarray_core::{CoreError, FileMode, FileResource, Location, LockToken, open_regular};
@@ -19,6 +20,8 @@ use crate::staging;
 /// Bytes one thread reads per `pread` when loading: large enough that the call is cheap,
 /// small enough that a piece spreads over the staging threads.
 const READ_PIECE: usize = 8 << 20;
+/// Bytes written per call when saving host data (the progress counter's step).
+const WRITE_PIECE: usize = 64 << 20;
 /// Most threads reading into a host buffer.
 const READ_THREADS: usize = 8;
 
@@ -55,6 +58,17 @@ impl RawArray {
         location: Location,
         host_kind: Option<HostKind>,
     ) -> Result<Self> {
+        Self::load_npy_counted(path, location, host_kind, &AtomicU64::new(0))
+    }
+
+    /// [`RawArray::load_npy`], adding the data bytes read so far to `done` as it goes (a
+    /// front end's progress bar reads it from another thread).
+    pub fn load_npy_counted(
+        path: impl AsRef<Path>,
+        location: Location,
+        host_kind: Option<HostKind>,
+        done: &AtomicU64,
+    ) -> Result<Self> {
         let path = path.as_ref();
         let file = FileResource::open_read_only(path)?;
         let file_len = file.file_len()?;
@@ -78,7 +92,7 @@ impl RawArray {
         if h.needs_conversion() {
             // Fortran order or big-endian: read as the file holds it, then reorder.
             let mut raw = vec![0u8; h.nbytes];
-            read_parallel(&file, start, &mut raw)?;
+            read_parallel(&file, start, &mut raw, done)?;
             match location {
                 Location::Host => h.to_c_native(&raw, a.host_bytes_mut(None)?),
                 Location::Device(_) => {
@@ -94,9 +108,11 @@ impl RawArray {
             return Ok(a);
         }
         match location {
-            Location::Host => read_parallel(&file, start, a.host_bytes_mut(None)?)?,
+            Location::Host => read_parallel(&file, start, a.host_bytes_mut(None)?, done)?,
             Location::Device(_) => a.dev.write_with(0, h.nbytes, &|off, buf| {
-                Ok(file.read_into(start + off as u64, buf)?)
+                file.read_into(start + off as u64, buf)?;
+                done.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(())
             })?,
         }
         Ok(a)
@@ -105,6 +121,16 @@ impl RawArray {
     /// Writes the current data to `path` as a `.npy` file (version 1.0, C order), readable
     /// by `numpy.load`. bfloat16 has no NumPy dtype and is refused.
     pub fn save_npy(&self, path: impl AsRef<Path>, token: Option<LockToken>) -> Result<()> {
+        self.save_npy_counted(path, token, &AtomicU64::new(0))
+    }
+
+    /// [`RawArray::save_npy`], adding the data bytes written so far to `done`.
+    pub fn save_npy_counted(
+        &self,
+        path: impl AsRef<Path>,
+        token: Option<LockToken>,
+        done: &AtomicU64,
+    ) -> Result<()> {
         let path = path.as_ref();
         self.check(token)?;
         let header = write_header(self.dtype, &self.shape)?;
@@ -113,8 +139,11 @@ impl RawArray {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                f.write_all(self.host_buf()?.as_slice())
-                    .map_err(|e| io(path, e))?;
+                // In pieces, so `done` moves as the file grows.
+                for piece in self.host_buf()?.as_slice().chunks(WRITE_PIECE) {
+                    f.write_all(piece).map_err(|e| io(path, e))?;
+                    done.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                }
             }
             Location::Device(_) => {
                 // In 64 MiB pieces: bounded host memory for any size.
@@ -125,6 +154,7 @@ impl RawArray {
                     let n = PIECE.min(self.nbytes - off);
                     self.dev.read_bytes(off, &mut piece[..n])?;
                     f.write_all(&piece[..n]).map_err(|e| io(path, e))?;
+                    done.fetch_add(n as u64, Ordering::Relaxed);
                     off += n;
                 }
             }
@@ -135,11 +165,13 @@ impl RawArray {
 }
 
 /// Fills `dst` from `file` at `offset`, `READ_PIECE` bytes per read, on the staging
-/// threads.
-fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8]) -> Result<()> {
+/// threads, adding each piece's bytes to `done`.
+fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8], done: &AtomicU64) -> Result<()> {
     let pieces = dst.len().div_ceil(READ_PIECE);
     if pieces <= 1 {
-        return Ok(file.read_into(offset, dst)?);
+        file.read_into(offset, dst)?;
+        done.fetch_add(dst.len() as u64, Ordering::Relaxed);
+        return Ok(());
     }
     let base = dst.as_mut_ptr() as usize;
     let len = dst.len();
@@ -152,6 +184,7 @@ fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8]) -> Result<()>
             // which is exclusively borrowed until `parallel` returns (it waits for all).
             let piece = unsafe { std::slice::from_raw_parts_mut((base + at) as *mut u8, n) };
             file.read_into(offset + at as u64, piece)?;
+            done.fetch_add(n as u64, Ordering::Relaxed);
         }
         Ok(())
     })

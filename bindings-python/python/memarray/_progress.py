@@ -1,0 +1,118 @@
+"""Progress bars for long work in an interactive session: `.npy` loads and saves still
+running after about a second show a byte bar (tqdm.auto: a widget in Jupyter, text on a
+terminal). Never in non-interactive output (a log, CI); `memarray.set_progress(False)` or
+``MEMARRAY_PROGRESS=0`` turns them off, ``set_progress(True)`` or ``MEMARRAY_PROGRESS=1``
+on everywhere. Without tqdm nothing is shown.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import _memarray
+
+T = TypeVar("T")
+
+#: Seconds a call runs before its bar appears.
+AFTER = 1.0
+#: Work smaller than this never gets a bar (it cannot last a second).
+SMALLEST = 64 << 20
+
+_choice: bool | None = None
+
+
+def set_progress(on: bool | None) -> None:
+    """Progress bars on (``True``: also outside interactive sessions), off (``False``), or
+    as the session decides (``None``: on in Jupyter and on a terminal)."""
+    global _choice
+    if on is not None and not isinstance(on, bool):
+        raise TypeError(f"set_progress takes True, False or None, not {on!r}")
+    _choice = on
+
+
+def _interactive() -> bool:
+    try:
+        from IPython import get_ipython
+
+        if get_ipython() is not None:
+            return True
+    except ImportError:
+        pass
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def wanted(nbytes: int) -> bool:
+    """Whether work of ``nbytes`` may show a bar."""
+    if nbytes < SMALLEST:
+        return False
+    choice = _choice
+    if choice is None:
+        env = os.environ.get("MEMARRAY_PROGRESS", "").strip()
+        choice = {"0": False, "1": True}.get(env)
+    if choice is False:
+        return False
+    if choice is None and not _interactive():
+        return False
+    try:
+        import tqdm.auto  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run(work: Callable[[Any], T], total: int, desc: str) -> T:
+    """``work(counter)`` (a byte counter the work advances) in a thread of its own; a bar
+    follows the counter once the work has run ``AFTER`` seconds. Returns or raises what
+    the work did."""
+    counter = _memarray._Progress()
+    if not wanted(total):
+        return work(counter)
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = work(counter)
+        except BaseException as e:  # re-raised in the caller's thread
+            out["error"] = e
+
+    t = threading.Thread(target=target, name="memarray-progress", daemon=True)
+    t.start()
+    t.join(AFTER)
+    if t.is_alive():
+        from tqdm.auto import tqdm
+
+        with tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024) as bar:
+            while t.is_alive():
+                t.join(0.1)
+                bar.update(counter.done - bar.n)
+            bar.update(counter.done - bar.n)
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def load(path: Any, device: Any = None, host_memory: Any = None) -> Any:
+    """``memarray.load`` with a bar when it runs long."""
+    try:
+        size = os.stat(path).st_size
+    except (OSError, TypeError, ValueError):
+        size = 0  # the load itself says what is wrong
+    return run(
+        lambda p: _memarray.load(path, device, host_memory, _progress=p),
+        size,
+        f"load {os.path.basename(os.fsdecode(path)) if size else ''}",
+    )
+
+
+def save(a: Any, path: Any) -> None:
+    """``a.save(path)`` with a bar when it runs long (called by ``MemArray.save``)."""
+    run(
+        lambda p: a.save(path, _progress=p),
+        int(a.nbytes),
+        f"save {os.path.basename(os.fsdecode(os.fspath(path)))}",
+    )
