@@ -98,14 +98,16 @@ def run(work: Callable[[Any], T], total: int, desc: str) -> T:
 
 def load(path: Any, device: Any = None, host_memory: Any = None) -> Any:
     """``memarray.load`` with a bar when it runs long."""
-    try:
-        size = os.stat(path).st_size
-    except (OSError, TypeError, ValueError):
-        size = 0  # the load itself says what is wrong
+    size = 0  # anything but a statable path: the load itself says what is wrong
+    if isinstance(path, str | bytes | os.PathLike):  # never an int: os.stat takes fds
+        try:
+            size = os.stat(path).st_size
+        except (OSError, ValueError):
+            pass
     return run(
         lambda p: _memarray.load(path, device, host_memory, _progress=p),
         size,
-        f"load {os.path.basename(os.fsdecode(path)) if size else ''}",
+        f"load {os.path.basename(os.fsdecode(os.fspath(path))) if size else ''}",
     )
 
 
