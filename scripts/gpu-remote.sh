@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer npy interop spill-tests spill numba-all demo capi multi all. `multi` is the 2-GPU check (issue 9): it
+# tests sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -189,8 +189,16 @@ while [ $# -gt 0 ]; do
       python3 -m pytest bindings-python/tests/test_spill.py -q -rs -p no:cacheprovider 2>&1 | tail -n 40 || fail "pytest spill" ;;
     spill) python3 benches/spill.py --json "$OUT/spill.json" 2>&1 | tee "$OUT/spill.log"; [ "${PIPESTATUS[0]}" = 0 ] || fail "spill bench" ;;
     numba-all) python3 scripts/numba_compare.py --all 2>&1 | tee "$OUT/numba_all.log" || fail "numba all" ;;
+    notebook)
+      # The tour notebook on the GPU path, in a fresh kernel (carry gpu-run/nb-wheels).
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/nb \
+        gpu-run/nb-wheels/*.whl || fail "notebook wheel install"
+      PYTHONPATH=$PYTHONPATH:/tmp/nb python3 scripts/notebook_check.py "$OUT/notebook" --no-browser \
+        2>&1 | grep -v WARNING || fail "tour notebook"
+      PYTHONPATH=$PYTHONPATH:/tmp/nb python3 -m pytest -q -p no:cacheprovider \
+        bindings-python/tests/test_notebook.py 2>&1 | tail -n 3 || fail "pytest notebook" ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|overheads|dask|spill-tests|spill|numba-all|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

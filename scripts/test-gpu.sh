@@ -71,6 +71,19 @@ if [ ! -f .peer-wheels/.list ] || [ "$(cat .peer-wheels/.list)" != "${PEERS[*]}"
 fi
 mkdir -p "$STAGE/peer-wheels"
 cp .peer-wheels/*.whl "$STAGE/peer-wheels/"
+# The notebook's kernel and runner (nbclient, ipykernel, ipywidgets and what they need),
+# for remote.sh's `notebook` stage: a carry of their own (about 17 MB).
+NB=(nbclient nbformat ipykernel ipywidgets tqdm)
+if [ ! -f .nb-wheels/.list ] || [ "$(cat .nb-wheels/.list)" != "${NB[*]}" ]; then
+  rm -rf .nb-wheels && mkdir -p .nb-wheels
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d .nb-wheels "${NB[@]}"
+  rm -f .nb-wheels/widgetsnbextension-* .nb-wheels/psutil-*  # not needed / on the machine
+  echo "${NB[*]}" > .nb-wheels/.list
+fi
+mkdir -p "$STAGE/nb-wheels"
+cp .nb-wheels/*.whl "$STAGE/nb-wheels/"
 du -sh "$STAGE"
 ls "$STAGE"/bin "$STAGE"/bench "$STAGE"/examples "$STAGE"/wheels
 echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run)"
