@@ -59,8 +59,9 @@ impl PyMemArray {
         })
     }
 
-    /// Whether work queued on a stream for this array (a copy, a kernel, a consumer's
-    /// recorded stream) has not been waited for yet: a host access would wait for it.
+    /// Whether work recorded on a stream for this array (a copy, a kernel, a consumer's
+    /// recorded stream) has not been waited for yet (it may have finished meanwhile): a
+    /// host access would first wait for it.
     #[getter]
     fn pending_work(&self, py: Python<'_>) -> bool {
         self.peek(py, |raw| raw.has_pending_work())

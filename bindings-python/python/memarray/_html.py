@@ -45,7 +45,7 @@ def array_html(a: Any) -> str:
         ("data is in", where(a)),
         ("bytes", _bytes(int(a.nbytes))),
         ("lock", lock),
-        ("pending work", "queued on a stream" if a.pending_work else "none"),
+        ("pending work", "recorded on a stream, not waited for yet" if a.pending_work else "none"),
     ]
     values = str(a) if not a.locked else "(locked: values not read)"
     return _table(rows, "memarray.MemArray") + f"<pre>{html.escape(values)}</pre></div>"
