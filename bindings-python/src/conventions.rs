@@ -18,22 +18,41 @@ const REPR_FULL: usize = 1000;
 impl PyMemArray {
     /// `MemArray([[0., 1.], [2., 3.]], dtype=float64, device=cpu)` for host data (NumPy's
     /// formatting, summarised past 1,000 elements); device data is not copied for a repr:
-    /// `MemArray(shape=(2, 2), dtype=float64, device=cuda:0)`.
+    /// `MemArray(shape=(2, 2), dtype=float64, device=cuda:0, nbytes=32)`. The facts that
+    /// differ from plain host memory follow: the host kind (`pinned`, `managed`),
+    /// `spilled`, `locked`, `pending work` (recorded on a stream, not waited for yet).
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
         let this = slf.get();
-        let (shape, dtype, loc) = this.peek(py, |raw| {
-            (raw.shape().to_vec(), raw.dtype(), raw.location())
+        let (shape, dtype, loc, nbytes, kind, spilled, pending) = this.peek(py, |raw| {
+            (
+                raw.shape().to_vec(),
+                raw.dtype(),
+                raw.location(),
+                raw.nbytes(),
+                raw.host_kind(),
+                raw.is_spilled(),
+                raw.has_pending_work(),
+            )
         });
-        let locked = if this.shared.is_locked() {
-            ", locked"
-        } else {
-            ""
-        };
+        let mut facts = String::new();
+        if kind != memarray_cuda::array::HostKind::Pageable {
+            facts += &format!(", {}", crate::convert::host_kind_name(kind));
+        }
+        if spilled {
+            facts += ", spilled";
+        }
+        if this.shared.is_locked() {
+            facts += ", locked";
+        }
+        if pending {
+            facts += ", pending work";
+        }
+        let locked = facts.as_str();
         let shape_text = PyTuple::new(py, &shape)?.repr()?.to_string();
         let summary = || {
             format!(
-                "MemArray(shape={shape_text}, dtype={dtype}, device={}{locked})",
+                "MemArray(shape={shape_text}, dtype={dtype}, device={}, nbytes={nbytes}{locked})",
                 device_name(loc)
             )
         };

@@ -31,7 +31,15 @@ def test_repr_of_a_locked_array_is_a_summary_not_an_error():
     a = filled((2, 2))
     with a.get_dlpack():
         r = repr(a)
-    assert r == "MemArray(shape=(2, 2), dtype=float64, device=cpu, locked)"
+    assert r == "MemArray(shape=(2, 2), dtype=float64, device=cpu, nbytes=32, locked)"
+
+
+def test_repr_names_what_differs_from_plain_host_memory():
+    b = memarray.zeros((2,), "bfloat16")  # no NumPy text: the summary, with its bytes
+    assert repr(b) == "MemArray(shape=(2,), dtype=bfloat16, device=cpu, nbytes=4)"
+    if memarray.cuda.is_available():
+        p = memarray.MemArray([3], "float32", host_memory="pinned")
+        assert repr(p).endswith("dtype=float32, device=cpu, pinned)"), repr(p)
 
 
 def test_iteration_is_right_or_a_typeerror_never_empty():
@@ -99,7 +107,7 @@ def test_move_memory_by_name_on_the_gpu():
     a = filled((3,))
     a.move_memory("cuda")
     assert a.device == "cuda:0"
-    assert repr(a) == "MemArray(shape=(3,), dtype=float64, device=cuda:0)"
+    assert repr(a).startswith("MemArray(shape=(3,), dtype=float64, device=cuda:0, nbytes=24")
     a.move_memory("cpu")
     np.testing.assert_array_equal(a.to_numpy(), [0.0, 1.0, 2.0])
 
