@@ -290,7 +290,8 @@ impl PyMemArray {
         let dtype = parse_dtype(dtype)?;
         let device_id: u32 = match convert::opt_int(device_id, "device_id")? {
             Some(id) => id,
-            None => crate::device::current_cuda(),
+            // The current device if CUDA is in use; asking would start CUDA otherwise.
+            None => memarray_cuda::current_device_if_started().unwrap_or(0),
         };
         let kind = host_kind_arg(host_memory)?;
         let host = crate::resources::resource_arg(host_resource)?;

@@ -261,3 +261,22 @@ print(data.decode())
         "available": False,
         "host": True,
     }, res
+
+
+@pytest.mark.gpu
+def test_host_arrays_do_not_start_cuda_so_a_forked_child_may():
+    out = child_stdout(
+        """
+import os, signal
+import memarray
+
+a = memarray.MemArray([3], "float32", host_memory="pageable")  # host only: no CUDA yet
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    d = memarray.zeros((4,), "float32", device="cuda")
+    os._exit(0 if d.to_numpy().sum() == 0 else 3)
+print("child status", os.waitpid(pid, 0)[1], a.device_id)
+"""
+    )
+    assert "child status 0 0" in out, out

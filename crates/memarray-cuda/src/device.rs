@@ -47,6 +47,15 @@ pub fn current_device() -> Result<Option<u32>> {
     driver::ctx_get_device()
 }
 
+/// [`current_device`] without starting CUDA: `None` when memarray has not used the driver
+/// yet in this process (a host-only program stays free of CUDA, and of its fork rules).
+pub fn current_device_if_started() -> Option<u32> {
+    if !driver::started() {
+        return None;
+    }
+    current_device().ok().flatten()
+}
+
 /// Leaves no context current on the calling thread (undoes [`Device::make_current`] where
 /// nothing was current before it).
 pub fn clear_current() -> Result<()> {

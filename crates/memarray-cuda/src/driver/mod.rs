@@ -27,13 +27,21 @@ pub(crate) use sys::{CUcontext, CUdevice, CUevent, CUfunction, CUmemoryPool, CUm
 /// `CUDA_ERROR_NOT_READY`.
 const NOT_READY: sys::CUresult = sys::CUresult::CUDA_ERROR_NOT_READY;
 
+/// The outcome of [`init`]: the fork generation (memarray_core::fork) `cuInit` succeeded
+/// in, or why it did not.
+static INIT: OnceLock<Result<u64, String>> = OnceLock::new();
+
+/// Whether [`init`] has run in this process (successfully or not): asking anything of the
+/// driver before it would start CUDA.
+pub(crate) fn started() -> bool {
+    INIT.get().is_some()
+}
+
 /// Loads libcuda and runs `cuInit(0)` once; later calls return the cached outcome. In a
 /// process forked after CUDA was initialised (the driver's state does not survive a fork:
 /// every call there fails with `CUDA_ERROR_NOT_INITIALIZED` or worse), every call is
 /// [`CudaError::Unavailable`] naming the cause and the fix, as torch says it.
 pub(crate) fn init() -> Result<()> {
-    // The fork generation (memarray_core::fork) cuInit succeeded in.
-    static INIT: OnceLock<Result<u64, String>> = OnceLock::new();
     let outcome = INIT.get_or_init(|| {
         // SAFETY: loading libcuda runs its initialisers, which is what every CUDA program
         // does; no other code of ours runs concurrently with the OnceLock initialiser.
