@@ -255,7 +255,8 @@ impl PyMemArray {
 impl PyMemArray {
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default
     /// float64); `device_id` is the CUDA device it moves to (default: the thread's current
-    /// device, `memarray.cuda.current_device()`); `host_memory` picks the host
+    /// device, `memarray.cuda.current_device()`, once CUDA is in use; 0 before, so a host
+    /// array never starts CUDA); `host_memory` picks the host
     /// buffer kind: "pageable", "pinned", "managed", or "auto" (pinned from 16 MiB up
     /// when a CUDA device is present, else pageable; measured in docs/python-guide.md).
     /// `host_resource` / `device_resource` (`memarray.resources`) give this array its own
