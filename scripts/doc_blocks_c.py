@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Runs the C and C++ blocks of docs/c-cpp-guide.md (issue 17) with exactly the commands
-the guide's first ```sh block shows (issue 26, item 11), from the repository's root: its
+"""Runs the C and C++ blocks of docs/c-cpp-guide.md with exactly the commands
+the guide's first ```sh block shows, from the repository's root: its
 `cargo build` line, then for each block its `cc` or `c++` line with the block as `app.c` /
 `app.cpp` (only those two names and `-o app` point into a scratch directory), then
 `./app`. A block whose info string says `gpu` needs a CUDA device: it is compiled

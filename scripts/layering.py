@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Layering check (issue 14, point 8; issue 29, point 6): no module imports one above it,
+"""Layering check: no module imports one above it,
 and no file imports itself back through others.
 
 1. Layers: every `crate::<module>` path outside comments and `#[cfg(test)]` modules

@@ -1,5 +1,5 @@
 """Runs Numba's CUDA tests under memarray's NBEP 7 plugin and under Numba's own manager
-and fails if the plugin run has a failure or error the default run does not (issue 15):
+and fails if the plugin run has a failure or error the default run does not:
 the check NBEP 7 made of its example plugin, kept true as the plugin grows.
 
     python3 scripts/numba_compare.py [--all] [--jobs 16]

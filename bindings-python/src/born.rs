@@ -1,4 +1,4 @@
-//! `memarray.empty`, `zeros`, `full`: arrays born where they are used (issue 7), over
+//! `memarray.empty`, `zeros`, `full`: arrays born where they are used, over
 //! `RawArray::{empty_on, zeros_on, full_on}`. A device-born array has no host buffer
 //! until its first move to the host; `zeros` there is a memset.
 

@@ -68,8 +68,7 @@ pub unsafe fn get_buffer(
         )
     })?;
     // The data is C-ordered: a Fortran-contiguous request is served only where the two
-    // coincide (at most one extent above 1), as PEP 3118 and NumPy require (issue 13,
-    // item 12).
+    // coincide (at most one extent above 1), as PEP 3118 and NumPy require.
     if flags & ffi::PyBUF_F_CONTIGUOUS == ffi::PyBUF_F_CONTIGUOUS
         && shape.iter().filter(|&&d| d > 1).count() > 1
         && !shape.contains(&0)

@@ -1,4 +1,4 @@
-//! What a NumPy user expects of any array object (issue 14, point 5): `repr` with the
+//! What a NumPy user expects of any array object: `repr` with the
 //! data, `len`, iteration, truth value, conversion to Python scalars, and equality. Its
 //! own `#[pymethods]` block (pyo3's `multiple-pymethods`), so the class file stays small.
 

@@ -1,4 +1,4 @@
-//! Python arguments to Rust values, one way for the whole binding (issue 13, item 14).
+//! Python arguments to Rust values, one way for the whole binding.
 //!
 //! Integers go through `__index__` (so NumPy integers and user types work) and then to
 //! the Rust type; a value outside its range is a `ValueError` naming the argument and

@@ -1,4 +1,4 @@
-//! Devices and targets as Python spells them, parsed in one place (issue 14): `"cpu"`,
+//! Devices and targets as Python spells them, parsed in one place: `"cpu"`,
 //! `"cuda"`, `"cuda:N"`, an int N, a DLPack `(device_type, id)` pair or a torch.device for
 //! `device=` arguments; DLPack device codes (memarray-dlpack's `DeviceType`, the one
 //! spelling of a device type in the binding) for `move_memory` and `__dlpack__`.

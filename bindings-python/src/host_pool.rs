@@ -1,4 +1,4 @@
-//! Host memory for the NumPy arrays memarray makes (issue 18, item 2): `to_numpy()` of
+//! Host memory for the NumPy arrays memarray makes: `to_numpy()` of
 //! 1 MiB and more takes a block from a caching pool of pageable memory instead of
 //! `np.empty`. A block that was used before is already faulted in, so the copy into it
 //! runs at the speed of a copy into an existing array (a fresh `np.empty` array's pages

@@ -1,4 +1,4 @@
-//! `memarray.cuda.Module`, `Function`, `In` and `Out` (issue 17): users' kernels on
+//! `memarray.cuda.Module`, `Function`, `In` and `Out`: users' kernels on
 //! MemArrays, ordered by memarray. A thin layer over `memarray_cuda::launch`: arguments
 //! are parsed here (MemArrays, `In(a)` / `Out(a)`, NumPy scalars, bytes) and
 //! `launch_shared` (with the GIL released) locks each distinct array once and launches.

@@ -1,6 +1,6 @@
 //! NumPy in and out: `read_numpy_array`, `to_numpy` (with `out=`), `__array__`. Copies run
 //! with the GIL released; NumPy arrays passed in are read through a plain `ndarray` view,
-//! never through a subclass's own properties (issue 13).
+//! never through a subclass's own properties.
 //!
 //! And the NumPy fast path of imports ([`layout`], [`share`], [`view`]): an exact
 //! `numpy.ndarray` read through its C struct, as NumPy's own C API macros
@@ -44,7 +44,7 @@ impl PyMemArray {
         loop {
             let (dtype, shape) = self.layout(py);
             // For `out`, everything is read from a plain ndarray view of it: a subclass's
-            // own `shape`, `dtype` or `flags` may lie (issue 13, item 3).
+            // own `shape`, `dtype` or `flags` may lie.
             let nbytes = shape.iter().product::<usize>() * dtype.size();
             let dest = match out {
                 Some(o) => check_out_array(py, o, dtype, &shape)?,
@@ -125,7 +125,7 @@ impl PyMemArray {
                     if raw.location() == Location::Host && raw.host_overlaps(addr, raw.nbytes()) {
                         // The same bytes (`np.asarray(a)`): nothing to copy, no aliasing
                         // slices. Other overlapping ranges (a view shifted within this
-                        // array's memory) are copied apart first (issue 13, item 6).
+                        // array's memory) are copied apart first.
                         return match raw.host_addr() == Some(addr) {
                             true => Overlap::Done(raw.check(None)),
                             false => Overlap::Partial,
@@ -185,7 +185,7 @@ impl PyMemArray {
             )));
         }
         // NumPy 2's protocol: copy=False must return a view or raise ValueError; a dtype
-        // other than the array's is a conversion, which is a copy (issue 13, item 13).
+        // other than the array's is a conversion, which is a copy.
         let np = py.import("numpy")?;
         let want = match dtype.filter(|d| !d.is_none()) {
             Some(d) => {

@@ -2,7 +2,7 @@
 //!
 //! `__reduce_ex__` hands the data as one contiguous byte buffer: a snapshot, copied while
 //! the array's calls are serialised, so a writer on another thread can neither tear it nor
-//! change it later (issue 13, item 7). With protocol 5 it is a `pickle.PickleBuffer` over
+//! change it later. With protocol 5 it is a `pickle.PickleBuffer` over
 //! a [`HostBytes`] holding the snapshot (a `buffer_callback` takes it out of band with no
 //! further copy); older protocols get `bytes`. Device-resident data is read back into the
 //! snapshot (the array stays where it is) and comes back on the same device id when CUDA
@@ -86,7 +86,7 @@ pub fn _from_pickle(
     device_id: &Bound<'_, PyAny>,
     host_memory: &Bound<'_, PyAny>,
 ) -> PyResult<PyMemArray> {
-    // Everything is checked before anything is allocated (issue 13, item 9).
+    // Everything is checked before anything is allocated.
     let dtype = DType::from_name(&convert::text(dtype, "dtype")?).py()?;
     let shape = parse_shape(shape)?;
     let device: Option<u32> = convert::opt_int(device, "device")?;

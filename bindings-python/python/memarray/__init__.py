@@ -109,7 +109,7 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
 
         return from_dlpack(np.asarray(obj), copy=copy)
     if copy is not False:
-        # An exact NumPy array for a device: one call (issue 18's small-call path).
+        # An exact NumPy array for a device: one call (the small-call path).
         fast = _numpy_to_device(obj, device)
         if fast is not None:
             return fast

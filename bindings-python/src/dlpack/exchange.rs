@@ -43,10 +43,10 @@ pub const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
 pub struct Api(&'static DLPackExchangeAPI);
 
 /// Types seen by `from_dlpack` most recently, first first: a weak reference to the type,
-/// its address, and its table, or `None` for types without one. Weak (issue 26, item 7): a
+/// its address, and its table, or `None` for types without one. Weak: a
 /// class made at run time goes when its program lets go of it; an entry whose type is gone
-/// never matches (the address may be reused) and is dropped when seen. Bounded (issue 13,
-/// item 11): a program making producer classes on the fly must not slow each lookup down.
+/// never matches (the address may be reused) and is dropped when seen. Bounded: a
+/// program making producer classes on the fly must not slow each lookup down.
 type Cache = Vec<(Py<PyWeakrefReference>, usize, Option<Api>)>;
 
 /// Most types cached; a miss costs one attribute lookup.

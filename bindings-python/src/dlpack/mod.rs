@@ -1,4 +1,4 @@
-//! DLPack for Python, in one module (issue 14): `__dlpack__` capsules and the locked
+//! DLPack for Python, in one module: `__dlpack__` capsules and the locked
 //! `get_dlpack` context here, `memarray.from_dlpack` and DLPack 1.3's C exchange API in
 //! [`exchange`] (the import entry point tries the exchange API first, capsules second).
 //!

@@ -1,5 +1,5 @@
-//! memarray as the process's one memory manager (issue 15), one file per framework
-//! (issue 29): `torch` (the pluggable allocator's C entry points), `cupy` (the allocator
+//! memarray as the process's one memory manager, one file per framework:
+//! `torch` (the pluggable allocator's C entry points), `cupy` (the allocator
 //! hook), `rmm` (resources both ways), `numba` (pinning for its memory manager),
 //! `cuda_core` (a cuda.core memory resource's hot path), and `pressure` (the relievers,
 //! their counters and the tracking adaptor's stack provider). The Python halves are the

@@ -1,4 +1,4 @@
-//! The C ABI's per-call overhead against the Rust API (issue 17 target: within 10%), on a
+//! The C ABI's per-call overhead against the Rust API (target: within 10%), on a
 //! small array: create from 1 KiB of data, move to the device on a stream (async), begin
 //! and end device access, free. Both loops run the same memarray code; the C side adds
 //! handles, the boundary guard, the per-thread status and the lock a C access takes.

@@ -1,4 +1,4 @@
-//! Hit rates of the spill policy against fixed LRU and MRU (issue 16: "measure and
+//! Hit rates of the spill policy against fixed LRU and MRU ("measure and
 //! choose"), on a cyclic scan of 64 equal chunks at 2x and 4x the budget and on skewed
 //! reuse (8 hot arrays of 64).
 //!

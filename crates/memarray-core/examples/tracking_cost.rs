@@ -1,4 +1,4 @@
-//! Measures the tracking adaptor's cost over a bare resource (issue 15's "stacks off"
+//! Measures the tracking adaptor's cost over a bare resource (the "stacks off"
 //! target): allocate + free of 1 KiB, median of 7 runs of 200,000 pairs.
 //!
 //!     cargo run --release -p memarray-core --example tracking_cost

@@ -119,7 +119,7 @@ pub fn check(
     }
     // No process maps memory at or above 2^57 (x86-64 with 5-level paging ends user space
     // at 2^56, AArch64 at 2^52): a tensor reaching there is a forged or corrupt pointer,
-    // byte_offset or stride (issue 13, item 5).
+    // byte_offset or stride.
     if (address as u128) + span_bytes > ADDRESS_LIMIT as u128 {
         return Err(LayoutError::OutsideAddressSpace {
             address,

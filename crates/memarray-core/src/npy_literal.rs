@@ -1,5 +1,5 @@
 //! The Python literals a `.npy` header dict is written in, parsed as `ast.literal_eval`
-//! parses them (issue 13, item 8): NumPy reads a header with `literal_eval`, so a parser
+//! parses them: NumPy reads a header with `literal_eval`, so a parser
 //! that matched keys by text search took the first of duplicate keys where NumPy takes
 //! the last, and accepted headers NumPy refuses.
 //!

@@ -19,7 +19,7 @@ pub fn checked_len(shape: &[usize]) -> Result<u64> {
 /// Byte size of an array of `shape` with elements of `elem_size` bytes, checked against
 /// `usize` and `isize::MAX` (the largest allocation Rust allows). Every extent must fit
 /// `isize` too, even beside a zero extent (where the product is 0): NumPy, DLPack and the
-/// buffer protocol hold extents as signed 64-bit integers (issue 13, item 10).
+/// buffer protocol hold extents as signed 64-bit integers.
 pub fn checked_nbytes(shape: &[usize], elem_size: usize) -> Result<usize> {
     let overflow = || CoreError::ShapeOverflow {
         shape: shape.to_vec(),
@@ -50,7 +50,7 @@ pub fn validate(shape: &[usize], elem_size: usize) -> Result<usize> {
 /// the stride a dense layout gives them, so strides are never 0 for a non-empty array.
 /// An empty array's extents may multiply past `i64::MAX` (they address nothing): its
 /// strides then saturate at `i64::MAX` rather than wrap negative (found by the DLPack
-/// import fuzzer, issue 6).
+/// import fuzzer).
 pub fn c_strides(shape: &[usize]) -> Vec<i64> {
     let mut strides = vec![0i64; shape.len()];
     let mut acc = 1i64;

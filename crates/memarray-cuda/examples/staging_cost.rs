@@ -1,4 +1,4 @@
-//! Where the time of a small staged copy goes (issue 18): 1-4 MiB host-device copies,
+//! Where the time of a small staged copy goes: 1-4 MiB host-device copies,
 //! without Python, each followed by a stream sync, medians of 300 calls. Per size and
 //! direction: the DMA alone (pinned source or destination), the driver's own pageable
 //! copy, staging by hand (one memcpy into a pinned buffer, one DMA) and

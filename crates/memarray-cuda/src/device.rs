@@ -86,7 +86,7 @@ pub fn device_of_pointer(addr: u64) -> Result<Arc<Device>> {
 /// Checks that `[addr, addr + span)` lies inside one allocation the driver knows on
 /// `device`: a foreign tensor's claim (DLPack, CUDA Array Interface), checked before any
 /// copy or kernel reads it, since a forged pointer, offset or stride would fault on the
-/// device and poison the context (issue 13). A [`CudaError::Driver`] error for an address
+/// device and poison the context. A [`CudaError::Driver`] error for an address
 /// the driver does not know, [`CudaError::BufferTooSmall`] for a span past the end.
 pub fn check_device_span(device: &Device, addr: u64, span: usize) -> Result<()> {
     if span == 0 {

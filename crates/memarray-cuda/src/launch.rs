@@ -1,4 +1,4 @@
-//! Your own kernels on memarray arrays (issue 17, first piece): a [`Module`] from PTX text,
+//! Your own kernels on memarray arrays: a [`Module`] from PTX text,
 //! a cubin or a fatbin, a [`Function`] in it, and [`launch`] with arrays among the
 //! arguments. Each array argument says whether the kernel reads or writes it; it is moved
 //! to the function's device (restored if spilled), the launch stream waits on its pending
@@ -181,7 +181,7 @@ pub fn launch_indexed(
     let mut indexers: Vec<Vec<u8>> = Vec::with_capacity(operands.len());
     for op in operands.iter_mut() {
         let buf = op.array.kernel_operand(device.id(), stream, op.token)?;
-        // The seed kernel's struct, as memarray-core lays it out (issue 29).
+        // The seed kernel's struct, as memarray-core lays it out.
         let data = buf.device_ptr() as usize as *mut c_void;
         indexers.push(memarray_core::indexer_bytes(data, op.array.shape())?);
     }

@@ -114,7 +114,7 @@ pub fn check_env() -> Result<()> {
 /// arrays for [`MemArray::from_ndarray`] without a version of your own to keep in step.
 pub use ndarray;
 
-// The guides' Rust blocks run as doctests (issue 14): the README's with every build, the
+// The guides' Rust blocks run as doctests: the README's with every build, the
 // Rust guide's with the `nccl` feature (one block uses it), as CI runs them. Blocks that
 // need a GPU are `no_run`: compiled here, never run (the GPU machine has no Rust).
 #[cfg(doctest)]

@@ -1,6 +1,6 @@
 //! [`Module`] and [`Function`]: a loaded kernel image (PTX text, a cubin or a fatbin, or
 //! CUDA C++ through NVRTC) and a kernel in it with its occupancy-derived launch shapes.
-//! The one way memarray loads kernels (issue 29): the seed kernel (`kernel`,
+//! The one way memarray loads kernels: the seed kernel (`kernel`,
 //! `add_index_tuple`) and users' kernels (`launch`) both load through it.
 
 use std::ffi::CString;

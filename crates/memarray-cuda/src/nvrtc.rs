@@ -1,4 +1,4 @@
-//! NVRTC, loaded by memarray (issue 17): CUDA C++ source to PTX at run time, for
+//! NVRTC, loaded by memarray: CUDA C++ source to PTX at run time, for
 //! [`crate::launch::Module::from_cuda_source`].
 //!
 //! The library is found as NCCL's is: `MEMARRAY_NVRTC_LIBRARY`, else `libnvrtc.so.13`,

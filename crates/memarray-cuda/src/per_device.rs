@@ -1,5 +1,5 @@
-//! [`PerDevice`]: state a feature keeps for each device, beside (not inside) [`Device`]
-//! (issue 14): the kernel modules a device has loaded live in `kernel`, its default
+//! [`PerDevice`]: state a feature keeps for each device, beside (not inside) [`Device`]:
+//! the kernel modules a device has loaded live in `kernel`, its default
 //! resource in `resource`, its idle streams in `stream`. `Device` stays a leaf that knows
 //! nothing above it, as RMM keeps `per_device_resource` beside `cuda_device`.
 //!

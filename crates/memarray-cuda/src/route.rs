@@ -1,4 +1,4 @@
-//! The one place that decides how bytes move between host memory and a device (issue 14):
+//! The one place that decides how bytes move between host memory and a device:
 //! straight to the driver ([`crate::transfer`]) or through the staged pipeline
 //! ([`crate::staging`]). `sync` (every copy between two kinds of memory, the mirror's
 //! moves included) and `array::batch` (many small arrays at once) ask here; `staging`

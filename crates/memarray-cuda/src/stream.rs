@@ -41,7 +41,7 @@ impl StreamRef {
     /// [`CudaError::NullStream`], and with [`CudaError::InvalidArgument`] a handle that cannot
     /// be a stream: a `CUstream` is the address of the driver's host-side stream object,
     /// so anything but 1, 2 or an aligned address of mapped memory is a forged or stale
-    /// integer, which the driver would dereference and crash on (issue 13).
+    /// integer, which the driver would dereference and crash on.
     ///
     /// # Safety
     /// 1. `handle` is 1, 2, or a stream that stays alive (not destroyed) for as long as

@@ -151,7 +151,7 @@ pub fn upload(
         src.len(),
     )? {
         Route::Staged => staging::upload(dst, dst_offset, src, stream),
-        // What the route learned is not asked again (issue 29).
+        // What the route learned is not asked again.
         Route::Direct { known }
             if !src.is_empty()
                 && !match known {

@@ -288,7 +288,7 @@ impl ImportedTensor {
             )
         }?;
         // Host-accessible memory must be readable here: a forged pointer or stride would
-        // otherwise fault on the first read (issue 13, item 5). Device memory is checked
+        // otherwise fault on the first read. Device memory is checked
         // by the CUDA layer, which can ask the driver.
         if !matches!(place, Place::Device(_)) && !tensor.is_empty() {
             let (address, span) = (tensor.data(), tensor.span_bytes() as u64);

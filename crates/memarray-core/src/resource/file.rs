@@ -72,7 +72,7 @@ pub enum FileMode {
 /// Opens `path` as a regular file under an advisory lock (`flock`): shared for
 /// [`FileMode::Read`], exclusive otherwise; the lock lasts as long as the `File`.
 ///
-/// This is how memarray keeps its own mappings safe (issue 13): a [`FileResource`] holds
+/// This is how memarray keeps its own mappings safe: a [`FileResource`] holds
 /// its file's exclusive lock while it lives, so another `FileResource`, `.npy` save or
 /// load in any memarray process is refused with [`CoreError::FileInUse`] instead of
 /// truncating pages that are mapped (which would make the next access die with SIGBUS).
@@ -159,7 +159,7 @@ impl FileResource {
 
     /// Reads `dst.len()` bytes of the file from `offset` into `dst` with positional reads
     /// (`pread`), never through a mapping: a file shrunk meanwhile (by anyone, memarray's
-    /// lock is advisory) gives [`CoreError::Io`], not SIGBUS (issue 13). Past the end of
+    /// lock is advisory) gives [`CoreError::Io`], not SIGBUS. Past the end of
     /// the file is [`CoreError::CopyOutOfRange`]. Safe to call from several threads.
     pub fn read_into(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;

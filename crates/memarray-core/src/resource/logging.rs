@@ -22,7 +22,7 @@ pub const LOG_HEADER: &str = "time,event,device,address,size,stream,source";
 /// Rows are buffered; [`flush`](Self::flush) or dropping the adaptor writes them out. A
 /// failing writer never fails an allocation: failed writes are counted
 /// ([`write_errors`](Self::write_errors)), and the next [`flush`](Self::flush) reports
-/// them as [`CoreError::Io`] (issue 13: a full disk never drops rows silently).
+/// them as [`CoreError::Io`] (a full disk never drops rows silently).
 ///
 /// ```
 /// use std::sync::Arc;

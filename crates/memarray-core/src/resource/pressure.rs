@@ -239,7 +239,7 @@ mod tests {
                 Some(0)
             }),
         );
-        // A library that is not loaded is not counted as asked (issue 26, item 13).
+        // A library that is not loaded is not counted as asked.
         register_reliever(Source::Rmm, Arc::new(|_| None));
         let before = pressure_statistics();
         // 500 bytes do not fit next to torch's 800: relief frees them and the retry works.

@@ -1,4 +1,4 @@
-//! Spilling's device-independent half (issue 16): the victim policy
+//! Spilling's device-independent half: the victim policy
 //! ([`SpillPolicy`]) and the byte bookkeeping against a budget ([`SpillRegistry`]).
 //! memarray-cuda's `spill` module moves the data; everything here is tested on the CPU
 //! against a fake device resource.

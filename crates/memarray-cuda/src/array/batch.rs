@@ -61,7 +61,7 @@ fn us(t: std::time::Instant) -> f64 {
 }
 
 /// `move_many` packs arrays below this size into one batch (the staged pipeline's
-/// direct-copy size when the batch was measured, issue 14; larger arrays are
+/// direct-copy size when the batch was measured; larger arrays are
 /// bandwidth-bound and move on their own).
 pub const BATCH_BELOW: usize = 1 << 20;
 

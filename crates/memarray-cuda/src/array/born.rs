@@ -1,4 +1,4 @@
-//! Arrays born where they are used (issue 7): `empty_on`, `zeros_on`, `full_on`.
+//! Arrays born where they are used: `empty_on`, `zeros_on`, `full_on`.
 //!
 //! An array born on a device has a device buffer only; its host buffer is made on its
 //! first move to the host. `zeros_on` a device is a memset and `full_on` a memset or a

@@ -105,7 +105,7 @@ fn import_device(
         // Nothing to share: an empty array on the producer's device.
         return RawArray::zeros_on(dtype, &shape, Location::Device(id), None, None);
     }
-    // The producer's claim must fit one allocation the driver knows (issue 13, item 5):
+    // The producer's claim must fit one allocation the driver knows:
     // a forged pointer, offset or stride would fault on the device and poison the context.
     check_device_span(&device, t.data(), t.span_bytes()).map_err(|e| {
         ArrayError::ForeignMemory {

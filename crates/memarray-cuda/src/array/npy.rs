@@ -1,9 +1,9 @@
-//! `.npy` files in and out of arrays (issue 7): [`RawArray::load_npy`] and
+//! `.npy` files in and out of arrays: [`RawArray::load_npy`] and
 //! [`RawArray::save_npy`]. Loading opens the file as a [`FileResource`] and reads the data
 //! region with positional reads (`pread`, several threads) straight into the array's host
 //! buffer, or straight into the staging pipeline's pinned slots on their way to a
 //! device-born array (which gets no host buffer).
-//! No mapping is read: a file truncated meanwhile is an error, never SIGBUS (issue 13).
+//! No mapping is read: a file truncated meanwhile is an error, never SIGBUS.
 //! Saving writes the current data, read back from the device when it is there. Both
 //! refuse anything but a regular file (a FIFO would block them beyond Ctrl-C's reach) and a
 //! file a memarray `File` resource maps.

@@ -54,7 +54,7 @@ pub(crate) fn init() -> Result<()> {
             );
         }
         // cudarc resolves each entry point on first use and panics when one is missing:
-        // check them all here, once (issue 13).
+        // check them all here, once.
         probe_entry_points()?;
         let generation = memarray_core::fork::generation();
         // SAFETY: the library is present (checked above); cuInit takes a plain integer.
@@ -524,7 +524,7 @@ pub(crate) unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f3
 mod tests {
     #[test]
     fn issue13_item4_entry_points_list_every_driver_call() {
-        // The driver module's sources, embedded at build time (issue 26, item 14: the test
+        // The driver module's sources, embedded at build time (the test
         // binary runs on the GPU machine, far from this checkout). Driver calls live only
         // here (the crate's rule: sys -> result -> safe).
         let sources = [

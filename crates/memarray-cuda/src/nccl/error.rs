@@ -1,5 +1,5 @@
 //! [`NcclError`]: what the collectives refuse, apart from the rest of the CUDA layer's
-//! errors (issue 14): it exists only with the `nccl` feature.
+//! errors: it exists only with the `nccl` feature.
 
 use memarray_core::CoreError;
 use thiserror::Error;

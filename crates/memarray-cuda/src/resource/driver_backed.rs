@@ -1,5 +1,5 @@
-//! [`DriverResource`]: the one implementation of memory from a driver allocation pair
-//! (issue 14). Device, managed, stream-ordered pool and pinned memory differ only in the
+//! [`DriverResource`]: the one implementation of memory from a driver allocation pair.
+//! Device, managed, stream-ordered pool and pinned memory differ only in the
 //! pair they call, the kind, where the memory is reachable and how zeroed memory is made:
 //! that is the [`Backend`]; the struct, alignment, context binding, out-of-memory
 //! reporting and the [`MemoryResource`] implementation are shared.
