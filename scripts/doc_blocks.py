@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the Python code blocks of README.md, docs/python-guide.md,
-docs/memory-manager.md, docs/spilling.md and docs/beyond-one-machine.md, so the docs cannot drift from
-the code.
+docs/memory-manager.md, docs/spilling.md and docs/beyond-one-machine.md, so the docs
+cannot drift from the code.
 
 Each file's blocks run in order in one namespace, in a scratch directory, as a reader
 would paste them. A block whose info string says `python gpu` needs a CUDA device: it runs
