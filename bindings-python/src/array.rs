@@ -427,18 +427,11 @@ impl PyMemArray {
         if this.peek(py, |raw| raw.location()) == target {
             return Ok(slf.clone().into_any().unbind());
         }
-        let copy = this.copy(py)?;
-        copy.move_to(
-            py,
-            match target {
-                Location::Host => Target::Host,
-                Location::Device(id) => Target::Cuda(Some(id)),
-            },
-            stream,
-            true,
-            None,
-        )?;
-        Ok(Bound::new(py, copy)?.into_any().unbind())
+        let stream = parse_move_stream(stream)?;
+        let copy = this
+            .with_detached(py, |raw| raw.copy_to(target, stream, None))
+            .py()?;
+        Ok(Bound::new(py, Self::from(copy))?.into_any().unbind())
     }
 
     /// Adds the sum of each element's indices to it: on the GPU (moving the data there)

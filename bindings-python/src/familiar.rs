@@ -15,27 +15,29 @@ const COMPUTE: &str = "a MemArray stores and moves data and has no arithmetic, v
     jax.dlpack.from_dlpack(a) (device data), or np.asarray(a) (host data)";
 
 /// The hint for a familiar name, if it is one.
-fn hint(name: &str) -> Option<String> {
+fn hint(name: &str) -> Option<&'static str> {
     Some(match name {
-        "cuda" => "a MemArray moves in place: a.move_memory(\"cuda\") (or a.to_device(\"cuda\") \
+        "cuda" => {
+            "a MemArray moves in place: a.move_memory(\"cuda\") (or a.to_device(\"cuda\") \
                    for a new array on the device)"
-            .into(),
-        "cpu" => "a.move_memory(\"cpu\") moves the data to the host in place; a.to_numpy() \
+        }
+        "cpu" => {
+            "a.move_memory(\"cpu\") moves the data to the host in place; a.to_numpy() \
                   gives a NumPy copy, np.asarray(a) a zero-copy view of host data"
-            .into(),
-        "to" => "a.to_device(device) returns the data on another device (the Array API's \
+        }
+        "to" => {
+            "a.to_device(device) returns the data on another device (the Array API's \
                  verb); a.move_memory(device) moves it in place"
-            .into(),
+        }
         "numpy" | "get" | "asnumpy" | "tolist" => {
             "a.to_numpy() gives a NumPy copy from any device; np.asarray(a) is a zero-copy \
              view of host data"
-                .into()
         }
-        "item" => "a[i, j] reads one element; float(a) / int(a) convert a one-element array".into(),
+        "item" => "a[i, j] reads one element; float(a) / int(a) convert a one-element array",
         "T" | "mT" | "transpose" | "reshape" | "view" | "flatten" | "ravel" | "astype"
         | "squeeze" | "sum" | "mean" | "max" | "min" | "std" | "var" | "prod" | "any" | "all"
         | "argmax" | "argmin" | "dot" | "matmul" | "cumsum" | "clip" | "round" | "abs"
-        | "fill_" | "zero_" | "copy_" => COMPUTE.into(),
+        | "fill_" | "zero_" | "copy_" => COMPUTE,
         _ => return None,
     })
 }

@@ -61,6 +61,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(born::load, m)?)?;
     m.add_class::<born::Progress>()?;
     m.add_function(wrap_pyfunction!(device::_device_pair, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::producer_device, m)?)?;
     m.add_function(wrap_pyfunction!(batch::move_many, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_numpy_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_last_batch_profile, m)?)?;

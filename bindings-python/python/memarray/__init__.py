@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import _hooks, cuda, distributed, dlpack, resources, spill
+from . import _hooks, _memarray, _progress, cuda, distributed, dlpack, resources, spill
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -38,8 +38,6 @@ def load(path, device=None, host_memory=None) -> MemArray:
     missing, unreadable, in-use or non-regular file (or one that shrinks while read),
     ValueError for a bad or short one. In an interactive session a load still running
     after about a second shows a progress bar (``set_progress``)."""
-    from . import _progress
-
     return _progress.load(path, device, host_memory)
 
 
@@ -154,11 +152,6 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
 def _on_device(obj) -> bool:
     """Whether ``obj`` (not a MemArray) holds its data on a CUDA device."""
     if hasattr(obj, "__dlpack_device__"):
-        dev = obj.__dlpack_device__()
-        if not isinstance(dev, tuple) or len(dev) != 2:
-            raise ValueError(
-                "the producer's __dlpack_device__() must return (device_type, device_id), "
-                f"not {dev!r}"
-            )
-        return dev[0] in (dlpack.kDLCUDA, dlpack.kDLCUDAManaged)
+        kind, _ = _memarray._producer_device(obj)  # checked as every import checks it
+        return kind in (dlpack.kDLCUDA, dlpack.kDLCUDAManaged)
     return hasattr(obj, "__cuda_array_interface__")

@@ -8,7 +8,8 @@ import html
 from typing import Any
 
 
-def _bytes(n: int) -> str:
+def size_text(n: int) -> str:
+    """Bytes for a reader: ``4.0 MiB (4,194,304 bytes)``."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:.1f} {unit} ({n:,} bytes)"
@@ -43,7 +44,7 @@ def array_html(a: Any) -> str:
         ("dtype", str(a.dtype)),
         ("device", a.device),
         ("data is in", where(a)),
-        ("bytes", _bytes(int(a.nbytes))),
+        ("bytes", size_text(int(a.nbytes))),
         ("lock", lock),
         ("pending work", "recorded on a stream, not waited for yet" if a.pending_work else "none"),
     ]
@@ -52,40 +53,12 @@ def array_html(a: Any) -> str:
 
 
 def resource_html(r: Any) -> str:
-    """A resource's ``_repr_html_``: its kind and device, then the figures it keeps
-    (Statistics: current and peak bytes, by library; Pool: used and cached bytes, hits;
-    Limiting: used of the limit; Retry: retries; Tracking: live allocations)."""
-    # By class name, not isinstance: memarray.resources imports this module.
-    cls = type(r).__name__
+    """A resource's ``_repr_html_``: its kind and device, the figures it keeps
+    (``r._figures()``: each resource class says its own), and what is below it."""
     rows = [("resource", r.name), ("memory kind", str(r.kind))]
     if r.device_id is not None:
         rows.append(("device", f"cuda:{r.device_id}"))
-    if cls == "Statistics":
-        s = r.statistics()
-        rows += [
-            ("current", f"{_bytes(s['current_bytes'])} in {s['current_count']:,} allocations"),
-            ("peak", f"{_bytes(s['peak_bytes'])} in {s['peak_count']:,} allocations"),
-            ("total", f"{_bytes(s['total_bytes'])} in {s['total_count']:,} allocations"),
-        ]
-        for source, b in s.get("by_source", {}).items():
-            rows.append((f"  {source}", f"{_bytes(b['current_bytes'])} now"))
-    elif cls == "Pool":
-        s = r.statistics()
-        rows += [
-            ("used", _bytes(s["used_bytes"])),
-            ("cached", _bytes(s["cached_bytes"])),
-            ("from upstream", _bytes(s["upstream_bytes"])),
-            ("hits / misses", f"{s['hits']:,} / {s['misses']:,}"),
-        ]
-    elif cls == "Limiting":
-        rows.append(("used of limit", f"{_bytes(r.used)} of {_bytes(r.max_bytes)}"))
-    elif cls == "Retry":
-        rows.append(("retries", f"{r.retries:,}"))
-    elif cls == "Tracking":
-        live = r.snapshot()["live"]
-        rows.append(
-            ("live", f"{_bytes(sum(a['size'] for a in live))} in {len(live):,} allocations")
-        )
+    rows += r._figures()
     if r.upstream is not None:
         rows.append(("upstream", r.upstream.name))
     return _table(rows, f"memarray.resources.{type(r).__name__}") + "</div>"

@@ -35,6 +35,7 @@ __all__ = [
     "MemArray",
     "_Progress",
     "_device_pair",
+    "_producer_device",
     "_dlpack_live_exports",
     "_from_pickle",
     "_interop",
@@ -317,6 +318,7 @@ class _Progress:
     def done(self) -> int: ...
 
 def _device_pair(device: object) -> tuple[int, int]: ...
+def _producer_device(obj: object) -> tuple[int, int]: ...
 
 @final
 class IpcHandle:

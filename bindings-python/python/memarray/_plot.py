@@ -8,6 +8,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from ._pressure import printable
+
 
 def _figure_class() -> Any:
     """matplotlib's ``Figure``, used without pyplot: no backend is chosen or changed and
@@ -41,14 +43,6 @@ def _seconds(v: float) -> float:
     return v
 
 
-def _printable(text: str) -> str:
-    """``text`` with what UTF-8 cannot encode (lone surrogates) backslash-escaped: the
-    labels matplotlib draws."""
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _from_snapshot(
     snap: dict,
 ) -> tuple[list[float], dict[str, list[int]], dict[str, int], Events]:
@@ -61,7 +55,7 @@ def _from_snapshot(
             series[n].append(_bytes(b))
     sites: dict[str, int] = defaultdict(int)
     for a in snap["live"]:
-        sites[_printable(f"{a['source']}: {_site(a.get('stack'))}")] += _bytes(a["size"])
+        sites[printable(f"{a['source']}: {_site(a.get('stack'))}")] += _bytes(a["size"])
     events = [(_seconds(e[0] / 1e9), str(e[1])) for e in snap.get("events", [])]
     return times, series, dict(sites), events
 
@@ -115,7 +109,7 @@ def _from_log(
     series = {n: [r.get(n, 0) for r in rows] for n in names}
     sites: dict[str, int] = defaultdict(int)
     for src, size in live.values():
-        sites[_printable(src)] += size
+        sites[printable(src)] += size
     return [t - start for t in times], series, dict(sites), [(t - start, k) for t, k in events]
 
 

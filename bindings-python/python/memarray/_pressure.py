@@ -86,7 +86,12 @@ def stack(limit: int = 24) -> str:
         if not code.co_filename.startswith(_HERE):
             rows.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
         frame = frame.f_back
-    text = "\n".join(reversed(rows))
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return printable("\n".join(reversed(rows)))
+
+
+def printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates, from paths that are not
+    UTF-8) backslash-escaped: stacks and the labels plots draw."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -288,7 +288,7 @@ def _agree(comm: Any, error: Exception | None) -> None:
 
 
 @contextlib.contextmanager
-def _collective(comm: Any, check: Any, *pairs: tuple[Any, bool]) -> Iterator[list[_Buf | None]]:
+def _collective(comm: Any, check: Any) -> Iterator[list[_Buf | None]]:
     """``_bufs`` for a collective: ``check()`` (which returns the (array, write) pairs to
     add) and the buffers' own refusals (a locked array, a wrong shape, a dtype MPI cannot
     reduce) are agreed on by every rank first (``_agree``), so all raise or none does and
@@ -296,8 +296,7 @@ def _collective(comm: Any, check: Any, *pairs: tuple[Any, bool]) -> Iterator[lis
     made: list[_Buf | None] = []
     error: Exception | None = None
     try:
-        extra = check() or ()
-        for a, write in (*pairs, *extra):
+        for a, write in check():
             made.append(_Buf(a, write) if a is not None else None)
     except Exception as e:
         error = e

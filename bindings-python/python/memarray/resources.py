@@ -38,6 +38,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import _memarray
+from ._html import resource_html, size_text
 from ._memarray import _resources as _r
 from ._torch_snapshot import save_torch_snapshot, torch_snapshot
 
@@ -120,9 +121,11 @@ class Resource:
 
     def _repr_html_(self) -> str:
         """The notebook's view: kind, device and the figures this resource keeps."""
-        from ._html import resource_html
-
         return resource_html(self)
+
+    def _figures(self) -> list[tuple[str, str]]:
+        """The figures this resource keeps, as ``(name, value)`` rows for its views."""
+        return []
 
 
 def _check(upstream) -> Resource:
@@ -191,6 +194,15 @@ class Pool(Resource):
         """``used_bytes``, ``cached_bytes``, ``upstream_bytes``, ``hits``, ``misses``."""
         return self._handle.statistics()
 
+    def _figures(self) -> list[tuple[str, str]]:
+        s = self.statistics()
+        return [
+            ("used", size_text(s["used_bytes"])),
+            ("cached", size_text(s["cached_bytes"])),
+            ("from upstream", size_text(s["upstream_bytes"])),
+            ("hits / misses", f"{s['hits']:,} / {s['misses']:,}"),
+        ]
+
     def trim(self) -> int:
         """Gives every cached block back; returns the bytes released."""
         return self._handle.release_cached()
@@ -211,6 +223,16 @@ class Statistics(Resource):
     def reset_peaks(self) -> None:
         self._handle.reset_peaks()
 
+    def _figures(self) -> list[tuple[str, str]]:
+        s = self.statistics()
+        rows = [
+            (k, f"{size_text(s[k + '_bytes'])} in {s[k + '_count']:,} allocations")
+            for k in ("current", "peak", "total")
+        ]
+        for source, b in s.get("by_source", {}).items():
+            rows.append((f"  {source}", f"{size_text(b['current_bytes'])} now"))
+        return rows
+
 
 class Limiting(Resource):
     """Refuses (MemoryError) allocations that would take the bytes live through it past
@@ -227,6 +249,9 @@ class Limiting(Resource):
     @property
     def max_bytes(self) -> int:
         return self._handle.limit_usage()[1]
+
+    def _figures(self) -> list[tuple[str, str]]:
+        return [("used of limit", f"{size_text(self.used)} of {size_text(self.max_bytes)}")]
 
 
 class Logging(Resource):
@@ -254,6 +279,9 @@ class Retry(Resource):
     def retries(self) -> int:
         return self._handle.retries()
 
+    def _figures(self) -> list[tuple[str, str]]:
+        return [("retries", f"{self.retries:,}")]
+
 
 class Tracking(Resource):
     """Keeps every live allocation with its size, stream, device and source library
@@ -280,6 +308,11 @@ class Tracking(Resource):
         (``[time_ns, bytes of each source ...]`` after each call); ``json.dumps`` takes
         it."""
         return self._handle.snapshot()
+
+    def _figures(self) -> list[tuple[str, str]]:
+        live = self.snapshot()["live"]
+        held = size_text(sum(a["size"] for a in live))
+        return [("live", f"{held} in {len(live):,} allocations")]
 
 
 def _rmm():

@@ -356,7 +356,9 @@ pub(crate) fn take_capsule(cap: &Bound<'_, PyAny>) -> PyResult<ImportedTensor> {
 
 /// A producer's `__dlpack_device__()`: a pair of integers, each in `i64` (a ValueError
 /// naming the producer's answer otherwise, never an OverflowError; a TypeError for
-/// non-integers, as for arguments).
+/// non-integers, as for arguments). The one reading of it: `asarray` asks it too.
+#[pyfunction]
+#[pyo3(name = "_producer_device")]
 pub(crate) fn producer_device(obj: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
     let answer = obj.call_method0("__dlpack_device__")?;
     let (kind, id): (Bound<'_, PyAny>, Bound<'_, PyAny>) = answer.extract().map_err(|_| {

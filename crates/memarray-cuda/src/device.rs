@@ -59,7 +59,8 @@ pub fn current_device_if_started() -> Option<u32> {
 /// Leaves no context current on the calling thread (undoes [`Device::make_current`] where
 /// nothing was current before it).
 pub fn clear_current() -> Result<()> {
-    // SAFETY: a null context unbinds; nothing is released.
+    // SAFETY: null is allowed (item 1 of `ctx_set_current`): it unbinds, nothing is
+    // released.
     unsafe { driver::ctx_set_current(std::ptr::null_mut()) }
 }
 
@@ -211,27 +212,28 @@ impl Device {
     /// already is (one driver query); every memarray operation calls it, so callers need
     /// not, but code mixing raw driver calls with memarray may.
     pub fn bind(&self) -> Result<BindGuard> {
+        Ok(BindGuard {
+            previous: self.set_current()?,
+            bound: self.ctx,
+        })
+    }
+
+    /// Makes this device's primary context current on the calling thread; returns the
+    /// context that was current before.
+    fn set_current(&self) -> Result<driver::CUcontext> {
         let previous = driver::ctx_get_current()?;
         if previous != self.ctx {
             // SAFETY: `ctx` is a primary context retained in `open` and never released
             // (item 1 of `ctx_set_current`).
             unsafe { driver::ctx_set_current(self.ctx) }?;
         }
-        Ok(BindGuard {
-            previous,
-            bound: self.ctx,
-        })
+        Ok(previous)
     }
 
     /// Makes this device's primary context current on the calling thread and leaves it
     /// so (the thread's current device, [`current_device`]; what `cudaSetDevice` does).
     pub fn make_current(&self) -> Result<()> {
-        if driver::ctx_get_current()? != self.ctx {
-            // SAFETY: `ctx` is a primary context retained in `open` and never released
-            // (item 1 of `ctx_set_current`).
-            unsafe { driver::ctx_set_current(self.ctx) }?;
-        }
-        Ok(())
+        self.set_current().map(drop)
     }
 
     /// The device's name, e.g. `"NVIDIA H200"`.

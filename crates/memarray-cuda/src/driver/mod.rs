@@ -333,10 +333,10 @@ pub(crate) fn ctx_get_device() -> Result<Option<u32>> {
     Ok(u32::try_from(dev).ok())
 }
 
-/// Makes `ctx` current on the calling thread.
+/// Makes `ctx` current on the calling thread (null: none is).
 ///
 /// # Safety
-/// 1. `ctx` is a live context (a retained primary context).
+/// 1. `ctx` is a live context (a retained primary context), or null.
 pub(crate) unsafe fn ctx_set_current(ctx: CUcontext) -> Result<()> {
     init()?;
     // SAFETY: item 1.
