@@ -6,8 +6,9 @@ and the HTML repr of arrays.
 - A small convolutional net trains on the GPU (torch, its caching allocator as usual);
   the same loop runs with and without a thread doing what a shown monitor does
   (``notebook.device_usage`` + ``render`` every second, and a stress run every 0.05 s),
-  1,000 steps a measurement (longer than the 1 s interval), 9 rounds in rotating order. Target: <= 1% more time per step at one refresh a second; nothing
-  when no monitor is shown (no thread exists then).
+  1,000 steps a measurement (longer than the 1 s interval), 9 rounds in rotating order.
+  Target: <= 1% more time per step at one refresh a second; nothing when no monitor is
+  shown (no thread exists then).
 - One refresh alone (usage + render of every device), in microseconds.
 - ``repr(a)``, ``str(a)`` and ``a._repr_html_()`` of host and device arrays (1,000 and
   10**6 elements): the HTML view does no device work beyond what ``str`` does.
