@@ -12,6 +12,7 @@ use memarray_cuda::array::Fill;
 use memarray_cuda::{RawArray, StreamRef};
 
 use crate::array::{Locked, PyMemArray};
+use crate::born::Progress;
 use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
@@ -25,16 +26,20 @@ use crate::stream::parse_move_stream;
 /// longer hold the producer's host memory once they are on a device. Small pageable arrays
 /// are packed into one pinned buffer, the copies go to the driver as one batch, and the
 /// call waits once. If any MemArray is locked (LockError), nothing moves. The GIL is
-/// released throughout the copies. The same array may appear more than once.
+/// released throughout the copies. The same array may appear more than once. A batch of
+/// 64 MiB or more still running after a second shows a progress bar in an interactive
+/// session (`memarray.set_progress`).
 #[pyfunction]
-#[pyo3(signature = (arrays, device, stream=None))]
+#[pyo3(signature = (arrays, device, stream=None, _progress=None))]
 pub fn move_many<'py>(
     py: Python<'py>,
     arrays: &Bound<'py, PyAny>,
     device: &Bound<'py, PyAny>,
     stream: Option<&Bound<'py, PyAny>>,
+    _progress: Option<&Bound<'py, Progress>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let target = parse_device(Some(device))?;
+    let stream_arg = stream;
     let stream = parse_move_stream(stream)?;
     let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
     // Which of them memarray made here (imports), by position in `refs`.
@@ -51,22 +56,54 @@ pub fn move_many<'py>(
         made.push(true);
     }
     let arrays: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
-    let released: Vec<Arc<HostBuffer>> = py
-        .detach_section(|| -> memarray_cuda::Result<_> {
-            RawArray::move_many(&mut Locked::new(&arrays).all_mut(), target, stream)?;
-            // The copies are done (move_many waits): imports let go of the producers'
-            // memory, which is dropped below with the GIL held (NumPy's deleter).
-            Ok(arrays
-                .iter()
-                .zip(&made)
-                .filter(|&(_, &m)| m)
-                .filter_map(|(a, _)| a.shared.state().take_host_copy())
-                .collect())
-        })
-        .py()?;
+    let list = PyList::new(py, &refs)?;
+    let total: usize = arrays.iter().map(|a| a.peek(py, |raw| raw.nbytes())).sum();
+    let helper = match _progress {
+        None if total >= PROGRESS_FROM => Some(py.import("memarray._progress")?),
+        _ => None,
+    };
+    let released: Vec<Arc<HostBuffer>> = match helper {
+        Some(helper) if helper.call_method1("wanted", (total,))?.is_truthy()? => {
+            // memarray._progress calls this function again, with a counter, in a thread
+            // of its own, and draws the bar while it runs.
+            helper.call_method1("move_many", (&list, device, stream_arg, total))?;
+            made_hosts(&arrays, &made, |a, f| a.peek(py, f))
+        }
+        _ => {
+            let done = Progress::counter(_progress);
+            py.detach_section(|| -> memarray_cuda::Result<_> {
+                let mut all = Locked::new(&arrays);
+                RawArray::move_many_counted(&mut all.all_mut(), target, stream, &done)?;
+                drop(all); // the locks, before each state is taken again below
+                Ok(made_hosts(&arrays, &made, |a, f| f(&mut a.shared.state())))
+            })
+            .py()?
+        }
+    };
+    // The copies are done (move_many waits): imports let go of the producers' memory,
+    // dropped here with the GIL held (NumPy's deleter).
     drop(released);
-    PyList::new(py, refs)
+    Ok(list)
 }
+
+/// The host memory of the arrays `move_many` imported (`made`), taken from them once they
+/// are on their target; `on` runs a call on one array's state.
+fn made_hosts(
+    arrays: &[&PyMemArray],
+    made: &[bool],
+    on: impl Fn(&PyMemArray, fn(&mut RawArray) -> Option<Arc<HostBuffer>>) -> Option<Arc<HostBuffer>>,
+) -> Vec<Arc<HostBuffer>> {
+    arrays
+        .iter()
+        .zip(made)
+        .filter(|&(_, &m)| m)
+        .filter_map(|(a, _)| on(a, RawArray::take_host_copy))
+        .collect()
+}
+
+/// Batches smaller than this never ask `memarray._progress` whether to draw a bar (the
+/// same floor as its `SMALLEST`, so small calls pay nothing).
+const PROGRESS_FROM: usize = 64 << 20;
 
 /// --
 ///

@@ -140,7 +140,7 @@ pub fn load(
     let location = parse_device(device)?;
     let kind = host_kind_arg(host_memory)?;
     let path = crate::convert::path(path, "path")?;
-    let done = _progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.get().0.clone());
+    let done = Progress::counter(_progress);
     let raw = py
         .detach_section(|| RawArray::load_npy_counted(&path, location, kind, &done))
         .py()?;
@@ -151,6 +151,13 @@ pub fn load(
 /// thread by memarray's progress bars (`memarray._progress`).
 #[pyclass(frozen, name = "_Progress", module = "memarray")]
 pub struct Progress(Arc<AtomicU64>);
+
+impl Progress {
+    /// The counter of `p`, or a fresh one that nobody reads.
+    pub(crate) fn counter(p: Option<&Bound<'_, Progress>>) -> Arc<AtomicU64> {
+        p.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.get().0.clone())
+    }
+}
 
 #[pymethods]
 impl Progress {
@@ -190,7 +197,7 @@ impl PyMemArray {
         }
         let this = slf.get();
         let path = crate::convert::path(path, "path")?;
-        let done = _progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.get().0.clone());
+        let done = Progress::counter(_progress);
         this.with_detached(py, |raw| raw.save_npy_counted(&path, None, &done))
             .py()
     }

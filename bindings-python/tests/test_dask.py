@@ -419,12 +419,21 @@ def test_a_worker_killed_mid_computation_is_a_clear_error_and_loses_nothing_gath
 def test_setup_reaches_every_worker_and_statistics_gather_them():
     out = _cluster(
         """
-        done = md.setup(client, resource="pool", hooks=[])
+        import contextlib, io
+        import memarray._progress as progress
+        progress.AFTER = 0.0  # the bar at once (in a session: after a second)
+        memarray.set_progress(True)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            done = md.setup(client, resource="pool", hooks=[])
+        out["bar"] = err.getvalue()
         out["done"] = sorted(v["devices"] for v in done.values())
         out["keys"] = sorted(next(iter(md.statistics(client).values())))
         """
     )
     assert len(out["done"]) == 2 and out["keys"] == ["devices", "pressure"], out
+    # Checked, then set up, on both workers: four worker steps.
+    assert "memarray on 2 workers" in out["bar"] and "4/4" in out["bar"], out["bar"]
 
 
 def test_setup_with_a_spill_dir_no_worker_has_changes_no_worker(tmp_path):

@@ -83,6 +83,26 @@ def test_the_monitor_refreshes_while_shown_and_stops_when_closed():
         notebook.monitor(interval=0)
 
 
+def test_the_snapshot_button_answers_in_the_widget_and_never_raises(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    from memarray import notebook
+
+    m = notebook.monitor()
+    m._save()  # what a click runs
+    if not memarray.cuda.is_available():
+        assert m.status.value == "no CUDA device here: nothing to save"
+    else:
+        assert "nothing to save" in m.status.value or m.status.value.startswith("saved ")
+
+    def broken() -> list[int]:
+        raise RuntimeError("driver gone")
+
+    monkeypatch.setattr(m, "_devices", broken)
+    m._save()
+    assert m.status.value == "not saved: RuntimeError: driver gone"
+    m.close()
+
+
 def test_a_resource_shows_its_figures_in_the_notebook():
     s = mr.Statistics(mr.Pool(mr.Host()))
     a = s.allocate(1 << 20, source="torch")
@@ -113,6 +133,7 @@ def test_the_monitor_sees_memarrays_arrays_and_the_driver_on_a_device():
 def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
     # Executed by a fresh kernel, exported as nbconvert's HTML, rendered by headless
     # Chromium (CI installs it; MEMARRAY_REQUIRE_BROWSER=1 makes a missing one a failure).
+    import importlib.util
     import shutil
     import subprocess
     import sys
@@ -120,9 +141,11 @@ def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
     pytest.importorskip("nbclient")
     root = pathlib.Path(__file__).resolve().parents[2]
     browser = any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome"))
-    if not browser and os.environ.get("MEMARRAY_REQUIRE_BROWSER") == "1":
-        raise AssertionError("MEMARRAY_REQUIRE_BROWSER=1 but no chromium")
-    args = [] if browser else ["--no-browser"]
+    # The live check also needs Voila and a DevTools client (./dev.sh installs both).
+    live = browser and all(importlib.util.find_spec(m) for m in ("voila", "websocket"))
+    if not live and os.environ.get("MEMARRAY_REQUIRE_BROWSER") == "1":
+        raise AssertionError("MEMARRAY_REQUIRE_BROWSER=1 but no chromium, voila or websocket")
+    args = ([] if browser else ["--no-browser"]) + ([] if live else ["--no-live"])
     r = subprocess.run(
         [sys.executable, str(root / "scripts" / "notebook_check.py"), str(tmp_path), *args],
         capture_output=True,
@@ -134,3 +157,7 @@ def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
     if browser:
         assert "rendered in chromium" in r.stdout
         assert (tmp_path / "tour.png").stat().st_size > 10_000
+    if live:
+        # Live: the widget drawn, its stamp moving, the button answered by the kernel.
+        assert "live in chromium (voila)" in r.stdout, r.stdout
+        assert (tmp_path / "tour-live.png").stat().st_size > 10_000

@@ -79,6 +79,62 @@ def test_move_many_on_the_host_and_bad_input():
     memarray.move_many([], "cpu")
 
 
+def _with_bar(capsys, call):
+    """``call()`` with progress bars on at once; returns its result and what went to
+    stderr."""
+    pytest.importorskip("tqdm")
+    import memarray._progress as progress
+
+    saved = progress.AFTER
+    progress.AFTER = 0.0
+    memarray.set_progress(True)
+    try:
+        capsys.readouterr()
+        got = call()
+        return got, capsys.readouterr().err
+    finally:
+        progress.AFTER = saved
+        memarray.set_progress(None)
+
+
+def test_large_move_many_batches_count_their_bytes_and_small_ones_ask_nothing(monkeypatch):
+    import memarray._progress as progress
+
+    seen = []
+    real_run = progress.run
+
+    def run(work, total, desc, **kw):
+        def counted(counter):
+            got = work(counter)
+            seen.append((desc, total, counter.done))
+            return got
+
+        return real_run(counted, total, desc, **kw)
+
+    monkeypatch.setattr(progress, "run", run)
+    monkeypatch.setattr(progress, "wanted", lambda *a: True)
+    big = [memarray.zeros((1 << 22,), "float64") for _ in range(3)]  # 3 x 32 MiB
+    got = memarray.move_many(big, "cpu")
+    assert [g is b for g, b in zip(got, big, strict=True)] == [True] * 3
+    # The bar's counter reached every byte (arrays already on the host count as done).
+    assert seen == [("move 3 arrays", 3 << 25, 3 << 25)], seen
+
+    asked = []
+    monkeypatch.setattr(progress, "wanted", lambda *a: asked.append(a) or True)
+    memarray.move_many([memarray.zeros((1 << 20,), "float64")] * 7, "cpu")  # 56 MiB
+    assert asked == []  # below 64 MiB memarray never calls into Python
+
+
+@pytest.mark.gpu
+def test_a_large_upload_batch_shows_its_bar_and_arrives_whole(capsys):
+    src = [np.arange(1 << 23, dtype=np.float32) + i for i in range(3)]  # 3 x 32 MiB
+    got, err = _with_bar(capsys, lambda: memarray.move_many(src, "cuda"))
+    assert "move 3 arrays" in err and "100%" in err, err
+    for i, a in enumerate(got):
+        assert a.device.startswith("cuda")
+        np.testing.assert_array_equal(a.to_numpy(), src[i])
+
+
 def _restore_staging(before):
     for direction, c in before.items():
         memarray.cuda.set_staging_config(direction, **c)

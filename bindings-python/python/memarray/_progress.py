@@ -45,9 +45,10 @@ def _interactive() -> bool:
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
-def wanted(nbytes: int) -> bool:
-    """Whether work of ``nbytes`` may show a bar."""
-    if nbytes < SMALLEST:
+def wanted(nbytes: int, smallest: int = SMALLEST) -> bool:
+    """Whether work of ``nbytes`` (or other units: at least ``smallest`` of them) may show
+    a bar."""
+    if nbytes < smallest:
         return False
     choice = _choice
     if choice is None:
@@ -64,12 +65,27 @@ def wanted(nbytes: int) -> bool:
     return True
 
 
-def run(work: Callable[[Any], T], total: int, desc: str) -> T:
-    """``work(counter)`` (a byte counter the work advances) in a thread of its own; a bar
-    follows the counter once the work has run ``AFTER`` seconds. Returns or raises what
-    the work did."""
-    counter = _memarray._Progress()
-    if not wanted(total):
+class Count:
+    """A counter that Python work advances itself (``done += n``), for :func:`run`."""
+
+    done = 0
+
+
+def run(
+    work: Callable[[Any], T],
+    total: int,
+    desc: str,
+    *,
+    counter: Any = None,
+    unit: str = "B",
+    smallest: int = SMALLEST,
+) -> T:
+    """``work(counter)`` (a counter of ``unit`` the work advances: by default a byte
+    counter that memarray's Rust side advances) in a thread of its own; a bar follows the
+    counter once the work has run ``AFTER`` seconds. Returns or raises what the work did."""
+    if counter is None:
+        counter = _memarray._Progress()
+    if not wanted(total, smallest):
         return work(counter)
     out: dict[str, Any] = {}
 
@@ -85,7 +101,8 @@ def run(work: Callable[[Any], T], total: int, desc: str) -> T:
     if t.is_alive():
         from tqdm.auto import tqdm
 
-        with tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024) as bar:
+        scale = {"unit_scale": True, "unit_divisor": 1024} if unit == "B" else {}
+        with tqdm(total=total, desc=desc, unit=unit, **scale) as bar:
             while t.is_alive():
                 t.join(0.1)
                 bar.update(counter.done - bar.n)
@@ -117,4 +134,14 @@ def save(a: Any, path: Any) -> None:
         lambda p: a.save(path, _progress=p),
         int(a.nbytes),
         f"save {os.path.basename(os.fsdecode(os.fspath(path)))}",
+    )
+
+
+def move_many(arrays: list[Any], device: Any, stream: Any, total: int) -> None:
+    """``memarray.move_many`` of a large batch with a bar when it runs long (called by
+    ``move_many`` itself, on MemArrays it has already imported)."""
+    run(
+        lambda p: _memarray.move_many(arrays, device, stream, _progress=p),
+        total,
+        f"move {len(arrays)} array{'s' if len(arrays) != 1 else ''}",
     )

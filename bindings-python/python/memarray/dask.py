@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _memarray, resources, spill
+from . import _memarray, _progress, resources, spill
 from ._dask_worker import HOOKS, RESOURCES, _apply, _check, _Settings
 from ._memarray import MAX_NDIM, SUPPORTED_DTYPES, MemArray
 
@@ -398,16 +398,31 @@ def setup(
     from ._dask_plugin import MemarrayPlugin
 
     settings = _settings(device_budget, host_budget, spill_dir, resource, tuple(hooks), spilling)
-    # What only a worker can answer (its spill directory, its libraries), asked of every
-    # worker before the plugin changes any: all or none.
-    answers = client.run(_check, settings, on_error="return")
-    refused = {w: e for w, e in answers.items() if isinstance(e, BaseException)}
-    if refused:
-        detail = "; ".join(f"{w}: {e}" for w, e in sorted(refused.items()))
-        raise ValueError(f"memarray.dask.setup changed no worker: {detail}")
-    client.register_plugin(MemarrayPlugin(settings), name="memarray")
-    done: dict[str, Any] = client.run(_worker_state)
-    return done
+    workers = len(client.scheduler_info().get("workers", {}))
+
+    def work(count: _progress.Count) -> dict[str, Any]:
+        # What only a worker can answer (its spill directory, its libraries), asked of
+        # every worker before the plugin changes any: all or none.
+        answers = client.run(_check, settings, on_error="return")
+        refused = {w: e for w, e in answers.items() if isinstance(e, BaseException)}
+        if refused:
+            detail = "; ".join(f"{w}: {e}" for w, e in sorted(refused.items()))
+            raise ValueError(f"memarray.dask.setup changed no worker: {detail}")
+        count.done += workers
+        client.register_plugin(MemarrayPlugin(settings), name="memarray")
+        count.done += workers
+        done: dict[str, Any] = client.run(_worker_state)
+        return done
+
+    # Checked, then set up, on every worker: a bar (in worker steps) when it runs long.
+    return _progress.run(
+        work,
+        2 * workers,
+        f"memarray on {workers} worker{'s' if workers != 1 else ''}",
+        counter=_progress.Count(),
+        unit="worker step",
+        smallest=1,
+    )
 
 
 def _worker_state(dask_worker: Any) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from typing import Any
 
 from . import cuda, resources, spill
@@ -203,16 +204,25 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self.refresh()
 
+    def _devices(self) -> list[int]:
+        """The devices shown: none where CUDA is unavailable."""
+        if not cuda.is_available():
+            return []
+        return list(self.devices if self.devices is not None else range(cuda.device_count()))
+
     def frames(self) -> tuple[list[dict[str, Any]], str]:
         if not cuda.is_available():
             return [], f"no CUDA device here: {cuda.unavailable_reason()}"
-        devices = self.devices if self.devices is not None else range(cuda.device_count())
-        return [device_usage(d) for d in devices], ""
+        return [device_usage(d) for d in self._devices()], ""
 
     def refresh(self) -> None:
-        """Draws one frame now."""
+        """Draws one frame now, stamped with the time it was drawn."""
         frames, note = self.frames()
-        self.view.value = render(frames, note)
+        stamp = time.strftime("%H:%M:%S")
+        self.view.value = render(frames, note) + (
+            f"<div style='color:#888;font-size:11px'>refreshed {stamp}, "
+            f"every {self.interval:g} s</div>"
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -236,8 +246,15 @@ class Monitor:
         self.widget.close()
 
     def _save(self, _button: Any = None, path: str = "memarray-snapshot.pickle") -> None:
-        devices = self.devices if self.devices is not None else range(cuda.device_count())
-        for d in devices:
+        # A button's callback: what happened goes to the status line, never only to the
+        # kernel's log.
+        try:
+            self.status.value = self._save_snapshot(path)
+        except Exception as e:
+            self.status.value = f"not saved: {type(e).__name__}: {e}"
+
+    def _save_snapshot(self, path: str) -> str:
+        for d in self._devices():
             tracking = next(
                 (
                     r
@@ -248,9 +265,10 @@ class Monitor:
             )
             if tracking is not None:
                 out = resources.save_torch_snapshot(tracking.snapshot(), path)
-                self.status.value = f"saved {out} (python -m torch.cuda._memory_viz)"
-                return
-        self.status.value = "no Tracking in the default resource: nothing to save"
+                return f"saved {out} (python -m torch.cuda._memory_viz)"
+        if not cuda.is_available():
+            return "no CUDA device here: nothing to save"
+        return "no Tracking in the default resource: nothing to save"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget, plus its current picture as static HTML for pages without a live

@@ -1,6 +1,7 @@
 //! Many arrays moved in one call: one staging pass, one batch of copies, one wait.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use memarray_core::{HostBuffer, Location};
 
@@ -84,6 +85,18 @@ impl RawArray {
         target: Location,
         stream: Option<StreamRef>,
     ) -> Result<()> {
+        Self::move_many_counted(arrays, target, stream, &AtomicU64::new(0))
+    }
+
+    /// [`RawArray::move_many`], adding to `done` the bytes of each array once it is at
+    /// `target` (large arrays one by one as each arrives, the packed batch at its end; a
+    /// front end's progress bar reads the counter from another thread).
+    pub fn move_many_counted(
+        arrays: &mut [&mut RawArray],
+        target: Location,
+        stream: Option<StreamRef>,
+        done: &AtomicU64,
+    ) -> Result<()> {
         for a in arrays.iter() {
             a.check(None)?;
         }
@@ -92,9 +105,11 @@ impl RawArray {
             if a.spilled {
                 // Back to its device, or (to the host) no copy at all: move_memory knows.
                 a.move_memory(target, stream, true, None)?;
+                done.fetch_add(a.nbytes as u64, Ordering::Relaxed);
                 continue;
             }
             if a.location == target {
+                done.fetch_add(a.nbytes as u64, Ordering::Relaxed);
                 continue;
             }
             let batchable = a.nbytes > 0
@@ -111,6 +126,7 @@ impl RawArray {
                 batch.push(&mut **a);
             } else {
                 a.move_memory(target, stream, true, None)?;
+                done.fetch_add(a.nbytes as u64, Ordering::Relaxed);
             }
         }
         let Some(first) = batch.first() else {
@@ -130,10 +146,13 @@ impl RawArray {
                 own.as_ref()
             }
         };
+        let bytes: usize = batch.iter().map(|a| a.nbytes).sum();
         match target {
-            Location::Device(_) => upload(&mut batch, &device, stream),
-            Location::Host => download(&mut batch, &device, stream),
+            Location::Device(_) => upload(&mut batch, &device, stream)?,
+            Location::Host => download(&mut batch, &device, stream)?,
         }
+        done.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(())
     }
 }
 
