@@ -292,7 +292,7 @@ impl PyMemArray {
         let device_id: u32 = match convert::opt_int(device_id, "device_id")? {
             Some(id) => id,
             // The current device if CUDA is in use; asking would start CUDA otherwise.
-            None => memarray_cuda::current_device_if_started().unwrap_or(0),
+            None => memarray_cuda::current_or_default(true),
         };
         let kind = host_kind_arg(host_memory)?;
         let host = crate::resources::resource_arg(host_resource)?;

@@ -43,12 +43,41 @@ fn device_count() -> PyResult<u32> {
 
 /// The calling thread's current CUDA device: CUDA's current context on this thread, which
 /// `set_device`, `with memarray.cuda.device(n):`, `torch.cuda.set_device(n)` and CuPy's
-/// `Device(n).use()` all set, so they agree; 0 when none was set (as torch answers).
-/// `"cuda"` and an unset device in creation functions (`zeros(..., device="cuda")`,
-/// `MemArray(...)`) mean this device.
+/// `Device(n).use()` all set, so they agree; when none was set, the process default
+/// (`set_default_device`; 0, as torch answers, unless changed). `"cuda"` and an unset
+/// device in creation functions (`zeros(..., device="cuda")`, `MemArray(...)`) mean this
+/// device.
 #[pyfunction]
 fn current_device() -> PyResult<u32> {
-    Ok(memarray_cuda::current_device().py()?.unwrap_or(0))
+    Ok(memarray_cuda::current_device()
+        .py()?
+        .unwrap_or_else(memarray_cuda::default_device))
+}
+
+/// Makes `device` (an int N or "cuda:N") the device of every thread of this process that
+/// has not chosen one (no current context): what a worker process serving one GPU of
+/// several sets once, so its task threads' `"cuda"` is that GPU. Threads that set a device
+/// keep theirs. ValueError for a device that does not exist.
+#[pyfunction]
+fn set_default_device(device: &Bound<'_, PyAny>) -> PyResult<()> {
+    let id = cuda_ordinal(device, "set_default_device")?;
+    memarray_cuda::set_default_device(id).py()
+}
+
+/// The device of threads that have not chosen one (`set_default_device`; 0 unless set).
+#[pyfunction]
+fn default_device() -> u32 {
+    memarray_cuda::default_device()
+}
+
+/// The ordinal of a CUDA device argument (an int N or "cuda:N"); ValueError for the host.
+fn cuda_ordinal(device: &Bound<'_, PyAny>, verb: &str) -> PyResult<u32> {
+    match crate::device::parse_device(Some(device))? {
+        Location::Device(id) => Ok(id),
+        Location::Host => Err(PyValueError::new_err(format!(
+            "{verb} takes a CUDA device (an int N or \"cuda:N\"), not the host"
+        ))),
+    }
 }
 
 /// Makes `device` (an int N or "cuda:N") the calling thread's current CUDA device (its
@@ -56,14 +85,7 @@ fn current_device() -> PyResult<u32> {
 /// not exist, TypeError for a host device.
 #[pyfunction]
 fn set_device(device: &Bound<'_, PyAny>) -> PyResult<()> {
-    let id = match crate::device::parse_device(Some(device))? {
-        Location::Device(id) => id,
-        Location::Host => {
-            return Err(PyValueError::new_err(
-                "set_device takes a CUDA device (an int N or \"cuda:N\"), not the host",
-            ));
-        }
-    };
+    let id = cuda_ordinal(device, "set_device")?;
     memarray_cuda::Device::get(id).py()?.make_current().py()
 }
 
@@ -376,6 +398,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(unavailable_reason, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(device_count, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(current_device, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(set_default_device, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(default_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(set_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(_clear_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(_current_context_device, &cuda)?)?;

@@ -123,10 +123,11 @@ impl Target {
 }
 
 /// The calling thread's current CUDA device (CUDA's current context, shared with torch,
-/// CuPy and `cudaSetDevice`), 0 when no context is current or there is no driver (then
-/// the first device use says why): what `"cuda"` and an unset device mean.
+/// CuPy and `cudaSetDevice`), the process default (`set_default_device`, 0 unless set)
+/// when no context is current or there is no driver (then the first device use says
+/// why): what `"cuda"` and an unset device mean.
 pub(crate) fn current_cuda() -> u32 {
-    memarray_cuda::current_device().ok().flatten().unwrap_or(0)
+    memarray_cuda::current_or_default(false)
 }
 
 /// `(device_type, device_id)` of a location, as `__dlpack_device__` gives it.

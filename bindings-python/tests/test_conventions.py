@@ -208,8 +208,13 @@ def test_to_device_returns_the_array_or_a_new_one_there():
             memarray.cuda.current_device()
         with pytest.raises(memarray.CudaUnavailableError):
             memarray.cuda.set_device(0)
+        with pytest.raises(memarray.CudaUnavailableError):
+            memarray.cuda.set_default_device(0)
     with pytest.raises(ValueError, match="not the host"):
         memarray.cuda.set_device("cpu")
+    with pytest.raises(ValueError, match="set_default_device takes a CUDA device"):
+        memarray.cuda.set_default_device("cpu")
+    assert memarray.cuda.default_device() == 0
     assert a.device == "cpu"
 
 
@@ -258,6 +263,32 @@ def test_the_current_device_is_cudas_and_cuda_means_it():
     n = memarray.cuda.device_count()
     with pytest.raises(ValueError):
         memarray.cuda.set_device(n)
+    with pytest.raises(ValueError):
+        memarray.cuda.set_default_device(n)
+    assert memarray.cuda.default_device() == 0  # a refused default changes nothing
     torch = pytest.importorskip("torch")
     memarray.cuda.set_device(0)
     assert torch.cuda.current_device() == memarray.cuda.current_device() == 0
+
+
+@pytest.mark.gpu
+def test_the_process_default_device_is_what_threads_without_one_use():
+    import threading
+
+    last = memarray.cuda.device_count() - 1
+    seen = {}
+
+    def fresh():  # no context current: the process default decides
+        seen["current"] = memarray.cuda.current_device()
+        seen["born"] = memarray.zeros((2,), "float32", device="cuda").device
+        with memarray.cuda.device(0):  # a thread's own choice wins
+            seen["own"] = memarray.zeros((2,), "float32", device="cuda").device
+
+    memarray.cuda.set_default_device(last)
+    try:
+        t = threading.Thread(target=fresh)
+        t.start()
+        t.join()
+    finally:
+        memarray.cuda.set_default_device(0)
+    assert seen == {"current": last, "born": f"cuda:{last}", "own": "cuda:0"}, seen

@@ -323,6 +323,23 @@ def test_setup_checks_its_settings_before_any_worker_changes():
             mdask.setup(NoClient(), **kwargs)
 
 
+def test_each_worker_serves_a_gpu_by_its_setting_its_name_or_its_one_device():
+    from memarray._dask_worker import worker_gpu
+
+    assert worker_gpu(0, 1, None) == (0, "the one device this worker sees")
+    assert worker_gpu(5, 1, None)[0] == 0
+    assert [worker_gpu(i, 4, None)[0] for i in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert worker_gpu(3, 2, "0") == (0, "MEMARRAY_DASK_DEVICE=0")
+    assert worker_gpu(0, 2, "") == (0, "worker 0 of a cluster on 2 devices")
+    d, why = worker_gpu("tcp://10.0.0.3:4000", 8, None)
+    assert d == 0 and "not a number" in why and "CUDA_VISIBLE_DEVICES" in why
+    assert worker_gpu(True, 2, None)[0] == 0 and "not a number" in worker_gpu(True, 2, None)[1]
+    with pytest.raises(ValueError, match="sees 2 device"):
+        worker_gpu(0, 2, "2")
+    with pytest.raises(ValueError, match="device number"):
+        worker_gpu(0, 2, "one")
+
+
 # ---------------------------------------------------------------- worker processes
 
 
@@ -428,12 +445,21 @@ def test_setup_reaches_every_worker_and_statistics_gather_them():
             done = md.setup(client, resource="pool", hooks=[])
         out["bar"] = err.getvalue()
         out["done"] = sorted(v["devices"] for v in done.values())
+        # Each worker's tasks use its GPU: "cuda" in a task thread is the worker's device.
+        if memarray.cuda.is_available():
+            out["gpu"] = {w: v["device"] for w, v in done.items()}
+            out["task_gpu"] = {w: client.submit(memarray.cuda.current_device, workers=[w],
+                                                pure=False).result() for w in done}
         out["keys"] = sorted(next(iter(md.statistics(client).values())))
         """
     )
     assert len(out["done"]) == 2 and out["keys"] == ["devices", "pressure"], out
     # Checked, then set up, on both workers: four worker steps.
     assert "memarray on 2 workers" in out["bar"] and "4/4" in out["bar"], out["bar"]
+    if memarray.cuda.is_available():
+        n = memarray.cuda.device_count()
+        assert sorted(out["gpu"].values()) == sorted(i % n for i in range(2)), out
+        assert out["task_gpu"] == out["gpu"], out
 
 
 def test_setup_with_a_spill_dir_no_worker_has_changes_no_worker(tmp_path):

@@ -20,4 +20,4 @@ class MemarrayPlugin(WorkerPlugin):  # type: ignore[misc]
         self.settings = dict(settings)
 
     def setup(self, worker: Any) -> None:
-        worker.memarray = _apply(self.settings)
+        worker.memarray = _apply(self.settings, getattr(worker, "name", None))

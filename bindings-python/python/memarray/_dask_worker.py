@@ -49,11 +49,36 @@ def _check(settings: Mapping[str, Any]) -> None:
             raise ValueError(f"hook {hook!r}: {hook} is not installed on this worker")
 
 
-def _apply(settings: Mapping[str, Any]) -> dict[str, Any]:
+def worker_gpu(name: Any, count: int, chosen: str | None) -> tuple[int, str]:
+    """The GPU a worker that sees ``count`` devices serves, and why: ``chosen`` (the
+    ``MEMARRAY_DASK_DEVICE`` of its environment) when given; the one device it sees (one
+    GPU per worker, as dask-cuda runs them); else its name modulo ``count`` when the name
+    is a number (a LocalCluster's workers are 0, 1, ...); else device 0, saying so."""
+    if chosen is not None and chosen.strip():
+        try:
+            d = int(chosen)
+        except ValueError:
+            msg = f"MEMARRAY_DASK_DEVICE must be a device number, not {chosen!r}"
+            raise ValueError(msg) from None
+        if not 0 <= d < count:
+            raise ValueError(f"MEMARRAY_DASK_DEVICE={d}, but this worker sees {count} device(s)")
+        return d, f"MEMARRAY_DASK_DEVICE={d}"
+    if count == 1:
+        return 0, "the one device this worker sees"
+    if isinstance(name, int) and not isinstance(name, bool):
+        return name % count, f"worker {name} of a cluster on {count} devices"
+    return 0, (
+        f"device 0 of {count}: worker name {name!r} is not a number; give each worker one GPU "
+        "(CUDA_VISIBLE_DEVICES) or MEMARRAY_DASK_DEVICE"
+    )
+
+
+def _apply(settings: Mapping[str, Any], worker_name: Any = None) -> dict[str, Any]:
     """Makes memarray this process's memory manager as ``settings`` say; returns what was
-    done. Device settings apply to every device the process sees; without a device they
-    are recorded as skipped (a CPU worker still serialises and sizes MemArrays). Checks
-    first (``_check``): a refusal changes nothing."""
+    done. The worker's GPU (``worker_gpu``) becomes the device of its task threads
+    (``cuda.set_default_device``); device settings apply to every device the process
+    sees; without a device they are recorded as skipped (a CPU worker still serialises
+    and sizes MemArrays). Checks first (``_check``): a refusal changes nothing."""
     from . import cuda
 
     _check(settings)
@@ -63,6 +88,9 @@ def _apply(settings: Mapping[str, Any]) -> dict[str, Any]:
         return done
     n = cuda.device_count()
     done["devices"] = n
+    gpu, why = worker_gpu(worker_name, n, os.environ.get("MEMARRAY_DASK_DEVICE"))
+    cuda.set_default_device(gpu)
+    done["device"], done["device_reason"] = gpu, why
     choice = settings.get("resource")
     for d in range(n):
         if choice is not None:

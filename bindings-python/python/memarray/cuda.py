@@ -21,6 +21,8 @@ unavailable_reason = _cuda.unavailable_reason
 device_count = _cuda.device_count
 current_device = _cuda.current_device
 set_device = _cuda.set_device
+set_default_device = _cuda.set_default_device
+default_device = _cuda.default_device
 synchronize = _cuda.synchronize
 from_cuda_array_interface = _cuda.from_cuda_array_interface
 staging_config = _cuda.staging_config
@@ -34,8 +36,10 @@ __all__ = [
     "Out",
     "Stream",
     "current_device",
+    "default_device",
     "device",
     "device_count",
+    "set_default_device",
     "set_device",
     "from_cuda_array_interface",
     "is_available",

@@ -17,8 +17,10 @@ __all__ = [
     "Out",
     "Stream",
     "current_device",
+    "default_device",
     "device",
     "device_count",
+    "set_default_device",
     "set_device",
     "from_cuda_array_interface",
     "is_available",
@@ -67,8 +69,14 @@ def is_available() -> bool: ...
 def unavailable_reason() -> str | None: ...
 def device_count() -> int: ...
 def current_device() -> int:
-    """The calling thread's current CUDA device (shared with torch and CuPy); 0 when none
-    was set."""
+    """The calling thread's current CUDA device (shared with torch and CuPy); the process
+    default (``default_device()``) when none was set."""
+
+def set_default_device(device: int | str) -> None:
+    """Makes ``device`` the device of every thread that has not chosen one."""
+
+def default_device() -> int:
+    """The device of threads that have not chosen one (0 unless set)."""
 
 def set_device(device: int | str) -> None:
     """Makes ``device`` the calling thread's current CUDA device."""

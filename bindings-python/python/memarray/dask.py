@@ -468,4 +468,4 @@ def dask_setup(worker: Any) -> None:
     hooks = tuple(h.strip() for h in names if h.strip())
     resource = os.environ.get("MEMARRAY_DASK_RESOURCE") or None
     settings = _settings(None, None, None, resource, hooks, False)
-    worker.memarray = _apply(settings)
+    worker.memarray = _apply(settings, getattr(worker, "name", None))

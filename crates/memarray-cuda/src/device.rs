@@ -1,6 +1,7 @@
 //! [`Device`]: one CUDA device and its primary context, cached per ordinal.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
@@ -54,6 +55,40 @@ pub fn current_device_if_started() -> Option<u32> {
         return None;
     }
     current_device().ok().flatten()
+}
+
+/// The device of threads that have no current context: 0 unless [`set_default_device`]
+/// chose another (a worker process that serves one GPU of several, say).
+static DEFAULT_DEVICE: AtomicU32 = AtomicU32::new(0);
+
+/// The device a thread without a current context uses (see [`set_default_device`]).
+pub fn default_device() -> u32 {
+    DEFAULT_DEVICE.load(Ordering::Relaxed)
+}
+
+/// Makes `id` the device of every thread of this process that has no current context
+/// (threads that set one keep theirs).
+///
+/// # Errors
+/// [`CudaError::Unavailable`] without a driver; [`CudaError::NoSuchDevice`] for a device
+/// that does not exist.
+pub fn set_default_device(id: u32) -> Result<()> {
+    Device::get(id)?;
+    DEFAULT_DEVICE.store(id, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The calling thread's device: its current context's ([`current_device`]), else the
+/// process default ([`default_device`]); the default too when there is no driver (the first
+/// device use then says why). Never starts CUDA when `started_only` is set and memarray has
+/// not used the driver yet.
+pub fn current_or_default(started_only: bool) -> u32 {
+    let current = if started_only {
+        current_device_if_started()
+    } else {
+        current_device().ok().flatten()
+    };
+    current.unwrap_or_else(default_device)
 }
 
 /// Leaves no context current on the calling thread (undoes [`Device::make_current`] where

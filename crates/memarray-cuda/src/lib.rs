@@ -83,8 +83,8 @@ pub mod transfer;
 pub use array::{HostKind, MemArray, RawArray};
 pub use buffer::{DEVICE_ALIGN, DeviceBuffer};
 pub use device::{
-    Device, check_device_span, current_device, current_device_if_started, device_count,
-    device_of_pointer, is_available,
+    Device, check_device_span, current_device, current_device_if_started, current_or_default,
+    default_device, device_count, device_of_pointer, is_available, set_default_device,
 };
 pub use error::{ArrayError, CudaError, IpcError, LaunchError, Result, SettingError};
 pub use event::{Enqueued, Event};
