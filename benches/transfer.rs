@@ -4,7 +4,7 @@
 //! - Subject: `MemArray<u8, 1>` with `HostKind::Pinned`, host -> device (H2D) and
 //!   device -> host (D2H), at 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB and 1 GiB; and with
 //!   `HostKind::Pageable` at 16 MiB and 1 GiB.
-//! - Peer: `transfer::copy_htod_raw` / `copy_dtoh_raw` (`cuMemcpyHtoDAsync` /
+//! - Peer: `direct::copy_htod_raw` / `copy_dtoh_raw` (`cuMemcpyHtoDAsync` /
 //!   `cuMemcpyDtoHAsync`) between a host buffer of the same kind and size and a device
 //!   buffer, on the same owned stream.
 //!
@@ -44,10 +44,9 @@ use std::time::{Duration, Instant};
 use common::{Mode, Timer, configure, label, median, throughput_line};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use memarray_core::{HostBuffer, HostResource, Location, MemoryResource};
+use memarray_cuda::copy::direct;
 use memarray_cuda::resource::default_resource;
-use memarray_cuda::{
-    Device, DeviceBuffer, HostKind, MemArray, PinnedResource, Result, Stream, transfer,
-};
+use memarray_cuda::{Device, DeviceBuffer, HostKind, MemArray, PinnedResource, Result, Stream};
 
 const PINNED_SIZES: [usize; 6] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30];
 const PAGEABLE_SIZES: [usize; 2] = [16 << 20, 1 << 30];
@@ -183,7 +182,7 @@ impl Rig {
         // SAFETY: the host buffer lives in the rig and nothing writes it while copies
         // are in flight: every round trip synchronizes before the next one starts.
         unsafe {
-            transfer::copy_htod_raw(
+            direct::copy_htod_raw(
                 &self.buf,
                 0,
                 self.host.as_ptr(),
@@ -197,7 +196,7 @@ impl Rig {
         // SAFETY: as in raw_htod; nothing reads the host buffer before the copy is
         // synchronized.
         unsafe {
-            transfer::copy_dtoh_raw(
+            direct::copy_dtoh_raw(
                 self.host.as_mut_ptr(),
                 &self.buf,
                 0,

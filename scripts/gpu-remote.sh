@@ -96,7 +96,7 @@ multi() {
   export MEMARRAY_REQUIRE_PEER=1
   nvidia-smi topo -m 2>/dev/null | head -n 4
   echo "== 2-GPU Rust tests"
-  for t in gpu-run/bin/memarray-cuda__gpu_nccl gpu-run/bin/memarray-cuda__gpu_multi gpu-run/bin/memarray-cuda__gpu_transfer; do
+  for t in gpu-run/bin/memarray-cuda__gpu_nccl gpu-run/bin/memarray-cuda__gpu_multi gpu-run/bin/memarray-cuda__gpu_direct_copies; do
     log="$LOGS/multi-$(basename "$t").log"
     "$t" --test-threads=1 >"$log" 2>&1 || fail "$t"
     printf '%-48s %s\n' "$(basename "$t")" "$(grep -E '^test result:' "$log" | tail -n 1)"

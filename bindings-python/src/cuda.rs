@@ -183,7 +183,7 @@ pub fn cuda_array_interface<'py>(
 fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     for (name, dir) in DIRECTIONS {
-        let c = memarray_cuda::staging::config(dir).py()?;
+        let c = memarray_cuda::copy::staged::config(dir).py()?;
         let d = PyDict::new(py);
         d.set_item("threads", c.threads)?;
         d.set_item("chunk_bytes", c.chunk_bytes)?;
@@ -195,9 +195,12 @@ fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
-const DIRECTIONS: [(&str, memarray_cuda::staging::Direction); 2] = [
-    ("to_device", memarray_cuda::staging::Direction::ToDevice),
-    ("to_host", memarray_cuda::staging::Direction::ToHost),
+const DIRECTIONS: [(&str, memarray_cuda::copy::staged::Direction); 2] = [
+    (
+        "to_device",
+        memarray_cuda::copy::staged::Direction::ToDevice,
+    ),
+    ("to_host", memarray_cuda::copy::staged::Direction::ToHost),
 ];
 
 /// --
@@ -215,7 +218,7 @@ fn set_staging_config(
     lane_min: Option<&Bound<'_, PyAny>>,
     short_below: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    use memarray_cuda::staging::{Direction, StagingConfig, config, set_config};
+    use memarray_cuda::copy::staged::{Direction, StagingConfig, config, set_config};
     let direction = match direction.filter(|d| !d.is_none()) {
         Some(d) => convert::text(d, "direction")?,
         None => "both".into(),

@@ -64,6 +64,26 @@ def test_use_trees_and_inline_paths_count_comments_and_tests_do_not(tmp_path):
     assert layering.cycles(e) == []
 
 
+def test_a_wings_rooms_are_layered_from_its_door(monkeypatch, tmp_path):
+    # The copy wing's rooms are named `crate::copy::<room>`; a room below importing one
+    # above it climbs, and the door (mod.rs) may use them all.
+    wing = tmp_path / "src" / "copy"
+    files = {
+        "mod.rs": "pub mod threads;\npub mod staged;\nuse crate::copy::staged::run;\n",
+        "threads.rs": "use crate::copy::staged::Direction;\nuse crate::error::Result;\n",
+        "staged/mod.rs": "use crate::copy::threads::parallel;\n",
+    }
+    for name, text in files.items():
+        (wing / name).parent.mkdir(parents=True, exist_ok=True)
+        (wing / name).write_text(text)
+    monkeypatch.setattr(layering, "ROOT", tmp_path)
+    monkeypatch.setitem(layering.PREFIX, "src/copy", "crate::copy::")
+    errors = layering.check("src/copy", [["threads"], ["staged"]])
+    assert errors == [
+        "src/copy/threads.rs: threads (layer 0) imports staged (layer 1), which is above it"
+    ], errors
+
+
 def test_the_repository_has_no_climb_and_no_circle():
     r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:]

@@ -45,7 +45,7 @@ pub enum CudaError {
     },
     /// Two operands live on different devices where one device is required.
     #[error(
-        "{what} needs cuda:{expected} but got cuda:{got}; use transfer::copy_peer between devices"
+        "{what} needs cuda:{expected} but got cuda:{got}; use direct::copy_peer between devices"
     )]
     WrongDevice {
         /// The operation, in words.

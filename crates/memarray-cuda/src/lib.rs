@@ -29,13 +29,12 @@
 //! - [`DeviceBuffer`]: owned device-accessible memory from a memory resource.
 //! - [`resource`]: device, stream-ordered pool, pinned and managed implementations of
 //!   memarray-core's [`MemoryResource`](memarray_core::MemoryResource).
-//! - [`transfer`]: bounds-checked copies (host to device, device to host, device to
-//!   device, peer) and memsets on a stream.
+//! - [`copy`]: every copy: one bounds-checked copy between any two kinds of memory
+//!   ([`copy::copy_to`], umem's `sync_to` / `sync_from`), the one
+//!   [`copy::upload`] / [`copy::download`] pair, the driver's direct copies and memsets
+//!   ([`copy::direct`]), and pageable host memory at pinned speed ([`copy::staged`]).
 //! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
 //! - `nccl` (feature `nccl`): NCCL collectives on device arrays, libnccl loaded at run time.
-//! - [`staging`]: pageable host memory to and from devices at pinned speed.
-//! - [`sync`]: one bounds-checked, waited-for copy between any two kinds of memory
-//!   ([`sync::sync_to`], umem's `sync_to` / `sync_from`).
 //! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed
 //!   [`Indexer`](memarray_core::Indexer)s by value.
 //!
@@ -57,11 +56,11 @@ mod driver;
 
 pub mod array;
 pub mod buffer;
+pub mod copy;
 pub mod device;
 pub mod env;
 pub mod error;
 pub mod event;
-mod host_threads;
 pub mod ipc;
 pub mod kernel;
 pub mod launch;
@@ -71,14 +70,10 @@ pub mod nccl;
 mod nvrtc;
 mod per_device;
 pub mod resource;
-mod route;
 pub mod spill;
-pub mod staging;
 pub mod stream;
-pub mod sync;
 #[doc(hidden)]
 pub mod testing;
-pub mod transfer;
 
 pub use array::{HostKind, MemArray, RawArray};
 pub use buffer::{DEVICE_ALIGN, DeviceBuffer};
@@ -102,7 +97,7 @@ pub use stream::{Stream, StreamRef};
 /// the variable: a value that is not UTF-8 or not understood.
 pub fn check_env() -> Result<()> {
     resource::resource_choice_from_env()?;
-    staging::config(staging::Direction::ToDevice)?;
+    copy::staged::config(copy::staged::Direction::ToDevice)?;
     spill::env_settings().map_err(|detail| SettingError::Invalid {
         what: "the spill environment",
         detail,

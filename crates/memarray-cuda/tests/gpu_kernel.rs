@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use common::bytes_of;
 use memarray_core::{Complex32, Complex64, DType, Element, HostBuffer, bf16, f16, shape};
+use memarray_cuda::copy::direct;
 use memarray_cuda::testing::gpu_or_skip;
-use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream, kernel, transfer};
+use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream, kernel};
 
 /// A deterministic, finite (no NaN: GPUs canonicalise NaN payloads) test value per index.
 trait Pattern: Element {
@@ -107,10 +108,10 @@ fn check<T: Pattern>(dev: &Arc<Device>, s: &Stream) {
             .collect();
         let nbytes = std::mem::size_of_val(&input[..]);
         let buf = DeviceBuffer::zeroed(dev, nbytes, res.clone(), s.as_ref()).unwrap();
-        let _ = transfer::copy_htod(&buf, 0, bytes_of(&input), s.as_ref()).unwrap();
+        let _ = direct::copy_htod(&buf, 0, bytes_of(&input), s.as_ref()).unwrap();
         let _ = kernel::add_index_tuple(T::DTYPE, &buf, sh, s.as_ref()).unwrap();
         let mut out = HostBuffer::zeroed(nbytes).unwrap();
-        transfer::copy_dtoh(out.as_mut_slice(), &buf, 0, s.as_ref()).unwrap();
+        direct::copy_dtoh(out.as_mut_slice(), &buf, 0, s.as_ref()).unwrap();
         if out.as_slice() != bytes_of(&expected) {
             let size = T::DTYPE.size();
             let first = (0..n as usize)
@@ -180,7 +181,7 @@ fn gpu_add_index_tuple_refuses_bad_input() {
     sh[31] = 25;
     let _ = kernel::add_index_tuple(DType::U8, &buf, &sh, s.as_ref()).unwrap();
     let mut out = [0u8; 100];
-    transfer::copy_dtoh(&mut out, &buf, 0, s.as_ref()).unwrap();
+    direct::copy_dtoh(&mut out, &buf, 0, s.as_ref()).unwrap();
     assert_eq!(out[26], 1 + 1, "index (1, 0, .., 0, 1)");
 }
 
@@ -213,7 +214,7 @@ fn gpu_add_index_tuple_over_2_pow_32_elements() {
     starts.extend((1..64).map(|k| k * (n / 64) - 7));
     for start in starts {
         let mut got = vec![0u8; 4096];
-        transfer::copy_dtoh(&mut got, &buf, start, s.as_ref()).unwrap();
+        direct::copy_dtoh(&mut got, &buf, start, s.as_ref()).unwrap();
         for (k, &g) in got.iter().enumerate() {
             let p = start + k;
             assert_eq!(g, expected(p), "position {p}");

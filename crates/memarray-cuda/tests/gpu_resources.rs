@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use memarray_core::resource::conformance;
 use memarray_core::{HostBuffer, HostResource, MemoryKind, MemoryResource};
+use memarray_cuda::copy::direct;
 use memarray_cuda::resource::default_resource;
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{
     AsyncPoolResource, CudaError, DEVICE_ALIGN, DeviceBuffer, DeviceResource, ManagedResource,
-    PinnedFlags, PinnedResource, Stream, transfer,
+    PinnedFlags, PinnedResource, Stream,
 };
 
 fn resources(dev: &Arc<memarray_cuda::Device>) -> Vec<Arc<dyn MemoryResource>> {
@@ -73,7 +74,7 @@ fn gpu_device_buffers_from_every_resource_are_zeroed_and_aligned() {
             assert_eq!(b.device_ptr() % DEVICE_ALIGN as u64, 0);
             assert_eq!(b.kind(), r.kind());
             let mut out = vec![0xFFu8; len];
-            transfer::copy_dtoh(&mut out, &b, 0, s.as_ref()).unwrap();
+            direct::copy_dtoh(&mut out, &b, 0, s.as_ref()).unwrap();
             assert!(out.iter().all(|&x| x == 0), "{} len {len}", r.name());
         }
         // Zero-byte buffers still get unique addresses.
@@ -127,8 +128,8 @@ fn gpu_pinned_host_buffers_round_trip() {
     let s = Stream::new(&dev).unwrap();
     let d =
         DeviceBuffer::zeroed(&dev, 10_000, default_resource(&dev).unwrap(), s.as_ref()).unwrap();
-    let _ = transfer::copy_htod(&d, 0, src.as_slice(), s.as_ref()).unwrap();
-    transfer::copy_dtoh(dst.as_mut_slice(), &d, 0, s.as_ref()).unwrap();
+    let _ = direct::copy_htod(&d, 0, src.as_slice(), s.as_ref()).unwrap();
+    direct::copy_dtoh(dst.as_mut_slice(), &d, 0, s.as_ref()).unwrap();
     assert_eq!(src.as_slice(), dst.as_slice());
 }
 
@@ -150,7 +151,7 @@ fn gpu_foreign_device_memory_is_wrapped_and_released_with_its_owner() {
     let owned =
         DeviceBuffer::zeroed(&dev, 1000, Arc::new(DeviceResource::new(&dev)), s.as_ref()).unwrap();
     let addr = owned.device_ptr();
-    let _ = transfer::copy_htod(&owned, 0, &[3u8; 1000], s.as_ref()).unwrap();
+    let _ = direct::copy_htod(&owned, 0, &[3u8; 1000], s.as_ref()).unwrap();
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     struct Owner(
         #[allow(dead_code)] DeviceBuffer,
@@ -168,18 +169,18 @@ fn gpu_foreign_device_memory_is_wrapped_and_released_with_its_owner() {
     assert_eq!(wrapped.device_ptr(), addr + 10);
     assert_eq!(wrapped.kind(), MemoryKind::Device);
     let mut out = vec![0u8; 990];
-    transfer::copy_dtoh(&mut out, &wrapped, 0, s.as_ref()).unwrap();
+    direct::copy_dtoh(&mut out, &wrapped, 0, s.as_ref()).unwrap();
     assert!(out.iter().all(|&x| x == 3));
     // A copy through the wrapper's resource is a fresh device allocation.
     let copy = DeviceBuffer::zeroed(&dev, 990, wrapped.resource().clone(), s.as_ref()).unwrap();
-    let _ = transfer::copy_dtod(&copy, 0, &wrapped, 0, 990, s.as_ref()).unwrap();
+    let _ = direct::copy_dtod(&copy, 0, &wrapped, 0, 990, s.as_ref()).unwrap();
     s.synchronize().unwrap();
     drop(wrapped);
     assert!(
         dropped.load(std::sync::atomic::Ordering::SeqCst),
         "the owner was released"
     );
-    transfer::copy_dtoh(&mut out, &copy, 0, s.as_ref()).unwrap();
+    direct::copy_dtoh(&mut out, &copy, 0, s.as_ref()).unwrap();
     assert!(out.iter().all(|&x| x == 3));
 }
 

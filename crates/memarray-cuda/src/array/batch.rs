@@ -7,14 +7,14 @@ use memarray_core::{HostBuffer, Location};
 
 use super::raw::RawArray;
 use crate::buffer::DeviceBuffer;
+use crate::copy::direct;
+use crate::copy::route;
 use crate::device::Device;
 use crate::driver;
 use crate::error::Result;
 use crate::event::Event;
 use crate::resource::default_resource;
-use crate::route;
 use crate::stream::{Stream, StreamRef};
-use crate::transfer;
 
 /// Staged pieces are placed at this alignment in the shared pinned buffer.
 const PIECE_ALIGN: usize = 256;
@@ -148,8 +148,8 @@ impl RawArray {
         };
         let bytes: usize = batch.iter().map(|a| a.nbytes).sum();
         match target {
-            Location::Device(_) => upload(&mut batch, &device, stream)?,
-            Location::Host => download(&mut batch, &device, stream)?,
+            Location::Device(_) => upload_batch(&mut batch, &device, stream)?,
+            Location::Host => download_batch(&mut batch, &device, stream)?,
         }
         done.fetch_add(bytes as u64, Ordering::Relaxed);
         Ok(())
@@ -187,7 +187,7 @@ fn plan(hosts: &[(&Arc<HostBuffer>, usize)]) -> (Vec<HostSide>, usize) {
 fn pack(pieces: &[(usize, usize, usize)]) -> Result<()> {
     let total: usize = pieces.iter().map(|p| p.2).sum();
     let lanes = (total >> 20).clamp(1, 8).min(pieces.len().max(1));
-    crate::host_threads::parallel(lanes, &|lane| {
+    crate::copy::threads::parallel(lanes, &|lane| {
         for &(src, dst, n) in pieces.iter().skip(lane).step_by(lanes) {
             // SAFETY: each piece is a live source of `n` bytes (an array's host buffer,
             // its array borrowed exclusively by the caller) and its own range of the
@@ -227,7 +227,11 @@ fn staging_buffer(device: &Arc<Device>, bytes: usize) -> Result<Option<HostBuffe
     Ok(Some(unsafe { HostBuffer::uninit_in(bytes, pool)? }))
 }
 
-fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) -> Result<()> {
+fn upload_batch(
+    batch: &mut [&mut RawArray],
+    device: &Arc<Device>,
+    stream: StreamRef,
+) -> Result<()> {
     let mut prof = BatchProfile {
         arrays: batch.len(),
         ..Default::default()
@@ -300,7 +304,7 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
     if let (Some(block), Some(st)) = (&block, &stage) {
         // SAFETY: the staging buffer is pinned, packed above and alive until the wait
         // below; the block is new and as long; the stream is live and of the bound device.
-        let op = unsafe { transfer::copy_htod_raw(block, 0, st.as_ptr(), st.len(), stream) }?;
+        let op = unsafe { direct::copy_htod_raw(block, 0, st.as_ptr(), st.len(), stream) }?;
         drop(op); // waited for below, with the batch
     }
     if !dsts.is_empty() {
@@ -334,7 +338,11 @@ fn upload(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) 
     Ok(())
 }
 
-fn download(batch: &mut [&mut RawArray], device: &Arc<Device>, stream: StreamRef) -> Result<()> {
+fn download_batch(
+    batch: &mut [&mut RawArray],
+    device: &Arc<Device>,
+    stream: StreamRef,
+) -> Result<()> {
     let mut srcs = Vec::with_capacity(batch.len());
     for a in batch.iter_mut() {
         a.ensure_host()?;

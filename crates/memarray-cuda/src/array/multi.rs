@@ -14,11 +14,11 @@ use memarray_core::{HostBuffer, Location, LockToken};
 
 use super::raw::RawArray;
 use crate::buffer::DeviceBuffer;
+use crate::copy::{self, Span};
 use crate::device::Device;
 use crate::error::{CudaError, Result};
 use crate::event::{Enqueued, Event};
 use crate::stream::StreamRef;
-use crate::sync::{self, Span};
 
 /// Rows per part when `rows` are split into `parts` as evenly as possible (the first
 /// `rows % parts` parts get one more), like NumPy's `array_split`.
@@ -117,7 +117,7 @@ impl RawArray {
                     // host copy, is not written by the host before its pending event,
                     // which the join below moves past this copy.
                     unsafe {
-                        sync::enqueue(Span::Device(&dst, 0), Span::Host(h, offset), len, stream)?
+                        copy::enqueue(Span::Device(&dst, 0), Span::Host(h, offset), len, stream)?
                     }
                 }
                 Data::Device(d) => {
@@ -125,7 +125,7 @@ impl RawArray {
                     self.dev.order(stream, dev)?;
                     // SAFETY: device memory only.
                     unsafe {
-                        sync::enqueue(Span::Device(&dst, 0), Span::Device(d, offset), len, stream)?
+                        copy::enqueue(Span::Device(&dst, 0), Span::Device(d, offset), len, stream)?
                     }
                 }
             };
@@ -216,7 +216,7 @@ impl RawArray {
             // SAFETY: `out` is new (nothing else reads or writes it until its event,
             // recorded after the join below); host sources were waited for and are kept
             // alive by `src` until the join orders their next writes after this copy.
-            let op = unsafe { sync::enqueue(dspan, sspan, len, stream)? };
+            let op = unsafe { copy::enqueue(dspan, sspan, len, stream)? };
             if let Some(op) = op {
                 if let Data::Device(_) = src {
                     p.was_read(&op)?;

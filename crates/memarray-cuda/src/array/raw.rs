@@ -363,7 +363,7 @@ impl RawArray {
                     .host
                     .as_ref()
                     .ok_or(CudaError::Array(ArrayError::NoHostCopy))?;
-                self.dev.upload(host, id, self.nbytes, stream)?;
+                self.dev.copy_from_host(host, id, self.nbytes, stream)?;
                 self.device_id = id;
             }
             (Location::Device(_), Location::Host) => {
@@ -372,7 +372,7 @@ impl RawArray {
                     .host
                     .as_ref()
                     .ok_or(CudaError::Array(ArrayError::NoHostCopy))?;
-                self.dev.download(host, self.nbytes, stream)?;
+                self.dev.copy_to_host(host, self.nbytes, stream)?;
             }
             (Location::Device(_), Location::Device(to)) => {
                 self.dev.move_peer(to, self.nbytes, stream)?;
@@ -475,7 +475,7 @@ impl RawArray {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
-                crate::host_threads::copy_host(out, self.host_buf()?.as_slice())?;
+                crate::copy::host_to_host(out, self.host_buf()?.as_slice())?;
                 Ok(())
             }
             Location::Device(_) => self.dev.read_bytes(0, out),
@@ -520,7 +520,7 @@ impl RawArray {
 
     /// Overwrites the whole array with `bytes` (C order, exactly `nbytes`) where the data
     /// lives: on the host a memcpy, on a device a staged copy (pageable `bytes` at the
-    /// pinned rate; [`crate::staging`]) after pending work. Returns once `bytes` has
+    /// pinned rate; [`crate::copy::staged`]) after pending work. Returns once `bytes` has
     /// been read. A wrong length changes nothing.
     pub fn write_all(&mut self, bytes: &[u8], token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
@@ -544,7 +544,7 @@ impl RawArray {
         // SAFETY: &mut self excludes every other Rust access to the buffer, which holds
         // nbytes bytes; zero-copy exports may alias it, as they are meant to.
         let dst = unsafe { std::slice::from_raw_parts_mut(host.as_mut_ptr(), self.nbytes) };
-        crate::host_threads::copy_host(dst, bytes)?;
+        crate::copy::host_to_host(dst, bytes)?;
         Ok(())
     }
 

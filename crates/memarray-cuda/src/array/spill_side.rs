@@ -36,7 +36,7 @@ impl RawArray {
             let start = std::time::Instant::now();
             let host = self.host.clone().ok_or(ArrayError::NoHostCopy)?;
             self.dev
-                .upload(&host, self.device_id, self.nbytes, stream)?;
+                .copy_from_host(&host, self.device_id, self.nbytes, stream)?;
             self.spilled = false;
             self.location = Location::Device(self.device_id);
             self.spill_note.restored_ns =
@@ -113,7 +113,7 @@ impl RawArray {
             self.host = Some(Arc::new(new_host(self.nbytes)?));
         }
         let host = self.host.clone().ok_or(ArrayError::NoHostCopy)?;
-        self.dev.download(&host, self.nbytes, Some(stream))?;
+        self.dev.copy_to_host(&host, self.nbytes, Some(stream))?;
         self.dev.wait_host()?;
         self.dev.drop_buffer();
         self.location = Location::Host;

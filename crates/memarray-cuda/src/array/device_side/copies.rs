@@ -2,20 +2,22 @@
 //! writes, the seed kernel, exports and clones, each ordered by the rules in `mod.rs`.
 
 use crate::buffer::DeviceBuffer;
+use crate::copy::direct;
+use crate::copy::{self, Span};
 use crate::device::Device;
 use crate::error::{ArrayError, Result};
 use crate::event::Enqueued;
+use crate::kernel;
 use crate::stream::StreamRef;
-use crate::sync::{self, Span};
-use crate::{kernel, transfer};
 use memarray_core::{DType, HostBuffer, Location};
 use std::sync::Arc;
 
 use super::{Consumer, DeviceSide, ExportOwner};
 
 impl DeviceSide {
-    /// Host -> device `device_id`, allocating the device buffer on first use.
-    pub(crate) fn upload(
+    /// Host -> device `device_id` through [`copy::enqueue`], allocating the device buffer
+    /// on first use.
+    pub(crate) fn copy_from_host(
         &mut self,
         host: &HostBuffer,
         device_id: u32,
@@ -30,7 +32,7 @@ impl DeviceSide {
         // an Arc to it, and every host access and the array's drop wait for the event
         // recorded below).
         let op =
-            unsafe { sync::enqueue(Span::Device(&dst, 0), Span::Host(host, 0), nbytes, stream)? };
+            unsafe { copy::enqueue(Span::Device(&dst, 0), Span::Host(host, 0), nbytes, stream)? };
         if let Some(op) = op {
             self.record(op, None)?;
         }
@@ -57,15 +59,15 @@ impl DeviceSide {
         let op = match fill {
             None => None,
             Some(pattern) if pattern.iter().all(|&b| b == pattern[0]) => {
-                Some(transfer::memset(&dst, 0, nbytes, pattern[0], stream)?)
+                Some(direct::memset(&dst, 0, nbytes, pattern[0], stream)?)
             }
             Some(pattern) => {
                 let seed = pattern.len().min(nbytes);
-                let mut op = transfer::copy_htod(&dst, 0, &pattern[..seed], stream)?;
+                let mut op = direct::copy_htod(&dst, 0, &pattern[..seed], stream)?;
                 let mut done = seed;
                 while done < nbytes {
                     let n = done.min(nbytes - done);
-                    op = transfer::copy_dtod(&dst, done, &dst, 0, n, stream)?;
+                    op = direct::copy_dtod(&dst, done, &dst, 0, n, stream)?;
                     done += n;
                 }
                 Some(op)
@@ -78,8 +80,8 @@ impl DeviceSide {
         Ok(())
     }
 
-    /// Device -> host.
-    pub(crate) fn download(
+    /// Device -> host through [`copy::enqueue`].
+    pub(crate) fn copy_to_host(
         &mut self,
         host: &HostBuffer,
         nbytes: usize,
@@ -92,7 +94,7 @@ impl DeviceSide {
         // SAFETY: the host buffer holds nbytes bytes and stays alive (the array owns an
         // Arc to it) until the event recorded below, which every host access waits for.
         let op =
-            unsafe { sync::enqueue(Span::Host(host, 0), Span::Device(&src, 0), nbytes, stream)? };
+            unsafe { copy::enqueue(Span::Host(host, 0), Span::Device(&src, 0), nbytes, stream)? };
         match op {
             Some(op) => self.record(op, None),
             None => Ok(()),
@@ -116,7 +118,7 @@ impl DeviceSide {
         self.order(stream, to)?;
         // SAFETY: device memory only: no host span.
         let op =
-            unsafe { sync::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
+            unsafe { copy::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
         // Only now does the new buffer become the device copy: if anything above
         // failed, the array still holds its data on the source device.
         if let Some(op) = op {
@@ -192,7 +194,7 @@ impl DeviceSide {
         let stream = self.pick(None, src.device().id());
         self.order(stream, src.device().id())?;
         // Staged through pinned slots or direct, as `route` decides; done when it returns.
-        sync::download(out, &src, offset, None, stream)
+        copy::download(out, &src, offset, None, stream)
     }
 
     /// Writes bytes of the device copy, after pending work; returns once `value` has
@@ -201,7 +203,7 @@ impl DeviceSide {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
-        match sync::upload(&dst, offset, value, None, stream)? {
+        match copy::upload(&dst, offset, value, None, stream)? {
             Some(op) => self.record_legacy_lazily(op),
             None => Ok(()),
         }
@@ -232,7 +234,7 @@ impl DeviceSide {
         let dst = self.current()?;
         let stream = self.pick(None, dst.device().id());
         self.order(stream, dst.device().id())?;
-        match sync::upload_with(&dst, offset, len, fill, stream)? {
+        match copy::upload_with(&dst, offset, len, fill, stream)? {
             Some(op) => self.record(op, None),
             None => Ok(()),
         }
@@ -267,7 +269,7 @@ impl DeviceSide {
             let dst = unsafe {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
             };
-            let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            let op = direct::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
             self.record_read(&op)?;
             let event = op.into_event()?;
             match consumer {
@@ -320,7 +322,7 @@ impl DeviceSide {
             let dst = unsafe {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
             };
-            let op = transfer::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            let op = direct::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
             self.record_read(&op)?;
             out.buffer = Some(Arc::new(dst));
             out.record(op, None)?;

@@ -13,7 +13,7 @@ use crate::stream::Stream;
 use super::job::{HostSide, Slot, Transfer};
 use super::settings::{Direction, StagingConfig};
 use super::short::{Short, run_short};
-use crate::host_threads::parallel;
+use crate::copy::threads::parallel;
 
 struct Lane {
     stream: Stream,

@@ -1,24 +1,46 @@
-//! One copy between any two kinds of memory (umem's `sync_to` / `sync_from`).
+//! Moving bytes: every copy memarray makes, in one wing.
+//!
+//! - This module's door: [`copy_to`] / [`copy_from`] (one bounds-checked, waited-for copy
+//!   between any two kinds of memory, umem's `sync_to` / `sync_from`), [`enqueue`] (the
+//!   same copy without the wait, for callers that order host access with events: the
+//!   MemArray mirror moves array data through it), and the one [`upload`] / [`download`]
+//!   pair (host bytes to and from a device buffer by the route `route` picks), with
+//!   [`upload_with`] for bytes produced while they are copied (a file read).
+//! - [`direct`]: the driver's own copies and memsets on a stream (host to device, device
+//!   to host, device to device, peer), bounds-checked.
+//! - [`staged`]: pageable host memory to and from devices at pinned speed (several host
+//!   threads, pinned slots), with its settings.
+//! - `route`: which of the two a host copy takes (the driver's direct copy for pinned
+//!   memory and small copies, the staged pipeline above its direct-copy size).
+//! - `threads`: the host thread pool that staged copies, `.npy` reads, `move_many`'s
+//!   packing and large host copies share; it owns its own limits, which staging's
+//!   settings pass in.
 //!
 //! A [`Span`] is a byte range of host-reachable memory (a [`HostBuffer`] from a host,
-//! pinned, managed or file resource) or of device memory (a [`DeviceBuffer`]).
-//! [`sync_to`] copies `len` bytes between two spans of any kinds, checks both ranges
-//! ([`CoreError::CopyOutOfRange`]), picks the transfer (memcpy, host to device, device to
-//! host, device to device, peer) and returns once the bytes have arrived, so both sides
-//! may be used at once. [`enqueue`] is the same copy without the wait, for callers that
-//! order host access with events: the MemArray mirror moves array data through it.
-//! Pageable (and file-backed) host memory goes through the staged pipeline of
-//! [`staging`] (several threads, pinned slots) above its direct-copy size.
+//! pinned, managed or file resource) or of device memory (a [`DeviceBuffer`]); both ranges
+//! of a copy are checked ([`CoreError::CopyOutOfRange`]).
+
+pub mod direct;
+pub(crate) mod route;
+pub mod staged;
+pub(crate) mod threads;
 
 use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::event::Enqueued;
-use crate::route::{self, Route};
-use crate::staging::Direction;
 use crate::stream::StreamRef;
-use crate::{staging, transfer};
+use route::Route;
+use staged::Direction;
+
+/// Copies the host bytes `src` into `dst` (equal lengths, checked), on several of the
+/// pool's threads from [`threads::PARALLEL_HOST_COPY`] bytes up, at most staging's
+/// host-to-device thread count of them.
+pub(crate) fn host_to_host(dst: &mut [u8], src: &[u8]) -> Result<()> {
+    let lanes = staged::config(Direction::ToDevice).map_or(1, |c| c.threads);
+    threads::copy_host(dst, src, lanes)
+}
 
 /// A byte range to copy to or from.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +72,7 @@ impl Span<'_> {
 /// Copies `len` bytes from `src` to `dst` (any two kinds) on `stream` (device copies; the
 /// legacy default stream for `None`) and waits for them. Overlapping host ranges of one
 /// buffer are copied as `memmove` would.
-pub fn sync_to(dst: Span<'_>, src: Span<'_>, len: usize, stream: Option<StreamRef>) -> Result<()> {
+pub fn copy_to(dst: Span<'_>, src: Span<'_>, len: usize, stream: Option<StreamRef>) -> Result<()> {
     let stream = stream.unwrap_or(StreamRef::legacy());
     // SAFETY: the copy is waited for before the borrows of both spans end.
     match unsafe { enqueue(dst, src, len, stream) }? {
@@ -95,12 +117,12 @@ pub unsafe fn enqueue(
             // SAFETY: the range was checked against the live buffer; the staged copy has
             // read it when it returns.
             let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(soff), len) };
-            staging::upload(d, doff, src, stream)?
+            staged::to_device(d, doff, src, stream)?
         }
         (Span::Device(d, doff), Span::Host(s, soff)) => {
             // SAFETY: the source range is checked and kept by the caller until the copy
             // has run (item 1).
-            Some(unsafe { transfer::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?)
+            Some(unsafe { direct::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?)
         }
         (Span::Host(d, doff), Span::Device(s, soff))
             if route::host(
@@ -115,17 +137,15 @@ pub unsafe fn enqueue(
             // keeps from host access until the copy is done (item 1); the staged copy has
             // written it when it returns.
             let dst = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr().add(doff), len) };
-            staging::download(dst, s, soff, stream)?;
+            staged::to_host(dst, s, soff, stream)?;
             Some(Enqueued::new(stream, s.device().clone()))
         }
         (Span::Host(d, doff), Span::Device(s, soff)) => {
             // SAFETY: as above, for the destination range.
-            Some(unsafe {
-                transfer::copy_dtoh_raw(d.as_mut_ptr().add(doff), s, soff, len, stream)
-            }?)
+            Some(unsafe { direct::copy_dtoh_raw(d.as_mut_ptr().add(doff), s, soff, len, stream) }?)
         }
         (Span::Device(d, doff), Span::Device(s, soff)) => {
-            Some(transfer::copy_peer(d, doff, s, soff, len, stream)?)
+            Some(direct::copy_peer(d, doff, s, soff, len, stream)?)
         }
     })
 }
@@ -150,7 +170,7 @@ pub fn upload(
         src.as_ptr(),
         src.len(),
     )? {
-        Route::Staged => staging::upload(dst, dst_offset, src, stream),
+        Route::Staged => staged::to_device(dst, dst_offset, src, stream),
         // What the route learned is not asked again.
         Route::Direct { known }
             if !src.is_empty()
@@ -164,14 +184,13 @@ pub fn upload(
             // so the DMA may run on while the caller reuses `src`; the caller orders
             // later work after the returned copy. (A known pointer is read in place.)
             // SAFETY: `src` is read before the call returns (above), while borrowed.
-            let op = unsafe {
-                transfer::copy_htod_raw(dst, dst_offset, src.as_ptr(), src.len(), stream)
-            }?;
+            let op =
+                unsafe { direct::copy_htod_raw(dst, dst_offset, src.as_ptr(), src.len(), stream) }?;
             Ok(Some(op))
         }
         Route::Direct { .. } => {
             // copy_htod waits for the stream: the copy is complete.
-            let _complete = transfer::copy_htod(dst, dst_offset, src, stream)?;
+            let _complete = direct::copy_htod(dst, dst_offset, src, stream)?;
             Ok(None)
         }
     }
@@ -190,11 +209,11 @@ pub fn upload_with(
     dst.range(dst_offset, len)?;
     // The bytes do not exist yet: only the size decides.
     match route::by_size(Direction::ToDevice, len)? {
-        Route::Staged => staging::upload_with(dst, dst_offset, len, fill, stream),
+        Route::Staged => staged::to_device_with(dst, dst_offset, len, fill, stream),
         Route::Direct { .. } => {
             let mut buf = vec![0u8; len];
             fill(0, &mut buf)?;
-            let _complete = transfer::copy_htod(dst, dst_offset, &buf, stream)?;
+            let _complete = direct::copy_htod(dst, dst_offset, &buf, stream)?;
             Ok(None)
         }
     }
@@ -217,19 +236,19 @@ pub fn download(
         dst.as_ptr(),
         dst.len(),
     )? {
-        Route::Staged => staging::download(dst, src, src_offset, stream),
-        Route::Direct { .. } => transfer::copy_dtoh(dst, src, src_offset, stream),
+        Route::Staged => staged::to_host(dst, src, src_offset, stream),
+        Route::Direct { .. } => direct::copy_dtoh(dst, src, src_offset, stream),
     }
 }
 
-/// [`sync_to`] with the arguments the other way round: fills `dst` from `src`.
-pub fn sync_from(
+/// [`copy_to`] with the arguments the other way round: fills `dst` from `src`.
+pub fn copy_from(
     src: Span<'_>,
     dst: Span<'_>,
     len: usize,
     stream: Option<StreamRef>,
 ) -> Result<()> {
-    sync_to(dst, src, len, stream)
+    copy_to(dst, src, len, stream)
 }
 
 #[cfg(test)]
@@ -246,14 +265,14 @@ mod tests {
         let file = Arc::new(FileResource::create(&path).unwrap());
         let src = HostBuffer::from_bytes(&[1, 2, 3, 4, 5, 6], Arc::new(HostResource)).unwrap();
         let dst = HostBuffer::zeroed_in(8, file).unwrap();
-        sync_to(Span::Host(&dst, 2), Span::Host(&src, 1), 4, None).unwrap();
+        copy_to(Span::Host(&dst, 2), Span::Host(&src, 1), 4, None).unwrap();
         assert_eq!(dst.as_slice(), &[0, 0, 2, 3, 4, 5, 0, 0]);
         let back = HostBuffer::zeroed(4).unwrap();
-        sync_from(Span::Host(&dst, 3), Span::Host(&back, 0), 4, None).unwrap();
+        copy_from(Span::Host(&dst, 3), Span::Host(&back, 0), 4, None).unwrap();
         assert_eq!(back.as_slice(), &[3, 4, 5, 0]);
-        assert!(sync_to(Span::Host(&dst, 6), Span::Host(&src, 0), 4, None).is_err());
-        assert!(sync_to(Span::Host(&dst, 0), Span::Host(&src, usize::MAX), 1, None).is_err());
-        sync_to(Span::Host(&dst, 8), Span::Host(&src, 6), 0, None).unwrap();
+        assert!(copy_to(Span::Host(&dst, 6), Span::Host(&src, 0), 4, None).is_err());
+        assert!(copy_to(Span::Host(&dst, 0), Span::Host(&src, usize::MAX), 1, None).is_err());
+        copy_to(Span::Host(&dst, 8), Span::Host(&src, 6), 0, None).unwrap();
         drop(dst);
         std::fs::remove_file(&path).ok();
     }

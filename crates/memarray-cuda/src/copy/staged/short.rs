@@ -13,8 +13,8 @@ use crate::stream::StreamRef;
 
 use super::job::{HostSide, Slot, Transfer, copy_to_pinned};
 use super::settings::{Direction, StagingConfig};
-use crate::host_threads::panicked;
-use crate::host_threads::{parallel, spin_then_yield_until};
+use crate::copy::threads::panicked;
+use crate::copy::threads::{parallel, spin_then_yield_until};
 
 /// The short path's pinned buffers and the events of its pieces.
 pub(super) struct Short {

@@ -13,7 +13,7 @@
 //! - Ordering: every lane stream first waits on an event recorded on the caller's stream
 //!   (work queued before the copy comes first); after a host-to-device copy the caller's
 //!   stream waits on every lane's last DMA, so work queued after it sees the data.
-//! - When [`upload`] returns the user's bytes have been read; when [`download`] returns
+//! - When [`to_device`] returns the user's bytes have been read; when [`to_host`] returns
 //!   they have been written. Nothing touches user memory after either returns.
 //! - Whether a copy is staged at all is decided by `route` (copies below
 //!   [`StagingConfig::direct_below`], and host memory the driver already knows, go
@@ -45,36 +45,36 @@ use pipeline::run;
 /// Copies `src` to `dst[dst_offset..]` through the pinned slots, ordered after the work
 /// queued on `stream`. Returns once `src` has been read, with the operation on `stream` to
 /// record (work queued on `stream` afterwards sees the data; the DMA of the last chunks
-/// may still run). Always `Some`; [`crate::sync::upload`] chooses between this and the
+/// may still run). Always `Some`; [`crate::copy::upload`] chooses between this and the
 /// driver's direct copy.
-pub fn upload(
+pub fn to_device(
     dst: &DeviceBuffer,
     dst_offset: usize,
     src: &[u8],
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
     let host = HostSide::Memory(src.as_ptr() as usize);
-    upload_from(dst, dst_offset, src.len(), host, stream)
+    to_device_from(dst, dst_offset, src.len(), host, stream)
 }
 
 /// Copies `len` bytes that `fill(offset, buf)` produces (a file read, say) to
 /// `dst[dst_offset..]`, ordered after the work queued on `stream`: each lane fills its
 /// pinned slot directly, so the bytes cross host memory once. Returns once every `fill`
-/// has returned; the operation on `stream` to record, as [`upload`]'s. The first error of
+/// has returned; the operation on `stream` to record, as [`to_device`]'s. The first error of
 /// `fill` ends the copy (the device range is then partly written).
-pub fn upload_with(
+pub fn to_device_with(
     dst: &DeviceBuffer,
     dst_offset: usize,
     len: usize,
     fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
-    upload_from(dst, dst_offset, len, HostSide::Fill(fill), stream)
+    to_device_from(dst, dst_offset, len, HostSide::Fill(fill), stream)
 }
 
-/// The staged upload of `len` bytes from `host` to `dst[dst_offset..]` ([`upload`] and
-/// [`upload_with`]).
-fn upload_from(
+/// The staged copy of `len` bytes from `host` to `dst[dst_offset..]` ([`to_device`] and
+/// [`to_device_with`]).
+fn to_device_from(
     dst: &DeviceBuffer,
     dst_offset: usize,
     len: usize,
@@ -94,8 +94,8 @@ fn upload_from(
 
 /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` through the pinned slots,
 /// after the work queued on `stream`. Returns once the bytes are in `dst`
-/// ([`crate::sync::download`] chooses between this and the driver's direct copy).
-pub fn download(
+/// ([`crate::copy::download`] chooses between this and the driver's direct copy).
+pub fn to_host(
     dst: &mut [u8],
     src: &DeviceBuffer,
     src_offset: usize,

@@ -13,11 +13,16 @@ use crate::error::{CudaError, Result};
 /// Host copies of at least this many bytes are split across threads ([`copy_host`]).
 pub const PARALLEL_HOST_COPY: usize = 8 << 20;
 
+/// The most lanes one call of [`parallel`] may ask for (staging's thread setting is
+/// bounded by it).
+pub const MAX_LANES: usize = 64;
+
 /// Copies `src` into `dst` (equal lengths, checked), on several threads from
-/// [`PARALLEL_HOST_COPY`] bytes up (one per 4 MiB, at most the host-to-device lane count
-/// and half the cores): one thread's memcpy reaches 9-12 GB/s, host memory bandwidth
-/// several times that.
-pub fn copy_host(dst: &mut [u8], src: &[u8]) -> Result<()> {
+/// [`PARALLEL_HOST_COPY`] bytes up (one per 4 MiB, at most `max_lanes` and half the
+/// cores): one thread's memcpy reaches 9-12 GB/s, host memory bandwidth several times
+/// that. The caller passes the lane limit (the wing's door passes staging's host-to-device
+/// thread setting).
+pub fn copy_host(dst: &mut [u8], src: &[u8], max_lanes: usize) -> Result<()> {
     if dst.len() != src.len() {
         return Err(memarray_core::CoreError::CopyOutOfRange {
             offset: 0,
@@ -33,9 +38,7 @@ pub fn copy_host(dst: &mut [u8], src: &[u8]) -> Result<()> {
         // At most half the cores: a host copy must not starve the process's other threads
         // (on 2 cores it stays on the caller's thread).
         let half = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
-        let max = crate::staging::config(crate::staging::Direction::ToDevice)
-            .map_or(1, |c| c.threads)
-            .min(half);
+        let max = max_lanes.min(half);
         (len >> 22).clamp(1, max.max(1))
     };
     if lanes == 1 {
@@ -142,7 +145,7 @@ impl Worker {
 
 /// Most worker threads in the process (concurrent copies share them; a lane with no
 /// worker left runs on the caller's thread).
-const MAX_WORKERS: usize = 2 * crate::staging::MAX_THREADS;
+const MAX_WORKERS: usize = 2 * MAX_LANES;
 
 /// The idle workers, and how many exist, in the fork generation that started them (a
 /// forked child has none of its parent's threads: it starts its own).
@@ -321,11 +324,11 @@ mod tests {
         ] {
             let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
             let mut dst = vec![0u8; len];
-            copy_host(&mut dst, &src).unwrap();
+            copy_host(&mut dst, &src, 8).unwrap();
             assert!(dst == src, "len {len}");
         }
         let mut short = vec![0u8; 3];
-        assert!(copy_host(&mut short, &[1, 2, 3, 4]).is_err());
+        assert!(copy_host(&mut short, &[1, 2, 3, 4], 8).is_err());
     }
 
     #[test]

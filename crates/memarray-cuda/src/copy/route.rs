@@ -1,15 +1,15 @@
 //! The one place that decides how bytes move between host memory and a device:
 //! straight to the driver ([`crate::transfer`]) or through the staged pipeline
-//! ([`crate::staging`]). `sync` (every copy between two kinds of memory, the mirror's
+//! ([`crate::copy::staged`]). `sync` (every copy between two kinds of memory, the mirror's
 //! moves included) and `array::batch` (many small arrays at once) ask here; `staging`
 //! itself always stages and never falls back.
 
 use memarray_core::MemoryKind;
 
+use crate::copy::staged::{self, Direction};
 use crate::device::Device;
 use crate::driver;
 use crate::error::Result;
-use crate::staging::{self, Direction};
 
 /// How a host-device copy runs, with what the decision learned about the memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub(crate) fn driver_knows(device: &Device, ptr: *const u8) -> Result<bool> {
 /// The route by size alone: for bytes that do not exist yet (a file read into the
 /// pipeline), where no buffer can be asked about.
 pub(crate) fn by_size(dir: Direction, len: usize) -> Result<Route> {
-    Ok(if len < staging::config(dir)?.direct_below {
+    Ok(if len < staged::config(dir)?.direct_below {
         Route::Direct { known: None }
     } else {
         Route::Staged

@@ -8,7 +8,7 @@ use crate::error::{CudaError, Result, SettingError};
 /// Smallest chunk a lane copies: below it the per-chunk driver calls dominate.
 pub const MIN_CHUNK: usize = 64 << 10;
 /// Most lanes.
-pub const MAX_THREADS: usize = 64;
+pub const MAX_THREADS: usize = crate::copy::threads::MAX_LANES;
 
 /// How staged copies run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

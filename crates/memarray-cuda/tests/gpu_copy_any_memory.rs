@@ -1,10 +1,10 @@
-//! `sync_to` between every pair of memory kinds (issue 7): host, pinned, managed, file and
+//! `copy_to` between every pair of memory kinds (issue 7): host, pinned, managed, file and
 //! device memory; data goes through each pair and back, and bad ranges are refused.
 
 use std::sync::Arc;
 
 use memarray_core::{FileResource, HostBuffer, HostResource, MemoryResource};
-use memarray_cuda::sync::{Span, sync_to};
+use memarray_cuda::copy::{Span, copy_to};
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, DeviceResource, ManagedResource, PinnedResource, StreamRef};
 
@@ -62,12 +62,12 @@ fn gpu_sync_to_between_every_pair_of_kinds() {
         for (b_name, make_b) in &kinds {
             let (a, b) = (make_a(), make_b());
             let out = HostBuffer::zeroed(N).unwrap();
-            sync_to(a.span(0), Span::Host(&source, 0), N, None).unwrap();
-            sync_to(b.span(0), a.span(0), N, None).unwrap();
-            sync_to(Span::Host(&out, 0), b.span(0), N, None).unwrap();
+            copy_to(a.span(0), Span::Host(&source, 0), N, None).unwrap();
+            copy_to(b.span(0), a.span(0), N, None).unwrap();
+            copy_to(Span::Host(&out, 0), b.span(0), N, None).unwrap();
             assert_eq!(out.as_slice(), &pattern[..], "{a_name} -> {b_name}");
             assert!(
-                sync_to(b.span(1), a.span(0), N, None).is_err(),
+                copy_to(b.span(1), a.span(0), N, None).is_err(),
                 "{a_name} -> {b_name}: out of range"
             );
         }
