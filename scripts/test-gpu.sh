@@ -36,7 +36,7 @@ cargo test --release --workspace --exclude memarray-python --features memarray-c
       if [ "$kind" != example ] && [ "$name" != memarray-c__header ]; then cp "$path" "$STAGE/bin/$name"; fi
     done
 echo "== building benches and examples"
-{ cargo bench -p memarray-cuda --no-run --message-format=json 2>/dev/null || true; } \
+{ cargo bench -p memarray-cuda -p memarray-c -p memarray-core --no-run --message-format=json 2>/dev/null || true; } \
   | executables | while read -r kind name path; do
       if [ "$kind" = bench ]; then cp "$path" "$STAGE/bench/$name"; fi
     done

@@ -32,7 +32,7 @@ def test_exception_exit_releases(exc):
     a[0] = 1  # usable again
 
 
-def test_entered_context_collected_without_exit_releases_issue6():
+def test_entered_context_collected_without_exit_releases():
     a = memarray.MemArray([3], np.int32)
     ctx = a.get_dlpack()
     ctx.__enter__()

@@ -18,7 +18,7 @@ COUNTS: dict[str, int] = {}
 
 
 @pytest.mark.parametrize("group", ["dlpack", "subclasses", "files", "pickles"])
-def test_adversarial_group_never_crashes_issue13(group):
+def test_adversarial_group_never_crashes(group):
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run(
         [sys.executable, str(HERE / "crash_cases.py"), group],

@@ -368,7 +368,7 @@ def test_strided_device_tensors_are_copied_unless_copy_false():
 
 
 @gpu
-def test_issue29_cai_and_dlpack_follow_one_layout_rule():
+def test_cai_and_dlpack_follow_one_layout_rule():
     # One import road: a broadcast (stride 0) view is refused the same way whether it
     # comes through the CUDA Array Interface or DLPack, naming the overlap.
     cupy = pytest.importorskip("cupy")

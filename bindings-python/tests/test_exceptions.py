@@ -215,7 +215,7 @@ def walk() -> list[str]:
     return bad
 
 
-def test_every_public_callable_raises_only_documented_types_issue13():
+def test_every_public_callable_raises_only_documented_types():
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with tempfile.TemporaryDirectory() as d:  # methods given "x" may write files there
         r = subprocess.run(

@@ -59,7 +59,7 @@ def child_work():
 """
 
 
-def test_issue26_item1_os_fork_under_churn_never_hangs_a_child():
+def test_os_fork_under_churn_never_hangs_a_child():
     out = child_stdout(
         CHURN
         + """
@@ -89,7 +89,7 @@ print("bad", bad)
     assert "bad []" in out, out
 
 
-def test_issue26_item1_multiprocessing_fork_children_under_churn():
+def test_multiprocessing_fork_children_under_churn():
     out = child_stdout(
         CHURN
         + """
@@ -118,7 +118,7 @@ if __name__ == "__main__":
     assert "done True" in out, out
 
 
-def test_issue26_item1_fork_while_the_dtype_table_is_first_filled():
+def test_fork_while_the_dtype_table_is_first_filled():
     # A fresh interpreter per round: the table is empty until a thread's first use fills it
     # (importing ml_dtypes). NumPy is imported first: a child forked while another thread
     # imports a module hangs on that module's import lock (CPython's rule, not memarray's).

@@ -1,4 +1,4 @@
-"""Regression tests for issue 13, one per item (named ``test_issue13_itemN_...``).
+"""Regression tests for issue 13, one per item (named ``test_itemN_...``).
 Cases that crashed the process run in a subprocess, so a regression fails the test
 instead of ending the run."""
 
@@ -23,7 +23,7 @@ from memarray import resources as mr
 # ---- crashes ----
 
 
-def test_issue13_item1_file_resource_never_truncates_a_file_in_use(tmp_path):
+def test_file_resource_never_truncates_a_file_in_use(tmp_path):
     r = run_child(
         f"""
         import memarray
@@ -51,7 +51,7 @@ def test_issue13_item1_file_resource_never_truncates_a_file_in_use(tmp_path):
     assert_clean(r)
 
 
-def test_issue13_item2_load_of_a_file_shrinking_meanwhile_raises(tmp_path):
+def test_load_of_a_file_shrinking_meanwhile_raises(tmp_path):
     r = run_child(
         f"""
         import threading, time, numpy as np, memarray
@@ -82,7 +82,7 @@ def test_issue13_item2_load_of_a_file_shrinking_meanwhile_raises(tmp_path):
     assert_clean(r)
 
 
-def test_issue13_item3_to_numpy_out_ignores_a_lying_subclass():
+def test_to_numpy_out_ignores_a_lying_subclass():
     r = run_child(
         """
         import numpy as np, memarray, hostile
@@ -113,7 +113,7 @@ def _shared_library() -> str:
     pytest.fail("no extension module on this Python is a shared library")
 
 
-def test_issue13_item4a_a_fake_libcuda_is_unavailable_not_a_panic(tmp_path):
+def test_item4a_a_fake_libcuda_is_unavailable_not_a_panic(tmp_path):
     # Both names the loader is asked for (libcuda.so first), so a real driver elsewhere on
     # the machine is not found first.
     lib = _shared_library()
@@ -145,7 +145,7 @@ def test_issue13_item4a_a_fake_libcuda_is_unavailable_not_a_panic(tmp_path):
     assert "ok" in r.stdout
 
 
-def test_issue13_item4a_a_missing_libcuda_is_unavailable():
+def test_item4a_a_missing_libcuda_is_unavailable():
     if memarray.cuda.is_available():
         pytest.skip("a driver is present (the fake-driver test covers this machine)")
     r = run_child(
@@ -162,7 +162,7 @@ def test_issue13_item4a_a_missing_libcuda_is_unavailable():
     assert "ok" in r.stdout
 
 
-def test_issue13_item4b_exchange_timeout_inf_nan_negative(tmp_path):
+def test_item4b_exchange_timeout_inf_nan_negative(tmp_path):
     from memarray._memarray import distributed as d
 
     p = tmp_path / "id"
@@ -174,7 +174,7 @@ def test_issue13_item4b_exchange_timeout_inf_nan_negative(tmp_path):
             d.exchange_id_file(str(tmp_path / "none"), 1, bad)
 
 
-def test_issue13_item5_forged_dlpack_offsets_and_strides_are_refused():
+def test_forged_dlpack_offsets_and_strides_are_refused():
     r = run_child(
         """
         import memarray, hostile
@@ -197,7 +197,7 @@ def test_issue13_item5_forged_dlpack_offsets_and_strides_are_refused():
 # ---- wrong data ----
 
 
-def test_issue13_item6_overlapping_source_is_copied_not_skipped():
+def test_overlapping_source_is_copied_not_skipped():
     x = np.arange(20.0)
     m = memarray.from_dlpack(x[:10])
     m.read_numpy_array(x[5:15])
@@ -209,7 +209,7 @@ def test_issue13_item6_overlapping_source_is_copied_not_skipped():
     np.testing.assert_array_equal(n.to_numpy(), np.arange(6.0))
 
 
-def test_issue13_item7_pickles_are_consistent_under_a_writer():
+def test_pickles_are_consistent_under_a_writer():
     a = memarray.MemArray((256, 256), np.float64)
     idx = np.indices((256, 256)).sum(axis=0).astype(np.float64)
     stop = threading.Event()
@@ -233,7 +233,7 @@ def test_issue13_item7_pickles_are_consistent_under_a_writer():
     assert torn == 0, f"{torn} of 50 snapshots were torn"
 
 
-def test_issue13_item7_out_of_band_buffers_do_not_alias():
+def test_out_of_band_buffers_do_not_alias():
     a = memarray.MemArray((1000,), np.float64)
     buffers = []
     s = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)
@@ -252,7 +252,7 @@ def _npy(header: str, version=(1, 0), data=b"") -> bytes:
     return pre + size + h + data
 
 
-def test_issue13_item8_duplicate_keys_take_the_last_as_numpy(tmp_path):
+def test_duplicate_keys_take_the_last_as_numpy(tmp_path):
     data = np.arange(6, dtype="<i8").tobytes()
     cases = [
         "{'descr': '<i8', 'fortran_order': True, 'fortran_order': False, 'shape': (6,), }",
@@ -268,7 +268,7 @@ def test_issue13_item8_duplicate_keys_take_the_last_as_numpy(tmp_path):
         np.testing.assert_array_equal(got.to_numpy(), want)
 
 
-def test_issue13_item8_headers_numpy_refuses_are_refused(tmp_path):
+def test_headers_numpy_refuses_are_refused(tmp_path):
     data = np.zeros(6, "<f8").tobytes()
     refused = [
         ("{'descr': '<f8', 'fortran_order': False, 'shape': (6,), 'extra': 1, }", (1, 0)),
@@ -289,7 +289,7 @@ def test_issue13_item8_headers_numpy_refuses_are_refused(tmp_path):
 # ---- broken promises ----
 
 
-def test_issue13_item9_rebuild_validates_before_allocating():
+def test_rebuild_validates_before_allocating():
     from memarray import _pickle
 
     t = time.perf_counter()
@@ -307,7 +307,7 @@ def test_issue13_item9_rebuild_validates_before_allocating():
     assert time.perf_counter() - t < 1.0
 
 
-def test_issue13_item10_huge_extent_beside_zero_is_refused_everywhere(tmp_path):
+def test_huge_extent_beside_zero_is_refused_everywhere(tmp_path):
     from memarray import _pickle
 
     shape = (0, 2**64 - 1)
@@ -325,7 +325,7 @@ def test_issue13_item10_huge_extent_beside_zero_is_refused_everywhere(tmp_path):
         memarray.load(p)
 
 
-def test_issue13_item11_producer_types_are_not_kept_alive():
+def test_producer_types_are_not_kept_alive():
     refs = []
     for _ in range(300):
         cls = type("P", (), {})
@@ -370,7 +370,7 @@ def _get_buffer(obj, flags) -> bool:
     return True
 
 
-def test_issue13_item12_fortran_contiguous_requests_follow_pep3118():
+def test_fortran_contiguous_requests_follow_pep3118():
     PyBUF_F_CONTIGUOUS = 0x0040 | 0x0010 | 0x0008
     PyBUF_C_CONTIGUOUS = 0x0020 | 0x0010 | 0x0008
     a = memarray.MemArray((2, 3), np.float64)
@@ -381,7 +381,7 @@ def test_issue13_item12_fortran_contiguous_requests_follow_pep3118():
     assert _get_buffer(memarray.MemArray((1, 5)), PyBUF_F_CONTIGUOUS) is True
 
 
-def test_issue13_item13_array_protocol_copy_false():
+def test_array_protocol_copy_false():
     a = memarray.MemArray((4,), np.float64)
     v = a.__array__("f8", copy=False)
     v[1] = 5.0
@@ -394,7 +394,7 @@ def test_issue13_item13_array_protocol_copy_false():
     assert a.__array__("i4").dtype == np.int32
 
 
-def test_issue13_item14_reported_inputs_raise_documented_types(tmp_path):
+def test_reported_inputs_raise_documented_types(tmp_path):
     a = memarray.MemArray((3,), np.float64)
     checks = [
         (lambda: memarray.MemArray(3, device_id=2**64), ValueError, "device_id"),
@@ -431,7 +431,7 @@ def test_issue13_item14_reported_inputs_raise_documented_types(tmp_path):
     assert memarray.load(p).shape == (3,)
 
 
-def test_issue13_item14_logging_to_a_full_device_raises_on_flush():
+def test_logging_to_a_full_device_raises_on_flush():
     if not os.path.exists("/dev/full"):
         pytest.skip("SKIPPED: no /dev/full")
     log = mr.Logging(mr.Host(), "/dev/full")
@@ -440,7 +440,7 @@ def test_issue13_item14_logging_to_a_full_device_raises_on_flush():
         log.flush()
 
 
-def test_issue13_item14_fifos_are_refused_at_once(tmp_path):
+def test_fifos_are_refused_at_once(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     r = run_child(
@@ -462,7 +462,7 @@ def test_issue13_item14_fifos_are_refused_at_once(tmp_path):
     assert "ok" in r.stdout
 
 
-def test_issue13_dlpack_import_kinds_still_work():
+def test_dlpack_import_kinds_still_work():
     x = np.arange(12.0).reshape(3, 4)
     for t in (x, x[:, ::2], x.T):
         np.testing.assert_array_equal(memarray.from_dlpack(t).to_numpy(), t)

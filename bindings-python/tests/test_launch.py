@@ -165,7 +165,7 @@ extern "C" __global__ void mark(memarray::Indexer<1> o) {
 
 
 @pytest.mark.gpu
-def test_issue26_item2_the_default_launch_covers_every_element():
+def test_the_default_launch_covers_every_element():
     try:
         f = mc.Module.from_source(EACH, "mark.cu", [f"-I{INCLUDE}"]).function("mark")
     except memarray.CudaUnavailableError as e:

@@ -61,7 +61,7 @@ def test_bad_files_are_typed_errors(tmp_path):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_issue26_item8_fortran_order_and_big_endian_files_load_as_numpy_loads(tmp_path, device):
+def test_fortran_order_and_big_endian_files_load_as_numpy_loads(tmp_path, device):
     rng = np.random.default_rng(26)
     cases = [
         np.asfortranarray(np.arange(6.0).reshape(2, 3)),

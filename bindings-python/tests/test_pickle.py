@@ -36,7 +36,7 @@ def test_round_trip_every_dtype_ndim_protocol(shape, dtype, protocol):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_protocol5_out_of_band_is_a_snapshot_issue13_item7(dtype):
+def test_protocol5_out_of_band_is_a_snapshot(dtype):
     a = filled((64, 1024), dtype)  # >= 64 KiB of data
     buffers = []
     stream = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)

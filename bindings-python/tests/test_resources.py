@@ -231,7 +231,7 @@ def test_unknown_memory_resource_name_fails_the_import_naming_the_choices():
     assert "cuda-pool" in err and "device, async or managed" in err, err[-2000:]
 
 
-def test_tracking_keeps_live_allocations_and_a_timeline_issue15():
+def test_tracking_keeps_live_allocations_and_a_timeline():
     import json
 
     t = mr.Tracking(mr.Host(), source="numba")
@@ -262,7 +262,7 @@ def test_tracking_keeps_live_allocations_and_a_timeline_issue15():
     assert t.snapshot()["live"] == []
 
 
-def test_tracking_backtraces_stacks_and_bad_input_issue15():
+def test_tracking_backtraces_stacks_and_bad_input():
     t = mr.Tracking(mr.Host(), backtraces=True)
     a = t.allocate(64)
     bt = t.snapshot()["live"][0]["backtrace"]

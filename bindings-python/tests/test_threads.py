@@ -189,18 +189,18 @@ def run_stress(gpu: bool):
     return stats
 
 
-def test_thread_stress_cpu_issue6():
+def test_thread_stress_cpu():
     stats = run_stress(gpu=False)
     assert stats.shared_incs > 0, "some increments must have won the lock"
 
 
 @pytest.mark.gpu
-def test_thread_stress_gpu_issue6():
+def test_thread_stress_gpu():
     stats = run_stress(gpu=True)
     assert stats.shared_incs > 0
 
 
-def test_seed_repro_eight_threads_get_dlpack_issue6():
+def test_seed_repro_eight_threads_get_dlpack():
     """The issue's repro: 8 threads x 200 locked NumPy increments on one array."""
     a = memarray.MemArray([16], np.float64)
     won = [0] * 8
@@ -229,7 +229,7 @@ def test_seed_repro_eight_threads_get_dlpack_issue6():
 
 
 @pytest.mark.parametrize("op", ["read_numpy_array", "to_numpy", "copy"])
-def test_copies_release_the_gil_issue6(op):
+def test_copies_release_the_gil(op):
     """While one thread copies 256 MiB, another thread keeps running Python: its
     wake-ups are delayed far less than one copy takes (a GIL-holding copy would delay
     them by the whole copy)."""

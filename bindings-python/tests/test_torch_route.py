@@ -102,7 +102,7 @@ print("ok")
 @pytest.mark.gpu
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("feature", sorted(FEATURES))
-def test_issue27_torch_keeps_its_features_through_memarray(feature, when):
+def test_torch_keeps_its_features_through_memarray(feature, when):
     _peer("torch")
     out = child_stdout(
         "import numpy as np\nnp.row_stack = np.vstack\n"
@@ -137,7 +137,7 @@ print(json.dumps(losses))
 
 
 @pytest.mark.gpu
-def test_issue27_a_cnn_trains_to_torchs_own_losses_with_cudnn_autotuning():
+def test_a_cnn_trains_to_torchs_own_losses_with_cudnn_autotuning():
     _peer("torch")
     own = json.loads(child_stdout(TRAIN).strip().splitlines()[-1])
     ours = json.loads(
@@ -154,7 +154,7 @@ def test_issue27_a_cnn_trains_to_torchs_own_losses_with_cudnn_autotuning():
 
 
 @pytest.mark.gpu
-def test_issue27_memarray_gets_torchs_cached_segments_back_under_pressure():
+def test_memarray_gets_torchs_cached_segments_back_under_pressure():
     _peer("torch")
     out = child_stdout(
         """

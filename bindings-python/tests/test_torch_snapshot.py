@@ -27,7 +27,7 @@ def _tracked():
     return t, b
 
 
-def test_issue27_item2_a_snapshot_in_torchs_format_has_segments_traces_and_frames(tmp_path):
+def test_a_snapshot_in_torchs_format_has_segments_traces_and_frames(tmp_path):
     t, b = _tracked()
     snap = t.snapshot()
     d = mr.torch_snapshot(snap)
@@ -46,7 +46,7 @@ def test_issue27_item2_a_snapshot_in_torchs_format_has_segments_traces_and_frame
     b.free()
 
 
-def test_issue27_item2_bad_input_is_a_value_error():
+def test_bad_input_is_a_value_error():
     for bad in (None, {}, {"live": 3, "timeline": [], "sources": []}, [1]):
         with pytest.raises(ValueError):
             mr.torch_snapshot(bad)
@@ -59,7 +59,7 @@ def test_issue27_item2_bad_input_is_a_value_error():
 
 
 @pytest.mark.gpu
-def test_issue27_item2_torchs_memory_viz_renders_memarrays_sites(tmp_path):
+def test_torchs_memory_viz_renders_memarrays_sites(tmp_path):
     _peer("torch")
     import memarray
 

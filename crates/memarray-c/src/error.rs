@@ -182,7 +182,7 @@ mod tests {
     use memarray_core::Location;
 
     #[test]
-    fn issue26_item3_a_refused_resource_is_an_invalid_argument() {
+    fn a_refused_resource_is_an_invalid_argument() {
         let e = Error::from(CudaError::Inaccessible {
             resource: "host".into(),
             location: Location::Device(0),

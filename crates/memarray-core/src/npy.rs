@@ -469,7 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn issue26_item8_fortran_order_and_big_endian_data_convert_to_c_native() {
+    fn fortran_order_and_big_endian_data_convert_to_c_native() {
         let good = write_header(DType::I16, &[2, 3]).unwrap();
         let with = edited(&good);
         let h = parse_header(&with(&|t| {
@@ -514,7 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn issue26_item8_descriptors_numpy_reads() {
+    fn descriptors_numpy_reads() {
         for (descr, want, swapped) in [
             ("<q", DType::I64, false),
             ("<l", DType::I64, false),

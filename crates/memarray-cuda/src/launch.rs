@@ -349,7 +349,7 @@ mod tests {
     use crate::module::{MAX_GRID_X, covering, grid_stride};
 
     #[test]
-    fn issue26_item2_the_default_grid_gives_every_element_a_thread() {
+    fn the_default_grid_gives_every_element_a_thread() {
         // The H100 case: 2,100,000 elements, blocks of 1024, 132 SMs x 2 resident blocks.
         for (n, block) in [
             (2_100_000u64, 1024u32),

@@ -1,4 +1,4 @@
-//! Arrays born where they are used (issue 7): `empty_on`, `zeros_on`, `full_on` on the
+//! Arrays born where they are used: `empty_on`, `zeros_on`, `full_on` on the
 //! host (CPU) and on a device (GPU): device-born arrays have no host copy until their
 //! first move to the host, and their fill happens on the device.
 

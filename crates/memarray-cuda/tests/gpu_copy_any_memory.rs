@@ -1,4 +1,4 @@
-//! `copy_to` between every pair of memory kinds (issue 7): host, pinned, managed, file and
+//! `copy_to` between every pair of memory kinds: host, pinned, managed, file and
 //! device memory; data goes through each pair and back, and bad ranges are refused.
 
 use std::sync::Arc;

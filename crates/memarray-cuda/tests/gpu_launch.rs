@@ -1,4 +1,4 @@
-//! Your own kernels through `memarray_cuda::launch` (issue 17, first piece): a module
+//! Your own kernels through `memarray_cuda::launch`: a module
 //! loaded from PTX (the seed kernel's, standing in for a user's), arrays passed as
 //! Indexers, ordering across streams without any manual event, and bad input refused
 //! with errors that name the problem.

@@ -1,4 +1,4 @@
-//! The caching pool on the device (issue 7): the conformance suite over device, pinned and
+//! The caching pool on the device: the conformance suite over device, pinned and
 //! managed upstreams (and a statistics adaptor over the pool), and the cross-stream reuse
 //! rule: a block freed on a busy stream is not handed to another stream until that
 //! stream's work has completed, while the same stream reuses it at once.

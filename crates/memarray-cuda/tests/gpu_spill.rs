@@ -1,4 +1,4 @@
-//! Spilling on the GPU (issue 16): workloads past a device budget keep every value,
+//! Spilling on the GPU: workloads past a device budget keep every value,
 //! exports and locks pin arrays, spilled arrays come back on every device path, the
 //! out-of-memory path spills, 16 threads with spilling on, and spilling off changes
 //! nothing. Spill settings are per process: the tests take one mutex.

@@ -288,7 +288,7 @@ fn gpu_peer_moves_between_two_devices() {
     peer_moves_with_owned_streams(&devs, n);
 }
 
-/// Regression (issue 3): an owned stream of device 0 must not become the default for
+/// Regression: an owned stream of device 0 must not become the default for
 /// work on device 1 (kernels and event records on another device's stream fail).
 fn peer_moves_with_owned_streams(devs: &[Arc<Device>], n: usize) {
     let s0 = Stream::new(&devs[0]).unwrap();
@@ -424,7 +424,7 @@ fn gpu_write_all_and_host_add_index_on_device_data() {
     assert_eq!(a.as_slice().unwrap(), &[0x0909; 5]);
 }
 
-/// Issue 29: the one import of a foreign device tensor. A C-contiguous tensor over
+/// The one import of a foreign device tensor. A C-contiguous tensor over
 /// another array's device memory is shared; a strided view of it is gathered into a new
 /// C-contiguous device array; a claim past the end of the allocation is refused before
 /// any copy reads it; copies forbidden refuse the view.

@@ -1,4 +1,4 @@
-//! Thread stress (issue 6): `SharedArray` and `MemArray` under `std::thread`.
+//! Thread stress: `SharedArray` and `MemArray` under `std::thread`.
 //!
 //! 16 threads run a fixed number of random operations on two shared arrays (and on
 //! arrays of their own). Shared increments happen only under the array's lock (a
@@ -190,12 +190,12 @@ fn stress(gpu: bool) {
 }
 
 #[test]
-fn shared_array_thread_stress_cpu_issue6() {
+fn shared_array_thread_stress_cpu() {
     stress(false);
 }
 
 #[test]
-fn shared_array_thread_stress_gpu_issue6() {
+fn shared_array_thread_stress_gpu() {
     if gpu_or_skip().is_none() {
         return;
     }
@@ -205,7 +205,7 @@ fn shared_array_thread_stress_gpu_issue6() {
 /// The typed array is `Send + Sync`: shared read-only through `&`, and behind a `Mutex`
 /// for writes; its lock refuses other threads' accesses while held.
 #[test]
-fn typed_memarray_across_threads_issue6() {
+fn typed_memarray_across_threads() {
     let a = Arc::new(Mutex::new(MemArray::<u32, 2>::new([8, 8]).unwrap()));
     std::thread::scope(|s| {
         for _ in 0..THREADS {
@@ -235,7 +235,7 @@ fn typed_memarray_across_threads_issue6() {
 
 /// Swaps in opposite directions from many threads never deadlock (address-ordered).
 #[test]
-fn opposite_swaps_do_not_deadlock_issue6() {
+fn opposite_swaps_do_not_deadlock() {
     let x = Arc::new(SharedArray::new(
         RawArray::zeros(DType::U8, &[4], 0).unwrap(),
     ));

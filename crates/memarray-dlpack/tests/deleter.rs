@@ -17,7 +17,7 @@ use memarray_dlpack::{
 
 fn spec(shape: Vec<usize>) -> ExportSpec {
     // Never dereferenced by this crate, but imports check that host memory is mapped
-    // (issue 13): 64 KiB that live for the whole test run.
+    //: 64 KiB that live for the whole test run.
     static BUF: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let data =
         *BUF.get_or_init(|| Box::leak(vec![0u64; 8192].into_boxed_slice()).as_mut_ptr() as usize);

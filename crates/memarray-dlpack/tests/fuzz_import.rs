@@ -1,4 +1,4 @@
-//! DLPack import fuzzing (issue 6, point 7): malformed `DLManagedTensor` and
+//! DLPack import fuzzing: malformed `DLManagedTensor` and
 //! `DLManagedTensorVersioned` values of every kind, generated with proptest.
 //!
 //! Every case is either refused with a typed error or imported with exactly the fields
@@ -231,7 +231,7 @@ fn check_refusal(f: &Fields, e: &DlpackError) {
 }
 
 #[test]
-fn fuzz_import_refuses_or_imports_and_deletes_once_issue6() {
+fn fuzz_import_refuses_or_imports_and_deletes_once() {
     let mut runner = TestRunner::new(Config {
         cases: cases(),
         failure_persistence: None,

@@ -395,7 +395,7 @@ fn unversioned_imports_carry_no_flags() {
 }
 
 #[test]
-fn issue13_item5_offsets_and_strides_past_user_space_are_refused() {
+fn offsets_and_strides_past_user_space_are_refused() {
     let huge_offset = Fields {
         byte_offset: 1 << 63,
         ..Fields::default()

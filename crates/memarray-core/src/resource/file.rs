@@ -382,7 +382,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_item1_a_file_in_use_is_never_truncated() {
+    fn a_file_in_use_is_never_truncated() {
         let path = tmp("inuse");
         let first = FileResource::create(&path).unwrap();
         let p = first.allocate_zeroed(1 << 20, 64, None).unwrap();
@@ -412,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_item2_a_file_shrunk_while_read_is_an_error_not_a_fault() {
+    fn a_file_shrunk_while_read_is_an_error_not_a_fault() {
         let path = tmp("shrink");
         std::fs::write(&path, vec![1u8; 1 << 16]).unwrap();
         let f = FileResource::open_read_only(&path).unwrap();
@@ -429,7 +429,7 @@ mod tests {
     }
 
     #[test]
-    fn issue13_item14_fifos_are_refused_without_blocking() {
+    fn fifos_are_refused_without_blocking() {
         let path = tmp("fifo");
         let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
         // SAFETY: c is a valid NUL-terminated path.

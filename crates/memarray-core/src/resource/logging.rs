@@ -253,7 +253,7 @@ mod tests {
     use crate::HostResource;
 
     #[test]
-    fn issue13_item14_a_full_disk_is_reported_by_flush() {
+    fn a_full_disk_is_reported_by_flush() {
         if !Path::new("/dev/full").exists() {
             eprintln!("SKIPPED: no /dev/full on this system");
             return;

@@ -271,7 +271,7 @@ mod depth_tests {
     use crate::resource::{HostResource, RetryAdaptor};
 
     #[test]
-    fn issue26_item6_names_are_bounded_so_memory_is_linear_in_depth() {
+    fn names_are_bounded_so_memory_is_linear_in_depth() {
         let mut r: Arc<dyn MemoryResource> = Arc::new(HostResource);
         let mut total = 0usize;
         for i in 0..4000 {

@@ -332,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn issue26_item1_a_forked_child_starts_its_own_workers() {
+    fn a_forked_child_starts_its_own_workers() {
         use std::sync::atomic::AtomicUsize;
         // The parent has idle workers; a child inherits their handles, not their threads.
         parallel(4, &|_| Ok(())).unwrap();

@@ -523,7 +523,7 @@ pub(crate) unsafe fn event_elapsed_ms(start: CUevent, end: CUevent) -> Result<f3
 #[cfg(test)]
 mod tests {
     #[test]
-    fn issue13_item4_entry_points_list_every_driver_call() {
+    fn entry_points_list_every_driver_call() {
         // The driver module's sources, embedded at build time (the test
         // binary runs on the GPU machine, far from this checkout). Driver calls live only
         // here (the crate's rule: sys -> result -> safe).

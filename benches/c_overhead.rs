@@ -4,7 +4,7 @@
 //! handles, the boundary guard, the per-thread status and the lock a C access takes.
 //! Medians of 31 batches of 2,000 iterations, alternating the two.
 //!
-//!     cargo run --release -p memarray-c --example c_overhead
+//!     cargo bench -p memarray-c --bench c_overhead
 
 use std::time::Instant;
 

@@ -2,10 +2,10 @@
 //! without Python, each followed by a stream sync, medians of 300 calls. Per size and
 //! direction: the DMA alone (pinned source or destination), the driver's own pageable
 //! copy, staging by hand (one memcpy into a pinned buffer, one DMA) and
-//! `staged::upload` / `download` with 1 to 16 lanes on both paths (lane streams, and
+//! `staged::to_device` / `to_host` with 1 to 16 lanes on both paths (lane streams, and
 //! the short path below `short_below`).
 //!
-//!     cargo run --release -p memarray-cuda --example staging_cost
+//!     cargo bench -p memarray-cuda --bench staging_cost
 //!
 //! Prints SKIPPED without a CUDA device.
 

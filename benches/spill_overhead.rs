@@ -2,7 +2,7 @@
 //! through `SharedArray` (the path every Python array takes), and one call on a live
 //! array, with spilling off and on (no budget), interleaved; medians of 7 rounds.
 //!
-//!     cargo run --release -p memarray-cuda --example spill_overhead
+//!     cargo bench -p memarray-cuda --bench spill_overhead
 //!
 //! Prints SKIPPED without a CUDA device.
 

@@ -1,10 +1,10 @@
-//! Issue 17's launch targets: the same kernel launched through `memarray_cuda::launch`
+//! The launch targets: the same kernel launched through `memarray_cuda::launch`
 //! and by hand through cudarc's driver API with manual ordering (an event recorded after
 //! each launch, as a user who lets other streams wait must do). Per-launch host cost on a
 //! small array (median of 7 rounds of 20,000 launches, then a stream sync), and the
 //! kernel's time on a 1 GiB array (median of 10 launch + sync), one run.
 //!
-//!     cargo run --release -p memarray-cuda --example launch_cost
+//!     cargo bench -p memarray-cuda --bench launch_cost
 //!
 //! Prints SKIPPED without a CUDA device.
 

@@ -1,7 +1,7 @@
 //! Measures the tracking adaptor's cost over a bare resource (the "stacks off"
 //! target): allocate + free of 1 KiB, median of 7 runs of 200,000 pairs.
 //!
-//!     cargo run --release -p memarray-core --example tracking_cost
+//!     cargo bench -p memarray-core --bench tracking_cost
 
 use std::sync::Arc;
 use std::time::Instant;

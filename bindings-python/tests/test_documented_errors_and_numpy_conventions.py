@@ -1,4 +1,4 @@
-"""Hardening, round three (issue 26): documented exception types for hostile text, plots
+"""Documented exception types for hostile text, plots
 and environments; memory linear in adaptor depth; no producer type kept alive; NumPy's
 element casting; the newcomer's first hour. Hostile inputs run in fresh interpreters."""
 
@@ -34,13 +34,13 @@ LONE = "a\ud800b"
         (lambda: memarray.spill.enable(0, host_budget=LONE), "host_budget"),
     ],
 )
-def test_issue26_item4_lone_surrogates_are_value_errors_naming_the_argument(call, arg):
+def test_lone_surrogates_are_value_errors_naming_the_argument(call, arg):
     with pytest.raises(ValueError, match=re.escape(arg) + " is not valid Unicode") as e:
         call()
     assert not isinstance(e.value, UnicodeError)
 
 
-def test_issue26_item4_module_options_must_be_a_list_of_str():
+def test_module_options_must_be_a_list_of_str():
     with pytest.raises(TypeError, match="list of str"):
         mc.Module.from_source("x", "k.cu", "-I.")
     with pytest.raises(TypeError, match="options\\[0\\] must be a str"):
@@ -71,7 +71,7 @@ HOSTILE_SNAPSHOTS = [
 ]
 
 
-def test_issue26_item4_plot_refuses_hostile_snapshots_and_csvs_with_value_error(tmp_path):
+def test_plot_refuses_hostile_snapshots_and_csvs_with_value_error(tmp_path):
     pytest.importorskip("matplotlib")
     for i, snap in enumerate(HOSTILE_SNAPSHOTS):
         try:
@@ -101,7 +101,7 @@ def test_issue26_item4_plot_refuses_hostile_snapshots_and_csvs_with_value_error(
         resources.plot(str(tmp_path / "missing.csv"), tmp_path / "m.png")
 
 
-def test_issue26_item4_plot_returns_the_file_it_wrote_and_refuses_a_directory(tmp_path):
+def test_plot_returns_the_file_it_wrote_and_refuses_a_directory(tmp_path):
     pytest.importorskip("matplotlib")
     snap = _snapshot()
     out = resources.plot(snap, tmp_path / "memory")
@@ -115,7 +115,7 @@ def test_issue26_item4_plot_returns_the_file_it_wrote_and_refuses_a_directory(tm
     assert resources.plot(snap, str(tmp_path / "m.png")) == str(tmp_path / "m.png")
 
 
-def test_issue26_item13_plot_draws_the_last_step_of_the_timeline():
+def test_plot_draws_the_last_step_of_the_timeline():
     from memarray._plot import _extend_last_step
 
     times = [0.0, 1.0, 2.0]
@@ -133,7 +133,7 @@ def test_issue26_item13_plot_draws_the_last_step_of_the_timeline():
 
 @pytest.mark.parametrize("var", ["MEMARRAY_DEVICE_BUDGET", "MEMARRAY_HOST_BUDGET"])
 @pytest.mark.parametrize("spill", [None, "0", "1"])
-def test_issue26_item5_a_bad_budget_fails_the_import_with_or_without_spilling(var, spill):
+def test_a_bad_budget_fails_the_import_with_or_without_spilling(var, spill):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMARRAY_")}
     env[var] = "lots"
     if spill is not None:
@@ -149,7 +149,7 @@ def test_issue26_item5_a_bad_budget_fails_the_import_with_or_without_spilling(va
 # --- item 6: adaptor names are bounded -------------------------------------------------
 
 
-def test_issue26_item6_nested_adaptors_hold_memory_linear_in_depth():
+def test_nested_adaptors_hold_memory_linear_in_depth():
     r = resources.Host()
     lengths = []
     for i in range(4000):
@@ -164,7 +164,7 @@ def test_issue26_item6_nested_adaptors_hold_memory_linear_in_depth():
 # --- item 7: from_dlpack keeps no producer class alive -----------------------------------
 
 
-def test_issue26_item7_from_dlpack_keeps_no_runtime_class_alive():
+def test_from_dlpack_keeps_no_runtime_class_alive():
     def make():
         base = np.arange(6.0)
 
@@ -244,7 +244,7 @@ def _numpy_store(dtype, v):
 @pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_issue26_item9_element_assignment_casts_as_numpy_does(dtype):
+def test_element_assignment_casts_as_numpy_does(dtype):
     for v in VALUES:
         want = _numpy_store(dtype, v)
         a = memarray.zeros((2,), dtype)
@@ -273,7 +273,7 @@ def test_issue26_item9_element_assignment_casts_as_numpy_does(dtype):
             assert f.tobytes() == np.full(3, want, dtype).tobytes() or np.isnan(want)
 
 
-def test_issue26_item9_index_of_a_0d_bool_array_is_a_type_error():
+def test_index_of_a_0d_bool_array_is_a_type_error():
     import operator
 
     with pytest.raises(TypeError):
@@ -283,7 +283,7 @@ def test_issue26_item9_index_of_a_0d_bool_array_is_a_type_error():
     assert operator.index(memarray.asarray(np.array(5, np.int16))) == 5
 
 
-def test_issue26_item9_str_is_numpys_str():
+def test_str_is_numpys_str():
     for x in [
         np.arange(6.0).reshape(2, 3),
         np.array(3),
@@ -300,14 +300,14 @@ def test_issue26_item9_str_is_numpys_str():
 # --- item 13: the first hour's output -------------------------------------------------
 
 
-def test_issue26_item13_the_release_extension_carries_no_debug_info():
+def test_the_release_extension_carries_no_debug_info():
     size = os.path.getsize(memarray._memarray.__file__)
     assert size < 8 << 20, (
         f"the extension is {size / 2**20:.1f} MiB (debug info in the release profile?)"
     )
 
 
-def test_issue26_item13_help_shows_each_signature_once():
+def test_help_shows_each_signature_once():
     import memarray.distributed as md
     from memarray import resources as mr
 
@@ -333,7 +333,7 @@ def test_issue26_item13_help_shows_each_signature_once():
     assert seen > 30
 
 
-def test_issue26_item13_unsupported_numpy_dtypes_are_type_errors_naming_them():
+def test_unsupported_numpy_dtypes_are_type_errors_naming_them():
     for x, named in [
         (np.array(["a", "b"]), "<U1"),
         (np.arange(3, dtype=">f4"), ">f4"),
@@ -346,7 +346,7 @@ def test_issue26_item13_unsupported_numpy_dtypes_are_type_errors_naming_them():
         memarray.MemArray(3, ">f4")
 
 
-def test_issue26_item13_pressure_counts_only_loaded_libraries():
+def test_pressure_counts_only_loaded_libraries():
     out = child_stdout(
         """
 import sys
@@ -371,7 +371,7 @@ print({k: v["calls"] for k, v in s["libraries"].items()})
     "example",
     ["demo.py", "one_pool.py", "distributed_torch.py", "ipc_pipeline.py", "scatter_gather.py"],
 )
-def test_issue26_item13_examples_end_in_one_clear_line_without_a_gpu(example):
+def test_examples_end_in_one_clear_line_without_a_gpu(example):
     import pathlib
     import subprocess
     import sys
@@ -390,7 +390,7 @@ def test_issue26_item13_examples_end_in_one_clear_line_without_a_gpu(example):
 # --- item 12: the docs stand alone ------------------------------------------------------
 
 
-def test_issue26_item12_docs_name_nothing_outside_the_repo_without_a_link():
+def test_docs_name_nothing_outside_the_repo_without_a_link():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[2]

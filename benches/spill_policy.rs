@@ -2,7 +2,7 @@
 //! choose"), on a cyclic scan of 64 equal chunks at 2x and 4x the budget and on skewed
 //! reuse (8 hot arrays of 64).
 //!
-//!     cargo run --release -p memarray-core --example spill_policy
+//!     cargo bench -p memarray-core --bench spill_policy
 
 use std::collections::HashSet;
 

@@ -1,0 +1,81 @@
+"""docs/architecture.md stays true to the code: every file or folder it names in backticks
+exists in the repository, and every type (CamelCase name) it cites is defined in the
+sources (a struct, enum, trait, class or an enum's variant), is Python's, or is one of the
+outside names listed here."""
+
+from __future__ import annotations
+
+import builtins
+import pathlib
+import re
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "architecture.md"
+
+#: Names the document cites that are not the project's: other libraries' types, and the
+#: error variants it names as replaced.
+OUTSIDE = {
+    "AtomicU64",  # std
+    "PyRefMut",  # pyo3
+    "PanicException",  # pyo3
+    "WorkerPlugin",  # distributed
+    "CallbackMemoryResource",  # RMM
+    "BadEnv",  # the error variants SettingError replaced, named as history
+    "BadSetting",
+}
+#: Paths the document names as not being there.
+NOT_THERE = {"kernels-cuda/ptx/"}
+
+PATH = re.compile(r"[\w./-]+\.(?:rs|py|pyi|sh|md|h|hpp|cu|toml|json|ipynb)|[\w-]+(?:/[\w-]+)*/")
+TYPE = re.compile(r"([A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:::\w+)?")
+
+
+def repo_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def cited() -> tuple[set[str], set[str]]:
+    paths: set[str] = set()
+    types: set[str] = set()
+    for tick in re.findall(r"`([^`\n]+)`", DOC.read_text()):
+        for tok in re.split(r"[\s,()]+", tick):
+            tok = tok.strip("`:;").removeprefix("./").rstrip(".")
+            if PATH.fullmatch(tok) and not tok.startswith(("http", "//")):
+                paths.add(tok)
+            m = TYPE.fullmatch(tok)
+            if m:
+                types.add(m.group(1))
+    return paths, types
+
+
+def exists(path: str, files: list[str]) -> bool:
+    if path.endswith("/"):
+        return any(("/" + f).find("/" + path) >= 0 for f in files)
+    return any(f == path or f.endswith("/" + path) for f in files)
+
+
+def test_every_file_and_folder_the_architecture_names_exists():
+    files = repo_files()
+    paths, _ = cited()
+    assert len(paths) > 50, paths  # the document names its rooms
+    missing = sorted(p for p in paths - NOT_THERE if not exists(p, files))
+    assert missing == [], f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_every_type_the_architecture_cites_is_defined():
+    files = repo_files()
+    sources = "\n".join(
+        (ROOT / f).read_text(errors="replace")
+        for f in files
+        if f.endswith((".rs", ".py", ".pyi", ".h", ".hpp")) and "/ptx/" not in f
+    )
+    defined = set(re.findall(r"\b(?:struct|enum|trait|type|class|union)\s+([A-Z]\w*)", sources))
+    variants = set(re.findall(r"(?m)^\s+([A-Z]\w*)\s*(?:[({,]|$)", sources))
+    _, types = cited()
+    assert len(types) > 50, types
+    known = defined | variants | set(dir(builtins)) | OUTSIDE
+    missing = sorted(types - known)
+    assert missing == [], f"docs/architecture.md cites types the code does not have: {missing}"
