@@ -33,7 +33,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use memarray_core::{DType, Location};
 use memarray_cuda::copy::direct;
 use memarray_cuda::resource::default_resource;
-use memarray_cuda::{Device, DeviceBuffer, MemArray, Result, Stream, kernel};
+use memarray_cuda::seed;
+use memarray_cuda::{Device, DeviceBuffer, MemArray, Result, Stream};
 
 const SIZES: [usize; 2] = [256 << 20, 1 << 30];
 
@@ -74,14 +75,14 @@ impl Rig {
         let s = self.stream.as_ref();
         let raw = self.arr.as_raw_mut();
         self.timer
-            .time(s, || raw.add_index_tuple_device(Some(s), None))
+            .time(s, || seed::add_index_tuple_device(raw, Some(s), None))
     }
 
     fn bare_kernel(&mut self) -> Result<Duration> {
         let s = self.stream.as_ref();
         let shape = [self.bytes / 4];
         self.timer.time(s, || {
-            kernel::add_index_tuple(DType::F32, &self.src, &shape, s).map(drop)
+            seed::add_index_tuple(DType::F32, &self.src, &shape, s).map(drop)
         })
     }
 

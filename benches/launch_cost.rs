@@ -33,7 +33,7 @@ fn main() -> memarray_cuda::Result<()> {
     let device = Device::get(0)?;
     let ptx = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/ptx/add_index_f32.ptx"
+        "/src/seed/ptx/add_index_f32.ptx"
     ))
     .expect("the crate's PTX");
     let f = Module::load(&device, &ptx)?.function("add_index_f32_n1")?;

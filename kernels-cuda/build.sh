@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates crates/memarray-cuda/ptx/*.ptx (shipped inside the crate that loads it) from kernels-cuda/src/*.cu (`just kernels`).
+# Regenerates crates/memarray-cuda/src/seed/ptx/*.ptx (shipped inside the crate that loads it) from kernels-cuda/src/*.cu (`just kernels`).
 #
 # The PTX is committed so a fresh clone builds without nvcc. It must load on NVIDIA
 # driver 580 (CUDA 13.0), which accepts PTX ISA <= 9.0: nvcc 13.0 emits 9.0, newer nvcc
@@ -9,12 +9,12 @@
 # if none is 13.0, the pinned nvcc is installed from PyPI into ./.venv-nvcc (needs
 # python3 and network). MEMARRAY_NVCC_NO_INSTALL=1 forbids that and exits 3 instead.
 #
-# Usage: kernels-cuda/build.sh [OUT_DIR]   (default crates/memarray-cuda/ptx)
+# Usage: kernels-cuda/build.sh [OUT_DIR]   (default crates/memarray-cuda/src/seed/ptx)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-out="${1:-$root/crates/memarray-cuda/ptx}"
+out="${1:-$root/crates/memarray-cuda/src/seed/ptx}"
 pinned="13.0.88"
 venv="$root/.venv-nvcc"
 # One place for the flags; tests/ptx_up_to_date.rs calls this script to compare.

@@ -46,9 +46,10 @@ LAYERS = {
         ["resource"],
         ["buffer"],
         ["copy"],
-        ["kernel", "ipc", "spill", "nvrtc", "module"],
+        ["ipc", "spill"],
         ["array"],
         ["nccl", "launch"],
+        ["seed"],
         ["testing"],
     ],
     # A wing's rooms, bottom up (paths `crate::copy::<room>`).

@@ -441,9 +441,9 @@ impl PyMemArray {
         let stream = parse_move_stream(stream)?;
         self.with_detached(py, |raw| {
             if memarray_cuda::is_available() || matches!(raw.location(), Location::Device(_)) {
-                raw.add_index_tuple_device(stream, None)
+                memarray_cuda::seed::add_index_tuple_device(raw, stream, None)
             } else {
-                raw.add_index_tuple_host(None)
+                memarray_cuda::seed::add_index_tuple_host(raw, None)
             }
         })
         .py()

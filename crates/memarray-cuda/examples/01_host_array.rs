@@ -9,6 +9,7 @@
 use anyhow::Result;
 use memarray_core::Location;
 use memarray_cuda::MemArray;
+use memarray_cuda::seed;
 
 fn main() -> Result<()> {
     // Zero-filled, on the host, in pageable memory; targets device 0 when moved.
@@ -38,7 +39,7 @@ fn main() -> Result<()> {
     );
 
     // The seed's kernel, on the host: a[i, j, k] += i + j + k.
-    a.add_index_tuple_host(None)?;
+    seed::add_index_tuple_host(&mut a, None)?;
     println!(
         "after add_index_tuple_host: a[1, 3, 6] = {}",
         a.get([1, 3, 6])?

@@ -6,6 +6,7 @@
 
 use anyhow::{Context, Result, ensure};
 use memarray_core::Location;
+use memarray_cuda::seed;
 use memarray_cuda::{Device, HostKind, MemArray, Stream, device_count};
 
 fn main() -> Result<()> {
@@ -37,9 +38,7 @@ fn main() -> Result<()> {
         a.location(),
         a.indexer(None)?.data
     );
-    a.as_raw_mut()
-        .add_index_tuple_device(s, None)
-        .context("launching add_index_tuple")?;
+    seed::add_index_tuple_device(a.as_raw_mut(), s, None).context("launching add_index_tuple")?;
     // Reading one element on the device waits for the kernel, without moving the data.
     println!("a[1, 3, 6] read on the device = {}", a.get([1, 3, 6])?);
     a.move_memory(Location::Host, s, false, None)?;

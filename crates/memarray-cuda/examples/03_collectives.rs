@@ -10,6 +10,7 @@
 use anyhow::{Result, ensure};
 use memarray_core::{DType, Location};
 use memarray_cuda::nccl::{self, Comm, ReduceOp, group};
+use memarray_cuda::seed;
 use memarray_cuda::{RawArray, device_count};
 
 fn i32s(a: &RawArray) -> Result<Vec<i32>> {
@@ -74,7 +75,7 @@ fn main() -> Result<()> {
     let targets = if n > 1 { devices.clone() } else { vec![0, 0] };
     let mut pieces = a.scatter(&targets, None)?;
     for p in &mut pieces {
-        p.add_index_tuple_device(None, None)?;
+        seed::add_index_tuple_device(p, None, None)?;
     }
     let refs: Vec<&RawArray> = pieces.iter().collect();
     let joined = i32s(&RawArray::gather(&refs, Location::Host)?)?;

@@ -35,8 +35,10 @@
 //!   ([`copy::direct`]), and pageable host memory at pinned speed ([`copy::staged`]).
 //! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
 //! - `nccl` (feature `nccl`): NCCL collectives on device arrays, libnccl loaded at run time.
-//! - [`kernel`]: kernels from the committed PTX in `kernels-cuda/`, passed
-//!   [`Indexer`](memarray_core::Indexer)s by value.
+//! - [`launch`]: your own kernels (PTX, cubin, fatbin, or CUDA C++ through NVRTC) on
+//!   arrays, passed [`Indexer`](memarray_core::Indexer)s by value.
+//! - [`seed`]: the seed's demo operation, `add_index_tuple`, on the host and as a kernel
+//!   (its PTX committed in `src/seed/ptx/`).
 //!
 //! What it checks: byte ranges of every copy, buffer sizes against shapes, device
 //! identity of operands, stream handle 0 (refused), alignments. What it leaves to its
@@ -62,14 +64,12 @@ pub mod env;
 pub mod error;
 pub mod event;
 pub mod ipc;
-pub mod kernel;
 pub mod launch;
-mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
-mod nvrtc;
 mod per_device;
 pub mod resource;
+pub mod seed;
 pub mod spill;
 pub mod stream;
 #[doc(hidden)]

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use common::bytes_of;
 use memarray_core::{Complex32, Complex64, DType, Element, HostBuffer, bf16, f16, shape};
 use memarray_cuda::copy::direct;
+use memarray_cuda::seed;
 use memarray_cuda::testing::gpu_or_skip;
-use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream, kernel};
+use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream};
 
 /// A deterministic, finite (no NaN: GPUs canonicalise NaN payloads) test value per index.
 trait Pattern: Element {
@@ -109,7 +110,7 @@ fn check<T: Pattern>(dev: &Arc<Device>, s: &Stream) {
         let nbytes = std::mem::size_of_val(&input[..]);
         let buf = DeviceBuffer::zeroed(dev, nbytes, res.clone(), s.as_ref()).unwrap();
         let _ = direct::copy_htod(&buf, 0, bytes_of(&input), s.as_ref()).unwrap();
-        let _ = kernel::add_index_tuple(T::DTYPE, &buf, sh, s.as_ref()).unwrap();
+        let _ = seed::add_index_tuple(T::DTYPE, &buf, sh, s.as_ref()).unwrap();
         let mut out = HostBuffer::zeroed(nbytes).unwrap();
         direct::copy_dtoh(out.as_mut_slice(), &buf, 0, s.as_ref()).unwrap();
         if out.as_slice() != bytes_of(&expected) {
@@ -159,7 +160,7 @@ fn gpu_add_index_tuple_refuses_bad_input() {
     let s = Stream::new(&dev).unwrap();
     let buf =
         DeviceBuffer::zeroed(&dev, 100, Arc::new(DeviceResource::new(&dev)), s.as_ref()).unwrap();
-    let e = kernel::add_index_tuple(DType::F32, &buf, &[5, 6], s.as_ref()).unwrap_err();
+    let e = seed::add_index_tuple(DType::F32, &buf, &[5, 6], s.as_ref()).unwrap_err();
     assert!(
         matches!(
             e,
@@ -171,15 +172,15 @@ fn gpu_add_index_tuple_refuses_bad_input() {
         ),
         "{e:?}"
     );
-    let e = kernel::add_index_tuple(DType::U8, &buf, &[1; 33], s.as_ref()).unwrap_err();
+    let e = seed::add_index_tuple(DType::U8, &buf, &[1; 33], s.as_ref()).unwrap_err();
     assert!(e.to_string().contains("ndim 33"), "{e}");
-    let e = kernel::add_index_tuple(DType::U8, &buf, &[1 << 40, 1 << 40], s.as_ref()).unwrap_err();
+    let e = seed::add_index_tuple(DType::U8, &buf, &[1 << 40, 1 << 40], s.as_ref()).unwrap_err();
     assert!(e.to_string().contains("overflows"), "{e}");
     // 32 dimensions work.
     let mut sh = [1usize; 32];
     sh[0] = 4;
     sh[31] = 25;
-    let _ = kernel::add_index_tuple(DType::U8, &buf, &sh, s.as_ref()).unwrap();
+    let _ = seed::add_index_tuple(DType::U8, &buf, &sh, s.as_ref()).unwrap();
     let mut out = [0u8; 100];
     direct::copy_dtoh(&mut out, &buf, 0, s.as_ref()).unwrap();
     assert_eq!(out[26], 1 + 1, "index (1, 0, .., 0, 1)");
@@ -202,7 +203,7 @@ fn gpu_add_index_tuple_over_2_pow_32_elements() {
     let buf =
         DeviceBuffer::zeroed(&dev, n, Arc::new(DeviceResource::new(&dev)), s.as_ref()).unwrap();
     for sh in shapes {
-        let _ = kernel::add_index_tuple(DType::U8, &buf, sh, s.as_ref()).unwrap();
+        let _ = seed::add_index_tuple(DType::U8, &buf, sh, s.as_ref()).unwrap();
     }
     let expected = |p: usize| -> u8 {
         shapes.iter().fold(0u8, |acc, sh| {

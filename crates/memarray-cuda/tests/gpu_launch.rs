@@ -8,7 +8,7 @@ use memarray_cuda::launch::{Arg, Module, launch};
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{CudaError, RawArray, Stream};
 
-const PTX: &str = include_str!("../ptx/add_index_f32.ptx");
+const PTX: &str = include_str!("../src/seed/ptx/add_index_f32.ptx");
 
 fn ramp(shape: &[usize]) -> RawArray {
     let n: usize = shape.iter().product();

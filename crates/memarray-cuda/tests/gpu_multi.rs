@@ -6,6 +6,7 @@ mod common;
 
 use common::i32s;
 use memarray_core::{DType, Location};
+use memarray_cuda::seed;
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{RawArray, Stream};
 
@@ -31,7 +32,7 @@ fn scatter_kernel_gather(devices: &[u32]) {
         assert_eq!(sizes.iter().sum::<usize>(), rows);
         for (p, &d) in parts.iter_mut().zip(devices) {
             assert_eq!(p.location(), Location::Device(d));
-            p.add_index_tuple_device(None, None).unwrap();
+            seed::add_index_tuple_device(p, None, None).unwrap();
         }
         let refs: Vec<&RawArray> = parts.iter().collect();
         for to in [Location::Host, Location::Device(devices[devices.len() - 1])] {
@@ -85,7 +86,7 @@ fn gpu_scatter_orders_after_pending_work_on_another_stream() {
         RawArray::zeros_on(DType::I32, &[4096, 64], Location::Device(0), None, None).unwrap();
     // The kernel is pending on `s` when scatter copies on the legacy stream.
     for _ in 0..5 {
-        a.add_index_tuple_device(Some(s.as_ref()), None).unwrap();
+        seed::add_index_tuple_device(&mut a, Some(s.as_ref()), None).unwrap();
     }
     let parts = a.scatter(&[0, 0], None).unwrap();
     let refs: Vec<&RawArray> = parts.iter().collect();

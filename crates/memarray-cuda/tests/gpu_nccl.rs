@@ -7,6 +7,7 @@ mod common;
 use common::i32s;
 use memarray_core::{DType, Location};
 use memarray_cuda::nccl::{Comm, NcclError, ReduceOp, group};
+use memarray_cuda::seed;
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip, nccl_or_skip};
 use memarray_cuda::{ArrayError, CudaError, RawArray, Stream, device_count};
 
@@ -33,7 +34,7 @@ fn gpu_one_rank_collectives_copy_and_order_after_pending_work() {
     let mut a =
         RawArray::zeros_on(DType::I32, &[1 << 20], Location::Device(0), None, None).unwrap();
     for _ in 0..3 {
-        a.add_index_tuple_device(Some(s.as_ref()), None).unwrap();
+        seed::add_index_tuple_device(&mut a, Some(s.as_ref()), None).unwrap();
     }
     let mut out =
         RawArray::empty_on(DType::I32, &[1 << 20], Location::Device(0), None, None).unwrap();

@@ -9,6 +9,7 @@ use memarray_core::resource::LimitingAdaptor;
 use memarray_core::{DType, Location, MemoryResource};
 use memarray_cuda::array::{Consumer, SharedArray};
 use memarray_cuda::resource::{default_resource, set_default_resource};
+use memarray_cuda::seed;
 use memarray_cuda::spill::{self, SpillSettings};
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{ArrayError, CudaError, RawArray};
@@ -76,7 +77,8 @@ fn workloads_at_2x_and_4x_the_budget_keep_every_value() {
                 assert!(s.arrays.resident_bytes <= budget as u64, "{s:?}");
                 for _pass in 0..3 {
                     for a in &arrays {
-                        a.with(|r| r.add_index_tuple_device(None, None)).unwrap();
+                        a.with(|r| seed::add_index_tuple_device(r, None, None))
+                            .unwrap();
                         let s = spill::statistics(0).unwrap();
                         assert!(s.arrays.resident_bytes <= budget as u64, "{s:?}");
                     }
@@ -181,7 +183,8 @@ fn exports_and_locks_pin_and_device_paths_restore() {
             // Others spill around it; its address never changes.
             let others: Vec<SharedArray> = (0..12).map(|k| array_on_device(MIB / 4, k)).collect();
             for a in &others {
-                a.with(|r| r.add_index_tuple_device(None, None)).unwrap();
+                a.with(|r| seed::add_index_tuple_device(r, None, None))
+                    .unwrap();
             }
             assert!(!pinned.state().is_spilled());
             assert_eq!(pinned.state().device_ptr(None).unwrap(), export.ptr as u64);
@@ -291,7 +294,8 @@ fn sixteen_threads_with_spilling_on() {
                             .collect();
                         for round in 0..6u32 {
                             for (k, a) in own.iter().enumerate() {
-                                a.with(|r| r.add_index_tuple_device(None, None)).unwrap();
+                                a.with(|r| seed::add_index_tuple_device(r, None, None))
+                                    .unwrap();
                                 if round % 2 == 1 {
                                     let _ = a.evict();
                                 }
@@ -300,7 +304,7 @@ fn sixteen_threads_with_spilling_on() {
                             let j = ((t + round) as usize) % shared.len();
                             // Kernel and count under the array's mutex: no lost update.
                             shared[j].with(|r| {
-                                r.add_index_tuple_device(None, None).unwrap();
+                                seed::add_index_tuple_device(r, None, None).unwrap();
                                 runs.lock().unwrap()[j] += 1;
                             });
                         }
@@ -350,7 +354,8 @@ fn the_budget_holds_after_every_array_was_evicted_and_prefetched_back() {
                     arrays[(i + 1) % arrays.len()]
                         .with(|r| r.prefetch(Some(stream.as_ref()), None))
                         .unwrap();
-                    a.with(|r| r.add_index_tuple_device(None, None)).unwrap();
+                    a.with(|r| seed::add_index_tuple_device(r, None, None))
+                        .unwrap();
                     let s = spill::statistics(0).unwrap();
                     assert!(
                         s.arrays.resident_bytes <= budget as u64,

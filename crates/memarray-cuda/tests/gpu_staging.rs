@@ -7,6 +7,7 @@ use common::random_bytes;
 use memarray_core::{DType, Location};
 use memarray_cuda::array::Fill;
 use memarray_cuda::copy::staged::{self, Direction, StagingConfig};
+use memarray_cuda::seed;
 use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, HostKind, RawArray, Stream, resource};
 
@@ -304,7 +305,7 @@ fn gpu_move_many_packs_new_arrays_into_one_block_that_outlives_any_of_them() {
         );
     }
     // A kernel on one slice leaves its neighbours alone.
-    arrays[5].add_index_tuple_device(None, None).unwrap();
+    seed::add_index_tuple_device(&mut arrays[5], None, None).unwrap();
     let want5: Vec<u8> = data[5]
         .iter()
         .enumerate()

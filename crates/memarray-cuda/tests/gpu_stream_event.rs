@@ -4,10 +4,9 @@ use std::sync::Arc;
 
 use memarray_core::{DType, HostBuffer};
 use memarray_cuda::copy::direct;
+use memarray_cuda::seed;
 use memarray_cuda::testing::gpu_or_skip;
-use memarray_cuda::{
-    DeviceBuffer, DeviceResource, Event, PinnedResource, Stream, StreamRef, kernel,
-};
+use memarray_cuda::{DeviceBuffer, DeviceResource, Event, PinnedResource, Stream, StreamRef};
 
 #[test]
 fn gpu_record_on_a_wait_on_b_orders_the_work() {
@@ -28,7 +27,7 @@ fn gpu_record_on_a_wait_on_b_orders_the_work() {
     // On A: upload, then a kernel over it, then record. On B: wait, copy, download.
     let _ = direct::copy_htod(&buf1, 0, src.as_slice(), a.as_ref()).unwrap();
     let ev = Event::new(&dev).unwrap();
-    kernel::add_index_tuple(DType::U8, &buf1, &[n], a.as_ref())
+    seed::add_index_tuple(DType::U8, &buf1, &[n], a.as_ref())
         .unwrap()
         .record(&ev)
         .unwrap();
@@ -59,7 +58,7 @@ fn gpu_event_queries_and_timing() {
         DeviceBuffer::zeroed(&dev, n, Arc::new(DeviceResource::new(&dev)), s.as_ref()).unwrap();
     start.record(s.as_ref()).unwrap();
     for _ in 0..8 {
-        let _ = kernel::add_index_tuple(DType::U8, &buf, &[n], s.as_ref()).unwrap();
+        let _ = seed::add_index_tuple(DType::U8, &buf, &[n], s.as_ref()).unwrap();
     }
     end.record(s.as_ref()).unwrap();
     end.synchronize().unwrap();

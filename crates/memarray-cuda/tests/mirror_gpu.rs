@@ -10,6 +10,7 @@ use std::sync::Arc;
 use common::{index_of, random_bytes, val};
 use memarray_core::{CoreError, DType, Element, Location, LockToken, with_dtype};
 use memarray_cuda::array::Consumer;
+use memarray_cuda::seed;
 use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{
     ArrayError, CudaError, Device, HostKind, MemArray, Stream, StreamRef, device_of_pointer,
@@ -33,7 +34,7 @@ fn seed_flow<T: Element, const N: usize>(shape: [usize; N]) {
     for linear in 0..n {
         a.set(index_of(shape, linear), two).unwrap();
     }
-    a.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+    seed::add_index_tuple_device(a.as_raw_mut(), None, None).unwrap();
     assert_eq!(a.location(), DEV0);
     let expect = |linear| {
         let idx = index_of(shape, linear);
@@ -120,7 +121,7 @@ fn gpu_host_access_after_an_async_download_is_never_torn() {
     for reader in 0..3 {
         let mut a = MemArray::<u32, 1>::with_options([n], 0, HostKind::Pinned).unwrap();
         a.move_memory(DEV0, None, false, None).unwrap();
-        a.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+        seed::add_index_tuple_device(a.as_raw_mut(), None, None).unwrap();
         a.move_memory(Location::Host, None, false, None).unwrap();
         match reader {
             0 => {
@@ -172,9 +173,7 @@ fn gpu_stream_b_waits_for_stream_a_without_a_host_sync() {
     let mut a = MemArray::<u32, 1>::with_options([n], 0, HostKind::Pinned).unwrap();
     a.move_memory(DEV0, Some(sa.as_ref()), false, None).unwrap();
     for _ in 0..8 {
-        a.as_raw_mut()
-            .add_index_tuple_device(Some(sa.as_ref()), None)
-            .unwrap();
+        seed::add_index_tuple_device(a.as_raw_mut(), Some(sa.as_ref()), None).unwrap();
     }
     a.move_memory(Location::Host, Some(sb.as_ref()), false, None)
         .unwrap();
@@ -198,11 +197,11 @@ fn gpu_two_arrays_on_two_streams() {
     let mut y = MemArray::<u32, 1>::new([n]).unwrap();
     x.move_memory(DEV0, ra, false, None).unwrap();
     y.move_memory(DEV0, rb, false, None).unwrap();
-    x.as_raw_mut().add_index_tuple_device(rb, None).unwrap();
-    y.as_raw_mut().add_index_tuple_device(rb, None).unwrap();
-    x.as_raw_mut().add_index_tuple_device(ra, None).unwrap();
-    y.as_raw_mut().add_index_tuple_device(ra, None).unwrap();
-    y.as_raw_mut().add_index_tuple_device(rb, None).unwrap();
+    seed::add_index_tuple_device(x.as_raw_mut(), rb, None).unwrap();
+    seed::add_index_tuple_device(y.as_raw_mut(), rb, None).unwrap();
+    seed::add_index_tuple_device(x.as_raw_mut(), ra, None).unwrap();
+    seed::add_index_tuple_device(y.as_raw_mut(), ra, None).unwrap();
+    seed::add_index_tuple_device(y.as_raw_mut(), rb, None).unwrap();
     x.move_memory(Location::Host, rb, false, None).unwrap();
     y.move_memory(Location::Host, ra, false, None).unwrap();
     let (hx, hy) = (x.as_slice().unwrap(), y.as_slice().unwrap());
@@ -251,7 +250,7 @@ fn gpu_pinned_and_managed_host_kinds_round_trip() {
             .indexed_iter_mut()
             .for_each(|((i, j), v)| *v = pattern(i, j));
         a.move_memory(DEV0, None, false, None).unwrap();
-        a.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+        seed::add_index_tuple_device(a.as_raw_mut(), None, None).unwrap();
         a.move_memory(Location::Host, None, false, None).unwrap();
         let clone = a.try_clone().unwrap();
         assert_eq!(clone.as_raw().host_kind(), kind);
@@ -273,7 +272,7 @@ fn gpu_peer_moves_between_two_devices() {
     let mut a = MemArray::<u32, 1>::new([n]).unwrap();
     a.move_memory(DEV0, None, false, None).unwrap();
     for _ in 0..4 {
-        a.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+        seed::add_index_tuple_device(a.as_raw_mut(), None, None).unwrap();
     }
     a.move_memory(Location::Device(1), None, false, None)
         .unwrap();
@@ -281,7 +280,7 @@ fn gpu_peer_moves_between_two_devices() {
     let addr = a.indexer(None).unwrap().data as u64;
     assert_eq!(device_of_pointer(addr).unwrap().id(), 1);
     assert_eq!(a.get([n - 1]).unwrap(), 4 * (n as u32 - 1));
-    a.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+    seed::add_index_tuple_device(a.as_raw_mut(), None, None).unwrap();
     a.move_memory(Location::Host, None, false, None).unwrap();
     let host = a.as_slice().unwrap();
     assert_eq!((0..n).find(|&i| host[i] != (5 * i) as u32), None);
@@ -295,17 +294,13 @@ fn peer_moves_with_owned_streams(devs: &[Arc<Device>], n: usize) {
     let s1 = Stream::new(&devs[1]).unwrap();
     let mut b = MemArray::<u32, 1>::with_options([n], 0, HostKind::Pinned).unwrap();
     b.move_memory(DEV0, Some(s0.as_ref()), false, None).unwrap();
-    b.as_raw_mut()
-        .add_index_tuple_device(Some(s0.as_ref()), None)
-        .unwrap();
+    seed::add_index_tuple_device(b.as_raw_mut(), Some(s0.as_ref()), None).unwrap();
     b.move_memory(Location::Device(1), None, false, None)
         .unwrap();
-    b.as_raw_mut().add_index_tuple_device(None, None).unwrap();
-    b.as_raw_mut()
-        .add_index_tuple_device(Some(s1.as_ref()), None)
-        .unwrap();
+    seed::add_index_tuple_device(b.as_raw_mut(), None, None).unwrap();
+    seed::add_index_tuple_device(b.as_raw_mut(), Some(s1.as_ref()), None).unwrap();
     b.move_memory(DEV0, Some(s0.as_ref()), false, None).unwrap();
-    b.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+    seed::add_index_tuple_device(b.as_raw_mut(), None, None).unwrap();
     assert_eq!(b.location(), DEV0);
     b.move_memory(Location::Host, None, false, None).unwrap();
     let host = b.as_slice().unwrap();
@@ -319,9 +314,7 @@ fn gpu_try_clone_of_device_data_is_deep() {
     let mut a = MemArray::<i64, 2>::new([64, 65]).unwrap();
     a.move_memory(DEV0, Some(s.as_ref()), false, None).unwrap();
     // Pending work on an owned stream: the clone must include its result.
-    a.as_raw_mut()
-        .add_index_tuple_device(Some(s.as_ref()), None)
-        .unwrap();
+    seed::add_index_tuple_device(a.as_raw_mut(), Some(s.as_ref()), None).unwrap();
     let mut b = a.try_clone().unwrap();
     assert_eq!(b.location(), DEV0);
     assert!(!b.is_locked());
@@ -332,7 +325,7 @@ fn gpu_try_clone_of_device_data_is_deep() {
     a.set([0, 0], -2).unwrap();
     assert_eq!(a.get([63, 64]).unwrap(), 127);
     assert_eq!(b.get([0, 0]).unwrap(), 0);
-    b.as_raw_mut().add_index_tuple_device(None, None).unwrap();
+    seed::add_index_tuple_device(b.as_raw_mut(), None, None).unwrap();
     a.move_memory(Location::Host, None, true, None).unwrap();
     b.move_memory(Location::Host, None, true, None).unwrap();
     assert_eq!(a.get([1, 2]).unwrap(), 3);
@@ -377,8 +370,11 @@ fn gpu_lock_checks_on_device_paths() {
             assert_eq!(a.move_memory(target, None, true, tok), Err(want.clone()));
         }
         let raw = a.as_raw_mut();
-        assert_eq!(raw.add_index_tuple_device(None, tok), Err(want.clone()));
-        assert_eq!(raw.add_index_tuple_host(tok), Err(want.clone()));
+        assert_eq!(
+            seed::add_index_tuple_device(raw, None, tok),
+            Err(want.clone())
+        );
+        assert_eq!(seed::add_index_tuple_host(raw, tok), Err(want.clone()));
         assert_eq!(raw.read_all(&mut [0u8; 64], tok), Err(want.clone()));
         assert_eq!(raw.write_all(&[0u8; 64], tok), Err(want.clone()));
         assert_eq!(raw.synchronize(tok), Err(want.clone()));
@@ -391,9 +387,7 @@ fn gpu_lock_checks_on_device_paths() {
         let idx = index_of([4, 4], linear);
         assert_eq!(a.get_with(idx, Some(t)).unwrap(), linear as f32);
     }
-    a.as_raw_mut()
-        .add_index_tuple_device(None, Some(t))
-        .unwrap();
+    seed::add_index_tuple_device(a.as_raw_mut(), None, Some(t)).unwrap();
     a.set_with([0, 0], -1.0, Some(t)).unwrap();
     a.move_memory(Location::Host, None, true, Some(t)).unwrap();
     a.unlock(t).unwrap();
@@ -412,7 +406,7 @@ fn gpu_write_all_and_host_add_index_on_device_data() {
     a.as_raw().read_all(&mut out, None).unwrap();
     assert_eq!(out, [1, 0, 2, 0, 3, 0, 4, 0, 5, 0]);
     // add_index_tuple_host moves home first.
-    a.add_index_tuple_host(None).unwrap();
+    seed::add_index_tuple_host(&mut a, None).unwrap();
     assert_eq!(a.location(), Location::Host);
     assert_eq!(a.as_slice().unwrap(), &[1, 3, 5, 7, 9]);
     // write_all on device data writes the device copy in place (it stays current there).

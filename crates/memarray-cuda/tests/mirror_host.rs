@@ -7,6 +7,7 @@ mod common;
 
 use common::{bytes_of, index_of, random_bytes, val};
 use memarray_core::{CoreError, DType, Element, Location, LockToken, MAX_NDIM, shape, with_dtype};
+use memarray_cuda::seed;
 use memarray_cuda::testing::report_skip;
 use memarray_cuda::{CudaError, HostKind, MemArray, RawArray, is_available};
 use ndarray::{Array2, Array3, s};
@@ -218,7 +219,7 @@ fn lock_refuses_every_access_without_the_holders_token() {
         );
         let to_dev = a.move_memory(Location::Device(0), None, false, tok);
         assert_eq!(to_dev, Err(want.clone()), "the lock is checked before CUDA");
-        assert_eq!(a.add_index_tuple_host(tok), Err(want.clone()));
+        assert_eq!(seed::add_index_tuple_host(&mut a, tok), Err(want.clone()));
         assert_eq!(a.indexer(tok).unwrap_err(), want);
         assert_eq!(a.host_ptr(tok).unwrap_err(), want);
         let raw = a.as_raw_mut();
@@ -226,7 +227,10 @@ fn lock_refuses_every_access_without_the_holders_token() {
         assert_eq!(raw.write_all(&[0u8; 16], tok), Err(want.clone()));
         assert_eq!(raw.host_bytes(tok).unwrap_err(), want);
         assert_eq!(raw.synchronize(tok), Err(want.clone()));
-        assert_eq!(raw.add_index_tuple_device(None, tok), Err(want.clone()));
+        assert_eq!(
+            seed::add_index_tuple_device(raw, None, tok),
+            Err(want.clone())
+        );
         let export = raw.export_buffer(tok, false, memarray_cuda::array::Consumer::Host);
         assert_eq!(export.unwrap_err(), want);
         assert_eq!(a.unlock(foreign).unwrap_err(), locked(t, Some(foreign)));
@@ -244,7 +248,7 @@ fn lock_refuses_every_access_without_the_holders_token() {
     }
     a.set_with([0, 0], 10, Some(t)).unwrap();
     a.move_memory(Location::Host, None, true, Some(t)).unwrap();
-    a.add_index_tuple_host(Some(t)).unwrap();
+    seed::add_index_tuple_host(&mut a, Some(t)).unwrap();
     assert_eq!(a.indexer(Some(t)).unwrap().shape, [2, 2]);
     a.unlock(t).unwrap();
     assert_eq!(a.as_slice().unwrap(), &[10, 3, 4, 6]);
@@ -416,7 +420,7 @@ fn check_add_index<T: Element>(shape: &[usize]) {
     let n = shape::checked_len(shape).unwrap();
     let initial: Vec<T> = (0..n).map(|i| val::<T>(i % 5)).collect();
     let mut r = RawArray::from_bytes(T::DTYPE, shape, bytes_of(&initial), 0).unwrap();
-    r.add_index_tuple_host(None).unwrap();
+    seed::add_index_tuple_host(&mut r, None).unwrap();
     let mut got = vec![T::default(); n as usize];
     // SAFETY: got's bytes are plain data of T, written in full by read_all.
     let out = unsafe { std::slice::from_raw_parts_mut(got.as_mut_ptr().cast::<u8>(), r.nbytes()) };
@@ -453,7 +457,7 @@ fn add_index_tuple_host_matches_the_reference_for_every_dtype() {
     }
     // The typed API forwards to the same code.
     let mut a = MemArray::<i8, 2>::new([2, 200]).unwrap();
-    a.add_index_tuple_host(None).unwrap();
+    seed::add_index_tuple_host(&mut a, None).unwrap();
     assert_eq!(a.get([1, 199]).unwrap(), 200u64 as i8);
 }
 
@@ -473,10 +477,7 @@ fn moving_to_a_device_without_cuda_is_unavailable_and_changes_nothing() {
             assert_eq!(a.device_id(), 0);
         }
     }
-    let e = a
-        .as_raw_mut()
-        .add_index_tuple_device(None, None)
-        .unwrap_err();
+    let e = seed::add_index_tuple_device(a.as_raw_mut(), None, None).unwrap_err();
     assert!(matches!(e, CudaError::Unavailable { .. }), "{e:?}");
     assert_eq!(a.as_slice().unwrap(), &[1.0, 2.0, 3.0]);
     a.move_memory(Location::Host, None, true, None).unwrap();
@@ -505,7 +506,7 @@ fn raw_arrays_hold_32_dims_and_refuse_33() {
     let mut out = [0u8; 4];
     r.read_element(&idx, &mut out, None).unwrap();
     assert_eq!(f32::from_ne_bytes(out), 7.5);
-    r.add_index_tuple_host(None).unwrap();
+    seed::add_index_tuple_host(&mut r, None).unwrap();
     r.read_element(&idx, &mut out, None).unwrap();
     assert_eq!(f32::from_ne_bytes(out), 10.5);
     let too_many = [1usize; MAX_NDIM + 1];

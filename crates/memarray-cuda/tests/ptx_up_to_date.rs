@@ -45,7 +45,7 @@ fn committed_ptx_matches_a_fresh_build() {
         run.status.success(),
         "kernels-cuda/build.sh failed:\n{stderr}"
     );
-    let committed_dir = root.join("crates/memarray-cuda/ptx");
+    let committed_dir = root.join("crates/memarray-cuda/src/seed/ptx");
     let mut compared = 0;
     for entry in std::fs::read_dir(&out).unwrap() {
         let fresh_path = entry.unwrap().path();
@@ -56,7 +56,7 @@ fn committed_ptx_matches_a_fresh_build() {
         let (a, b) = (code_lines(&committed), code_lines(&fresh));
         if let Some(k) = (0..a.len().max(b.len())).find(|&k| a.get(k) != b.get(k)) {
             panic!(
-                "crates/memarray-cuda/ptx/{} is stale at code line {k}: committed {:?}, fresh {:?}; \
+                "crates/memarray-cuda/src/seed/ptx/{} is stale at code line {k}: committed {:?}, fresh {:?}; \
                  run kernels-cuda/build.sh",
                 name.to_string_lossy(),
                 a.get(k),

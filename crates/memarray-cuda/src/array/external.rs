@@ -43,6 +43,12 @@ impl RawArray {
         Ok(buf)
     }
 
+    /// The stream an operation on `device` uses: `stream`, else the array's last stream on
+    /// that device, else the legacy default stream.
+    pub(crate) fn stream_for(&self, stream: Option<StreamRef>, device: u32) -> StreamRef {
+        self.dev.pick(stream, device)
+    }
+
     /// Makes `op`, which wrote the array's device data, its pending work.
     pub(crate) fn wrote(&mut self, op: Enqueued) -> Result<()> {
         self.dev.record(op, None)
@@ -68,12 +74,6 @@ mod collective {
     use crate::stream::StreamRef;
 
     impl RawArray {
-        /// The stream an operation on `device` uses: `stream`, else the array's last stream
-        /// on that device, else the legacy default stream.
-        pub(crate) fn stream_for(&self, stream: Option<StreamRef>, device: u32) -> StreamRef {
-            self.dev.pick(stream, device)
-        }
-
         /// The device buffer of data that must be on `device` for `what`, with `stream`
         /// ordered after the array's pending work. Checks the lock first.
         pub(crate) fn operand_on(

@@ -11,7 +11,6 @@ mod device_side;
 mod export;
 mod external;
 mod host_kind;
-mod host_ops;
 mod import;
 mod ipc;
 mod multi;

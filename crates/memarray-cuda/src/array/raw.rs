@@ -10,7 +10,6 @@ use memarray_core::{
 
 use super::device_side::DeviceSide;
 use super::host_kind::{HostKind, host_buffer};
-use super::host_ops;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{ArrayError, CudaError, Result};
@@ -548,31 +547,6 @@ impl RawArray {
         Ok(())
     }
 
-    /// Host version of the seed's kernel: adds the sum of each element's indices to it.
-    /// Moves the data to the host first if it is on a device.
-    pub fn add_index_tuple_host(&mut self, token: Option<LockToken>) -> Result<()> {
-        self.move_memory(Location::Host, None, true, token)?;
-        let (dtype, shape) = (self.dtype, self.shape.clone());
-        host_ops::add_index_tuple(dtype, &shape, self.host_bytes_mut(token)?);
-        Ok(())
-    }
-
-    /// Runs the seed's kernel on the device: moves the data to the array's device on
-    /// `stream` (if not there) and launches `add_index_tuple` on the same stream, without
-    /// blocking the host.
-    pub fn add_index_tuple_device(
-        &mut self,
-        stream: Option<StreamRef>,
-        token: Option<LockToken>,
-    ) -> Result<()> {
-        let target = match self.location() {
-            Location::Device(id) => Location::Device(id),
-            Location::Host => Location::Device(self.device_id),
-        };
-        self.move_memory(target, stream, false, token)?;
-        self.dev.add_index_tuple(self.dtype, &self.shape, stream)
-    }
-
     /// A deep copy: new buffers holding the current data, at the same location, unlocked.
     pub fn try_clone(&self, token: Option<LockToken>) -> Result<Self> {
         self.check(token)?;
@@ -691,5 +665,12 @@ impl RawArray {
 
     pub(crate) fn device_side(&self) -> &DeviceSide {
         &self.dev
+    }
+}
+
+/// Itself, so functions over any array take a `RawArray` as they take a `MemArray`.
+impl AsMut<RawArray> for RawArray {
+    fn as_mut(&mut self) -> &mut RawArray {
+        self
     }
 }

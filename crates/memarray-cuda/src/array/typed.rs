@@ -20,11 +20,11 @@ use crate::stream::StreamRef;
 ///
 /// ```
 /// use memarray_core::Location;
-/// use memarray_cuda::MemArray;
+/// use memarray_cuda::{MemArray, seed};
 ///
 /// let mut a = MemArray::<f32, 3>::new([2, 4, 7])?;
 /// a.set([1, 3, 6], 5.0)?;
-/// a.add_index_tuple_host(None)?; // each element += the sum of its indices
+/// seed::add_index_tuple_host(&mut a, None)?; // each element += the sum of its indices
 /// assert_eq!(a.get([1, 3, 6])?, 15.0);
 /// if memarray_cuda::is_available() {
 ///     a.move_memory(Location::Device(0), None, true, None)?;
@@ -329,12 +329,6 @@ impl<T: Element, const N: usize> MemArray<T, N> {
         self.raw.host_ptr_unchecked().cast()
     }
 
-    /// Host version of the seed's `add_index_tuple`: adds the sum of each element's
-    /// indices to it (moving the data to the host first).
-    pub fn add_index_tuple_host(&mut self, token: Option<LockToken>) -> Result<()> {
-        self.raw.add_index_tuple_host(token)
-    }
-
     /// Swaps contents with `other` without copying; both must be unlocked.
     pub fn swap(&mut self, other: &mut Self) -> Result<()> {
         self.raw.swap(&mut other.raw)
@@ -349,15 +343,12 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub fn try_clone_with(&self, token: Option<LockToken>) -> Result<Self> {
         Ok(Self::wrap(self.raw.try_clone(token)?))
     }
+}
 
-    /// The seed's `add_index_tuple` on the GPU: moves the data to the device on `stream`
-    /// if needed and launches the kernel there, without blocking the host.
-    pub fn add_index_tuple_device(
-        &mut self,
-        stream: Option<StreamRef>,
-        token: Option<LockToken>,
-    ) -> Result<()> {
-        self.raw.add_index_tuple_device(stream, token)
+/// The untyped array underneath, for functions over any array (`seed`'s, say).
+impl<T: Element, const N: usize> AsMut<RawArray> for MemArray<T, N> {
+    fn as_mut(&mut self) -> &mut RawArray {
+        &mut self.raw
     }
 }
 

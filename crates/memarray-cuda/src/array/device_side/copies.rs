@@ -7,9 +7,8 @@ use crate::copy::{self, Span};
 use crate::device::Device;
 use crate::error::{ArrayError, Result};
 use crate::event::Enqueued;
-use crate::kernel;
 use crate::stream::StreamRef;
-use memarray_core::{DType, HostBuffer, Location};
+use memarray_core::{HostBuffer, Location};
 use std::sync::Arc;
 
 use super::{Consumer, DeviceSide, ExportOwner};
@@ -238,20 +237,6 @@ impl DeviceSide {
             Some(op) => self.record(op, None),
             None => Ok(()),
         }
-    }
-
-    /// Runs the add_index_tuple kernel on the device copy.
-    pub(crate) fn add_index_tuple(
-        &mut self,
-        dtype: DType,
-        shape: &[usize],
-        stream: Option<StreamRef>,
-    ) -> Result<()> {
-        let buf = self.current()?;
-        let stream = self.pick(stream, buf.device().id());
-        self.order(stream, buf.device().id())?;
-        let op = kernel::add_index_tuple(dtype, &buf, shape, stream)?;
-        self.record(op, None)
     }
 
     /// The device copy for an export (or a fresh copy of it), ordered for `consumer`.

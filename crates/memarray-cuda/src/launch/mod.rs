@@ -36,7 +36,10 @@ use std::sync::Arc;
 
 use memarray_core::LockToken;
 
-pub use crate::module::{Function, LaunchConfig, Module};
+pub(crate) mod module;
+mod nvrtc;
+
+pub use module::{Function, LaunchConfig, Module};
 
 use crate::array::{RawArray, SharedArray};
 use crate::device::Device;
@@ -346,7 +349,7 @@ pub fn end_access(
 
 #[cfg(test)]
 mod tests {
-    use crate::module::{MAX_GRID_X, covering, grid_stride};
+    use super::module::{MAX_GRID_X, covering, grid_stride};
 
     #[test]
     fn the_default_grid_gives_every_element_a_thread() {

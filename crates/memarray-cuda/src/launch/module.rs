@@ -1,7 +1,7 @@
 //! [`Module`] and [`Function`]: a loaded kernel image (PTX text, a cubin or a fatbin, or
 //! CUDA C++ through NVRTC) and a kernel in it with its occupancy-derived launch shapes.
-//! The one way memarray loads kernels: the seed kernel (`kernel`,
-//! `add_index_tuple`) and users' kernels (`launch`) both load through it.
+//! The one way memarray loads kernels: users' kernels (`launch`) and the seed's demo
+//! kernel (`seed`) both load through it.
 
 use std::ffi::CString;
 use std::sync::Arc;
@@ -88,7 +88,7 @@ impl Module {
         name: &str,
         options: &[&str],
     ) -> Result<Arc<Module>> {
-        let ptx = crate::nvrtc::compile_to_ptx(source, name, options, device.compute_capability())?;
+        let ptx = super::nvrtc::compile_to_ptx(source, name, options, device.compute_capability())?;
         Module::load(device, &ptx)
     }
 
