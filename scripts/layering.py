@@ -40,7 +40,7 @@ LAYERS = {
         ["export", "import"],
     ],
     "crates/memarray-cuda/src": [
-        ["error", "driver", "per_device"],
+        ["error", "driver", "per_device", "parked"],
         ["env", "device"],
         ["stream", "event"],
         ["resource"],
@@ -66,7 +66,7 @@ LAYERS = {
         ["access", "dlpack", "kernel"],
     ],
     "bindings-python/src": [
-        ["errors", "convert", "once", "held"],
+        ["errors", "convert", "once", "held", "gil"],
         ["dtype"],
         ["device", "fork"],
         ["stream", "foreign"],

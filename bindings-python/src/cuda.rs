@@ -64,6 +64,27 @@ fn set_default_device(device: &Bound<'_, PyAny>) -> PyResult<()> {
     memarray_cuda::set_default_device(id).py()
 }
 
+/// Raises the first error memarray could not report where it happened (a driver call that
+/// failed while an array, buffer, event or module was dropped or freed), naming where and
+/// how many others there were, and forgets them; returns None when there was none.
+/// memarray also warns (`RuntimeWarning`) at its next call after such an error.
+#[pyfunction]
+fn check_errors() -> PyResult<()> {
+    memarray_cuda::parked::check().py()
+}
+
+/// Parks an error as a failing free would (tests of the warning and `check_errors`).
+#[pyfunction]
+fn _park_for_test() {
+    memarray_cuda::parked::park(
+        "a test's injected free",
+        memarray_cuda::CudaError::InvalidArgument {
+            what: "test",
+            detail: "injected".into(),
+        },
+    );
+}
+
 /// The device of threads that have not chosen one (`set_default_device`; 0 unless set).
 #[pyfunction]
 fn default_device() -> u32 {
@@ -403,6 +424,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(current_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(set_default_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(default_device, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(check_errors, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(_park_for_test, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(set_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(_clear_device, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(_current_context_device, &cuda)?)?;

@@ -1,6 +1,8 @@
 //! Maps Rust errors to Python exceptions through their [`ErrorKind`] (the classification
 //! the C status codes use too), with the few finer spellings Python keeps.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use pyo3::exceptions::{
     PyBufferError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError,
     PyValueError,
@@ -149,8 +151,53 @@ impl<T> IntoPyResult<T> for Result<T, memarray_cuda::nccl::NcclError> {
 }
 impl<T> IntoPyResult<T> for Result<T, CudaError> {
     fn py(self) -> PyResult<T> {
+        warn_parked();
         self.map_err(cuda_err)
     }
+}
+
+/// The parked-error count the last warning covered.
+static WARNED: AtomicU64 = AtomicU64::new(0);
+
+/// Warns (`RuntimeWarning`) about errors parked since the last warning: driver calls that
+/// failed in a drop or a free path (`memarray_cuda::parked`), which
+/// `memarray.cuda.check_errors()` raises. One atomic load when there is nothing new; only
+/// on a thread that holds the GIL (never waits for it).
+pub(crate) fn warn_parked() {
+    let count = memarray_cuda::parked::parked_count();
+    if count == WARNED.load(Ordering::Relaxed) {
+        return;
+    }
+    if !crate::gil::held() {
+        return; // the next call with the GIL warns
+    }
+    let before = WARNED.swap(count, Ordering::Relaxed);
+    if before == count {
+        return;
+    }
+    Python::attach(|py| {
+        let kept = memarray_cuda::parked::kept();
+        let shown: Vec<String> = kept.iter().take(3).map(|p| p.to_string()).collect();
+        let msg = format!(
+            "memarray: {} error(s) could not be reported where they happened (in a drop or a \
+             free): {}{}; memarray.cuda.check_errors() raises the first",
+            count - before,
+            shown.join("; "),
+            if kept.len() > shown.len() {
+                "; ..."
+            } else {
+                ""
+            }
+        );
+        // Under a filter that makes warnings errors, the warning comes back as an error
+        // this mapping cannot raise: the errors stay kept for check_errors(), which does.
+        let _ = PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),
+            &std::ffi::CString::new(msg).unwrap_or_default(),
+            1,
+        );
+    });
 }
 impl<T> IntoPyResult<T> for Result<T, DlpackError> {
     fn py(self) -> PyResult<T> {

@@ -85,18 +85,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// one that holds the GIL never waits (the forking thread would wait for it), others wait
 /// while a fork is being prepared.
 pub fn foreign_section() -> fork::Section {
-    // SAFETY: PyGILState_Check only reads the calling thread's state; the interpreter is
-    // initialised (this module is loaded).
-    if unsafe { PyGILState_Check() } == 1 {
+    if crate::gil::held() {
         fork::section()
     } else {
         fork::section_waiting()
     }
-}
-
-unsafe extern "C" {
-    // Not in the limited API's headers, but exported by every CPython since 3.4 (this
-    // wheel's oldest is 3.11): the only way to ask whether a thread that pyo3 did not
-    // attach (torch's, through pybind11) holds the GIL.
-    fn PyGILState_Check() -> std::ffi::c_int;
 }

@@ -21,6 +21,7 @@ mod errors;
 mod familiar;
 mod foreign;
 mod fork;
+mod gil;
 mod held;
 mod host_pool;
 mod interop;

@@ -16,6 +16,7 @@ pub fn once<'a, T>(
         return Ok(v);
     }
     let v = f()?;
+    // Another thread may have set it meanwhile: its value is as good, and is kept.
     let _ = cell.set(py, v);
     Ok(cell.get(py).expect("set above or by another thread"))
 }

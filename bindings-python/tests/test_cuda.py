@@ -431,3 +431,18 @@ def test_cuda_array_interface_export_pins_its_buffer():
     for f in fillers:
         f.add_index_tuple()
     np.testing.assert_array_equal(cupy.asnumpy(c), init_array((256, 256), np.float64))
+
+
+def test_errors_from_drops_and_frees_are_warned_once_and_raised_by_check_errors():
+    import warnings
+
+    memarray.cuda.check_errors()  # nothing parked before
+    memarray._memarray.cuda._park_for_test()  # as a failing free in a drop would
+    with pytest.warns(RuntimeWarning, match="a test's injected free failed"):
+        memarray.zeros((2,), "float32")  # the next call warns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        memarray.zeros((2,), "float32")  # once: no second warning for the same error
+    with pytest.raises(ValueError, match="could not report at the time: a test's injected free"):
+        memarray.cuda.check_errors()
+    memarray.cuda.check_errors()  # reported, then forgotten

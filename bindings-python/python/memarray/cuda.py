@@ -23,6 +23,7 @@ current_device = _cuda.current_device
 set_device = _cuda.set_device
 set_default_device = _cuda.set_default_device
 default_device = _cuda.default_device
+check_errors = _cuda.check_errors
 synchronize = _cuda.synchronize
 from_cuda_array_interface = _cuda.from_cuda_array_interface
 staging_config = _cuda.staging_config
@@ -35,6 +36,7 @@ __all__ = [
     "Module",
     "Out",
     "Stream",
+    "check_errors",
     "current_device",
     "default_device",
     "device",

@@ -16,6 +16,7 @@ __all__ = [
     "Module",
     "Out",
     "Stream",
+    "check_errors",
     "current_device",
     "default_device",
     "device",
@@ -74,6 +75,10 @@ def current_device() -> int:
 
 def set_default_device(device: int | str) -> None:
     """Makes ``device`` the device of every thread that has not chosen one."""
+
+def check_errors() -> None:
+    """Raises the first error memarray could not report where it happened (a failing
+    free or drop), and forgets them."""
 
 def default_device() -> int:
     """The device of threads that have not chosen one (0 unless set)."""

@@ -76,6 +76,8 @@ pub unsafe extern "C" fn memarray_access_begin(
             Ok(v) => v,
             Err(e) => {
                 if owns_lock {
+                    // The caller needs the error above; this token is ours and unused
+                    // elsewhere, so the unlock cannot fail.
                     let _ = array.unlock(token);
                 }
                 return Err(e.into());

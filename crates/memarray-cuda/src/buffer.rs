@@ -302,8 +302,12 @@ impl Drop for DeviceBuffer {
         );
         for e in &uses {
             // Ordering only: a failure here leaves the resource's own rule (cuMemFree
-            // waits for the device; a pool checks its free stream) in charge.
-            let _ = self.free_stream.wait(e);
+            // waits for the device; a pool checks its free stream) in charge, and is
+            // parked so it is still seen.
+            crate::parked::park_err(
+                "ordering a freed buffer after its uses",
+                self.free_stream.wait(e),
+            );
         }
         // SAFETY: `ptr` came from this resource with (len, DEVICE_ALIGN) and is freed only
         // here (item 1); work using it is ordered on `free_stream` by the caller's use of

@@ -26,7 +26,8 @@ impl Drop for BindGuard {
             // SAFETY: `previous` was current on this thread when the guard was made, so it
             // is a live context or null (which unbinds); contexts memarray binds are
             // primary contexts that are never released.
-            let _ = unsafe { driver::ctx_set_current(self.previous) };
+            let done = unsafe { driver::ctx_set_current(self.previous) };
+            crate::parked::park_err("restoring the thread's previous context", done);
         }
     }
 }

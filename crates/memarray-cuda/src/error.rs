@@ -45,7 +45,7 @@ pub enum CudaError {
     },
     /// Two operands live on different devices where one device is required.
     #[error(
-        "{what} needs cuda:{expected} but got cuda:{got}; use direct::copy_peer between devices"
+        "{what} needs cuda:{expected} but got cuda:{got}; copy between devices with copy::direct::copy_peer"
     )]
     WrongDevice {
         /// The operation, in words.
@@ -61,6 +61,20 @@ pub enum CudaError {
          per-thread default stream; pass 1 (StreamRef::legacy) or 2 (StreamRef::per_thread)"
     )]
     NullStream,
+    /// A driver call that failed where nothing could return its error (a `Drop` or a free
+    /// path), reported later by [`crate::parked::check`].
+    #[error(
+        "an earlier error memarray could not report at the time: {during} failed: {source}{}",
+        if *.others > 0 { format!(" (and {} more)", .others) } else { String::new() }
+    )]
+    Parked {
+        /// What memarray was doing, e.g. "freeing device memory".
+        during: &'static str,
+        /// The error the call returned.
+        source: Box<CudaError>,
+        /// Further errors parked with it and reported only by this count.
+        others: usize,
+    },
     /// A buffer smaller than the data an operation covers.
     #[error("{what} covers {needed} bytes but the buffer holds {len} bytes")]
     BufferTooSmall {
@@ -305,6 +319,7 @@ impl CudaError {
             return ErrorKind::OutOfMemory;
         }
         match self {
+            CudaError::Parked { source, .. } => source.kind(),
             CudaError::Core(c) => c.kind(),
             CudaError::Array(a) => a.kind(),
             CudaError::Unavailable { .. } => ErrorKind::Unavailable,

@@ -128,10 +128,14 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // Errors cannot be reported from drop; destroy fails only for invalid handles.
-        if let Ok(_ctx) = self.device.bind() {
-            // SAFETY: the handle is live and never used after this (item 1).
-            let _ = unsafe { driver::event_destroy(self.handle) };
+        // Drop cannot return an error: a failure is parked (`crate::parked`).
+        match self.device.bind() {
+            Ok(_ctx) => {
+                // SAFETY: the handle is live and never used after this (item 1).
+                let done = unsafe { driver::event_destroy(self.handle) };
+                crate::parked::park_err("destroying an event", done);
+            }
+            Err(e) => crate::parked::park("binding the context to destroy an event", e),
         }
     }
 }

@@ -209,7 +209,8 @@ impl Drop for Mapping {
         if let Ok(_ctx) = self.device.bind() {
             // SAFETY: base came from ipc_open_mem_handle, and this is its only closer
             // (the last Arc); the device's context is bound.
-            let _ = unsafe { driver::ipc_close_mem_handle(self.base) };
+            let done = unsafe { driver::ipc_close_mem_handle(self.base) };
+            crate::parked::park_err("closing an IPC mapping", done);
         }
     }
 }

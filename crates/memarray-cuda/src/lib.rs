@@ -67,6 +67,7 @@ pub mod ipc;
 pub mod launch;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod parked;
 mod per_device;
 pub mod resource;
 pub mod seed;

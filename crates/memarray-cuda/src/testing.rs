@@ -31,7 +31,8 @@ fn log_skip(reason: &str) {
             .append(true)
             .open(path)
     {
-        // One write: appends from parallel tests do not interleave.
+        // One write: appends from parallel tests do not interleave. A test's note: a
+        // failed write has nowhere to go and changes no result.
         let _ = f.write_all(format!("SKIPPED: {reason}\n").as_bytes());
     }
 }
@@ -41,7 +42,7 @@ fn log_skip(reason: &str) {
 pub fn report_skip(reason: &str) {
     log_skip(reason);
     // One write, on a line of its own (libtest may have written "test x ... " without its
-    // newline yet).
+    // newline yet). A failed write to stderr has nowhere to go and changes no result.
     let line = format!("\nSKIPPED: {reason}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
@@ -76,6 +77,7 @@ pub fn gpu_or_skip() -> Option<Arc<Device>> {
                     "\nSKIPPED: no CUDA device ({}): this binary's GPU tests return early\n",
                     short(&reason)
                 );
+                // As above: nowhere to report a failed write to stderr.
                 let _ = std::io::stderr().lock().write_all(line.as_bytes());
             }
             None

@@ -71,7 +71,7 @@ impl Drop for RawArray {
     /// device) does not wait: its device side orders the frees after the work instead.
     fn drop(&mut self) {
         if self.host.is_some() {
-            let _ = self.dev.wait_host();
+            crate::parked::park_err("waiting for a dropped array's work", self.dev.wait_host());
         }
     }
 }

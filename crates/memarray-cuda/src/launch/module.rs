@@ -28,7 +28,8 @@ impl Drop for Module {
     fn drop(&mut self) {
         if let Ok(_ctx) = self.device.bind() {
             // SAFETY: no Function of this module outlives it (each holds an Arc of it).
-            let _ = unsafe { driver::module_unload(self.raw) };
+            let done = unsafe { driver::module_unload(self.raw) };
+            crate::parked::park_err("unloading a kernel module", done);
         }
     }
 }

@@ -294,7 +294,20 @@ impl Drop for Comm {
         let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let (Some(lib), Ok(_ctx)) = (lib::loaded(), self.device.bind()) {
             // SAFETY: the handle is live and this is its only destroyer.
-            let _ = unsafe { (lib.comm_destroy)(raw) };
+            let r = unsafe { (lib.comm_destroy)(raw) };
+            // Drop cannot return it: parked (`crate::parked`), as a CUDA-layer error.
+            if let Err(e) = lib.check("ncclCommDestroy", r, std::ptr::null_mut()) {
+                let e = match e {
+                    NcclError::Cuda(c) => c,
+                    other => CudaError::Driver {
+                        call: "ncclCommDestroy",
+                        code: r,
+                        name: "ncclResult_t".into(),
+                        message: other.to_string(),
+                    },
+                };
+                crate::parked::park("destroying an NCCL communicator", e);
+            }
         }
     }
 }

@@ -29,7 +29,8 @@ impl Backend for ManagedAlloc {
     unsafe fn free(&self, base: usize, _: Option<RawStream>) {
         // SAFETY: `base` came from `mem_alloc_managed` and is freed once (item 1); the
         // allocating context is current (item 2).
-        let _ = unsafe { driver::mem_free(base as u64) };
+        let freed = unsafe { driver::mem_free(base as u64) };
+        crate::parked::park_err("freeing managed memory", freed);
     }
 
     fn accessible(&self, _: &Device, _: Location) -> bool {

@@ -75,7 +75,8 @@ impl Backend for PinnedAlloc {
     unsafe fn free(&self, base: usize, _: Option<RawStream>) {
         // SAFETY: `base` came from `mem_host_alloc` and is freed once (item 1); a live
         // context is current (item 2).
-        let _ = unsafe { driver::mem_free_host(base as *mut std::ffi::c_void) };
+        let freed = unsafe { driver::mem_free_host(base as *mut std::ffi::c_void) };
+        crate::parked::park_err("freeing pinned memory", freed);
     }
 
     /// The host, and every device: with unified addressing all `cuMemHostAlloc` memory is
@@ -202,7 +203,8 @@ impl Drop for HostRegistration {
         if let Ok(_ctx) = self.device.bind() {
             // SAFETY: registered in `new`, unregistered once here; device work using it
             // is the owner's to have finished (as with cuMemFreeHost).
-            let _ = unsafe { driver::mem_host_unregister(self.addr as *mut _) };
+            let done = unsafe { driver::mem_host_unregister(self.addr as *mut _) };
+            crate::parked::park_err("unregistering host memory", done);
         }
     }
 }

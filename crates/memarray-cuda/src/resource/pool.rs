@@ -46,7 +46,8 @@ impl Backend for AsyncAlloc {
         let s = stream_or_legacy(stream).unwrap_or(crate::StreamRef::legacy());
         // SAFETY: `base` came from `mem_alloc_async` and is freed once (item 1), after all
         // work using it on `stream` (the trait contract); the context is current (item 2).
-        let _ = unsafe { driver::mem_free_async(base as u64, s.cu()) };
+        let freed = unsafe { driver::mem_free_async(base as u64, s.cu()) };
+        crate::parked::park_err("freeing stream-ordered pool memory", freed);
     }
 
     fn accessible(&self, device: &Device, location: Location) -> bool {

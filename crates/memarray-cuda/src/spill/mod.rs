@@ -106,6 +106,9 @@ fn devices() -> std::sync::RwLockReadGuard<'static, Option<HashMap<u32, Arc<Devi
 /// atomic load after that.
 fn active() -> bool {
     if ENV.get().is_none() {
+        // A bad environment is reported where it is read for the user (`check_env` at
+        // start-up, `enable_from_env`'s own callers); here only whether spilling is on
+        // matters, and a refused environment leaves it off.
         let _ = enable_from_env();
     }
     ACTIVE.load(Ordering::Acquire)
@@ -612,7 +615,9 @@ impl DeviceSpill {
                         self.device
                     ));
                     let f = FileResource::create(&path)?;
-                    // Mapped regions outlive the name: the file goes with the process.
+                    // Mapped regions outlive the name: the file goes with the process. A
+                    // name left behind (a read-only directory entry) costs a stray file,
+                    // never data: nothing opens it by name again.
                     let _ = std::fs::remove_file(&path);
                     let f = Arc::new(StatisticsAdaptor::new(Arc::new(f)));
                     *g = Some(f.clone());

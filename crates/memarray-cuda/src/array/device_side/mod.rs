@@ -107,7 +107,7 @@ impl Drop for DeviceSide {
                 Some(p) => p.stream.is_none(),
             };
             if !unused {
-                let _ = self.wait_host();
+                crate::parked::park_err("waiting for a dropped array's work", self.wait_host());
             }
             return;
         }
@@ -134,7 +134,10 @@ impl Drop for DeviceSide {
                 .chain(p.keep_alive.iter())
                 .all(|b| b.free_stream().wait(&p.event).is_ok());
             if !ordered {
-                let _ = p.event.synchronize();
+                crate::parked::park_err(
+                    "waiting for a dropped array's work",
+                    p.event.synchronize(),
+                );
             }
         }
     }
@@ -256,8 +259,10 @@ impl DeviceSide {
                     });
                 }
             }
-            Err(_) => {
-                let _ = legacy.synchronize(&device);
+            Err(e) => {
+                // No event to record: waiting for the stream gives the same order.
+                crate::parked::park("recording lazy work's event", e);
+                crate::parked::park_err("waiting for lazy work", legacy.synchronize(&device));
             }
         }
     }

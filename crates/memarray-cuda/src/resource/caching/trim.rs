@@ -114,18 +114,20 @@ impl CachingPool {
         };
         for e in events {
             // Ordering only: on failure the upstream's own rule (cuMemFree waits for the
-            // device) is left in charge.
-            let _ = if host_memory {
+            // device) is left in charge, and the error is parked so it is still seen.
+            let ordered = if host_memory {
                 e.synchronize()
             } else {
                 StreamRef::legacy().wait(e)
             };
+            crate::parked::park_err("ordering a trimmed block after its uses", ordered);
         }
         if host_memory
             && tag == legacy
             && let Some(device) = &self.device
         {
-            let _ = StreamRef::legacy().synchronize(device);
+            let waited = StreamRef::legacy().synchronize(device);
+            crate::parked::park_err("waiting before giving pinned blocks back", waited);
         }
         if let Some(p) = NonNull::new(addr as *mut u8) {
             // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
