@@ -60,6 +60,7 @@ LAYERS = {
     ],
     "crates/memarray-c/src": [
         ["error"],
+        ["handle", "device"],
         ["stream"],
         ["resource"],
         ["array"],

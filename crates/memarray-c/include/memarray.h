@@ -16,7 +16,7 @@
 // Where an array's data goes: the host, or a CUDA device by its ordinal.
 #define MEMARRAY_HOST -1
 
-// What a call did. Every error comes with a message from [`memarray_last_error`].
+// What a call did. Every error comes with a message from `memarray_last_error`.
 typedef enum {
   // The call succeeded.
   MEMARRAY_STATUS_OK = 0,
@@ -97,12 +97,12 @@ typedef enum {
   MEMARRAY_ARG_KIND_VALUE = 2,
 } memarray_arg_kind;
 
-// An open device access (opaque): from [`memarray_access_begin`] to
-// [`memarray_access_end`].
+// An open device access (opaque): from `memarray_access_begin` to
+// `memarray_access_end`.
 typedef struct memarray_access memarray_access;
 
 // An N-d array (opaque). Made by `memarray_array_zeros`, `memarray_array_from_data` or
-// `memarray_array_from_dlpack`; released by [`memarray_array_free`].
+// `memarray_array_from_dlpack`; released by `memarray_array_free`.
 typedef struct memarray_array memarray_array;
 
 // A kernel of a module (opaque); keeps its module loaded.
@@ -208,7 +208,7 @@ int32_t memarray_device_count(void);
 // Opens device access to `a` for work the caller enqueues on `stream` (NULL: the
 // legacy default stream) on `device`: the data moves there (restored if spilled),
 // `stream` waits on the array's pending work, and `*out`'s indexer holds the device
-// address. The array stays locked until [`memarray_access_end`]: by a new lock when
+// address. The array stays locked until `memarray_access_end`: by a new lock when
 // `token` is 0 (it fails with `MEMARRAY_STATUS_LOCKED` if someone else holds one), or
 // by the caller's lock `token`. `write`: whether the work writes the array (else it only
 // reads it). Free nothing the access uses before ending it; the array handle itself may
@@ -243,7 +243,7 @@ memarray_status memarray_access_end(memarray_access *acc);
 // `stream`, not waited for). `host_kind` picks the host copy's memory; `resource`
 // (nullable) serves the data at `location` and the array's later device buffers;
 // `stream` (nullable: the legacy default stream). On success `*out` is a new array:
-// release it with [`memarray_array_free`].
+// release it with `memarray_array_free`.
 //
 // # Safety
 // `shape` holds `ndim` values; handles are live; `out` is writable.
@@ -258,7 +258,7 @@ memarray_status memarray_array_zeros(int32_t dtype,
 
 // Makes a host array of `dtype` and shape `shape[0..ndim)` holding a copy of `data`
 // (C order; `nbytes` must be exactly the array's size). On success `*out` is a new
-// array: release it with [`memarray_array_free`].
+// array: release it with `memarray_array_free`.
 //
 // # Safety
 // `shape` holds `ndim` values; `data` holds `nbytes` readable bytes; `out` is writable.
@@ -301,7 +301,7 @@ memarray_status memarray_array_move(const memarray_array *a,
 // `a` is a live handle.
 memarray_status memarray_array_synchronize(const memarray_array *a, uint64_t token);
 
-// Locks the array: until [`memarray_array_unlock`], every call on it that does not
+// Locks the array: until `memarray_array_unlock`, every call on it that does not
 // present `*token` fails with `MEMARRAY_STATUS_LOCKED`. Fails with that status when
 // the array is already locked.
 //
@@ -383,7 +383,7 @@ memarray_status memarray_array_from_dlpack(struct DLManagedTensorVersioned *t,
 const char *memarray_last_error(void);
 
 // Loads `image` (`size` bytes: PTX text, a cubin or a fatbin) on `device`. On success
-// `*out` is a new module: release it with [`memarray_module_free`].
+// `*out` is a new module: release it with `memarray_module_free`.
 //
 // # Safety
 // `image` holds `size` readable bytes; `out` is writable.
@@ -414,7 +414,7 @@ memarray_status memarray_module_from_source(int32_t device,
 void memarray_module_free(memarray_module *m);
 
 // The kernel `name` (its `extern "C"` name) of module `m`. On success `*out` is a new
-// function: release it with [`memarray_function_free`].
+// function: release it with `memarray_function_free`.
 //
 // # Safety
 // `m` is live; `name` is NUL-terminated; `out` is writable.
@@ -474,7 +474,7 @@ memarray_status memarray_launch(const memarray_function *f,
                                 size_t nargs);
 
 // Ordinary host memory (no driver needed). `*out`: release with
-// [`memarray_resource_free`].
+// `memarray_resource_free`.
 //
 // # Safety
 // `out` is writable.
@@ -514,14 +514,14 @@ memarray_status memarray_resource_limiting(const memarray_resource *upstream,
                                            memarray_resource **out);
 
 // `upstream`, counting what goes through it (read with
-// [`memarray_resource_get_statistics`]).
+// `memarray_resource_get_statistics`).
 //
 // # Safety
 // `upstream` is live; `out` is writable.
 memarray_status memarray_resource_statistics(const memarray_resource *upstream,
                                              memarray_resource **out);
 
-// The counters of a resource made by [`memarray_resource_statistics`]
+// The counters of a resource made by `memarray_resource_statistics`
 // (`MEMARRAY_STATUS_INVALID_ARGUMENT` for any other).
 //
 // # Safety
@@ -549,7 +549,7 @@ memarray_status memarray_default_resource(int32_t device, memarray_resource **ou
 void memarray_resource_free(memarray_resource *r);
 
 // Makes a non-blocking stream on `device`. On success `*out` is a new stream: release
-// it with [`memarray_stream_free`].
+// it with `memarray_stream_free`.
 //
 // # Safety
 // `out` is writable.
@@ -558,7 +558,7 @@ memarray_status memarray_stream_create(int32_t device, memarray_stream **out);
 // Wraps the caller's live `CUstream` (or `cudaStream_t`) `handle` of `device`, so
 // memarray calls can order work on it; the caller keeps it alive while the wrapper is
 // used. `handle` NULL is the legacy default stream. Release with
-// [`memarray_stream_free`] (which does not destroy the caller's stream).
+// `memarray_stream_free` (which does not destroy the caller's stream).
 //
 // # Safety
 // `handle` is NULL or a live stream of `device`'s primary context; `out` is writable.

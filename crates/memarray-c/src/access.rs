@@ -9,7 +9,8 @@ use memarray_cuda::launch::{begin_access, end_access};
 use memarray_cuda::{Device, DeviceBuffer, StreamRef};
 
 use crate::array::{array_arg, indexer, memarray_array, memarray_indexer, token_of};
-use crate::error::{Error, check_out, guard, memarray_status, non_null, write_out};
+use crate::error::{check_out, guard, memarray_status, write_out};
+use crate::handle::Handle;
 use crate::stream::{memarray_stream, stream_arg};
 
 /// An open device access (opaque): from [`memarray_access_begin`] to
@@ -26,6 +27,8 @@ pub struct memarray_access {
     /// Keeps the device memory alive whatever happens to the array handle.
     _buffer: Arc<DeviceBuffer>,
 }
+
+impl Handle for memarray_access {}
 
 // SAFETY: the indexer's pointer is a device address, never dereferenced here; every
 // other field is Send + Sync.
@@ -59,7 +62,7 @@ pub unsafe extern "C" fn memarray_access_begin(
         check_out(out, "out")?;
         // SAFETY: the caller's contract; checked non-null above.
         let array = unsafe { &*a }.inner.clone();
-        let dev = crate::stream::device(device)?;
+        let dev = crate::device::device(device)?;
         // SAFETY: the caller's contract.
         let stream = unsafe { stream_arg(stream) }.unwrap_or(StreamRef::legacy());
         let (token, owns_lock) = match token_of(token) {
@@ -83,7 +86,7 @@ pub unsafe extern "C" fn memarray_access_begin(
                 return Err(e.into());
             }
         };
-        let h = Box::new(memarray_access {
+        let h = memarray_access {
             array,
             token,
             owns_lock,
@@ -92,9 +95,9 @@ pub unsafe extern "C" fn memarray_access_begin(
             write,
             indexer: ix,
             _buffer: buffer,
-        });
+        };
         // SAFETY: checked above.
-        unsafe { write_out(out, "out", Box::into_raw(h)) }
+        unsafe { write_out(out, "out", h.into_raw()) }
     })
 }
 
@@ -109,7 +112,7 @@ pub unsafe extern "C" fn memarray_access_indexer(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let acc = unsafe { non_null(acc, "access") }?;
+        let acc = unsafe { memarray_access::arg(acc, "access") }?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out, "out", acc.indexer) }
     })
@@ -125,11 +128,10 @@ pub unsafe extern "C" fn memarray_access_indexer(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memarray_access_end(acc: *mut memarray_access) -> memarray_status {
     guard(|| {
-        if acc.is_null() {
-            return Err(Error::arg("access is NULL"));
-        }
-        // SAFETY: the caller's contract: it came from Box::into_raw here.
-        let acc = unsafe { Box::from_raw(acc) };
+        // SAFETY: the caller's contract: a live handle, consumed here.
+        unsafe { memarray_access::arg(acc, "access") }?;
+        // SAFETY: as above; not NULL (checked).
+        let acc = unsafe { memarray_access::from_raw(acc) };
         let recorded = {
             let mut raw = acc.array.state();
             end_access(&mut raw, acc.device.clone(), acc.stream, acc.write)

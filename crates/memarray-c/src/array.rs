@@ -8,7 +8,8 @@ use memarray_cuda::array::{Fill, SharedArray};
 use memarray_cuda::{HostKind, RawArray};
 
 use crate::MEMARRAY_MAX_NDIM;
-use crate::error::{Error, Result, check_out, guard, memarray_status, non_null, write_out};
+use crate::error::{Error, Result, check_out, guard, memarray_status, write_out};
+use crate::handle::Handle;
 use crate::resource::memarray_resource;
 use crate::stream::{memarray_stream, stream_arg};
 
@@ -17,6 +18,8 @@ use crate::stream::{memarray_stream, stream_arg};
 pub struct memarray_array {
     pub(crate) inner: Arc<SharedArray>,
 }
+
+impl Handle for memarray_array {}
 
 /// Element types (the `dtype` arguments; NumPy's names in the comments).
 #[repr(C)]
@@ -218,13 +221,14 @@ pub(crate) unsafe fn array_arg<'a>(
     name: &str,
 ) -> Result<&'a SharedArray> {
     // SAFETY: the caller's contract.
-    Ok(unsafe { non_null(a, name) }?.inner.as_ref())
+    Ok(unsafe { memarray_array::arg(a, name) }?.inner.as_ref())
 }
 
 pub(crate) fn new_handle(raw: RawArray) -> *mut memarray_array {
-    Box::into_raw(Box::new(memarray_array {
+    memarray_array {
         inner: Arc::new(SharedArray::new(raw)),
-    }))
+    }
+    .into_raw()
 }
 
 /// Makes a zero-filled array of `dtype` and shape `shape[0..ndim)` whose data lives at
@@ -327,13 +331,8 @@ pub(crate) unsafe fn bytes_arg<'a>(
 /// `a` is NULL or a live handle, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memarray_array_free(a: *mut memarray_array) {
-    if a.is_null() {
-        return;
-    }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the caller's contract: `a` came from Box::into_raw here.
-        drop(unsafe { Box::from_raw(a) });
-    }));
+    // SAFETY: the caller's contract (NULL or a live handle, not used afterwards).
+    unsafe { memarray_array::free(a) }
 }
 
 /// Fills `*out` with the array's dtype, shape, size, location, host kind and lock holder.

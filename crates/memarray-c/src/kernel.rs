@@ -8,6 +8,7 @@ use memarray_cuda::launch::{Function, LaunchConfig, Module, SharedArg, launch_sh
 
 use crate::array::{memarray_array, token_of};
 use crate::error::{Error, Result, check_out, guard, memarray_status, non_null, write_out};
+use crate::handle::Handle;
 use crate::stream::{memarray_stream, stream_arg};
 
 /// A loaded module of one device (opaque).
@@ -15,10 +16,14 @@ pub struct memarray_module {
     inner: Arc<Module>,
 }
 
+impl Handle for memarray_module {}
+
 /// A kernel of a module (opaque); keeps its module loaded.
 pub struct memarray_function {
     inner: Function,
 }
+
+impl Handle for memarray_function {}
 
 /// A launch's grid and block (x, y, z) and dynamic shared memory per block.
 #[repr(C)]
@@ -42,6 +47,15 @@ pub enum memarray_arg_kind {
     Write = 1,
     /// `size` bytes at `value`, passed by value.
     Value = 2,
+}
+
+impl memarray_arg_kind {
+    /// The kind C passed as an `int`, if it is one.
+    fn from_c(k: i32) -> Option<Self> {
+        [Self::Read, Self::Write, Self::Value]
+            .into_iter()
+            .find(|&v| v as i32 == k)
+    }
 }
 
 /// One kernel argument: an array (`kind` READ or WRITE, `array`, `token` when the caller
@@ -76,7 +90,7 @@ unsafe fn text<'a>(s: *const c_char, name: &str) -> Result<&'a str> {
 }
 
 fn module_handle(m: Arc<Module>) -> *mut memarray_module {
-    Box::into_raw(Box::new(memarray_module { inner: m }))
+    memarray_module { inner: m }.into_raw()
 }
 
 /// Loads `image` (`size` bytes: PTX text, a cubin or a fatbin) on `device`. On success
@@ -95,7 +109,7 @@ pub unsafe extern "C" fn memarray_module_load(
         check_out(out, "out")?;
         // SAFETY: the caller's contract.
         let bytes = unsafe { crate::array::bytes_arg(image, size, "image") }?;
-        let d = crate::stream::device(device)?;
+        let d = crate::device::device(device)?;
         let m = Module::load(&d, bytes)?;
         // SAFETY: checked above.
         unsafe { write_out(out, "out", module_handle(m)) }
@@ -132,7 +146,7 @@ pub unsafe extern "C" fn memarray_module_from_source(
             // SAFETY: the caller's contract: `noptions` strings.
             .map(|i| unsafe { text(*options.add(i), "an option") })
             .collect::<Result<_>>()?;
-        let d = crate::stream::device(device)?;
+        let d = crate::device::device(device)?;
         let m = Module::from_cuda_source(&d, source, name, &opts)?;
         // SAFETY: checked above.
         unsafe { write_out(out, "out", module_handle(m)) }
@@ -145,12 +159,8 @@ pub unsafe extern "C" fn memarray_module_from_source(
 /// `m` is NULL or a live handle, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memarray_module_free(m: *mut memarray_module) {
-    if !m.is_null() {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: the caller's contract.
-            drop(unsafe { Box::from_raw(m) });
-        }));
-    }
+    // SAFETY: the caller's contract (NULL or a live handle, not used afterwards).
+    unsafe { memarray_module::free(m) }
 }
 
 /// The kernel `name` (its `extern "C"` name) of module `m`. On success `*out` is a new
@@ -166,12 +176,12 @@ pub unsafe extern "C" fn memarray_module_function(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let m = unsafe { non_null(m, "module") }?;
+        let m = unsafe { memarray_module::arg(m, "module") }?;
         check_out(out, "out")?;
         // SAFETY: the caller's contract.
         let name = unsafe { text(name, "name") }?;
         let f = m.inner.function(name)?;
-        let h = Box::into_raw(Box::new(memarray_function { inner: f }));
+        let h = memarray_function { inner: f }.into_raw();
         // SAFETY: checked above.
         unsafe { write_out(out, "out", h) }
     })
@@ -183,12 +193,8 @@ pub unsafe extern "C" fn memarray_module_function(
 /// `f` is NULL or a live handle, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memarray_function_free(f: *mut memarray_function) {
-    if !f.is_null() {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: the caller's contract.
-            drop(unsafe { Box::from_raw(f) });
-        }));
-    }
+    // SAFETY: the caller's contract (NULL or a live handle, not used afterwards).
+    unsafe { memarray_function::free(f) }
 }
 
 /// The number of the kernel's parameters (into `*count`) and, when `sizes` is not NULL,
@@ -205,7 +211,7 @@ pub unsafe extern "C" fn memarray_function_params(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let f = unsafe { non_null(f, "function") }?;
+        let f = unsafe { memarray_function::arg(f, "function") }?;
         let p = f.inner.param_sizes();
         if !sizes.is_null() {
             for (i, &s) in p.iter().take(capacity).enumerate() {
@@ -260,7 +266,7 @@ unsafe fn config_out(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let f = unsafe { non_null(f, "function") }?;
+        let f = unsafe { memarray_function::arg(f, "function") }?;
         let c = pick(&f.inner);
         let cfg = memarray_launch_config {
             grid: c.grid,
@@ -292,7 +298,7 @@ pub unsafe extern "C" fn memarray_launch(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let f = unsafe { non_null(f, "function") }?;
+        let f = unsafe { memarray_function::arg(f, "function") }?;
         // SAFETY: the caller's contract.
         let c = *unsafe { non_null(config, "config") }?;
         if args.is_null() && nargs > 0 {
@@ -308,10 +314,10 @@ pub unsafe extern "C" fn memarray_launch(
         let stream = unsafe { stream_arg(stream) };
         let mut list: Vec<SharedArg<'_>> = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
-            let write = match a.kind {
-                0 => false,
-                1 => true,
-                2 => {
+            let write = match memarray_arg_kind::from_c(a.kind) {
+                Some(memarray_arg_kind::Read) => false,
+                Some(memarray_arg_kind::Write) => true,
+                Some(memarray_arg_kind::Value) => {
                     if a.value.is_null() && a.size > 0 {
                         return Err(Error::arg(format!(
                             "argument {i}: value is NULL with {} bytes",
@@ -324,13 +330,15 @@ pub unsafe extern "C" fn memarray_launch(
                     list.push(SharedArg::Value(v.to_vec()));
                     continue;
                 }
-                k => {
+                None => {
                     return Err(Error::arg(format!(
-                        "argument {i}: kind {k} is not a memarray_arg_kind (0 to 2)"
+                        "argument {i}: kind {} is not a memarray_arg_kind (0 to 2)",
+                        a.kind
                     )));
                 }
             };
             // SAFETY: the caller's contract.
+            // (Not `Handle::arg`: the message is built only on the error, not per launch.)
             let array = unsafe { a.array.as_ref() }
                 .ok_or_else(|| Error::arg(format!("argument {i}: array is NULL")))?
                 .inner

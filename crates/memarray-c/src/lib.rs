@@ -36,8 +36,10 @@
 
 mod access;
 mod array;
+mod device;
 mod dlpack;
 mod error;
+mod handle;
 mod kernel;
 mod resource;
 mod stream;

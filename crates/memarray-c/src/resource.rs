@@ -6,7 +6,8 @@ use std::sync::Arc;
 use memarray_core::{HostResource, LimitingAdaptor, MemoryResource, StatisticsAdaptor};
 use memarray_cuda::resource::{CachingPool, DeviceResource, PinnedResource};
 
-use crate::error::{Error, Result, check_out, guard, memarray_status, non_null, write_out};
+use crate::error::{Error, Result, check_out, guard, memarray_status, write_out};
+use crate::handle::Handle;
 
 /// A memory resource (opaque), reference-counted: adaptors and arrays keep what they use.
 pub struct memarray_resource {
@@ -14,6 +15,8 @@ pub struct memarray_resource {
     /// Set for resources made by [`memarray_resource_statistics`].
     stats: Option<Arc<StatisticsAdaptor>>,
 }
+
+impl Handle for memarray_resource {}
 
 /// What a statistics resource has counted.
 #[repr(C)]
@@ -38,7 +41,7 @@ fn give(
     inner: Arc<dyn MemoryResource>,
     stats: Option<Arc<StatisticsAdaptor>>,
 ) -> Result<()> {
-    let h = Box::into_raw(Box::new(memarray_resource { inner, stats }));
+    let h = memarray_resource { inner, stats }.into_raw();
     // SAFETY: callers checked `out` before doing any work.
     unsafe { write_out(out, "out", h) }
 }
@@ -47,7 +50,9 @@ fn give(
 /// A non-null `r` is a live handle.
 unsafe fn upstream(r: *const memarray_resource) -> Result<Arc<dyn MemoryResource>> {
     // SAFETY: the caller's contract.
-    Ok(unsafe { non_null(r, "upstream") }?.inner.clone())
+    Ok(unsafe { memarray_resource::arg(r, "upstream") }?
+        .inner
+        .clone())
 }
 
 /// Ordinary host memory (no driver needed). `*out`: release with
@@ -76,7 +81,7 @@ pub unsafe extern "C" fn memarray_resource_device(
 ) -> memarray_status {
     guard(|| {
         check_out(out, "out")?;
-        let d = crate::stream::device(device)?;
+        let d = crate::device::device(device)?;
         give(out, Arc::new(DeviceResource::new(&d)), None)
     })
 }
@@ -92,7 +97,7 @@ pub unsafe extern "C" fn memarray_resource_pinned(
 ) -> memarray_status {
     guard(|| {
         check_out(out, "out")?;
-        let d = crate::stream::device(device)?;
+        let d = crate::device::device(device)?;
         give(out, Arc::new(PinnedResource::new(&d)), None)
     })
 }
@@ -119,7 +124,7 @@ pub unsafe extern "C" fn memarray_resource_pool(
         let pool = if device == crate::MEMARRAY_HOST {
             CachingPool::host(up, threshold)
         } else {
-            CachingPool::new(up, &crate::stream::device(device)?, threshold)
+            CachingPool::new(up, &crate::device::device(device)?, threshold)
         };
         give(out, Arc::new(pool), None)
     })
@@ -175,7 +180,7 @@ pub unsafe extern "C" fn memarray_resource_get_statistics(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let r = unsafe { non_null(r, "resource") }?;
+        let r = unsafe { memarray_resource::arg(r, "resource") }?;
         let s = r.stats.as_ref().ok_or_else(|| {
             Error::arg(format!(
                 "{} counts nothing: make it with memarray_resource_statistics",
@@ -208,8 +213,8 @@ pub unsafe extern "C" fn memarray_set_default_resource(
 ) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let r = unsafe { non_null(r, "resource") }?;
-        let d = crate::stream::device(device)?;
+        let r = unsafe { memarray_resource::arg(r, "resource") }?;
+        let d = crate::device::device(device)?;
         memarray_cuda::resource::set_default_resource(&d, r.inner.clone())?;
         Ok(())
     })
@@ -226,7 +231,7 @@ pub unsafe extern "C" fn memarray_default_resource(
 ) -> memarray_status {
     guard(|| {
         check_out(out, "out")?;
-        let d = crate::stream::device(device)?;
+        let d = crate::device::device(device)?;
         give(out, memarray_cuda::resource::default_resource(&d)?, None)
     })
 }
@@ -237,10 +242,6 @@ pub unsafe extern "C" fn memarray_default_resource(
 /// `r` is NULL or a live handle, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memarray_resource_free(r: *mut memarray_resource) {
-    if !r.is_null() {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: the caller's contract.
-            drop(unsafe { Box::from_raw(r) });
-        }));
-    }
+    // SAFETY: the caller's contract (NULL or a live handle, not used afterwards).
+    unsafe { memarray_resource::free(r) }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use memarray_cuda::{Device, Stream, StreamRef};
 
-use crate::error::{Error, Result, check_out, guard, memarray_status, non_null, write_out};
+use crate::error::{check_out, guard, memarray_status, write_out};
+use crate::handle::Handle;
 
 /// A CUDA stream (opaque), of one device.
 pub struct memarray_stream {
@@ -16,6 +17,8 @@ pub struct memarray_stream {
     _owned: Option<Stream>,
 }
 
+impl Handle for memarray_stream {}
+
 /// The stream behind a nullable handle (NULL: None, the call's default).
 ///
 /// # Safety
@@ -23,11 +26,6 @@ pub struct memarray_stream {
 pub(crate) unsafe fn stream_arg(s: *const memarray_stream) -> Option<StreamRef> {
     // SAFETY: the caller's contract.
     unsafe { s.as_ref() }.map(|s| s.stream)
-}
-
-pub(crate) fn device(id: i32) -> Result<Arc<Device>> {
-    let id = u32::try_from(id).map_err(|_| Error::arg(format!("device {id} is negative")))?;
-    Ok(Device::get(id)?)
 }
 
 /// Makes a non-blocking stream on `device`. On success `*out` is a new stream: release
@@ -42,15 +40,15 @@ pub unsafe extern "C" fn memarray_stream_create(
 ) -> memarray_status {
     guard(|| {
         check_out(out, "out")?;
-        let d = self::device(device)?;
+        let d = crate::device::device(device)?;
         let s = Stream::new(&d)?;
-        let h = Box::new(memarray_stream {
+        let h = memarray_stream {
             stream: s.as_ref(),
             device: d,
             _owned: Some(s),
-        });
+        };
         // SAFETY: checked above.
-        unsafe { write_out(out, "out", Box::into_raw(h)) }
+        unsafe { write_out(out, "out", h.into_raw()) }
     })
 }
 
@@ -69,20 +67,20 @@ pub unsafe extern "C" fn memarray_stream_wrap(
 ) -> memarray_status {
     guard(|| {
         check_out(out, "out")?;
-        let d = self::device(device)?;
+        let d = crate::device::device(device)?;
         let stream = if handle.is_null() {
             StreamRef::legacy()
         } else {
             // SAFETY: the caller's contract: a live stream.
             unsafe { StreamRef::from_raw(handle as usize) }?
         };
-        let h = Box::new(memarray_stream {
+        let h = memarray_stream {
             stream,
             device: d,
             _owned: None,
-        });
+        };
         // SAFETY: checked above.
-        unsafe { write_out(out, "out", Box::into_raw(h)) }
+        unsafe { write_out(out, "out", h.into_raw()) }
     })
 }
 
@@ -93,13 +91,8 @@ pub unsafe extern "C" fn memarray_stream_wrap(
 /// `s` is NULL or a live handle, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memarray_stream_free(s: *mut memarray_stream) {
-    if s.is_null() {
-        return;
-    }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the caller's contract: `s` came from Box::into_raw here.
-        drop(unsafe { Box::from_raw(s) });
-    }));
+    // SAFETY: the caller's contract (NULL or a live handle, not used afterwards).
+    unsafe { memarray_stream::free(s) }
 }
 
 /// The stream's `CUstream` (usable as a `cudaStream_t`, e.g. in `<<<grid, block, 0,
@@ -121,7 +114,7 @@ pub unsafe extern "C" fn memarray_stream_handle(s: *const memarray_stream) -> *m
 pub unsafe extern "C" fn memarray_stream_synchronize(s: *const memarray_stream) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
-        let s = unsafe { non_null(s, "stream") }?;
+        let s = unsafe { memarray_stream::arg(s, "stream") }?;
         s.stream.synchronize(&s.device)?;
         Ok(())
     })
