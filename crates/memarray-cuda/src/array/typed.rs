@@ -135,47 +135,13 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     pub const fn ndim(&self) -> usize {
         N
     }
-    /// Size in bytes.
-    pub fn nbytes(&self) -> usize {
-        self.raw.nbytes()
-    }
-    /// The runtime dtype (`T::DTYPE`).
-    pub fn dtype(&self) -> DType {
-        T::DTYPE
-    }
-    /// Where the current data lives.
-    pub fn location(&self) -> Location {
-        self.raw.location()
-    }
-    /// The device the array moves to by default.
-    pub fn device_id(&self) -> u32 {
-        self.raw.device_id()
-    }
-    /// Id of the lock holder, if locked.
-    pub fn lock_holder(&self) -> Option<u64> {
-        self.raw.lock_holder()
-    }
-    /// Whether the array is locked.
-    pub fn is_locked(&self) -> bool {
-        self.raw.is_locked()
-    }
-
-    /// Locks the array for an outside observer.
-    pub fn try_lock(&self) -> Result<LockToken> {
-        self.raw.try_lock()
-    }
-
-    /// [`MemArray::try_lock`], panicking if already locked.
+    /// [`RawArray::try_lock`], panicking if already locked.
     ///
     /// # Panics
-    /// If the array is locked; use [`MemArray::try_lock`] to get the error instead.
+    /// If the array is locked; use [`RawArray::try_lock`] (through `Deref`) to get the
+    /// error instead.
     pub fn lock(&self) -> LockToken {
         self.try_lock().expect("MemArray::lock on a locked array")
-    }
-
-    /// Releases the lock held by `token`.
-    pub fn unlock(&self, token: LockToken) -> Result<()> {
-        self.raw.unlock(token)
     }
 
     /// Moves the current data to `target`; see [`RawArray::move_memory`].
@@ -342,6 +308,18 @@ impl<T: Element, const N: usize> MemArray<T, N> {
     /// A deep copy, presenting a lock token.
     pub fn try_clone_with(&self, token: Option<LockToken>) -> Result<Self> {
         Ok(Self::wrap(self.raw.try_clone(token)?))
+    }
+}
+
+/// The untyped array's reads (`nbytes`, `dtype`, `location`, `device_id`, locks,
+/// `has_pending_work`, `synchronize`, `read_all`, `host_bytes`, ...) without a forwarding
+/// method each. Only shared access: changes that could break `T` and `N` (a swap with an
+/// array of another dtype) stay typed methods of `MemArray`.
+impl<T: Element, const N: usize> std::ops::Deref for MemArray<T, N> {
+    type Target = RawArray;
+
+    fn deref(&self) -> &RawArray {
+        &self.raw
     }
 }
 
