@@ -27,7 +27,7 @@ fn per_pair(r: &dyn MemoryResource) -> f64 {
 
 fn main() {
     let bare: Arc<dyn MemoryResource> = Arc::new(HostResource);
-    let tracked = TrackingAdaptor::new(bare.clone(), Source::Memarray);
+    let tracked = TrackingAdaptor::new(bare.clone(), Source::MEMARRAY);
     let b = per_pair(&*bare);
     let t = per_pair(&tracked);
     println!(

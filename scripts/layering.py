@@ -67,7 +67,7 @@ LAYERS = {
         ["access", "dlpack", "kernel"],
     ],
     "bindings-python/src": [
-        ["errors", "convert", "once", "held", "gil"],
+        ["errors", "convert", "once", "held", "gil", "sources"],
         ["dtype"],
         ["device", "fork"],
         ["stream", "foreign"],

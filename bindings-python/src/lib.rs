@@ -31,6 +31,7 @@ mod numpy;
 mod once;
 mod pickle;
 mod resources;
+mod sources;
 mod spill;
 mod stream;
 
@@ -46,6 +47,7 @@ pub(crate) fn numpy_data_ptr(a: &Bound<'_, PyAny>) -> PyResult<usize> {
 #[pymodule]
 fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    sources::register_all();
     // Every environment variable memarray reads is checked here: a bad value (not UTF-8,
     // not understood) is a ValueError naming it at import, never ignored or left to
     // fail at first use.

@@ -204,10 +204,9 @@ impl PyResource {
         let d = PyDict::new(py);
         d.set_item("resource", t.name())?;
         d.set_item("source", t.source().name())?;
-        d.set_item(
-            "sources",
-            Source::ALL.iter().map(|s| s.name()).collect::<Vec<_>>(),
-        )?;
+        let sources: Vec<&str> = Source::all().iter().map(|s| s.name()).collect();
+        let columns = sources.len();
+        d.set_item("sources", sources)?;
         let rows = pyo3::types::PyList::empty(py);
         for a in live {
             let r = PyDict::new(py);
@@ -228,7 +227,8 @@ impl PyResource {
                 .into_iter()
                 .map(|(t, b)| {
                     let mut row = vec![u128::from(t)];
-                    row.extend(b.iter().map(|&x| x as u128));
+                    // One column per registered source (the counters have room for more).
+                    row.extend(b.iter().take(columns).map(|&x| x as u128));
                     row
                 })
                 .collect::<Vec<_>>(),
@@ -536,7 +536,7 @@ fn tracking(
     stacks: bool,
     backtraces: bool,
 ) -> PyResult<PyResource> {
-    let source = parse_source(source)?.unwrap_or(Source::Memarray);
+    let source = parse_source(source)?.unwrap_or(Source::MEMARRAY);
     Ok(PyResource::new(Handle::Tracking(Arc::new(
         TrackingAdaptor::new(upstream.resource(), source)
             .with_stacks(stacks)

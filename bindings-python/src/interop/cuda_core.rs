@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 
 use memarray_core::resource::{allocate_with_relief, with_source};
-use memarray_core::{MemoryResource, RawStream, Source};
+use memarray_core::{MemoryResource, RawStream};
 
 use super::glue::{BLOCK_ALIGN, Blocks};
 
@@ -100,7 +100,7 @@ impl CudaCoreCallbacks {
         let owner = self.owner.bind(py).upgrade().ok_or_else(|| {
             PyValueError::new_err("the cuda.core memory resource of these callbacks is gone")
         })?;
-        let p = with_source(Source::CudaCore, || {
+        let p = with_source(*crate::sources::CUDA_CORE, || {
             allocate_with_relief(&*self.resource, size, BLOCK_ALIGN, stream, false)
         })
         .map_err(crate::errors::core_err)?;
@@ -138,7 +138,7 @@ impl CudaCoreCallbacks {
         };
         self.live.free(
             &*self.resource,
-            Source::CudaCore,
+            *crate::sources::CUDA_CORE,
             BLOCK_ALIGN,
             ptr,
             size,

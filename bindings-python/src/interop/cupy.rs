@@ -2,7 +2,6 @@
 
 use pyo3::prelude::*;
 
-use memarray_core::Source;
 use memarray_core::resource::{allocate_with_relief, with_source};
 use memarray_cuda::Device;
 use memarray_cuda::resource::default_resource;
@@ -36,7 +35,7 @@ impl CupyAllocator {
         let dev = Device::get(device).map_err(crate::errors::cuda_err)?;
         let resource = default_resource(&dev).map_err(crate::errors::cuda_err)?;
         let raw = raw_stream(stream);
-        let p = with_source(Source::Cupy, || {
+        let p = with_source(*crate::sources::CUPY, || {
             allocate_with_relief(&*resource, nbytes, BLOCK_ALIGN, Some(raw), false)
         })
         .map_err(crate::errors::core_err)?;
@@ -48,7 +47,7 @@ impl CupyAllocator {
                 addr,
                 nbytes,
                 Some(raw),
-                Some(Source::Cupy),
+                Some(*crate::sources::CUPY),
             ),
         )?;
         let memory = self

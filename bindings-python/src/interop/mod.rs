@@ -15,7 +15,6 @@ mod torch;
 
 use pyo3::prelude::*;
 
-use memarray_core::Source;
 use memarray_core::resource::{pressure as relief, set_stack_provider};
 
 /// Registers `memarray._memarray._interop` and the relievers and stack provider.
@@ -35,7 +34,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     i.add_function(wrap_pyfunction!(cuda_core::cuda_core_callbacks, &i)?)?;
     i.add_class::<cuda_core::CudaCoreCallbacks>()?;
     m.add_submodule(&i)?;
-    for library in [Source::Torch, Source::Cupy, Source::Rmm] {
+    for library in [
+        *crate::sources::TORCH,
+        *crate::sources::CUPY,
+        *crate::sources::RMM,
+    ] {
         relief::register_reliever(library, pressure::python_reliever(library));
     }
     set_stack_provider(pressure::python_stack);

@@ -236,7 +236,7 @@ pub(super) fn resource_callbacks(
     resource: &crate::resources::PyResource,
     source: &Bound<'_, PyAny>,
 ) -> PyResult<ResourceCallbacks> {
-    let source = crate::resources::parse_source(Some(source))?.unwrap_or(Source::Memarray);
+    let source = crate::resources::parse_source(Some(source))?.unwrap_or(Source::MEMARRAY);
     Ok(ResourceCallbacks {
         resource: resource.resource(),
         source,

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use pyo3::prelude::*;
 
 use memarray_core::resource::{allocate_with_relief, with_source};
-use memarray_core::{CoreError, MemoryResource, RawStream, Source};
+use memarray_core::{CoreError, MemoryResource, RawStream};
 use memarray_cuda::Device;
 use memarray_cuda::resource::default_resource;
 
@@ -40,7 +40,7 @@ fn torch_alloc(size: usize, device: c_int, stream: usize) -> Result<usize, Strin
     let dev = Device::get(id).map_err(|e| e.to_string())?;
     let resource = default_resource(&dev).map_err(|e| e.to_string())?;
     let stream = raw_stream(stream);
-    let p = with_source(Source::Torch, || {
+    let p = with_source(*crate::sources::TORCH, || {
         allocate_with_relief(&*resource, size, BLOCK_ALIGN, Some(stream), false)
     })
     .map_err(|e| match e {
@@ -87,7 +87,7 @@ fn torch_release(ptr: usize, size: usize) {
         return; // not a block of ours: torch never frees one it did not get from us
     };
     if let Some(p) = NonNull::new(ptr as *mut u8) {
-        with_source(Source::Torch, || {
+        with_source(*crate::sources::TORCH, || {
             // SAFETY: p came from this resource with (size, BLOCK_ALIGN) in torch_alloc
             // (torch passes back the size it asked for); the block left the table above,
             // so it is freed once; torch's work on it is ordered on its stream (torch

@@ -156,14 +156,14 @@ pub enum CoreError {
         /// Why, in words (with the fix where there is one).
         reason: String,
     },
-    /// A source name that is not one of [`Source`](crate::resource::Source)'s.
-    #[error(
-        "unknown source {name:?}: allocations are attributed to memarray, torch, cupy, numba \
-         or rmm"
-    )]
+    /// A source name that is not registered ([`Source`](crate::resource::Source)), or one
+    /// that cannot be.
+    #[error("unknown source {name:?}: allocations are attributed to {known}")]
     UnknownSource {
         /// The name given (at most 80 characters of it).
         name: String,
+        /// The registered names (or why no more can be).
+        known: String,
     },
     /// An I/O error from a file-backed resource.
     #[error("I/O error on {path}: {reason}")]

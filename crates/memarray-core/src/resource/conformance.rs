@@ -253,7 +253,7 @@ mod tests {
         super::check_all(Arc::new(RetryAdaptor::new(host())));
         super::check_all(Arc::new(crate::TrackingAdaptor::new(
             host(),
-            crate::Source::Memarray,
+            crate::Source::MEMARRAY,
         )));
         super::check_all(Arc::new(LoggingAdaptor::new(
             host(),

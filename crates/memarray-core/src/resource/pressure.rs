@@ -150,8 +150,8 @@ pub fn allocate_with_relief(
     stream: Option<RawStream>,
     zeroed: bool,
 ) -> Result<NonNull<u8>> {
-    let source = super::current_source().unwrap_or(Source::Memarray);
-    if source == Source::Memarray
+    let source = super::current_source().unwrap_or(Source::MEMARRAY);
+    if source == Source::MEMARRAY
         && HOOKED.load(std::sync::atomic::Ordering::Acquire)
         && let Some(device) = resource.device_id()
         && let Some(budget) = with_state(|st| st.budget.clone())
@@ -216,7 +216,7 @@ mod tests {
         let cupy_calls = Arc::new(AtomicUsize::new(0));
         let (l, t) = (limit.clone(), torch_calls.clone());
         register_reliever(
-            Source::Torch,
+            Source::register("torch").unwrap(),
             Arc::new(move |device| {
                 assert_eq!(device, None);
                 t.fetch_add(1, Ordering::SeqCst);
@@ -233,21 +233,21 @@ mod tests {
         );
         let c = cupy_calls.clone();
         register_reliever(
-            Source::Cupy,
+            Source::register("cupy").unwrap(),
             Arc::new(move |_| {
                 c.fetch_add(1, Ordering::SeqCst);
                 Some(0)
             }),
         );
         // A library that is not loaded is not counted as asked.
-        register_reliever(Source::Rmm, Arc::new(|_| None));
+        register_reliever(Source::register("rmm").unwrap(), Arc::new(|_| None));
         let before = pressure_statistics();
         // 500 bytes do not fit next to torch's 800: relief frees them and the retry works.
         let p = allocate_with_relief(&*limit, 500, 8, None, false).unwrap();
         assert_eq!(torch_calls.load(Ordering::SeqCst), 1);
         assert_eq!(cupy_calls.load(Ordering::SeqCst), 1);
         // Allocating for torch never asks torch itself; 2000 bytes never fit: out of memory.
-        let e = with_source(Source::Torch, || {
+        let e = with_source(Source::register("torch").unwrap(), || {
             allocate_with_relief(&*limit, 2000, 8, None, true).unwrap_err()
         });
         assert!(e.is_out_of_memory(), "{e}");
@@ -260,10 +260,14 @@ mod tests {
         let torch_row = after
             .relievers
             .iter()
-            .find(|r| r.0 == Source::Torch)
+            .find(|r| r.0 == Source::register("torch").unwrap())
             .unwrap();
         assert_eq!((torch_row.1, torch_row.2), (1, 800));
-        let rmm_row = after.relievers.iter().find(|r| r.0 == Source::Rmm).unwrap();
+        let rmm_row = after
+            .relievers
+            .iter()
+            .find(|r| r.0 == Source::register("rmm").unwrap())
+            .unwrap();
         assert_eq!((rmm_row.1, rmm_row.2), (0, 0));
         // SAFETY: p came from `limit` with these arguments and is freed once.
         unsafe { limit.deallocate(p, 500, 8, None) };

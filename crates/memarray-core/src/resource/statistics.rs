@@ -56,7 +56,7 @@ pub struct StatisticsAdaptor {
     peak_bytes: AtomicU64,
     peak_count: AtomicU64,
     /// Per source ([`Source::index`]): bytes and counts allocated and freed.
-    by_source: [SourceCounters; Source::ALL.len()],
+    by_source: [SourceCounters; Source::MAX],
 }
 
 #[derive(Debug, Default)]
@@ -100,7 +100,7 @@ impl StatisticsAdaptor {
     /// and frees are attributed to the thread's
     /// [`current_source`](super::current_source), memarray's own outside any glue).
     pub fn by_source(&self) -> Vec<(Source, SourceStatistics)> {
-        Source::ALL
+        Source::all()
             .into_iter()
             .zip(&self.by_source)
             .filter_map(|(s, c)| {
@@ -124,7 +124,7 @@ impl StatisticsAdaptor {
     }
 
     fn source_counters(&self) -> &SourceCounters {
-        let s = super::current_source().unwrap_or(Source::Memarray);
+        let s = super::current_source().unwrap_or(Source::MEMARRAY);
         &self.by_source[s.index()]
     }
 
@@ -234,24 +234,33 @@ mod tests {
     fn counts_are_kept_per_source() {
         let s = StatisticsAdaptor::new(Arc::new(HostResource));
         let a = s.allocate(100, 8, None).unwrap();
-        let b = with_source(Source::Torch, || s.allocate(300, 8, None).unwrap());
-        let c = with_source(Source::Torch, || s.allocate(5, 8, None).unwrap());
+        let b = with_source(Source::register("torch").unwrap(), || {
+            s.allocate(300, 8, None).unwrap()
+        });
+        let c = with_source(Source::register("torch").unwrap(), || {
+            s.allocate(5, 8, None).unwrap()
+        });
         let rows = s.by_source();
         assert_eq!(
             rows.iter()
                 .map(|(src, c)| (*src, c.current_bytes, c.current_count))
                 .collect::<Vec<_>>(),
-            [(Source::Memarray, 100, 1), (Source::Torch, 305, 2)]
+            [
+                (Source::MEMARRAY, 100, 1),
+                (Source::register("torch").unwrap(), 305, 2)
+            ]
         );
         // SAFETY: each pointer came from `s` with these arguments and is freed once.
         unsafe {
-            with_source(Source::Torch, || s.deallocate(b, 300, 8, None));
+            with_source(Source::register("torch").unwrap(), || {
+                s.deallocate(b, 300, 8, None)
+            });
             s.deallocate(a, 100, 8, None);
         }
         let torch = s
             .by_source()
             .into_iter()
-            .find(|r| r.0 == Source::Torch)
+            .find(|r| r.0 == Source::register("torch").unwrap())
             .unwrap()
             .1;
         assert_eq!(
@@ -260,7 +269,11 @@ mod tests {
         );
         assert_eq!(s.statistics().current_bytes, 5);
         // SAFETY: as above.
-        unsafe { with_source(Source::Torch, || s.deallocate(c, 5, 8, None)) };
+        unsafe {
+            with_source(Source::register("torch").unwrap(), || {
+                s.deallocate(c, 5, 8, None)
+            })
+        };
         assert!(s.by_source().iter().all(|(_, c)| c.current_bytes == 0));
     }
 }

@@ -104,14 +104,14 @@ pub const TRACE_EVENTS: usize = 1 << 16;
 /// use std::sync::Arc;
 /// use memarray_core::{HostResource, MemoryResource, Source, TrackingAdaptor};
 ///
-/// let t = TrackingAdaptor::new(Arc::new(HostResource), Source::Memarray);
+/// let t = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY);
 /// let p = t.allocate(4096, 64, None)?;
 /// let live = t.live();
-/// assert_eq!((live.len(), live[0].size, live[0].source), (1, 4096, Source::Memarray));
+/// assert_eq!((live.len(), live[0].size, live[0].source), (1, 4096, Source::MEMARRAY));
 /// // SAFETY: p came from this resource with these arguments and is freed once.
 /// unsafe { t.deallocate(p, 4096, 64, None) };
 /// assert!(t.live().is_empty());
-/// assert_eq!(t.timeline().last().map(|(_, bytes)| bytes[Source::Memarray.index()]), Some(0));
+/// assert_eq!(t.timeline().last().map(|(_, bytes)| bytes[Source::MEMARRAY.index()]), Some(0));
 /// # Ok::<(), memarray_core::CoreError>(())
 /// ```
 #[derive(Debug)]
@@ -174,7 +174,7 @@ impl Clock {
 
 /// One point of the timeline: nanoseconds since the adaptor was made and the live bytes of
 /// each source (indexed by [`Source::index`]) after the call.
-pub type TimelinePoint = (u64, [usize; Source::ALL.len()]);
+pub type TimelinePoint = (u64, [usize; Source::MAX]);
 
 /// What the map keeps per live allocation: small, so the hot path moves 32 bytes (the
 /// stack and backtrace, when on, live in `State::extras`).
@@ -191,7 +191,7 @@ struct State {
     live: AddressMap<Entry>,
     /// With stacks or backtraces on: `(stack, backtrace)` of each live allocation.
     extras: AddressMap<(Option<String>, Option<String>)>,
-    live_bytes: [usize; Source::ALL.len()],
+    live_bytes: [usize; Source::MAX],
     timeline: Vec<TimelinePoint>,
     /// With stacks on: the last [`TRACE_EVENTS`] allocations and frees.
     trace: VecDeque<TraceEvent>,
@@ -447,15 +447,20 @@ mod tests {
 
     #[test]
     fn live_allocations_timeline_and_backtraces() {
-        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::Numba).with_backtraces(true);
+        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::register("numba").unwrap())
+            .with_backtraces(true);
         let a = t.allocate(100, 8, None).unwrap();
-        let b =
-            super::super::with_source(Source::Torch, || t.allocate_zeroed(300, 64, None).unwrap());
+        let b = super::super::with_source(Source::register("torch").unwrap(), || {
+            t.allocate_zeroed(300, 64, None).unwrap()
+        });
         let live = t.live();
         assert_eq!(live.iter().map(|a| a.size).collect::<Vec<_>>(), [100, 300]);
         assert_eq!(
             live.iter().map(|a| a.source).collect::<Vec<_>>(),
-            [Source::Numba, Source::Torch]
+            [
+                Source::register("numba").unwrap(),
+                Source::register("torch").unwrap()
+            ]
         );
         assert!(live.iter().all(|a| a.device.is_none() && a.stack.is_none()));
         // A captured backtrace has frames; their names need symbols (stripped binaries
@@ -471,15 +476,15 @@ mod tests {
         assert!(t.live().is_empty());
         let per =
             |s: Source| -> Vec<usize> { t.timeline().iter().map(|(_, b)| b[s.index()]).collect() };
-        assert_eq!(per(Source::Numba), [100, 100, 0, 0]);
-        assert_eq!(per(Source::Torch), [0, 300, 300, 0]);
+        assert_eq!(per(Source::register("numba").unwrap()), [100, 100, 0, 0]);
+        assert_eq!(per(Source::register("torch").unwrap()), [0, 300, 300, 0]);
         let times: Vec<u64> = t.timeline().iter().map(|&(t, _)| t).collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
     }
 
     #[test]
     fn the_timeline_stays_bounded() {
-        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::Memarray);
+        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY);
         for _ in 0..(TIMELINE_POINTS / 2 + 10) {
             let p = t.allocate(8, 8, None).unwrap();
             // SAFETY: p came from `t` with these arguments and is freed once.
@@ -495,14 +500,14 @@ mod tests {
 
     #[test]
     fn with_stacks_a_bounded_trace_keeps_allocations_and_frees() {
-        let off = TrackingAdaptor::new(Arc::new(crate::HostResource), Source::Memarray);
+        let off = TrackingAdaptor::new(Arc::new(crate::HostResource), Source::MEMARRAY);
         let p = off.allocate(64, 64, None).unwrap();
         // SAFETY: p came from `off` with these arguments and is freed once.
         unsafe { off.deallocate(p, 64, 64, None) };
         assert!(off.trace().is_empty(), "no trace with stacks off");
 
         let t =
-            TrackingAdaptor::new(Arc::new(crate::HostResource), Source::Memarray).with_stacks(true);
+            TrackingAdaptor::new(Arc::new(crate::HostResource), Source::MEMARRAY).with_stacks(true);
         let a = t.allocate(100, 64, None).unwrap();
         let b = t.allocate(200, 64, None).unwrap();
         // SAFETY: a came from `t` with these arguments and is freed once.
