@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Bottom up; one inner list is one layer.
 LAYERS = {
     "crates/memarray-core/src": [
-        ["error", "dtype", "npy_literal", "fork"],
+        ["error", "dtype", "fork"],
         ["shape", "dtype_lookup", "layout"],
         ["indexer", "lock", "npy"],
         ["resource"],
@@ -50,7 +50,9 @@ LAYERS = {
         ["array"],
         ["nccl", "launch"],
         ["seed"],
-        ["testing"],
+    ],
+    "crates/memarray-testing/src": [
+        ["conformance", "gpu"],
     ],
     # A wing's rooms, bottom up (paths `crate::copy::<room>`).
     "crates/memarray-cuda/src/copy": [

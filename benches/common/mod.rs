@@ -40,7 +40,7 @@ impl Mode {
 /// Device 0, or `None` after printing `SKIPPED: no CUDA device (<reason>)` (a panic
 /// instead under `MEMARRAY_REQUIRE_GPU=1`).
 pub fn device_or_skip() -> Option<Arc<Device>> {
-    memarray_cuda::testing::gpu_or_skip()
+    memarray_testing::gpu_or_skip()
 }
 
 /// A pair of timed events: GPU time between two points of one stream.

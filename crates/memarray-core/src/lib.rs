@@ -40,7 +40,6 @@ pub mod indexer;
 pub mod layout;
 pub mod lock;
 pub mod npy;
-mod npy_literal;
 pub mod resource;
 pub mod shape;
 pub mod spill;

@@ -73,8 +73,6 @@ pub mod resource;
 pub mod seed;
 pub mod spill;
 pub mod stream;
-#[doc(hidden)]
-pub mod testing;
 
 pub use array::{HostKind, MemArray, RawArray};
 pub use buffer::{DEVICE_ALIGN, DeviceBuffer};

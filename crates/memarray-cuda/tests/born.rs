@@ -6,8 +6,8 @@ mod common;
 
 use common::{bytes_of, val};
 use memarray_core::{DType, Element, Location, with_dtype};
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{CudaError, HostKind, RawArray, is_available};
+use memarray_testing::gpu::gpu_or_skip;
 
 fn elements(a: &RawArray) -> Vec<u8> {
     let mut out = vec![0u8; a.nbytes()];

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use memarray_core::{FileResource, HostBuffer, HostResource, MemoryResource};
 use memarray_cuda::copy::{Span, copy_to};
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, DeviceResource, ManagedResource, PinnedResource, StreamRef};
+use memarray_testing::gpu::gpu_or_skip;
 
 enum Mem {
     Host(HostBuffer),

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{CudaError, Device, device_count, is_available};
+use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip};
 
 #[test]
 fn gpu_device_info() {
@@ -68,6 +68,6 @@ fn gpu_peer_access_is_idempotent() {
         a.enable_peer_access(b).unwrap();
         a.enable_peer_access(b).unwrap();
     } else {
-        memarray_cuda::testing::report_skip("devices 0 and 1 cannot access each other");
+        memarray_testing::gpu::report_skip("devices 0 and 1 cannot access each other");
     }
 }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use common::random_bytes;
 use memarray_core::{CoreError, HostBuffer, MemoryResource};
 use memarray_cuda::copy::direct;
-use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{
     AsyncPoolResource, CudaError, DeviceBuffer, DeviceResource, ManagedResource, PinnedResource,
     Stream, StreamRef,
 };
+use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip};
 
 const SIZES: [usize; 7] = [0, 1, 7, 256, 4099, 1 << 20, (1 << 20) + 5];
 const OFFSETS: [usize; 3] = [0, 3, 17];

@@ -10,8 +10,8 @@ use common::bytes_of;
 use memarray_core::{Complex32, Complex64, DType, Element, HostBuffer, bf16, f16, shape};
 use memarray_cuda::copy::direct;
 use memarray_cuda::seed;
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream};
+use memarray_testing::gpu::gpu_or_skip;
 
 /// A deterministic, finite (no NaN: GPUs canonicalise NaN payloads) test value per index.
 trait Pattern: Element {
@@ -196,7 +196,7 @@ fn gpu_add_index_tuple_over_2_pow_32_elements() {
     let shapes: [&[usize]; 3] = [&[n], &[2, 4, last], &[2, 2, 2, 1, last]];
     let free = dev.memory_info().unwrap().free as usize;
     if free < n + (1 << 30) {
-        memarray_cuda::testing::report_skip(&format!("needs {n} bytes of free device memory"));
+        memarray_testing::gpu::report_skip(&format!("needs {n} bytes of free device memory"));
         return;
     }
     let s = Stream::new(&dev).unwrap();

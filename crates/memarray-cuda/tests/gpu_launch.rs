@@ -5,8 +5,8 @@
 
 use memarray_core::{DType, Location};
 use memarray_cuda::launch::{Arg, Module, launch};
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{CudaError, RawArray, Stream};
+use memarray_testing::gpu::gpu_or_skip;
 
 const PTX: &str = include_str!("../src/seed/ptx/add_index_f32.ptx");
 

@@ -7,8 +7,8 @@ mod common;
 use common::i32s;
 use memarray_core::{DType, Location};
 use memarray_cuda::seed;
-use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{RawArray, Stream};
+use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip};
 
 fn ramp(rows: usize, cols: usize) -> RawArray {
     let bytes: Vec<u8> = (0..(rows * cols) as i32)

@@ -8,8 +8,8 @@ use common::i32s;
 use memarray_core::{DType, Location};
 use memarray_cuda::nccl::{Comm, NcclError, ReduceOp, group};
 use memarray_cuda::seed;
-use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip, nccl_or_skip};
 use memarray_cuda::{ArrayError, CudaError, RawArray, Stream, device_count};
+use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip, nccl_or_skip};
 
 fn on(device: u32, values: &[i32]) -> RawArray {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
@@ -22,7 +22,7 @@ fn on(device: u32, values: &[i32]) -> RawArray {
 #[test]
 fn gpu_one_rank_collectives_copy_and_order_after_pending_work() {
     let Some(dev) = gpu_or_skip() else { return };
-    if !nccl_or_skip() {
+    if !nccl_or_skip(|| memarray_cuda::nccl::load(None)) {
         return;
     }
     let info = memarray_cuda::nccl::load(None).unwrap();
@@ -81,7 +81,7 @@ fn gpu_one_rank_collectives_copy_and_order_after_pending_work() {
 
 #[test]
 fn gpu_a_device_past_the_visible_ones_is_a_clear_error() {
-    if gpu_or_skip().is_none() || !nccl_or_skip() {
+    if gpu_or_skip().is_none() || !nccl_or_skip(|| memarray_cuda::nccl::load(None)) {
         return;
     }
     // On one GPU this is the "two GPUs need two devices" error; on more, the same check.
@@ -95,7 +95,7 @@ fn gpu_a_device_past_the_visible_ones_is_a_clear_error() {
 
 #[test]
 fn gpu_two_device_collectives_are_exact() {
-    if gpus_or_skip(2).is_none() || !nccl_or_skip() {
+    if gpus_or_skip(2).is_none() || !nccl_or_skip(|| memarray_cuda::nccl::load(None)) {
         return;
     }
     let comms = Comm::init_all(&[0, 1]).unwrap();

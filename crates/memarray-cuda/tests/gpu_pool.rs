@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use memarray_core::resource::conformance;
 use memarray_core::{MemoryResource, RawStream, StatisticsAdaptor};
 use memarray_cuda::copy::direct;
 use memarray_cuda::resource::CachingPool;
-use memarray_cuda::testing::{ForeignStream, gpu_or_skip};
 use memarray_cuda::{DeviceBuffer, DeviceResource, ManagedResource, PinnedResource, Stream};
+use memarray_testing::conformance;
+use memarray_testing::gpu::{ForeignStream, gpu_or_skip};
 
 #[test]
 fn gpu_pool_over_every_upstream_conforms() {

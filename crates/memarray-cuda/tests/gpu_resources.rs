@@ -2,15 +2,15 @@
 
 use std::sync::Arc;
 
-use memarray_core::resource::conformance;
 use memarray_core::{HostBuffer, HostResource, MemoryKind, MemoryResource};
 use memarray_cuda::copy::direct;
 use memarray_cuda::resource::default_resource;
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{
     AsyncPoolResource, CudaError, DEVICE_ALIGN, DeviceBuffer, DeviceResource, ManagedResource,
     PinnedFlags, PinnedResource, Stream,
 };
+use memarray_testing::conformance;
+use memarray_testing::gpu::gpu_or_skip;
 
 fn resources(dev: &Arc<memarray_cuda::Device>) -> Vec<Arc<dyn MemoryResource>> {
     vec![

@@ -11,8 +11,8 @@ use memarray_cuda::array::{Consumer, SharedArray};
 use memarray_cuda::resource::{default_resource, set_default_resource};
 use memarray_cuda::seed;
 use memarray_cuda::spill::{self, SpillSettings};
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{ArrayError, CudaError, RawArray};
+use memarray_testing::gpu::gpu_or_skip;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -8,8 +8,8 @@ use memarray_core::{DType, Location};
 use memarray_cuda::array::Fill;
 use memarray_cuda::copy::staged::{self, Direction, StagingConfig};
 use memarray_cuda::seed;
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, HostKind, RawArray, Stream, resource};
+use memarray_testing::gpu::gpu_or_skip;
 
 /// Sizes around the direct threshold, the minimum chunk and the plans' edges.
 const SIZES: [usize; 9] = [

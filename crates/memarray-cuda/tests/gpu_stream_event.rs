@@ -5,8 +5,8 @@ use std::sync::Arc;
 use memarray_core::{DType, HostBuffer};
 use memarray_cuda::copy::direct;
 use memarray_cuda::seed;
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{DeviceBuffer, DeviceResource, Event, PinnedResource, Stream, StreamRef};
+use memarray_testing::gpu::gpu_or_skip;
 
 #[test]
 fn gpu_record_on_a_wait_on_b_orders_the_work() {

@@ -2,7 +2,7 @@
 //! other test takes the idle stream first).
 
 use memarray_cuda::Stream;
-use memarray_cuda::testing::gpu_or_skip;
+use memarray_testing::gpu::gpu_or_skip;
 
 #[test]
 fn gpu_dropped_streams_are_reused() {

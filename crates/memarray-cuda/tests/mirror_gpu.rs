@@ -11,10 +11,10 @@ use common::{index_of, random_bytes, val};
 use memarray_core::{CoreError, DType, Element, Location, LockToken, with_dtype};
 use memarray_cuda::array::Consumer;
 use memarray_cuda::seed;
-use memarray_cuda::testing::{gpu_or_skip, gpus_or_skip};
 use memarray_cuda::{
     ArrayError, CudaError, Device, HostKind, MemArray, Stream, StreamRef, device_of_pointer,
 };
+use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip};
 
 const DEV0: Location = Location::Device(0);
 

@@ -8,8 +8,8 @@ mod common;
 use common::{bytes_of, index_of, random_bytes, val};
 use memarray_core::{CoreError, DType, Element, Location, LockToken, MAX_NDIM, shape, with_dtype};
 use memarray_cuda::seed;
-use memarray_cuda::testing::report_skip;
 use memarray_cuda::{CudaError, HostKind, MemArray, RawArray, is_available};
+use memarray_testing::gpu::report_skip;
 use ndarray::{Array2, Array3, s};
 
 fn locked(held: LockToken, requested: Option<LockToken>) -> CudaError {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use memarray_cuda::testing::report_skip;
+use memarray_testing::gpu::report_skip;
 
 fn code_lines(ptx: &str) -> Vec<&str> {
     ptx.lines()

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use memarray_core::{CoreError, DType, Location, LockToken};
 use memarray_cuda::array::{Consumer, RawArray, SharedArray};
-use memarray_cuda::testing::gpu_or_skip;
 use memarray_cuda::{CudaError, MemArray, Result};
+use memarray_testing::gpu::gpu_or_skip;
 
 const THREADS: u64 = 16;
 const ITERS: u64 = 2_000;

@@ -1,8 +1,8 @@
 //! CPU tests: without an NVIDIA driver every entry point is an error, never a panic.
 //! On a GPU machine the device-less assertions are skipped.
 
-use memarray_cuda::testing::report_skip;
 use memarray_cuda::{CudaError, Device, StreamRef, device_count, is_available};
+use memarray_testing::gpu::report_skip;
 
 #[test]
 fn no_driver_means_unavailable_with_a_reason() {
@@ -35,8 +35,8 @@ fn gpu_or_skip_returns_none_without_a_device() {
     if is_available() || std::env::var("MEMARRAY_REQUIRE_GPU").is_ok_and(|v| v == "1") {
         return;
     }
-    assert!(memarray_cuda::testing::gpu_or_skip().is_none());
-    assert!(memarray_cuda::testing::gpus_or_skip(2).is_none());
+    assert!(memarray_testing::gpu::gpu_or_skip().is_none());
+    assert!(memarray_testing::gpu::gpus_or_skip(2).is_none());
 }
 
 #[test]

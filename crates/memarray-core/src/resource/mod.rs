@@ -31,7 +31,6 @@ macro_rules! forward_to_upstream {
     };
 }
 
-pub mod conformance;
 pub mod events;
 mod file;
 mod foreign;

@@ -71,7 +71,7 @@ fn layouts_are_checked_before_any_nccl_call() {
 #[test]
 fn a_missing_library_is_a_clear_error_not_a_panic() {
     if is_loaded() {
-        crate::testing::report_skip(
+        memarray_testing::report_skip(
             "NCCL is loaded in this process: a failed load cannot be shown",
         );
         return;

@@ -1,8 +1,8 @@
 //! The caching pool over host memory: classes, splitting and merging, trimming.
 
 use super::*;
-use memarray_core::resource::conformance;
 use memarray_core::{HostResource, StatisticsAdaptor};
+use memarray_testing::conformance;
 
 fn host_pool(threshold: usize) -> CachingPool {
     CachingPool::host(Arc::new(HostResource), threshold)

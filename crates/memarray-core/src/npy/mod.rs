@@ -8,10 +8,12 @@
 //! ([`NpyHeader::to_c_native`] turns big-endian or Fortran-order data into the native,
 //! C-order bytes an array holds).
 
+mod literal;
+
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
-use crate::npy_literal::{self, Lit};
 use crate::shape;
+use literal::Lit;
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
@@ -145,10 +147,10 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader> {
             "header text of {chars} characters is longer than NumPy loads ({MAX_HEADER_TEXT})"
         )));
     }
-    let dict = npy_literal::parse(&text, false)
+    let dict = literal::parse(&text, false)
         .or_else(|e| {
             if major <= 2 {
-                npy_literal::parse(&text, true)
+                literal::parse(&text, true)
             } else {
                 Err(e)
             }

@@ -1,9 +1,10 @@
-//! Helpers for tests that need a GPU. Not part of the stable API.
+//! Helpers for tests that need a GPU: skip with a reason, or fail under
+//! `MEMARRAY_REQUIRE_GPU=1`.
 
 use std::io::Write;
 use std::sync::Arc;
 
-use crate::device::{Device, device_count};
+use memarray_cuda::{Device, device_count};
 
 /// The environment variable that turns skipped GPU tests into failures.
 pub const REQUIRE_GPU_ENV: &str = "MEMARRAY_REQUIRE_GPU";
@@ -114,13 +115,13 @@ pub fn gpus_or_skip(n: u32) -> Option<Vec<Arc<Device>>> {
     }
 }
 
-/// Loads NCCL (feature `nccl`), or returns `false` after printing why; panics instead
-/// under `MEMARRAY_REQUIRE_PEER=1` or `MEMARRAY_REQUIRE_NCCL=1`.
-#[cfg(feature = "nccl")]
-pub fn nccl_or_skip() -> bool {
+/// Runs `load` (NCCL's loader: `memarray_cuda::nccl::load`, feature `nccl`), or returns
+/// `false` after printing why it failed; panics instead under `MEMARRAY_REQUIRE_PEER=1` or
+/// `MEMARRAY_REQUIRE_NCCL=1`.
+pub fn nccl_or_skip<T, E: std::fmt::Display>(load: impl FnOnce() -> Result<T, E>) -> bool {
     let required =
         peer_required() || std::env::var("MEMARRAY_REQUIRE_NCCL").is_ok_and(|v| v == "1");
-    match crate::nccl::load(None) {
+    match load() {
         Ok(_) => true,
         Err(e) if required => panic!("NCCL is required here but did not load: {e}"),
         Err(e) => {
@@ -140,14 +141,24 @@ pub struct ForeignStream {
 }
 
 impl ForeignStream {
-    /// A new non-blocking stream on `device`.
-    pub fn new(device: &Arc<Device>) -> crate::Result<Self> {
+    /// A new non-blocking stream on `device`, made with the driver's own call (as a
+    /// foreign library makes one), not through memarray.
+    pub fn new(device: &Arc<Device>) -> memarray_cuda::Result<Self> {
+        use cudarc::driver::sys;
         let _ctx = device.bind()?;
-        // SAFETY: `bind` made the device's context current.
-        let cu = unsafe { crate::driver::stream_create_non_blocking() }?;
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: `bind` made the device's context current; the out pointer is valid.
+        let r = unsafe { sys::cuStreamCreate(&mut s, flags) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(memarray_cuda::CudaError::InvalidArgument {
+                what: "ForeignStream::new",
+                detail: format!("cuStreamCreate returned {r:?}"),
+            });
+        }
         Ok(ForeignStream {
             device: device.clone(),
-            raw: cu as usize,
+            raw: s as usize,
         })
     }
 
@@ -161,9 +172,9 @@ impl Drop for ForeignStream {
     fn drop(&mut self) {
         if let Ok(_ctx) = self.device.bind() {
             // SAFETY: a live stream of this device's context, created by `new`; the test
-            // names it no more.
-            let _ =
-                unsafe { crate::driver::stream_destroy(crate::driver::stream_handle(self.raw)) };
+            // names it no more. A failure leaks one stream of a test process: a test's
+            // helper has nothing to report it to.
+            let _ = unsafe { cudarc::driver::sys::cuStreamDestroy_v2(self.raw as _) };
         }
     }
 }

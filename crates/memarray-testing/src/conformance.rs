@@ -11,8 +11,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{LimitingAdaptor, Location, MemoryResource, RetryAdaptor, StatisticsAdaptor};
-use crate::error::CoreError;
+use memarray_core::{
+    CoreError, LimitingAdaptor, Location, MemoryResource, RetryAdaptor, StatisticsAdaptor,
+};
 
 /// Every part of the suite against `r`.
 pub fn check_all(r: Arc<dyn MemoryResource>) {
@@ -214,65 +215,5 @@ pub fn check(r: &dyn MemoryResource) {
     );
     if let Some(info) = r.memory_info() {
         assert!(info.free <= info.total, "{}: free > total", r.name());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use crate::resource::{
-        FileResource, HostResource, LimitingAdaptor, LoggingAdaptor, MemoryResource, RetryAdaptor,
-        StatisticsAdaptor,
-    };
-
-    fn host() -> Arc<dyn MemoryResource> {
-        Arc::new(HostResource)
-    }
-
-    fn temp(name: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("memarray-{name}-{}", std::process::id()))
-    }
-
-    #[test]
-    fn host_resource_conforms() {
-        super::check_all(host());
-    }
-
-    #[test]
-    fn file_resource_conforms() {
-        let path = temp("conformance-file");
-        super::check_all(Arc::new(FileResource::create(&path).unwrap()));
-        std::fs::remove_file(&path).ok();
-    }
-
-    #[test]
-    fn adaptors_conform() {
-        super::check_all(Arc::new(StatisticsAdaptor::new(host())));
-        super::check_all(Arc::new(LimitingAdaptor::new(host(), u64::MAX / 4)));
-        super::check_all(Arc::new(RetryAdaptor::new(host())));
-        super::check_all(Arc::new(crate::TrackingAdaptor::new(
-            host(),
-            crate::Source::MEMARRAY,
-        )));
-        super::check_all(Arc::new(LoggingAdaptor::new(
-            host(),
-            Box::new(std::io::sink()),
-        )));
-    }
-
-    #[test]
-    fn a_stack_of_every_adaptor_over_a_file_conforms() {
-        let path = temp("conformance-stack");
-        let file: Arc<dyn MemoryResource> = Arc::new(FileResource::create(&path).unwrap());
-        let stack = Arc::new(StatisticsAdaptor::new(Arc::new(LoggingAdaptor::new(
-            Arc::new(RetryAdaptor::new(Arc::new(LimitingAdaptor::new(
-                file,
-                1 << 40,
-            )))),
-            Box::new(std::io::sink()),
-        ))));
-        super::check_all(stack);
-        std::fs::remove_file(&path).ok();
     }
 }
