@@ -340,11 +340,36 @@ PY_PACKAGE = "bindings-python/python/memarray"
 
 
 def python_circles() -> list[str]:
+    """Circles among the package's modules, subpackages included (`cluster.dask`): each
+    module is named by its dotted path inside the package (`__init__` for the package's
+    own, `cluster` for `cluster/__init__.py`)."""
     import ast
 
     base = ROOT / PY_PACKAGE
-    modules = {f.stem: f for f in base.glob("*.py")}
+    modules: dict[str, pathlib.Path] = {}
+    for f in base.rglob("*.py"):
+        parts = list(f.relative_to(base).with_suffix("").parts)
+        if parts == ["__init__"]:
+            modules["__init__"] = f
+        elif parts[-1] == "__init__":
+            modules[".".join(parts[:-1])] = f
+        else:
+            modules[".".join(parts)] = f
     edges: dict[str, set[str]] = {}
+
+    def package_of(name: str) -> list[str]:
+        f = modules[name]
+        if f.name == "__init__.py":
+            return [] if name == "__init__" else name.split(".")
+        return name.split(".")[:-1]
+
+    def resolve(parts: list[str]) -> str:
+        """The module `parts` names, or the nearest package above it (its __init__)."""
+        while parts:
+            if ".".join(parts) in modules:
+                return ".".join(parts)
+            parts = parts[:-1]
+        return "__init__"
 
     def walk(node: ast.AST, into: set[str], name: str) -> None:
         for child in ast.iter_child_nodes(node):
@@ -352,23 +377,32 @@ def python_circles() -> list[str]:
                 for sub in child.orelse:
                     walk(sub, into, name)
                 continue
-            if isinstance(child, ast.ImportFrom):
-                if child.level == 1 and child.module:
-                    into.add(child.module.split(".")[0])
-                elif child.level == 1:
-                    for a in child.names:
-                        if a.name in modules:
-                            into.add(a.name)
-                        elif not a.name.startswith("_memarray"):  # the extension module
-                            into.add("__init__")
-                elif child.level == 0 and child.module and child.module.startswith("memarray"):
-                    parts = child.module.split(".")
-                    into.add(parts[1] if len(parts) > 1 else "__init__")
+            if isinstance(child, ast.ImportFrom) and child.level > 0:
+                pkg = package_of(name)
+                pkg = pkg[: len(pkg) - (child.level - 1)] if child.level > 1 else pkg
+                target = pkg + (child.module.split(".") if child.module else [])
+                if (
+                    target
+                    and target[-1] == "_memarray"
+                    or (child.module and child.module.startswith("_memarray"))
+                ):
+                    pass  # the extension module
+                elif child.module:
+                    into.add(resolve(target))
+                for a in child.names:
+                    sub = ".".join([*target, a.name])
+                    if sub in modules:
+                        into.add(sub)
+                    elif not child.module and not a.name.startswith("_memarray"):
+                        into.add(resolve(target))
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                if child.module.split(".")[0] == "memarray":
+                    into.add(resolve(child.module.split(".")[1:]))
             elif isinstance(child, ast.Import):
                 for a in child.names:
                     parts = a.name.split(".")
                     if parts[0] == "memarray":
-                        into.add(parts[1] if len(parts) > 1 else "__init__")
+                        into.add(resolve(parts[1:]))
             walk(child, into, name)
 
     for name, f in modules.items():

@@ -127,3 +127,19 @@ def test_device_array_pickles_a_host_copy_and_comes_back_on_device(dtype):
     b = pickle.loads(s, buffers=buffers)
     assert b.device == "cuda:0"
     same(a, b)
+
+
+def test_the_snapshot_contract_is_named_and_matches_rebuild_and_reduce():
+    import inspect
+
+    from memarray._pickle import Snapshot, rebuild
+
+    # rebuild's parameters are the snapshot's fields, in order: a field added on one side
+    # only fails here.
+    assert Snapshot._fields == tuple(inspect.signature(rebuild).parameters)
+    a = memarray.asarray(np.arange(6, dtype=np.int16).reshape(2, 3), copy=True)
+    snap = Snapshot.of(a)
+    assert (snap.dtype, tuple(snap.shape), snap.device) == ("int16", (2, 3), None)
+    assert snap.host_memory in ("pageable", "pinned", "managed")
+    back = rebuild(*snap)
+    np.testing.assert_array_equal(back.to_numpy(), a.to_numpy())

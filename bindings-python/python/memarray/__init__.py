@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import _hooks, _memarray, _progress, cuda, distributed, dlpack, resources, spill
+from . import _hooks, _memarray, _progress, cuda, dlpack, resources, spill
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -30,6 +30,7 @@ from ._memarray import (
     zeros,
 )
 from ._progress import set_progress
+from .cluster import distributed
 
 
 def load(path, device=None, host_memory=None) -> MemArray:
@@ -77,7 +78,7 @@ __all__ = [
 def cupy_allocator(nbytes: int):
     """``cupy.cuda.set_allocator(memarray.cupy_allocator)``: CuPy allocates from memarray's
     default resource (see ``memarray.cupy``)."""
-    from .cupy import _make
+    from .interop.cupy import _make
 
     return _make()(nbytes)
 

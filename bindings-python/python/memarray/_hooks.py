@@ -36,7 +36,7 @@ def _register(name: str, module: ModuleType) -> None:
             return
         _done.add(name)
     try:
-        from . import dask as glue
+        from .cluster import dask as glue
 
         getattr(glue, WATCHED[name])(module)
     except Exception as e:  # noqa: BLE001 - the user's import must go on

@@ -1,47 +1,16 @@
-"""A CuPy allocator that allocates through memarray::
+"""The old name of `memarray.interop.cupy`: the same module."""
 
-    import cupy, memarray.cupy
-    cupy.cuda.set_allocator(memarray.cupy.allocator)
+import sys
+from typing import TYPE_CHECKING
 
-Device memory comes from ``memarray.resources``' default resource for CuPy's current
-device, ordered on CuPy's current stream, attributed to the source ``"cupy"``; each block
-is freed (on that stream) when CuPy drops its memory. ``allocator`` is made on first use
-(it needs CuPy): a callable implemented in the extension module, so a ``cupy.empty`` costs
-about what it costs on CuPy's own pool.
-"""
+from .interop import cupy as _module
 
-from __future__ import annotations
+if TYPE_CHECKING:  # the names, for type checkers; at run time the module itself
+    from typing import Any
 
-import threading
-from typing import Any
+    from .interop.cupy import *  # noqa: F403
 
-from . import _memarray
-
-__all__ = ["allocator"]  # noqa: F822 (made on first use, by __getattr__)
-
-_lock = threading.Lock()
-_hook: Any = None
+    def __getattr__(name: str) -> Any: ...  # `allocator`, made on first use
 
 
-def _make() -> Any:
-    global _hook
-    with _lock:
-        if _hook is None:
-            try:
-                import cupy.cuda
-            except ImportError as e:
-                raise ImportError("memarray.cupy needs CuPy: pip install cupy-cuda13x") from e
-
-            _hook = _memarray._interop.cupy_allocator(
-                cupy.cuda.runtime.getDevice,
-                cupy.cuda.get_current_stream,
-                cupy.cuda.UnownedMemory,
-                cupy.cuda.MemoryPointer,
-            )
-        return _hook
-
-
-def __getattr__(name: str) -> Any:
-    if name == "allocator":
-        return _make()
-    raise AttributeError(f"module 'memarray.cupy' has no attribute {name!r}")
+sys.modules[__name__] = _module

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from . import resources, spill
+from .. import resources, spill
 
 HOOKS = ("torch", "cupy", "rmm", "numba")
 
@@ -79,7 +79,7 @@ def _apply(settings: Mapping[str, Any], worker_name: Any = None) -> dict[str, An
     (``cuda.set_default_device``); device settings apply to every device the process
     sees; without a device they are recorded as skipped (a CPU worker still serialises
     and sizes MemArrays). Checks first (``_check``): a refusal changes nothing."""
-    from . import cuda
+    from .. import cuda
 
     _check(settings)
     done: dict[str, Any] = {"devices": 0, "hooks": []}
@@ -104,26 +104,26 @@ def _apply(settings: Mapping[str, Any], worker_name: Any = None) -> dict[str, An
             )
     for hook in settings.get("hooks", ()):
         if hook == "torch":
-            import memarray.torch
+            from ..interop import torch as torch_glue
 
-            memarray.torch.install()
+            torch_glue.install()
         elif hook == "cupy":
             import cupy
 
-            import memarray.cupy
+            from ..interop import cupy as cupy_glue
 
-            cupy.cuda.set_allocator(memarray.cupy.allocator)
+            cupy.cuda.set_allocator(cupy_glue.allocator)
         elif hook == "rmm":
-            import memarray.rmm
+            from ..interop import rmm as rmm_glue
 
             for d in range(n):
-                memarray.rmm.set_current(d)
+                rmm_glue.set_current(d)
         elif hook == "numba":
             from numba import cuda as ncuda
 
-            import memarray.numba
+            from ..interop import numba as numba_glue
 
-            ncuda.set_memory_manager(memarray.numba.MemarrayNumbaManager)
+            ncuda.set_memory_manager(numba_glue.MemarrayNumbaManager)
         else:
             raise ValueError(f"hooks are {HOOKS}, not {hook!r}")
         done["hooks"].append(hook)
