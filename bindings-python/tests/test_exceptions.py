@@ -95,13 +95,13 @@ def allowed(e: BaseException, module: str, label: str) -> bool:
     if t in exact or isinstance(e, OSError) or isinstance(e, ImportError):
         return True
     # An element value NumPy refuses with OverflowError (a Python int out of the dtype's
-    # range) raises it here too (issue 26, item 9; the guide's Exceptions table).
+    # range) raises it here too (the guide's Exceptions table).
     if t is OverflowError and ("__setitem__" in label or "full" in label):
         return True
     # CUDA-layer failures other than a missing driver are RuntimeError (the guide's
     # table): on a machine without CUDA only IPC (host data cannot be shared) and NCCL
     # (not loaded) reach them.
-    return t is RuntimeError and (module == "memarray.distributed" or "ipc" in label)
+    return t is RuntimeError and (module == "memarray.cluster.distributed" or "ipc" in label)
 
 
 def callables():
