@@ -37,6 +37,14 @@ setup() {
 }
 
 tests() {
+  rust_tests
+  py_tests
+}
+
+# The two halves of `tests`, for when the test binaries and the Python wheels do not fit
+# one device call's 64 MiB together (carry gpu-run/bin, lib and wheels for the first;
+# wheels, peer-wheels and lib for the second).
+rust_tests() {
   echo "== cargo tests (release binaries)"
   for t in gpu-run/bin/*; do
     log="$LOGS/$(basename "$t").log"
@@ -45,6 +53,9 @@ tests() {
     grep -E '^(SKIPPED|---- |thread .* panicked)' "$log" | head -n 20
   done
   tail -n +1 "$LOGS"/*.log >"$OUT/cargo-tests.log"
+}
+
+py_tests() {
   echo "== pytest"
   python3 -m pytest bindings-python/tests -q -rs --durations=8 -p no:cacheprovider >"$OUT/pytest.log" 2>&1 || fail pytest
   tail -n 25 "$OUT/pytest.log"
@@ -163,6 +174,8 @@ setup
 while [ $# -gt 0 ]; do
   case "$1" in
     tests) tests ;;
+    rust-tests) rust_tests ;;
+    py-tests) py_tests ;;
     sanitize) sanitize ;;
     bench) bench ;;
     demo) demo ;;
@@ -200,7 +213,7 @@ while [ $# -gt 0 ]; do
       PYTHONPATH=$PYTHONPATH:/tmp/nb python3 -m pytest -q -p no:cacheprovider \
         bindings-python/tests/test_notebook.py 2>&1 | tail -n 3 || fail "pytest notebook" ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|sanitize|bench|npy|interop|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|sanitize|bench|npy|interop|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done
