@@ -6,9 +6,9 @@ outside names listed here."""
 from __future__ import annotations
 
 import builtins
+import os
 import pathlib
 import re
-import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
@@ -31,10 +31,19 @@ PATH = re.compile(r"[\w./-]+\.(?:rs|py|pyi|sh|md|h|hpp|cu|toml|json|ipynb)|[\w-]
 TYPE = re.compile(r"([A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:::\w+)?")
 
 
+#: Folders that are build output, caches or staged copies, not the project's files.
+NOT_SOURCE = {"target", "gpu-run", "gpu-old", "node_modules", "__pycache__"}
+
+
 def repo_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
+    """The repository's files, read from the tree (a copy without its git history, as on
+    the GPU machine, has them too): hidden folders and build output left out."""
+    out = []
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in NOT_SOURCE]
+        rel = pathlib.Path(top).relative_to(ROOT)
+        out += [(rel / f).as_posix() for f in files]
+    return out
 
 
 def cited() -> tuple[set[str], set[str]]:

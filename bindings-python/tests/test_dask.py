@@ -448,8 +448,8 @@ def test_setup_reaches_every_worker_and_statistics_gather_them():
         # Each worker's tasks use its GPU: "cuda" in a task thread is the worker's device.
         if memarray.cuda.is_available():
             out["gpu"] = {w: v["device"] for w, v in done.items()}
-            out["task_gpu"] = {w: client.submit(memarray.cuda.current_device, workers=[w],
-                                                pure=False).result() for w in done}
+            out["task_gpu"] = {w: client.submit(lambda: memarray.cuda.current_device(),
+                                                workers=[w], pure=False).result() for w in done}
         out["keys"] = sorted(next(iter(md.statistics(client).values())))
         """
     )
