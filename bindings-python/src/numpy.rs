@@ -97,6 +97,50 @@ impl PyMemArray {
 
 #[pymethods]
 impl PyMemArray {
+    /// Copies the array's bytes `[offset, offset + len(out))` into `out` (any writable
+    /// C-contiguous buffer), wherever the data lives; the GIL is released for the copy.
+    /// Pieces of a device array through one reused host buffer (memarray.mpi's chunked
+    /// staging). ValueError for a range past the end or an unusable buffer.
+    fn _read_range(&self, py: Python<'_>, offset: usize, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        let held = crate::held::HeldBuffer::get(out, true)
+            .ok_or_else(|| PyValueError::new_err("out must be a writable C-contiguous buffer"))?;
+        let (addr, n) = (held.addr(), held.len());
+        self.with_detached(py, |raw| {
+            if raw.host_overlaps(addr, n) {
+                return Err(memarray_cuda::CudaError::InvalidArgument {
+                    what: "_read_range",
+                    detail: "out shares memory with the array".into(),
+                });
+            }
+            // SAFETY: `held` keeps the exporter's `n` writable bytes at `addr` alive and
+            // unmoved until it drops (after this call); they are not the array's (checked).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+            raw.read_range(offset, bytes, None)
+        })
+        .py()
+    }
+
+    /// Writes the bytes of `src` (any C-contiguous buffer) at `[offset, offset + len(src))`
+    /// of the array, wherever the data lives; the GIL is released for the copy.
+    fn _write_range(&self, py: Python<'_>, offset: usize, src: &Bound<'_, PyAny>) -> PyResult<()> {
+        let held = crate::held::HeldBuffer::get(src, false)
+            .ok_or_else(|| PyValueError::new_err("src must be a C-contiguous buffer"))?;
+        let (addr, n) = (held.addr(), held.len());
+        self.with_detached(py, |raw| {
+            if raw.host_overlaps(addr, n) {
+                return Err(memarray_cuda::CudaError::InvalidArgument {
+                    what: "_write_range",
+                    detail: "src shares memory with the array".into(),
+                });
+            }
+            // SAFETY: `held` keeps `n` readable bytes at `addr` alive until it drops;
+            // write_range reads them before it returns; they are not the array's (checked).
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+            raw.write_range(offset, bytes, None)
+        })
+        .py()
+    }
+
     /// Overwrites the array with `array` (any layout; cast to this dtype as NumPy's
     /// astype does). The shape must match exactly; on any error the array is unchanged.
     /// The copy runs with the GIL released.

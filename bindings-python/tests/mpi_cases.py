@@ -137,3 +137,37 @@ def test_cuda_awareness_is_asked_and_can_be_overridden(monkeypatch):
     monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", "yes")
     with pytest.raises(ValueError, match="0 or 1"):
         mm.is_cuda_aware()
+
+
+def test_recv_takes_a_chunked_send_or_one_message_whatever_the_sizes_agree_on():
+    # 3.5 chunks: the chunked form (what a large device send makes; made by hand here, so
+    # the host-only CI runs it too) and one plain message both arrive bit for bit, with
+    # the whole array's byte count in the status.
+    n = (7 * mm.CHUNK // 2) // 8
+    want = np.arange(n, dtype=np.float64) * 1.5
+    if rank == 0:
+        raw = want.view(np.uint8)
+        for off in range(0, raw.nbytes, mm.CHUNK):
+            comm.Send([raw[off : off + mm.CHUNK], MPI.BYTE], dest=1, tag=3)
+        comm.Send([want, MPI.DOUBLE], dest=1, tag=4)  # a plain MPI peer's one message
+    else:
+        for tag in (3, 4):
+            a = memarray.zeros((n,), "float64")
+            status = mm.recv(comm, a, source=MPI.ANY_SOURCE, tag=tag)
+            assert (status.Get_source(), status.Get_tag()) == (0, tag)
+            assert status.Get_count(MPI.BYTE) == want.nbytes
+            np.testing.assert_array_equal(a.to_numpy(), want)
+
+
+@pytest.mark.parametrize("place_to", PLACES)
+@pytest.mark.parametrize("place_from", PLACES)
+def test_large_arrays_arrive_whole_between_host_and_device(place_from, place_to):
+    n = (5 * mm.CHUNK // 2 + 12) // 4  # not a whole number of chunks
+    want = (np.arange(n) % 1000).astype(np.float32)
+    if rank == 0:
+        mm.send(comm, make(want, "float32", place_from), dest=1, tag=9)
+    else:
+        a = make(np.zeros(n), "float32", place_to)
+        status = mm.recv(comm, a, source=0, tag=9)
+        assert status.Get_count(MPI.BYTE) == want.nbytes
+        np.testing.assert_array_equal(a.to_numpy(), want)

@@ -560,3 +560,32 @@ fn foreign_bool_bytes_read_as_valid_bools() {
     assert!(a.get([2]).unwrap());
     assert_eq!(a.as_raw().host_bytes(None).unwrap(), &[0, 1, 1]);
 }
+
+/// Byte ranges read and written wherever the data lives: the range is checked, a locked
+/// array refuses, and on a device (when there is one) a write lands where it was aimed.
+#[test]
+fn ranges_are_read_and_written_in_place_and_checked() {
+    let bytes: Vec<u8> = (0..64u8).collect();
+    let mut a = RawArray::from_bytes(DType::U8, &[64], &bytes, 0).unwrap();
+    let mut out = [0u8; 8];
+    a.read_range(10, &mut out, None).unwrap();
+    assert_eq!(out, [10, 11, 12, 13, 14, 15, 16, 17]);
+    a.write_range(60, &[1, 2, 3, 4], None).unwrap();
+    assert_eq!(&a.host_bytes(None).unwrap()[58..], &[58, 59, 1, 2, 3, 4]);
+    assert!(a.read_range(60, &mut out, None).is_err(), "past the end");
+    assert!(
+        a.write_range(usize::MAX, &[1], None).is_err(),
+        "overflowing offset"
+    );
+    let t = a.try_lock().unwrap();
+    assert!(a.read_range(0, &mut out, None).is_err(), "locked");
+    a.read_range(0, &mut out, Some(t)).unwrap();
+    a.unlock(t).unwrap();
+    if memarray_cuda::is_available() {
+        a.move_memory(Location::Device(0), None, true, None)
+            .unwrap();
+        a.write_range(0, &[9; 4], None).unwrap();
+        a.read_range(0, &mut out, None).unwrap();
+        assert_eq!(out, [9, 9, 9, 9, 4, 5, 6, 7]);
+    }
+}

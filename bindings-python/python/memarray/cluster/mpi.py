@@ -6,7 +6,13 @@ visible to later work on any stream. With an MPI that is not CUDA-aware (``is_cu
 says which; Open MPI and MPICH are asked, ``MEMARRAY_MPI_CUDA_AWARE=0/1`` overrides) device
 data goes through host buffers instead: downloaded before a send, uploaded after a
 receive, so a device array never reaches MPI as a pointer it cannot read (mpi4py alone
-would hand it one, and such an MPI ends the process). Host arrays go to MPI as they are.
+would hand it one, and such an MPI ends the process). ``send`` and ``recv`` of device
+arrays of ``PIPELINE_FROM`` bytes or more go in ``CHUNK``-byte messages through two reused
+host buffers, each chunk's copy overlapping the previous chunk's message (no host copy of
+the whole array is made). ``recv`` probes the first message and takes either form: the
+chunks of a memarray device send, or one message (a host array's, or a plain MPI peer's);
+a plain ``Recv`` on the other side of a large device ``send`` must be ``memarray.mpi.recv``.
+Host arrays go to MPI as they are.
 
     from mpi4py import MPI
     import memarray, memarray.mpi as mm
@@ -315,10 +321,85 @@ def _like(shape: Sequence[int], a: MemArray) -> MemArray:
 
 # ---------------------------------------------------------------- point to point
 
+#: Bytes of one message of a chunked device send or receive.
+CHUNK = 8 << 20
+#: Device arrays of this many bytes or more are sent and received in chunks (without a
+#: CUDA-aware MPI).
+PIPELINE_FROM = 2 * CHUNK
+
+
+def _chunked(a: MemArray) -> bool:
+    """Whether ``send`` cuts ``a`` into chunks."""
+    return bool(a.on_device) and a.nbytes >= PIPELINE_FROM and not is_cuda_aware()
+
+
+def _incoming_chunks(comm: Any, a: MemArray, source: int, tag: int) -> Any:
+    """The status of the next message for ``a`` when it is the first of a chunked send
+    (``CHUNK`` bytes of a larger array), else None (one message: receive as it is)."""
+    if a.nbytes < PIPELINE_FROM or is_cuda_aware():
+        return None
+    status = MPI.Status()
+    comm.Probe(source=source, tag=tag, status=status)
+    return status if status.Get_count(MPI.BYTE) == CHUNK else None
+
+
+def _pieces(nbytes: int) -> list[tuple[int, int]]:
+    return [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
+
+
+def _send_chunks(comm: Any, a: MemArray, dest: int, tag: int) -> None:
+    """Chunk k is copied off the device into one of two host buffers while chunk k - 1's
+    message is in flight from the other."""
+    bufs = [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
+    reqs: list[Any] = [None, None]
+    try:
+        for i, (off, n) in enumerate(_pieces(a.nbytes)):
+            k = i % 2
+            if reqs[k] is not None:
+                reqs[k].Wait()  # the buffer's previous message has left
+                reqs[k] = None
+            a._read_range(off, bufs[k][:n])
+            reqs[k] = comm.Isend([bufs[k], n, MPI.BYTE], dest=dest, tag=tag)
+    finally:
+        for r in reqs:
+            if r is not None:
+                r.Wait()  # never return with MPI still reading a buffer
+
+
+def _recv_chunks(comm: Any, a: MemArray, probed: Any, status: Any) -> None:
+    """Every chunk comes from the probed sender and tag, each received into one host
+    buffer while the other's is copied into the array. ``status`` ends up counting the
+    whole array's bytes."""
+    pieces = _pieces(a.nbytes)
+    bufs = [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
+    source, tag = probed.Get_source(), probed.Get_tag()
+    comm.Recv([bufs[0], pieces[0][1], MPI.BYTE], source=source, tag=tag, status=status)
+    reqs: list[Any] = [None, None]
+    try:
+        if len(pieces) > 1:
+            reqs[1] = comm.Irecv([bufs[1], pieces[1][1], MPI.BYTE], source=source, tag=tag)
+        for i, (off, n) in enumerate(pieces):
+            k = i % 2
+            if reqs[k] is not None:
+                reqs[k].Wait()
+                reqs[k] = None
+            a._write_range(off, bufs[k][:n])  # the buffer is read when this returns
+            if i + 2 < len(pieces):
+                reqs[k] = comm.Irecv([bufs[k], pieces[i + 2][1], MPI.BYTE], source=source, tag=tag)
+    finally:
+        for r in reqs:
+            if r is not None:
+                r.Wait()
+    status.Set_elements(MPI.BYTE, a.nbytes)
+
 
 def send(comm: Any, a: MemArray, dest: int, tag: int = 0) -> None:
     """Sends ``a``'s data to ``dest`` (blocking)."""
-    with _bufs((_check(a, "a"), False)) as (b,):
+    a = _check(a, "a")
+    if _chunked(a):
+        _send_chunks(comm, a, dest, tag)
+        return
+    with _bufs((a, False)) as (b,):
         assert b is not None
         comm.Send(b.spec(), dest=dest, tag=tag)
 
@@ -326,7 +407,13 @@ def send(comm: Any, a: MemArray, dest: int, tag: int = 0) -> None:
 def recv(comm: Any, a: MemArray, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Any:
     """Receives into ``a`` (its shape and dtype say how much); returns the MPI.Status."""
     status = MPI.Status()
-    with _bufs((_check(a, "a"), True)) as (b,):
+    a = _check(a, "a")
+    probed = _incoming_chunks(comm, a, source, tag)
+    if probed is not None:
+        a._read_range(0, np.empty(0, np.uint8))  # a locked array refuses before any chunk
+        _recv_chunks(comm, a, probed, status)
+        return status
+    with _bufs((a, True)) as (b,):
         assert b is not None
         comm.Recv(b.spec(), source=source, tag=tag, status=status)
     return status

@@ -11,6 +11,69 @@ use super::raw::RawArray;
 use crate::error::{ArrayError, CudaError, Result};
 
 impl RawArray {
+    /// Copies the bytes `[offset, offset + out.len())` of the current data into `out`,
+    /// wherever the data lives (a device range is read after pending work, staged or
+    /// direct as the route decides; done when this returns). Pieces of one array moved
+    /// through a reused host buffer (an MPI send in chunks) take no host copy of the whole.
+    pub fn read_range(
+        &self,
+        offset: usize,
+        out: &mut [u8],
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        self.check(token)?;
+        self.check_range(offset, out.len())?;
+        match self.location {
+            Location::Host => {
+                self.dev.wait_host()?;
+                out.copy_from_slice(&self.host_buf()?.as_slice()[offset..offset + out.len()]);
+                Ok(())
+            }
+            Location::Device(_) => self.dev.read_bytes(offset, out),
+        }
+    }
+
+    /// Writes `bytes` at `[offset, offset + bytes.len())` of the current data, wherever it
+    /// lives (a device range after pending work; the copy becomes the array's pending
+    /// work, and `bytes` has been read when this returns).
+    pub fn write_range(
+        &mut self,
+        offset: usize,
+        bytes: &[u8],
+        token: Option<LockToken>,
+    ) -> Result<()> {
+        self.check(token)?;
+        self.check_range(offset, bytes.len())?;
+        match self.location {
+            Location::Host => {
+                self.host_ready(token)?;
+                let host = self.host_buf()?;
+                // SAFETY: the range is inside the host buffer (checked above), pending work
+                // is done (host_ready) and the array is borrowed exclusively.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(host.as_mut_ptr().add(offset), bytes.len())
+                };
+                dst.copy_from_slice(bytes);
+                Ok(())
+            }
+            Location::Device(_) => self.dev.write_bytes(offset, bytes),
+        }
+    }
+
+    /// `[offset, offset + len)` inside the array's bytes: [`CoreError::CopyOutOfRange`]
+    /// otherwise.
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.nbytes) {
+            return Err(CoreError::CopyOutOfRange {
+                offset,
+                len,
+                capacity: self.nbytes,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     /// Reads the element at `index` into `out` (`dtype().size()` bytes). Device-resident
     /// data is read with a small synchronous copy after pending work.
     pub fn read_element(

@@ -1,0 +1,90 @@
+"""memarray.mpi send/recv of a device array between two ranks against a host NumPy
+``Send``/``Recv`` of the same bytes, in one run (an MPI that is not CUDA-aware stages
+device data through the host): the chunked pipeline, the one-message staging it replaced
+(``PIPELINE_FROM`` raised past the array), and NumPy. Medians of the repetitions, timed on
+the receiver from a barrier to the last byte on the device (or in the NumPy array).
+
+    mpirun -np 2 python3 benches/mpi_transfer.py [--mib 256] [--reps 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import memarray
+import memarray.mpi as mm
+
+comm = MPI.COMM_WORLD
+rank = comm.rank
+
+
+def timed(step) -> float:  # type: ignore[no-untyped-def]
+    comm.Barrier()
+    t = time.perf_counter()
+    step()
+    dt = time.perf_counter() - t
+    return comm.bcast(dt if rank == 1 else None, root=1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mib", type=int, default=256)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--chunk-mib", type=int, default=None, help="memarray.mpi.CHUNK to try")
+    args = p.parse_args()
+    if args.chunk_mib:
+        mm.CHUNK = args.chunk_mib << 20
+        mm.PIPELINE_FROM = 2 * mm.CHUNK
+    n = (args.mib << 20) // 8
+    device = "cuda" if memarray.cuda.is_available() else "cpu"
+    src = memarray.asarray(np.arange(n, dtype=np.float64), device=device)
+    dst = memarray.zeros((n,), "float64", device=device)
+    host_src = np.arange(n, dtype=np.float64)
+    host_dst = np.zeros(n)
+
+    def memarray_step() -> None:
+        if rank == 0:
+            mm.send(comm, src, dest=1)
+        else:
+            mm.recv(comm, dst, source=0)
+            dst.synchronize()
+
+    def numpy_step() -> None:
+        if rank == 0:
+            comm.Send(host_src, dest=1)
+        else:
+            comm.Recv(host_dst, source=0)
+
+    chunked = PIPELINE = mm.PIPELINE_FROM
+    rows: dict[str, list[float]] = {"chunked": [], "one message": [], "numpy": []}
+    for _ in range(args.reps):  # rotating order: drift shows in every row alike
+        mm.PIPELINE_FROM = chunked
+        rows["chunked"].append(timed(memarray_step))
+        mm.PIPELINE_FROM = 1 << 62  # the staging this replaced: one download, one message
+        rows["one message"].append(timed(memarray_step))
+        mm.PIPELINE_FROM = PIPELINE
+        rows["numpy"].append(timed(numpy_step))
+    if rank == 1:
+        ok = bool((dst.to_numpy() == np.arange(n, dtype=np.float64)).all())
+        print(
+            f"{args.mib} MiB float64, {device} arrays, MPI CUDA-aware: {mm.is_cuda_aware(comm)}, "
+            f"{MPI.Get_library_version().splitlines()[0].rstrip(chr(0))}, "
+            f"chunks of {mm.CHUNK >> 20} MiB; data intact: {ok}"
+        )
+        nb = n * 8
+        base = statistics.median(rows["numpy"])
+        for name, ts in rows.items():
+            m = statistics.median(ts)
+            print(
+                f"  {name:12} {m * 1e3:8.1f} ms {nb / m / 1e9:6.2f} GB/s"
+                f"  {base / m:5.2f}x NumPy host Send/Recv"
+            )
+
+
+if __name__ == "__main__":
+    main()
