@@ -51,6 +51,7 @@ import numpy as np
 
 from .. import _memarray
 from .._memarray import MemArray
+from .._memarray import empty as memarray_empty
 
 
 def _import_mpi() -> Any:
@@ -347,10 +348,23 @@ def _pieces(nbytes: int) -> list[tuple[int, int]]:
     return [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
 
 
+def _bounce() -> list[np.ndarray]:
+    """Two ``CHUNK``-byte host buffers for a chunked transfer: pinned where CUDA is (the
+    device copies are then the DMA alone, no bounce through the staging slots; memarray's
+    pinned pool keeps them for the next call), else pageable."""
+    try:
+        return [
+            np.asarray(memarray_empty((CHUNK,), "uint8", host_memory="pinned"))
+            for _ in range(2)
+        ]
+    except Exception:  # no CUDA here, or no pinned memory left: pageable works too
+        return [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
+
+
 def _send_chunks(comm: Any, a: MemArray, dest: int, tag: int) -> None:
     """Chunk k is copied off the device into one of two host buffers while chunk k - 1's
     message is in flight from the other."""
-    bufs = [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
+    bufs = _bounce()
     reqs: list[Any] = [None, None]
     try:
         for i, (off, n) in enumerate(_pieces(a.nbytes)):
@@ -371,7 +385,7 @@ def _recv_chunks(comm: Any, a: MemArray, probed: Any, status: Any) -> None:
     buffer while the other's is copied into the array. ``status`` ends up counting the
     whole array's bytes."""
     pieces = _pieces(a.nbytes)
-    bufs = [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
+    bufs = _bounce()
     source, tag = probed.Get_source(), probed.Get_tag()
     comm.Recv([bufs[0], pieces[0][1], MPI.BYTE], source=source, tag=tag, status=status)
     reqs: list[Any] = [None, None]
