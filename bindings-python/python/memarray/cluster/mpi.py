@@ -354,8 +354,7 @@ def _bounce() -> list[np.ndarray]:
     pinned pool keeps them for the next call), else pageable."""
     try:
         return [
-            np.asarray(memarray_empty((CHUNK,), "uint8", host_memory="pinned"))
-            for _ in range(2)
+            np.asarray(memarray_empty((CHUNK,), "uint8", host_memory="pinned")) for _ in range(2)
         ]
     except Exception:  # no CUDA here, or no pinned memory left: pageable works too
         return [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
