@@ -1,5 +1,6 @@
-"""memarray.mpi send/recv of a device array between two ranks against a host NumPy
-``Send``/``Recv`` of the same bytes, in one run (an MPI that is not CUDA-aware stages
+"""memarray.mpi send/recv, bcast and allreduce of a device array between two ranks
+against host NumPy ``Send``/``Recv``, ``Bcast`` and ``Allreduce`` of the same bytes, in one
+run (an MPI that is not CUDA-aware stages
 device data through the host): the chunked pipeline, the one-message staging it replaced
 (``PIPELINE_FROM`` raised past the array), and NumPy. Medians of the repetitions, timed on
 the receiver from a barrier to the last byte on the device (or in the NumPy array).
@@ -60,15 +61,42 @@ def main() -> None:
         else:
             comm.Recv(host_dst, source=0)
 
+    def bcast_step() -> None:
+        mm.bcast(comm, src if rank == 0 else dst, root=0)
+        (src if rank == 0 else dst).synchronize()
+
+    def numpy_bcast() -> None:
+        comm.Bcast(host_src if rank == 0 else host_dst, root=0)
+
+    def allreduce_step() -> None:
+        mm.allreduce(comm, dst)
+        dst.synchronize()
+
+    def numpy_allreduce() -> None:
+        comm.Allreduce(MPI.IN_PLACE, host_dst)
+
     chunked = PIPELINE = mm.PIPELINE_FROM
-    rows: dict[str, list[float]] = {"chunked": [], "one message": [], "numpy": []}
+    steps = {
+        "chunked": memarray_step,
+        "one message": memarray_step,
+        "numpy": numpy_step,
+        "bcast chunked": bcast_step,
+        "bcast whole": bcast_step,
+        "numpy Bcast": numpy_bcast,
+        "allreduce chunked": allreduce_step,
+        "allreduce whole": allreduce_step,
+        "numpy Allreduce": numpy_allreduce,
+    }
+    rows: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.reps):  # rotating order: drift shows in every row alike
-        mm.PIPELINE_FROM = chunked
-        rows["chunked"].append(timed(memarray_step))
-        mm.PIPELINE_FROM = 1 << 62  # the staging this replaced: one download, one message
-        rows["one message"].append(timed(memarray_step))
+        for name, step in steps.items():
+            # "one message" / "whole": the staging this replaced (one download, one message)
+            whole = name == "one message" or name.endswith("whole")
+            mm.PIPELINE_FROM = 1 << 62 if whole else chunked
+            rows[name].append(timed(step))
         mm.PIPELINE_FROM = PIPELINE
-        rows["numpy"].append(timed(numpy_step))
+    dst.read_numpy_array(np.zeros(n))
+    timed(memarray_step)  # the last checked transfer
     if rank == 1:
         ok = bool((dst.to_numpy() == np.arange(n, dtype=np.float64)).all())
         print(
@@ -77,12 +105,18 @@ def main() -> None:
             f"chunks of {mm.CHUNK >> 20} MiB; data intact: {ok}"
         )
         nb = n * 8
-        base = statistics.median(rows["numpy"])
+        peer = {"chunked": "numpy", "one message": "numpy", "numpy": "numpy"}
+        for name in rows:
+            peer.setdefault(name, f"numpy {name.split()[0].capitalize()}")
+        peer["bcast chunked"] = peer["bcast whole"] = peer["numpy Bcast"] = "numpy Bcast"
+        peer["allreduce chunked"] = peer["allreduce whole"] = "numpy Allreduce"
+        peer["numpy Allreduce"] = "numpy Allreduce"
         for name, ts in rows.items():
             m = statistics.median(ts)
+            base = statistics.median(rows[peer[name]])
             print(
-                f"  {name:12} {m * 1e3:8.1f} ms {nb / m / 1e9:6.2f} GB/s"
-                f"  {base / m:5.2f}x NumPy host Send/Recv"
+                f"  {name:18} {m * 1e3:8.1f} ms {nb / m / 1e9:6.2f} GB/s"
+                f"  {base / m:5.2f}x {peer[name]}"
             )
 
 

@@ -171,3 +171,31 @@ def test_large_arrays_arrive_whole_between_host_and_device(place_from, place_to)
         status = mm.recv(comm, a, source=0, tag=9)
         assert status.Get_count(MPI.BYTE) == want.nbytes
         np.testing.assert_array_equal(a.to_numpy(), want)
+
+
+@pytest.mark.parametrize("mix", ["same", "crossed"])
+def test_large_bcast_and_allreduce_go_in_chunks_whatever_each_ranks_placement(mix):
+    # 2.5 chunks of float64: every rank cuts the same chunks from the size, so a device
+    # array on one rank meets a host array on the other (where CUDA is).
+    n = (5 * mm.CHUNK // 2) // 8
+    place = PLACES[-1] if (mix == "same" or rank == 0) else "cpu"
+    a = make(pattern((n,), rank).astype(np.float64) if rank == 0 else np.zeros(n), "float64", place)
+    mm.bcast(comm, a, root=0)
+    np.testing.assert_array_equal(host(a), pattern((n,), 0))
+    b = make(np.full(n, rank + 1.0), "float64", place)
+    mm.allreduce(comm, b)
+    np.testing.assert_array_equal(host(b), np.full(n, 3.0))
+    locked = make(np.zeros(n), "float64", place)
+    with locked.get_dlpack() if rank == 1 else _nothing():
+        with pytest.raises(memarray.LockError if rank == 1 else Exception, match="") as e:
+            mm.bcast(comm, locked, root=0)
+    if rank == 0:
+        assert "rank 1 refused" in str(e.value), e.value
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -488,8 +488,82 @@ def waitall(requests: Sequence[Request]) -> None:
 # ---------------------------------------------------------------- collectives
 
 
+def _collective_chunked(a: MemArray) -> bool:
+    """Whether a collective over ``a`` goes in chunks: decided by size alone, so every
+    rank (whatever its array's placement) cuts the same messages."""
+    return isinstance(a, MemArray) and a.nbytes >= PIPELINE_FROM and not is_cuda_aware()
+
+
+def _agreed(comm: Any, check: Any) -> None:
+    """``check()`` (argument refusals) and the array's lock, agreed on by every rank
+    (``_agree``) before a chunked collective sends anything."""
+    error: Exception | None = None
+    try:
+        for x in check():
+            x._read_range(0, np.empty(0, np.uint8))  # a locked array refuses here
+    except Exception as e:
+        error = e
+    _agree(comm, error)
+
+
+def _in_place(a: MemArray) -> np.ndarray | None:
+    """A host array's own bytes, for MPI to read and write in place (None for device
+    data and bfloat16, which has no buffer protocol: those go through bounce buffers)."""
+    if a.on_device or str(a.dtype) == "bfloat16":
+        return None
+    return np.asarray(a).reshape(-1).view(np.uint8)
+
+
+def _chunk_loop(a: MemArray, start: Any, before: bool, after: bool) -> None:
+    """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking collective on
+    the buffer and returns its request) on each chunk of ``a``, two at a time: each chunk
+    is copied into its bounce buffer first when ``before``, and back into ``a`` after its
+    collective when ``after``, while the other buffer's collective runs. Host arrays the
+    collective can use in place go without copies."""
+    own = _in_place(a)
+    bufs = _bounce() if own is None else []
+    pending: list[Any] = [None, None]
+
+    def finish(k: int) -> None:
+        req, off, n = pending[k]
+        pending[k] = None
+        req.Wait()
+        if after and own is None:
+            a._write_range(off, bufs[k][:n])
+
+    try:
+        for i, (off, n) in enumerate(_pieces(a.nbytes)):
+            k = i % 2
+            if pending[k] is not None:
+                finish(k)
+            if own is not None:
+                buf = own[off : off + n]
+            else:
+                buf = bufs[k][:n]
+                if before:
+                    a._read_range(off, buf)
+            pending[k] = (start(buf, off, n), off, n)
+        for k in sorted(range(2), key=lambda j: pending[j][1] if pending[j] else 0):
+            if pending[k] is not None:
+                finish(k)
+    finally:
+        for p in pending:
+            if p is not None:
+                p[0].Wait()  # never leave MPI writing a buffer
+
+
 def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:
     """Root's data into ``a`` on every rank (in place); returns ``a``."""
+    if _collective_chunked(a):
+        _agreed(comm, lambda: [a])
+        mine = comm.rank == root
+        _chunk_loop(
+            a,
+            lambda buf, off, n: comm.Ibcast([buf, n, MPI.BYTE], root=root),
+            before=mine,
+            after=not mine,
+        )
+        return a
     with _collective(comm, lambda: [(_check(a, "a"), comm.rank != root)]) as (b,):
         assert b is not None
         comm.Bcast(b.spec(), root=root)
@@ -503,6 +577,17 @@ def allreduce(comm: Any, a: MemArray, op: Any = MPI.SUM) -> MemArray:
         _check_op(str(_check(a, "a").dtype), op)
         return [(a, False)]
 
+    if _collective_chunked(a):
+        _agreed(comm, lambda: (check(), [a])[1])
+        t = TYPES[str(a.dtype)]
+        item = a.nbytes // max(a.size, 1)
+        _chunk_loop(
+            a,
+            lambda buf, off, n: comm.Iallreduce(MPI.IN_PLACE, [buf, n // item, t], op=op),
+            before=True,
+            after=True,
+        )
+        return a
     with _collective(comm, check) as (src,):
         assert src is not None
         t = TYPES[str(a.dtype)]
