@@ -75,6 +75,14 @@ def main() -> None:
     def numpy_allreduce() -> None:
         comm.Allreduce(MPI.IN_PLACE, host_dst)
 
+    def reduce_step() -> None:
+        r = mm.reduce(comm, dst, root=1)
+        if r is not None:
+            r.synchronize()
+
+    def numpy_reduce() -> None:
+        comm.Reduce(host_dst, host_src if rank == 1 else None, root=1)
+
     chunked = PIPELINE = mm.PIPELINE_FROM
     steps = {
         "chunked": memarray_step,
@@ -86,6 +94,9 @@ def main() -> None:
         "allreduce chunked": allreduce_step,
         "allreduce whole": allreduce_step,
         "numpy Allreduce": numpy_allreduce,
+        "reduce chunked": reduce_step,
+        "reduce whole": reduce_step,
+        "numpy Reduce": numpy_reduce,
     }
     rows: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.reps):  # rotating order: drift shows in every row alike
@@ -111,6 +122,7 @@ def main() -> None:
         peer["bcast chunked"] = peer["bcast whole"] = peer["numpy Bcast"] = "numpy Bcast"
         peer["allreduce chunked"] = peer["allreduce whole"] = "numpy Allreduce"
         peer["numpy Allreduce"] = "numpy Allreduce"
+        peer["reduce chunked"] = peer["reduce whole"] = peer["numpy Reduce"] = "numpy Reduce"
         for name, ts in rows.items():
             m = statistics.median(ts)
             base = statistics.median(rows[peer[name]])

@@ -185,6 +185,14 @@ def test_large_bcast_and_allreduce_go_in_chunks_whatever_each_ranks_placement(mi
     b = make(np.full(n, rank + 1.0), "float64", place)
     mm.allreduce(comm, b)
     np.testing.assert_array_equal(host(b), np.full(n, 3.0))
+    c = make(np.full(n, rank + 1.0), "float64", place)
+    r = mm.reduce(comm, c, op=MPI.MAX, root=1)
+    np.testing.assert_array_equal(host(c), np.full(n, rank + 1.0))  # the input is kept
+    if rank == 1:
+        assert r is not None and r.device == c.device
+        np.testing.assert_array_equal(host(r), np.full(n, 2.0))
+    else:
+        assert r is None
     locked = make(np.zeros(n), "float64", place)
     with locked.get_dlpack() if rank == 1 else _nothing():
         with pytest.raises(memarray.LockError if rank == 1 else Exception, match="") as e:

@@ -514,13 +514,16 @@ def _in_place(a: MemArray) -> np.ndarray | None:
     return np.asarray(a).reshape(-1).view(np.uint8)
 
 
-def _chunk_loop(a: MemArray, start: Any, before: bool, after: bool) -> None:
+def _chunk_loop(
+    a: MemArray, start: Any, before: bool, after: bool, into: MemArray | None = None
+) -> None:
     """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking collective on
     the buffer and returns its request) on each chunk of ``a``, two at a time: each chunk
-    is copied into its bounce buffer first when ``before``, and back into ``a`` after its
-    collective when ``after``, while the other buffer's collective runs. Host arrays the
-    collective can use in place go without copies."""
-    own = _in_place(a)
+    is copied into its bounce buffer first when ``before``, and after its collective into
+    ``into`` (``a`` itself when None) when ``after``, while the other buffer's collective
+    runs. Host arrays a collective can use in place (``into`` None) go without copies."""
+    dst = a if into is None else into
+    own = _in_place(a) if into is None else None
     bufs = _bounce() if own is None else []
     pending: list[Any] = [None, None]
 
@@ -529,7 +532,7 @@ def _chunk_loop(a: MemArray, start: Any, before: bool, after: bool) -> None:
         pending[k] = None
         req.Wait()
         if after and own is None:
-            a._write_range(off, bufs[k][:n])
+            dst._write_range(off, bufs[k][:n])
 
     try:
         for i, (off, n) in enumerate(_pieces(a.nbytes)):
@@ -604,6 +607,26 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
     """Every rank's ``a`` reduced with ``op``: a new array on ``root`` (where ``a`` is),
     None elsewhere."""
     out: MemArray | None = None
+    if _collective_chunked(a):
+        mine = comm.rank == root
+
+        def check_chunked() -> list[MemArray]:
+            nonlocal out
+            _check_op(str(a.dtype), op)
+            out = _like(a.shape, a) if mine else None
+            return [a]
+
+        _agreed(comm, check_chunked)
+        t = TYPES[str(a.dtype)]
+        item = a.nbytes // max(a.size, 1)
+
+        def start(buf: Any, off: int, n: int) -> Any:
+            if mine:
+                return comm.Ireduce(MPI.IN_PLACE, [buf, n // item, t], op=op, root=root)
+            return comm.Ireduce([buf, n // item, t], None, op=op, root=root)
+
+        _chunk_loop(a, start, before=True, after=mine, into=out)
+        return out
 
     def check() -> list[tuple[MemArray | None, bool]]:
         nonlocal out
