@@ -101,7 +101,13 @@ impl PyMemArray {
     /// C-contiguous buffer), wherever the data lives; the GIL is released for the copy.
     /// Pieces of a device array through one reused host buffer (memarray.mpi's chunked
     /// staging). ValueError for a range past the end or an unusable buffer.
-    fn _read_range(&self, py: Python<'_>, offset: usize, out: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn _read_range(
+        &self,
+        py: Python<'_>,
+        offset: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let offset: usize = crate::convert::int(offset, "offset")?;
         let held = crate::held::HeldBuffer::get(out, true)
             .ok_or_else(|| PyValueError::new_err("out must be a writable C-contiguous buffer"))?;
         let (addr, n) = (held.addr(), held.len());
@@ -122,7 +128,13 @@ impl PyMemArray {
 
     /// Writes the bytes of `src` (any C-contiguous buffer) at `[offset, offset + len(src))`
     /// of the array, wherever the data lives; the GIL is released for the copy.
-    fn _write_range(&self, py: Python<'_>, offset: usize, src: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn _write_range(
+        &self,
+        py: Python<'_>,
+        offset: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let offset: usize = crate::convert::int(offset, "offset")?;
         let held = crate::held::HeldBuffer::get(src, false)
             .ok_or_else(|| PyValueError::new_err("src must be a C-contiguous buffer"))?;
         let (addr, n) = (held.addr(), held.len());
