@@ -90,24 +90,26 @@ def browser() -> str | None:
     return None
 
 
+#: Headless Chromium as both checks run it: no sandbox (root in CI), no GPU, nothing
+#: fetched in the background.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--hide-scrollbars",
+]
+
+
 def look(page: pathlib.Path) -> pathlib.Path:
     """Renders the page in headless Chromium: its DOM after layout must hold the table
     and the bars; a screenshot of the top of the page is kept."""
     exe = browser()
     if exe is None:
         raise SystemExit("no chromium (apt-get install chromium)")
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        "--virtual-time-budget=5000",
-    ]
+    flags = [*CHROMIUM_FLAGS, "--disable-quic", "--disable-sync", "--virtual-time-budget=5000"]
     with tempfile.TemporaryDirectory() as profile:
         flags.append(f"--user-data-dir={profile}")
         url = page.resolve().as_uri()
@@ -211,13 +213,7 @@ def look_live(out: pathlib.Path) -> pathlib.Path:
             chrome = subprocess.Popen(
                 [
                     exe,
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--hide-scrollbars",
+                    *CHROMIUM_FLAGS,
                     "--window-size=1100,1600",
                     f"--remote-debugging-port={debug}",
                     f"--user-data-dir={profile}",

@@ -31,6 +31,38 @@ use crate::dtype::numpy_dtype;
 use crate::errors::IntoPyResult;
 
 impl PyMemArray {
+    /// Runs `f(raw, offset, addr, len)` with the GIL released over the C-contiguous buffer
+    /// of `obj` (writable when `writable`), held for the call; ValueError for a bad offset
+    /// or buffer, and a buffer that shares memory with the array is refused.
+    fn with_range(
+        &self,
+        py: Python<'_>,
+        offset: &Bound<'_, PyAny>,
+        obj: &Bound<'_, PyAny>,
+        writable: bool,
+        f: impl FnOnce(&mut RawArray, usize, usize, usize) -> memarray_cuda::Result<()> + Send,
+    ) -> PyResult<()> {
+        let offset: usize = crate::convert::int(offset, "offset")?;
+        let held = crate::held::HeldBuffer::get(obj, writable).ok_or_else(|| {
+            PyValueError::new_err(if writable {
+                "out must be a writable C-contiguous buffer"
+            } else {
+                "src must be a C-contiguous buffer"
+            })
+        })?;
+        let (addr, n) = (held.addr(), held.len());
+        self.with_detached(py, |raw| {
+            if raw.host_overlaps(addr, n) {
+                return Err(memarray_cuda::CudaError::InvalidArgument {
+                    what: "a byte range copy",
+                    detail: "the buffer shares memory with the array".into(),
+                });
+            }
+            f(raw, offset, addr, n)
+        })
+        .py()
+    }
+
     /// A NumPy copy of the current data, read with `token`. The NumPy array is made
     /// first (Python), then filled with the GIL released; a swap in between that changed
     /// the dtype or shape makes it start over.
@@ -107,23 +139,12 @@ impl PyMemArray {
         offset: &Bound<'_, PyAny>,
         out: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let offset: usize = crate::convert::int(offset, "offset")?;
-        let held = crate::held::HeldBuffer::get(out, true)
-            .ok_or_else(|| PyValueError::new_err("out must be a writable C-contiguous buffer"))?;
-        let (addr, n) = (held.addr(), held.len());
-        self.with_detached(py, |raw| {
-            if raw.host_overlaps(addr, n) {
-                return Err(memarray_cuda::CudaError::InvalidArgument {
-                    what: "_read_range",
-                    detail: "out shares memory with the array".into(),
-                });
-            }
-            // SAFETY: `held` keeps the exporter's `n` writable bytes at `addr` alive and
-            // unmoved until it drops (after this call); they are not the array's (checked).
+        self.with_range(py, offset, out, true, |raw, offset, addr, n| {
+            // SAFETY: `with_range` holds the exporter's `n` writable bytes at `addr` alive
+            // and unmoved for this call; they are not the array's (checked there).
             let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
             raw.read_range(offset, bytes, None)
         })
-        .py()
     }
 
     /// Writes the bytes of `src` (any C-contiguous buffer) at `[offset, offset + len(src))`
@@ -134,23 +155,11 @@ impl PyMemArray {
         offset: &Bound<'_, PyAny>,
         src: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let offset: usize = crate::convert::int(offset, "offset")?;
-        let held = crate::held::HeldBuffer::get(src, false)
-            .ok_or_else(|| PyValueError::new_err("src must be a C-contiguous buffer"))?;
-        let (addr, n) = (held.addr(), held.len());
-        self.with_detached(py, |raw| {
-            if raw.host_overlaps(addr, n) {
-                return Err(memarray_cuda::CudaError::InvalidArgument {
-                    what: "_write_range",
-                    detail: "src shares memory with the array".into(),
-                });
-            }
-            // SAFETY: `held` keeps `n` readable bytes at `addr` alive until it drops;
-            // write_range reads them before it returns; they are not the array's (checked).
+        self.with_range(py, offset, src, false, |raw, offset, addr, n| {
+            // SAFETY: as above, `n` readable bytes at `addr`, read before this returns.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
             raw.write_range(offset, bytes, None)
         })
-        .py()
     }
 
     /// Overwrites the array with `array` (any layout; cast to this dtype as NumPy's

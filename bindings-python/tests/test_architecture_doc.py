@@ -88,3 +88,18 @@ def test_every_type_the_architecture_cites_is_defined():
     known = defined | variants | set(dir(builtins)) | OUTSIDE
     missing = sorted(types - known)
     assert missing == [], f"docs/architecture.md cites types the code does not have: {missing}"
+
+
+def test_docs_and_library_sources_cite_no_issue_numbers():
+    # The next reader has the code, not the tracker: CHANGELOG.md keeps the history.
+    cite = re.compile(r"\b[Ii]ssues? #?\d+")
+    roots = ("docs/", "crates/", "bindings-python/src/", "bindings-python/python/")
+    found = []
+    for f in repo_files():
+        if f == "README.md" or (
+            f.startswith(roots) and f.endswith((".md", ".rs", ".py", ".pyi")) and "/tests/" not in f
+        ):
+            for n, line in enumerate((ROOT / f).read_text(errors="replace").splitlines(), 1):
+                if cite.search(line):
+                    found.append(f"{f}:{n}: {line.strip()[:80]}")
+    assert found == [], "\n".join(found)

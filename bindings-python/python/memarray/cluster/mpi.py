@@ -363,47 +363,27 @@ def _bounce() -> list[np.ndarray]:
 def _send_chunks(comm: Any, a: MemArray, dest: int, tag: int) -> None:
     """Chunk k is copied off the device into one of two host buffers while chunk k - 1's
     message is in flight from the other."""
-    bufs = _bounce()
-    reqs: list[Any] = [None, None]
-    try:
-        for i, (off, n) in enumerate(_pieces(a.nbytes)):
-            k = i % 2
-            if reqs[k] is not None:
-                reqs[k].Wait()  # the buffer's previous message has left
-                reqs[k] = None
-            a._read_range(off, bufs[k][:n])
-            reqs[k] = comm.Isend([bufs[k], n, MPI.BYTE], dest=dest, tag=tag)
-    finally:
-        for r in reqs:
-            if r is not None:
-                r.Wait()  # never return with MPI still reading a buffer
+    _chunk_loop(
+        a,
+        lambda buf, off, n: comm.Isend([buf, n, MPI.BYTE], dest=dest, tag=tag),
+        before=True,
+        after=False,
+    )
 
 
-def _recv_chunks(comm: Any, a: MemArray, probed: Any, status: Any) -> None:
-    """Every chunk comes from the probed sender and tag, each received into one host
-    buffer while the other's is copied into the array. ``status`` ends up counting the
-    whole array's bytes."""
-    pieces = _pieces(a.nbytes)
-    bufs = _bounce()
+def _recv_chunks(comm: Any, a: MemArray, probed: Any) -> Any:
+    """Every chunk from the probed sender and tag (MPI matches them in posting order), two
+    receives posted at a time, each buffer copied into the array while the other fills.
+    Returns the probed status, counting the whole array's bytes."""
     source, tag = probed.Get_source(), probed.Get_tag()
-    comm.Recv([bufs[0], pieces[0][1], MPI.BYTE], source=source, tag=tag, status=status)
-    reqs: list[Any] = [None, None]
-    try:
-        if len(pieces) > 1:
-            reqs[1] = comm.Irecv([bufs[1], pieces[1][1], MPI.BYTE], source=source, tag=tag)
-        for i, (off, n) in enumerate(pieces):
-            k = i % 2
-            if reqs[k] is not None:
-                reqs[k].Wait()
-                reqs[k] = None
-            a._write_range(off, bufs[k][:n])  # the buffer is read when this returns
-            if i + 2 < len(pieces):
-                reqs[k] = comm.Irecv([bufs[k], pieces[i + 2][1], MPI.BYTE], source=source, tag=tag)
-    finally:
-        for r in reqs:
-            if r is not None:
-                r.Wait()
-    status.Set_elements(MPI.BYTE, a.nbytes)
+    _chunk_loop(
+        a,
+        lambda buf, off, n: comm.Irecv([buf, n, MPI.BYTE], source=source, tag=tag),
+        before=False,
+        after=True,
+    )
+    probed.Set_elements(MPI.BYTE, a.nbytes)
+    return probed
 
 
 def send(comm: Any, a: MemArray, dest: int, tag: int = 0) -> None:
@@ -424,8 +404,7 @@ def recv(comm: Any, a: MemArray, source: int = MPI.ANY_SOURCE, tag: int = MPI.AN
     probed = _incoming_chunks(comm, a, source, tag)
     if probed is not None:
         a._read_range(0, np.empty(0, np.uint8))  # a locked array refuses before any chunk
-        _recv_chunks(comm, a, probed, status)
-        return status
+        return _recv_chunks(comm, a, probed)
     with _bufs((a, True)) as (b,):
         assert b is not None
         comm.Recv(b.spec(), source=source, tag=tag, status=status)
@@ -517,11 +496,11 @@ def _in_place(a: MemArray) -> np.ndarray | None:
 def _chunk_loop(
     a: MemArray, start: Any, before: bool, after: bool, into: MemArray | None = None
 ) -> None:
-    """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking collective on
-    the buffer and returns its request) on each chunk of ``a``, two at a time: each chunk
-    is copied into its bounce buffer first when ``before``, and after its collective into
-    ``into`` (``a`` itself when None) when ``after``, while the other buffer's collective
-    runs. Host arrays a collective can use in place (``into`` None) go without copies."""
+    """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking MPI call on the
+    buffer and returns its request) on each chunk of ``a``, two at a time: each chunk is
+    copied into its bounce buffer first when ``before``, and after its call into ``into``
+    (``a`` itself when None) when ``after``, while the other buffer's call runs. Host
+    arrays MPI can use in place (``into`` None) go without copies."""
     dst = a if into is None else into
     own = _in_place(a) if into is None else None
     bufs = _bounce() if own is None else []
@@ -534,8 +513,9 @@ def _chunk_loop(
         if after and own is None:
             dst._write_range(off, bufs[k][:n])
 
+    pieces = _pieces(a.nbytes)
     try:
-        for i, (off, n) in enumerate(_pieces(a.nbytes)):
+        for i, (off, n) in enumerate(pieces):
             k = i % 2
             if pending[k] is not None:
                 finish(k)
@@ -546,7 +526,7 @@ def _chunk_loop(
                 if before:
                     a._read_range(off, buf)
             pending[k] = (start(buf, off, n), off, n)
-        for k in sorted(range(2), key=lambda j: pending[j][1] if pending[j] else 0):
+        for k in (len(pieces) % 2, (len(pieces) + 1) % 2):  # the older chunk first
             if pending[k] is not None:
                 finish(k)
     finally:
