@@ -1,13 +1,14 @@
-"""Issue 28's Dask figures: a 256 MiB device array through Dask, memarray against CuPy in
-the same run.
+"""Dask figures: a 256 MiB device array through Dask, memarray against CuPy in the same run.
 
-    python3 benches/dask_transfer.py [--mib 256] [--json out.json]
+    python3 benches/dask_transfer.py [--mib 256] [--protocol tcp|ucxx] [--gpus N] [--json out.json]
 
 In one process: ``dask.sizeof``, ``dask.base.tokenize`` (warm: after a first call), the
 ``"dask"`` and ``"cuda"`` serializer families (serialise + deserialise, one call each as
-Dask makes them), generic pickle (protocol 5 with out-of-band buffers). Then a LocalCluster
-of two worker processes on the GPU over TCP: the array made on one worker and used on the
-other (median of 5). Prints SKIPPED without a GPU, CuPy or Dask.
+Dask makes them), generic pickle (protocol 5 with out-of-band buffers). Then a cluster of
+two worker processes over ``--protocol`` (``ucxx``: distributed-ucxx): the array made on one
+worker and used on the other (median of 5). With ``--gpus 2`` (the default where two GPUs
+are visible) each worker has a GPU of its own (``CUDA_VISIBLE_DEVICES`` rotated, as
+dask-cuda does), else both share one. Prints SKIPPED without a GPU, CuPy or Dask.
 """
 
 from __future__ import annotations
@@ -42,13 +43,23 @@ def make(lib: str, n: int) -> Any:
     return cupy.full((n,), 1.5, cupy.float32)
 
 
-def worker_to_worker(lib: str, n: int) -> float:
-    from distributed import Client, LocalCluster, wait
+def worker_to_worker(lib: str, n: int, protocol: str, gpus: int) -> float:
+    from distributed import Client, Nanny, Scheduler, SpecCluster, wait
 
+    def visible(i: int) -> str:
+        order = list(range(gpus))
+        return ",".join(str(d) for d in order[i % gpus :] + order[: i % gpus])
+
+    workers = {
+        i: {
+            "cls": Nanny,
+            "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": visible(i)}},
+        }
+        for i in range(2)
+    }
+    scheduler = {"cls": Scheduler, "options": {"protocol": protocol, "dashboard_address": None}}
     with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
+        SpecCluster(workers=workers, scheduler=scheduler) as cluster,
         Client(cluster) as client,
     ):
         a, b = list(client.scheduler_info()["workers"])
@@ -68,6 +79,8 @@ def worker_to_worker(lib: str, n: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--protocol", default="tcp", choices=["tcp", "ucxx"])
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs the two workers use (1 or 2)")
     ap.add_argument("--json")
     args = ap.parse_args()
     try:
@@ -82,6 +95,7 @@ def main() -> int:
     if not memarray.cuda.is_available():
         print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
         return 0
+    gpus = min(2, args.gpus or memarray.cuda.device_count())
     from dask.base import tokenize
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
@@ -104,9 +118,12 @@ def main() -> int:
             return pickle.loads(data, buffers=bufs)
 
         r["pickle_ms"] = timed(pickled) * 1e3
-        r["worker_to_worker_ms"] = worker_to_worker(lib, n) * 1e3
+        r["worker_to_worker_ms"] = worker_to_worker(lib, n, args.protocol, gpus) * 1e3
         del x
-    print(f"{args.mib} MiB float32 on the device; medians of 5 (ms, sizeof in bytes)")
+    print(
+        f"{args.mib} MiB float32 on the device; medians of 5 (ms, sizeof in bytes); "
+        f"workers over {args.protocol} on {gpus} GPU(s)"
+    )
     keys = list(res["memarray"])
     print(f"{'':24s} {'memarray':>12s} {'CuPy':>12s}")
     for k in keys:

@@ -163,6 +163,47 @@ capi() {
   /tmp/memarray-cpp/saxpy || fail saxpy
 }
 
+ray_stage() {
+  # Ray's cp312 wheel (79 MB) travels in two parts, one per call (carry gpu-run/ray-wheels/
+  # ray.part.aa, then ray.part.ab with ray-deps and wheels), joined in /tmp, which survives
+  # between calls on a warm machine.
+  mkdir -p /tmp/ray-parts
+  cp gpu-run/ray-wheels/ray.part.* /tmp/ray-parts/ 2>/dev/null
+  if [ "$(ls /tmp/ray-parts | wc -l)" -lt 2 ]; then
+    echo "Ray: $(ls /tmp/ray-parts) staged; call again with the other part"; return
+  fi
+  if [ ! -d /tmp/ray-site/ray ]; then
+    cat /tmp/ray-parts/ray.part.* >/tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ray-site \
+      /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl gpu-run/ray-deps/*.whl || fail "Ray install"
+  fi
+  export PYTHONPATH=$PYTHONPATH:/tmp/ray-site MEMARRAY_REQUIRE_RAY=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+  [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ] && export MEMARRAY_REQUIRE_PEER=1
+  echo "== Ray tests"
+  python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s -p no:cacheprovider 2>&1 | tail -n 15 || fail "pytest ray"
+  echo "== Ray figures"
+  timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" 2>&1 | grep -v "^\s*$" | tee "$OUT/ray_transfer.log"
+  timeout 120 python3 examples/ray_pipeline.py || fail ray_pipeline
+}
+
+ucx_stage() {
+  # Dask over UCX (carry gpu-run/ucx-wheels, peer-wheels and wheels): the figures against
+  # CuPy, then both again with UCX's protocol choice printed (UCX_PROTO_INFO).
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ucx \
+    gpu-run/ucx-wheels/*.whl || fail "UCX wheel install"
+  export PYTHONPATH=$PYTHONPATH:/tmp/ucx
+  echo "== Dask over UCX"
+  timeout 400 python3 benches/dask_transfer.py --protocol ucxx --json "$OUT/dask_ucxx.json" 2>&1 \
+    | grep -vE "^\s*$|WARNING|warn" | tee "$OUT/dask_ucxx.log"
+  echo "== UCX's protocol choices, 64 MiB (UCX_PROTO_INFO=y; full log in ucx_proto.log)"
+  UCX_PROTO_INFO=y timeout 300 python3 benches/dask_transfer.py --protocol ucxx --mib 64 \
+    >"$OUT/ucx_proto.log" 2>&1
+  grep -E "rndv|eager|cuda_ipc|cuda_copy|worker to worker" "$OUT/ucx_proto.log" | sort | uniq -c | sort -rn | head -n 30
+  echo "== Dask over TCP"
+  timeout 300 python3 benches/dask_transfer.py --protocol tcp --json "$OUT/dask_tcp.json" 2>&1 \
+    | grep -vE "^\s*$|WARNING|warn" | tail -n 14
+}
+
 demo() {
   echo "== demo and examples"
   python3 examples/demo.py || fail demo
@@ -184,6 +225,8 @@ while [ $# -gt 0 ]; do
     transfer) shift; transfer "$@"; break ;;
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
     interop) interop ;;
+    ray) ray_stage ;;
+    ucx) ucx_stage ;;
     dask)
       # Issue 28: Dask figures against CuPy, the pipeline and halo examples.
       python3 benches/dask_transfer.py --json "$OUT/dask_transfer.json" 2>&1 | tee "$OUT/dask_transfer.log"
@@ -213,7 +256,7 @@ while [ $# -gt 0 ]; do
       PYTHONPATH=$PYTHONPATH:/tmp/nb python3 -m pytest -q -p no:cacheprovider \
         bindings-python/tests/test_notebook.py 2>&1 | tail -n 3 || fail "pytest notebook" ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|rust-tests|py-tests|sanitize|bench|npy|interop|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

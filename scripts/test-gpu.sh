@@ -84,6 +84,28 @@ if [ ! -f .nb-wheels/.list ] || [ "$(cat .nb-wheels/.list)" != "${NB[*]}" ]; the
 fi
 mkdir -p "$STAGE/nb-wheels"
 cp .nb-wheels/*.whl "$STAGE/nb-wheels/"
+# Ray (its cp312 wheel in two parts of at most 40 MiB, one per device call, and what the
+# device lacks of its needs) and UCX for Dask, for remote.sh's `ray` and `ucx` stages.
+fetch_set() {  # dir, packages...
+  local dir=$1; shift
+  if [ ! -f "$dir/.list" ] || [ "$(cat "$dir/.list")" != "$*" ]; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
+      --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+      -d "$dir" "$@"
+    echo "$*" > "$dir/.list"
+  fi
+}
+fetch_set .ray-wheels "ray==2.60.0"
+fetch_set .ray-deps jsonschema jsonschema-specifications referencing rpds-py
+fetch_set .ucx-wheels "distributed-ucxx-cu13==0.52.*" "ucxx-cu13==0.52.*" "libucxx-cu13==0.52.*" \
+  "libucx-cu13>=1.21,<1.22" "rapids-dask-dependency==26.10.*"
+mkdir -p "$STAGE/ray-wheels" "$STAGE/ray-deps" "$STAGE/ucx-wheels"
+rm -f "$STAGE"/ray-wheels/ray.part.*
+split -b 40M .ray-wheels/ray-*.whl "$STAGE/ray-wheels/ray.part."
+cp .ray-deps/*.whl "$STAGE/ray-deps/"
+cp .ucx-wheels/*.whl "$STAGE/ucx-wheels/"
 du -sh "$STAGE"
 ls "$STAGE"/bin "$STAGE"/bench "$STAGE"/examples "$STAGE"/wheels
 echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run)"

@@ -4,9 +4,8 @@
 //! runs at the speed of a copy into an existing array (a fresh `np.empty` array's pages
 //! fault in as the copy writes them: half the speed at 1 GiB on an H100 host). The NumPy
 //! array owns its block through its base object (a [`HostBytes`]), which returns the
-//! block to the pool when the array is collected. Fresh blocks of 2 MiB and more are
-//! asked to use transparent huge pages (`madvise(MADV_HUGEPAGE)`), which cuts the first
-//! use's faults by 512 where the kernel allows it.
+//! block to the pool when the array is collected. Fresh blocks of 2 MiB and more use
+//! transparent huge pages where the kernel allows them (`HostResource` asks).
 //!
 //! `MEMARRAY_NUMPY_POOL` sets how many free bytes the pool keeps (a size such as `2GiB`,
 //! the default; `0` turns the pool off: `np.empty` as before). `memarray.resources.
@@ -14,14 +13,13 @@
 
 use crate::fork::Detach;
 use std::ffi::{CStr, c_int, c_void};
-use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use memarray_core::{HostBuffer, HostResource, MemoryKind, MemoryResource, RawStream};
+use memarray_core::{HostBuffer, HostResource, MemoryResource};
 use memarray_cuda::resource::CachingPool;
 
 /// Arrays from this size up come from the pool; smaller ones from `np.empty` (the
@@ -44,7 +42,8 @@ pub fn pool() -> Option<&'static Arc<CachingPool>> {
             Err(_) => return None,
         };
         (cap > 0).then(|| {
-            let upstream: Arc<dyn MemoryResource> = Arc::new(HugePageHost);
+            // Huge pages from 2 MiB up: HostResource asks for them.
+            let upstream: Arc<dyn MemoryResource> = Arc::new(HostResource);
             Arc::new(CachingPool::host(
                 upstream,
                 usize::try_from(cap).unwrap_or(usize::MAX),
@@ -81,78 +80,12 @@ pub fn block(nbytes: usize) -> PyResult<Option<HostBytes>> {
     Ok(Some(HostBytes::writable(buffer)))
 }
 
-/// Host memory from the global allocator, 2 MiB-aligned from 2 MiB up with transparent
-/// huge pages asked for (the pool's upstream).
-#[derive(Debug)]
-struct HugePageHost;
-
-const HUGE: usize = 2 << 20;
-
-impl HugePageHost {
-    /// The alignment a block of `bytes` gets: 2 MiB from 2 MiB up.
-    fn align(bytes: usize, align: usize) -> usize {
-        if bytes >= HUGE {
-            align.max(HUGE)
-        } else {
-            align
-        }
-    }
-
-    /// Asks for transparent huge pages over a fresh block of 2 MiB and more.
-    fn advise(p: NonNull<u8>, bytes: usize) -> NonNull<u8> {
-        if bytes >= HUGE {
-            // SAFETY: [p, p + bytes) is memory just allocated, 2 MiB-aligned; madvise
-            // only changes how the kernel backs it (a failure leaves 4 KiB pages).
-            unsafe {
-                libc::madvise(p.as_ptr().cast(), bytes, libc::MADV_HUGEPAGE);
-            }
-        }
-        p
-    }
-}
-
-impl MemoryResource for HugePageHost {
-    fn allocate(
-        &self,
-        bytes: usize,
-        align: usize,
-        stream: Option<RawStream>,
-    ) -> memarray_core::Result<NonNull<u8>> {
-        let p = HostResource.allocate(bytes, Self::align(bytes, align), stream)?;
-        Ok(Self::advise(p, bytes))
-    }
-
-    fn allocate_zeroed(
-        &self,
-        bytes: usize,
-        align: usize,
-        stream: Option<RawStream>,
-    ) -> memarray_core::Result<NonNull<u8>> {
-        let p = HostResource.allocate_zeroed(bytes, Self::align(bytes, align), stream)?;
-        Ok(Self::advise(p, bytes))
-    }
-
-    unsafe fn deallocate(
-        &self,
-        ptr: NonNull<u8>,
-        bytes: usize,
-        align: usize,
-        stream: Option<RawStream>,
-    ) {
-        // SAFETY: the caller's contract; allocate used the same size and alignment.
-        unsafe { HostResource.deallocate(ptr, bytes, Self::align(bytes, align), stream) }
-    }
-
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::Host
-    }
-
-    fn is_accessible_from(&self, location: memarray_core::Location) -> bool {
-        HostResource.is_accessible_from(location)
-    }
-
-    fn name(&self) -> &str {
-        "host (huge pages from 2 MiB)"
+/// The resource of host blocks Python code is handed (NumPy arrays, pickle snapshots): the
+/// pool, or plain host memory without one.
+pub fn resource() -> Arc<dyn MemoryResource> {
+    match pool() {
+        Some(p) => p.clone(),
+        None => Arc::new(HostResource),
     }
 }
 

@@ -86,10 +86,20 @@ pub fn _ipc_handle_from_bytes(
 }
 
 /// A MemArray over the device memory another process shared with `a.ipc_handle()`, without
-/// a copy. The first open of a handle maps it; later opens reuse the mapping.
+/// a copy. The first open of a handle maps it; later opens reuse the mapping. `device`:
+/// this process's ordinal of the exporter's GPU, where the two processes number their
+/// devices differently (`CUDA_VISIBLE_DEVICES`); default the handle's ordinal.
 #[pyfunction]
-pub fn from_ipc_handle(py: Python<'_>, handle: &PyIpcHandle) -> PyResult<PyMemArray> {
-    let (h, dtype, shape) = (handle.handle, handle.dtype, handle.shape.clone());
+#[pyo3(signature = (handle, device=None))]
+pub fn from_ipc_handle(
+    py: Python<'_>,
+    handle: &PyIpcHandle,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyMemArray> {
+    let (mut h, dtype, shape) = (handle.handle, handle.dtype, handle.shape.clone());
+    if let Some(id) = crate::convert::opt_int::<u32>(device, "device")? {
+        h.device_id = id;
+    }
     let raw = py
         .detach_section(|| RawArray::from_ipc_handle(&h, dtype, &shape))
         .py()?;

@@ -16,13 +16,14 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use memarray_core::{DType, HostBuffer, HostResource, Location};
+use memarray_core::{DType, HostBuffer, Location};
 use memarray_cuda::array::RawArray;
 
 use crate::array::PyMemArray;
 use crate::convert;
 use crate::convert::{host_kind_arg, host_kind_name, parse_shape};
 use crate::errors::IntoPyResult;
+use crate::host_pool;
 use crate::host_pool::HostBytes;
 
 /// `MemArray.__reduce_ex__`: `(memarray._pickle.rebuild, (data, dtype, shape, device,
@@ -35,8 +36,9 @@ pub fn reduce<'py>(
     let (bytes, dtype, shape, loc, device_id, host_kind) = arr
         .with_detached(py, |raw| -> memarray_cuda::Result<_> {
             raw.check(None)?;
-            // SAFETY: read_all writes every byte before anything reads the buffer.
-            let mut copy = unsafe { HostBuffer::uninit_in(raw.nbytes(), Arc::new(HostResource)) }?;
+            // SAFETY: read_all writes every byte before anything reads the buffer. From the
+            // NumPy block pool: recycled, huge-paged memory, no first-touch faults.
+            let mut copy = unsafe { HostBuffer::uninit_in(raw.nbytes(), host_pool::resource()) }?;
             raw.read_all(copy.as_mut_slice(), None)?;
             let bytes = Arc::new(copy);
             Ok((

@@ -75,6 +75,22 @@ __all__ = [
 ]
 
 
+#: Optional modules imported on first use as ``memarray.<name>``: a class pickled by value
+#: (a Ray actor's, a Dask task's) that names ``memarray.ray`` works in a fresh process.
+_LAZY = frozenset(
+    {"cluster", "cuda_core", "cupy", "dask", "interop", "mpi", "notebook", "numba", "ray",
+     "rmm", "torch"}
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'memarray' has no attribute {name!r}")
+
+
 def cupy_allocator(nbytes: int):
     """``cupy.cuda.set_allocator(memarray.cupy_allocator)``: CuPy allocates from memarray's
     default resource (see ``memarray.cupy``)."""

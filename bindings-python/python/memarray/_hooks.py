@@ -1,8 +1,9 @@
 """Registration with libraries memarray knows, when they are imported, in either order.
 
 ``memarray.dask`` registers MemArrays with Dask's dispatchers (sizeof, tokenize), with
-distributed's serializers and with dask-cuda's ``is_spillable_object``. Those libraries
-offer no plugin entry point for all of them, so memarray watches their imports: a finder
+distributed's serializers and with dask-cuda's ``is_spillable_object``; ``memarray.ray``
+registers its tensor transport with Ray. Those libraries offer no plugin entry point for
+all of them, so memarray watches their imports: a finder
 at the front of ``sys.meta_path`` wraps the loader of each watched module and runs the
 registration once the module has executed. A module imported before memarray is
 registered with at once. A registration that fails warns and leaves the import alone.
@@ -19,11 +20,12 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-#: module -> the memarray.dask function registering with it.
+#: module -> (the memarray.cluster module, its function registering with it).
 WATCHED = {
-    "dask": "_register_dask",
-    "distributed": "_register_distributed",
-    "dask_cuda.is_spillable_object": "_register_dask_cuda",
+    "dask": ("dask", "_register_dask"),
+    "distributed": ("dask", "_register_distributed"),
+    "dask_cuda.is_spillable_object": ("dask", "_register_dask_cuda"),
+    "ray": ("ray", "_register_ray"),
 }
 
 _lock = threading.Lock()
@@ -35,10 +37,9 @@ def _register(name: str, module: ModuleType) -> None:
         if name in _done:
             return
         _done.add(name)
+    glue, function = WATCHED[name]
     try:
-        from .cluster import dask as glue
-
-        getattr(glue, WATCHED[name])(module)
+        getattr(importlib.import_module(f".cluster.{glue}", __package__), function)(module)
     except Exception as e:  # noqa: BLE001 - the user's import must go on
         warnings.warn(
             f"memarray could not register with {name}: {type(e).__name__}: {e}",

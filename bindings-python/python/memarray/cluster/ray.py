@@ -1,0 +1,338 @@
+"""MemArrays in Ray: objects, and Ray Direct Transport between actors.
+
+Active once memarray and Ray are both imported, in either order; no registration code is
+needed.
+
+Objects (``ray.put``, task and actor arguments and returns) carry a MemArray as its pickle
+does: a snapshot taken under the array's lock, handed to Ray's pickle 5 out of band, so a
+host array's bytes are written into the object store once, with no pickle copy. The
+receiver builds a new, writable MemArray from the store's buffer (one copy: the store's
+objects are immutable); a device array's snapshot lands on the device it left when the
+receiving process has that device (a Ray actor with ``num_gpus=1`` sees its GPU as device
+0), else on the host.
+
+The ``"memarray"`` tensor transport (``@ray.method(tensor_transport="memarray")`` on an
+actor made with ``@ray.remote(enable_tensor_transport=True)``) keeps device MemArrays out
+of the object store. It is one-sided: the sending actor keeps its arrays and publishes
+their CUDA IPC handles, each with an event recorded after the array's queued work; the
+receiver (another actor, or the driver's ``ray.get``) on the same node maps them, copies
+the data onto its own GPU (a peer copy over NVLink between two GPUs, a device copy on one)
+and waits for the copies before returning, so the arrays it gets are its own and outlive
+the sender. The sender's arrays stay in Ray's store until Ray collects the object. The
+receiving actor must see the sender's GPU: Ray's default hides other GPUs
+(``CUDA_VISIBLE_DEVICES`` per actor), so actors on different GPUs need
+``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1`` in their environment (each then picks its
+GPU with ``memarray.ray.use_assigned_gpu()``). Where the handles cannot be opened (host
+arrays, another node, a GPU this process cannot see, memory that cannot be exported), the
+receiver fetches the arrays from the sending actor through the object store instead, and
+:func:`statistics` counts which way each object came.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.experimental.rdt.tensor_transport_manager import (
+    CommunicatorMetadata,
+    TensorTransportManager,
+    TensorTransportMetadata,
+)
+
+import memarray
+
+from .. import _memarray, cuda
+from .._memarray import IpcHandle, MemArray
+from .._pickle import Snapshot, rebuild
+
+__all__ = [
+    "TRANSPORT",
+    "MemArrayTransport",
+    "MemArrayTransportMetadata",
+    "register",
+    "statistics",
+    "use_assigned_gpu",
+]
+
+#: The transport's name in ``@ray.method(tensor_transport=...)``.
+TRANSPORT = "memarray"
+
+_counts_lock = threading.Lock()
+_counts = {"ipc_objects": 0, "ipc_arrays": 0, "store_objects": 0, "store_arrays": 0}
+
+
+def statistics() -> dict[str, int]:
+    """This process's receipts through the transport: objects and arrays that came by CUDA
+    IPC (``ipc_*``) and by the sending actor through the object store (``store_*``)."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def _count(way: str, arrays: int) -> None:
+    with _counts_lock:
+        _counts[f"{way}_objects"] += 1
+        _counts[f"{way}_arrays"] += arrays
+
+
+# ---------------------------------------------------------------- which GPU is which
+
+
+def _visible() -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list, or None when it does not narrow the devices."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _physical(ordinal: int) -> str:
+    """The machine's name for this process's device ``ordinal``."""
+    visible = _visible()
+    if visible is None:
+        return str(ordinal)
+    return visible[ordinal] if ordinal < len(visible) else f"?{ordinal}"
+
+
+def _local(physical: str) -> int | None:
+    """This process's ordinal of the machine's device ``physical``; None where unseen."""
+    visible = _visible()
+    if visible is not None:
+        return visible.index(physical) if physical in visible else None
+    if not physical.isdigit():
+        return None
+    ordinal = int(physical)
+    return ordinal if cuda.is_available() and ordinal < cuda.device_count() else None
+
+
+def _home() -> int:
+    """The device a received array lands on: the first GPU Ray assigned this worker, else
+    the thread's default device."""
+    try:
+        assigned = ray.get_gpu_ids()
+    except Exception:  # noqa: BLE001 - outside a worker (the driver): no assignment
+        assigned = []
+    for gpu in assigned:
+        ordinal = _local(str(gpu))
+        if ordinal is not None:
+            return ordinal
+    return cuda.current_device()
+
+
+def use_assigned_gpu() -> int:
+    """Makes the first GPU Ray assigned this worker memarray's default device (for actors
+    that see every GPU, as with ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``) and
+    returns its ordinal."""
+    ordinal = _home()
+    cuda.set_default_device(ordinal)
+    return ordinal
+
+
+# ---------------------------------------------------------------- the transport
+
+
+@dataclass
+class MemArrayTransportMetadata(TensorTransportMetadata):
+    """What the receiver needs: each array's IPC handle (None: fetch through the store),
+    the sending process and node, each array's GPU by the machine's name, and the sending
+    actor."""
+
+    handles: list[IpcHandle] | None = None
+    gpus: list[str] = field(default_factory=list)
+    node_id: str | None = None
+    pid: int = 0
+    source: Any = None
+
+
+class MemArrayTransport(TensorTransportManager):
+    """Ray Direct Transport for MemArrays: CUDA IPC with events on one node, the object
+    store through the sending actor otherwise (see the module's text)."""
+
+    @property
+    def tensor_transport_backend(self) -> str:  # type: ignore[override]
+        return TRANSPORT.upper()
+
+    @staticmethod
+    def is_one_sided() -> bool:
+        return True
+
+    @staticmethod
+    def can_abort_transport() -> bool:
+        # A receive is one synchronous call on the receiver with no peer waiting on it:
+        # an error ends it, and nothing is left in flight to interrupt.
+        return True
+
+    def actor_has_tensor_transport(self, actor: Any) -> bool:
+        return True
+
+    def extract_tensor_transport_metadata(
+        self, obj_id: str, rdt_object: list[Any]
+    ) -> MemArrayTransportMetadata:
+        arrays = list(rdt_object)
+        if not arrays:
+            return MemArrayTransportMetadata(tensor_meta=[])
+        for a in arrays:
+            if not isinstance(a, MemArray):
+                raise TypeError(f"the memarray transport carries MemArrays, not {type(a)!r}")
+        on_device = {a.on_device for a in arrays}
+        if len(on_device) != 1:
+            raise ValueError(
+                "one object's MemArrays must all be on devices or all on the host "
+                "(move them first, e.g. with memarray.move_many)"
+            )
+        meta = MemArrayTransportMetadata(
+            tensor_meta=[(a.shape, a.dtype) for a in arrays],
+            tensor_device="cuda" if on_device.pop() else "cpu",
+            node_id=ray.get_runtime_context().get_node_id(),
+            pid=os.getpid(),
+            source=_current_actor(),
+        )
+        if meta.tensor_device == "cuda":
+            try:
+                meta.handles = [a.ipc_handle() for a in arrays]
+            except RuntimeError:  # LockError too
+                meta.handles = None  # memory IPC cannot share: the store carries it
+            meta.gpus = [_physical(int(a.device.split(":")[1])) for a in arrays]
+        return meta
+
+    def get_communicator_metadata(
+        self, src_actor: Any, dst_actor: Any, backend: str | None = None
+    ) -> CommunicatorMetadata:
+        return CommunicatorMetadata()
+
+    def recv_multiple_tensors(
+        self,
+        obj_id: str,
+        tensor_transport_metadata: TensorTransportMetadata,
+        communicator_metadata: CommunicatorMetadata,
+        target_buffers: list[Any] | None = None,
+    ) -> list[Any]:
+        meta = tensor_transport_metadata
+        if not isinstance(meta, MemArrayTransportMetadata):
+            raise TypeError(f"not the memarray transport's metadata: {type(meta)!r}")
+        if target_buffers:
+            raise ValueError("the memarray transport does not receive into given buffers")
+        if not meta.tensor_meta:
+            return []
+        opened = self._open(meta)
+        if opened is not None:
+            _count("ipc", len(opened))
+            return opened
+        arrays = self._through_store(obj_id, meta)
+        _count("store", len(arrays))
+        return arrays
+
+    def _open(self, meta: MemArrayTransportMetadata) -> list[MemArray] | None:
+        """The arrays copied from the sender's memory by IPC; None where that cannot be."""
+        if meta.handles is None or meta.pid == os.getpid():
+            return None
+        if meta.node_id != ray.get_runtime_context().get_node_id():
+            return None
+        if not cuda.is_available():
+            return None
+        ordinals = [_local(gpu) for gpu in meta.gpus]
+        if any(o is None for o in ordinals):
+            return None
+        home = _home()
+        received = []
+        for handle, ordinal in zip(meta.handles, ordinals, strict=True):
+            theirs = _memarray.from_ipc_handle(handle, device=ordinal)
+            # A copy of our own (the sender frees its memory when Ray collects the
+            # object), queued after the sender's event.
+            received.append(theirs.copy() if ordinal == home else theirs.to_device(home))
+        for a in received:
+            a.synchronize()  # done before the sender may free its memory
+        return received
+
+    def _through_store(self, obj_id: str, meta: MemArrayTransportMetadata) -> list[Any]:
+        """The arrays from the sending actor through the object store: snapshots handed
+        out of band (one copy into the store), copied once here, device arrays uploaded
+        in one batch."""
+        if meta.source is None:
+            raise ValueError(
+                "these MemArrays cannot be opened here by CUDA IPC and were not sent by an "
+                "actor to fetch them from; send them from an actor on this node and GPU"
+            )
+        ref = meta.source.__ray_call__.options(concurrency_group="_ray_system").remote(
+            _snapshots, obj_id
+        )
+        arrays = [_from_snapshot(*s) for s in ray.get(ref)]
+        if meta.tensor_device == "cuda" and cuda.is_available():
+            return _memarray.move_many(arrays, device=f"cuda:{_home()}")
+        return [a if isinstance(a, MemArray) else memarray.asarray(a) for a in arrays]
+
+    def send_multiple_tensors(
+        self,
+        tensors: list[Any],
+        tensor_transport_metadata: TensorTransportMetadata,
+        communicator_metadata: CommunicatorMetadata,
+    ) -> None:
+        raise NotImplementedError("the memarray transport is one-sided: the receiver fetches")
+
+    def garbage_collect(
+        self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
+    ) -> None:
+        # Ray's store drops the sender's arrays after this; receivers hold copies.
+        return None
+
+    def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
+        return None
+
+
+def _snapshots(actor: Any, obj_id: str) -> list[tuple[Any, str, tuple[int, ...], str]]:
+    """Runs on the sending actor: each array of the object as (its bytes, dtype, shape,
+    host memory kind), the bytes a NumPy view of a snapshot so Ray's pickle 5 takes them
+    out of band (its custom serializer for MemArray, set for the transport, pickles in
+    band)."""
+    import numpy as np
+
+    from ray._private.worker import global_worker
+
+    out = []
+    for a in global_worker.rdt_manager.rdt_store.wait_and_get_object(obj_id):
+        snap = Snapshot.of(a)
+        out.append((np.frombuffer(snap.data, np.uint8), snap.dtype, tuple(snap.shape),
+                    snap.host_memory))
+    return out
+
+
+def _from_snapshot(data: Any, dtype: str, shape: tuple[int, ...], host_memory: str) -> Any:
+    """A NumPy view of the received bytes where NumPy has the dtype (move_many and asarray
+    copy it once), else a MemArray holding them."""
+    import numpy as np
+
+    if dtype != "bfloat16":
+        return data.view(np.dtype(dtype)).reshape(shape)
+    return rebuild(data, dtype, shape, None, 0, host_memory)
+
+
+def _current_actor() -> Any:
+    try:
+        return ray.get_runtime_context().current_actor
+    except RuntimeError:  # the driver: no actor to fetch from later
+        return None
+
+
+def register() -> bool:
+    """Registers the ``"memarray"`` transport with Ray (done on import; idempotent).
+    False where this Ray has no custom tensor transports."""
+    try:
+        from ray.experimental.rdt import util
+    except ImportError:
+        return False
+    register_transport = getattr(util, "register_tensor_transport", None)
+    if register_transport is None:
+        return False
+    if TRANSPORT.upper() not in util.transport_manager_info:
+        register_transport(TRANSPORT, ["cuda", "cpu"], MemArrayTransport, MemArray)
+    return True
+
+
+def _register_ray(module: Any) -> None:
+    """The import hook's entry: ``ray`` finished importing."""
+    register()
+
+
+register()

@@ -1,0 +1,327 @@
+"""MemArrays in Ray: objects (ray.put, task and actor arguments and returns) for every dtype
+and shape class, the ``"memarray"`` tensor transport between actors and to the driver (its
+object-store way on the host here; CUDA IPC between actors on the GPU machine), many small
+arrays in one object, a killed sender, and registration in either import order. Each case
+runs in a child interpreter with its own Ray instance, so a crash fails the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+from children import child_stdout, run_child
+
+import memarray
+
+# CI installs Ray (MEMARRAY_REQUIRE_RAY=1 there and on the GPU machine: missing is a failure).
+try:
+    import ray  # noqa: F401
+except ImportError:
+    if os.environ.get("MEMARRAY_REQUIRE_RAY") == "1":
+        raise
+    pytest.skip("SKIPPED: ray is not installed", allow_module_level=True)
+
+HEADER = """
+import json, os, time
+import numpy as np
+import ray
+import memarray, memarray.ray as mray
+
+ray.init(num_cpus=2, num_gpus=NUM_GPUS, include_dashboard=False, log_to_driver=False)
+out = {}
+
+def values(dtype, shape):
+    n = int(np.prod(shape, dtype=np.int64))
+    x = (np.arange(n) % 7 + 1).astype("float32").reshape(shape)
+    a = memarray.zeros(shape, dtype)
+    if n:
+        a.read_numpy_array(x)
+    return a
+
+def same(a, b):
+    return (isinstance(b, memarray.MemArray) and str(a.dtype) == str(b.dtype)
+            and tuple(a.shape) == tuple(b.shape)
+            and a.to_numpy().tobytes() == b.to_numpy().tobytes())
+
+try:
+BODY
+finally:
+    print(json.dumps(out, default=str))
+    ray.shutdown()
+"""
+
+SHAPES = {"0-d": (), "size-0": (2, 0), "1-d": (5,), "2-d": (3, 4), "32-d": (1,) * 31 + (2,)}
+
+
+def _ray(body: str, gpus: int = 0, timeout: int = 300) -> dict:
+    """Runs `body` in a child with a fresh Ray instance; `out`, a dict the body fills,
+    comes back."""
+    code = HEADER.replace("NUM_GPUS", str(gpus)).replace(
+        "BODY", textwrap.indent(textwrap.dedent(body), " " * 4)
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    r = run_child(code, env=env, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_registration_happens_in_either_import_order():
+    for first, then in (("memarray", "ray"), ("ray", "memarray")):
+        out = child_stdout(
+            f"""
+import {first}
+import {then}
+from ray.experimental.rdt import util
+info = util.transport_manager_info["MEMARRAY"]
+import memarray.ray
+print(info.transport_manager_class is memarray.ray.MemArrayTransport,
+      info.data_type is memarray.MemArray, sorted(info.devices))
+"""
+        )
+        assert out.split() == ["True", "True", "['cpu',", "'cuda']"], (first, then, out)
+
+
+def test_objects_carry_every_dtype_and_shape_class():
+    out = _ray(
+        f"""
+        SHAPES = {SHAPES!r}
+        @ray.remote
+        def echo(x):
+            return x
+
+        bad = []
+        for dtype in memarray.SUPPORTED_DTYPES:
+            for name, shape in SHAPES.items():
+                a = values(dtype, shape)
+                if not same(a, ray.get(ray.put(a))):
+                    bad.append(f"put {{dtype}} {{name}}")
+                if not same(a, ray.get(echo.remote(a))):
+                    bad.append(f"task {{dtype}} {{name}}")
+        out["bad"] = bad
+        # The receiver's array is its own and writable (the store's bytes are immutable).
+        b = ray.get(ray.put(memarray.asarray(np.arange(6.0))))
+        np.asarray(b)[0] = 7.0
+        out["written"] = float(b.to_numpy()[0])
+        # Host bytes go out of band: a 64 MiB array is not pickled in band.
+        big = memarray.asarray(np.ones(8 << 20))
+        ref = ray.put(big)
+        out["big_same"] = same(big, ray.get(ref))
+        """
+    )
+    assert out["bad"] == [], out
+    assert out["written"] == 7.0 and out["big_same"], out
+
+
+def test_the_transport_moves_host_arrays_actor_to_actor_and_to_the_driver():
+    out = _ray(
+        f"""
+        SHAPES = {SHAPES!r}
+        @ray.remote(enable_tensor_transport=True)
+        class Sender:
+            @ray.method(tensor_transport="memarray")
+            def make(self, dtype, shape):
+                return values(dtype, shape)
+            @ray.method(tensor_transport="memarray")
+            def many(self, n):
+                return [memarray.asarray(np.full(512, i, np.float64)) for i in range(n)]
+
+        @ray.remote(enable_tensor_transport=True)  # a receiver needs Ray's transfer thread
+        class Receiver:
+            def digest(self, x):
+                arrays = x if isinstance(x, list) else [x]
+                return ([a.to_numpy().tobytes().hex() for a in arrays],
+                        mray.statistics())
+            def count(self, x):
+                return len(x), float(sum(float(a.to_numpy()[0]) for a in x))
+
+        s, r = Sender.remote(), Receiver.remote()
+        bad = []
+        for dtype in memarray.SUPPORTED_DTYPES:
+            for name, shape in SHAPES.items():
+                ref = s.make.remote(dtype, shape)
+                want = values(dtype, shape)
+                hexes, _ = ray.get(r.digest.remote(ref))
+                got = ray.get(ref)  # the driver's own fetch
+                if hexes != [want.to_numpy().tobytes().hex()] or not same(want, got):
+                    bad.append(f"{{dtype}} {{name}}")
+        out["bad"] = bad
+        _, stats = ray.get(r.digest.remote(s.make.remote("float32", (3,))))
+        out["receiver_stats"] = stats
+        out["driver_stats"] = mray.statistics()
+        # 1,000 arrays of 4 KiB in one object, actor to actor.
+        ray.get(r.count.remote(s.many.remote(1000)))  # warm
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            n, total = ray.get(r.count.remote(s.many.remote(1000)))
+            times.append(time.perf_counter() - t)
+        out["many"] = [n, total]
+        out["many_ms"] = sorted(times)[2] * 1e3
+        """
+    )
+    assert out["bad"] == [], out
+    n = len(memarray.SUPPORTED_DTYPES) * len(SHAPES)
+    # Host arrays come through the sending actor and the object store, never by IPC.
+    assert out["receiver_stats"]["store_objects"] == n + 1, out
+    assert out["receiver_stats"]["ipc_objects"] == 0, out
+    assert out["driver_stats"]["store_objects"] == n, out
+    assert out["many"] == [1000, float(sum(range(1000)))], out
+    print(f"1,000 host arrays of 4 KiB actor to actor: {out['many_ms']:.1f} ms")
+
+
+def test_a_killed_sender_is_a_clear_error_and_loses_nothing_fetched():
+    out = _ray(
+        """
+        @ray.remote(enable_tensor_transport=True, max_restarts=0)
+        class Sender:
+            @ray.method(tensor_transport="memarray")
+            def make(self, n):
+                return memarray.asarray(np.arange(n, dtype=np.int64))
+            def pid(self):
+                return os.getpid()
+
+        s = Sender.remote()
+        kept = ray.get(s.make.remote(1000))
+        pending = s.make.remote(10)
+        ray.wait([pending])
+        ray.kill(s)
+        time.sleep(1)
+        try:
+            ray.get(pending, timeout=60)
+            out["error"] = None
+        except Exception as e:
+            out["error"] = type(e).__name__
+            out["message"] = str(e)[:300]
+        out["kept"] = bool(np.array_equal(kept.to_numpy(), np.arange(1000)))
+        """
+    )
+    assert out["error"] in ("ActorDiedError", "RayActorError"), out
+    assert "died" in out["message"].lower() or "dead" in out["message"].lower(), out
+    assert out["kept"], out
+
+
+def test_the_transport_refuses_foreign_metadata_and_given_buffers():
+    out = child_stdout(
+        """
+import ray
+import memarray, memarray.ray as mray
+from ray.experimental.rdt.tensor_transport_manager import (
+    CommunicatorMetadata, TensorTransportMetadata)
+t = mray.MemArrayTransport()
+for call in (
+    lambda: t.recv_multiple_tensors("x", TensorTransportMetadata([((1,), "f4")]),
+                                    CommunicatorMetadata()),
+    lambda: t.recv_multiple_tensors("x", mray.MemArrayTransportMetadata([((1,), "f4")]),
+                                    CommunicatorMetadata(), [memarray.zeros((1,))]),
+    lambda: t.recv_multiple_tensors("x", mray.MemArrayTransportMetadata([((1,), "f4")],
+                                    "cpu"), CommunicatorMetadata()),
+    lambda: t.extract_tensor_transport_metadata("x", [object()]),
+):
+    try:
+        call()
+        print("accepted")
+    except (TypeError, ValueError) as e:
+        print(type(e).__name__, str(e).split(":")[0].split("(")[0].strip()[:40].replace(" ", "_"))
+print(t.recv_multiple_tensors("x", mray.MemArrayTransportMetadata([]), CommunicatorMetadata()))
+"""
+    )
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("TypeError not_the_memarray_transport"), out
+    assert lines[1].startswith("ValueError the_memarray_transport_does_not"), out
+    # No IPC handles and no sending actor: nothing to fetch from, said so.
+    assert lines[2].startswith("ValueError these_MemArrays_cannot_be_opened"), out
+    assert lines[3].startswith("TypeError the_memarray_transport_carries"), out
+    assert lines[4] == "[]", out
+
+
+@pytest.mark.gpu
+def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
+    if memarray.cuda.device_count() < 1:
+        pytest.skip("SKIPPED: needs a CUDA device")
+    out = _ray(
+        """
+        @ray.remote(num_gpus=0.5, enable_tensor_transport=True)
+        class Sender:
+            def __init__(self):
+                self.kept = []
+            @ray.method(tensor_transport="memarray")
+            def make(self, n, k):
+                arrays = [memarray.asarray(np.arange(n, dtype=np.float64) * (i + 1),
+                                           device="cuda") for i in range(k)]
+                return arrays
+            @ray.method(tensor_transport="memarray")
+            def mixed(self):
+                return [memarray.zeros((2,), device="cuda"), memarray.zeros((2,))]
+
+        @ray.remote(num_gpus=0.5, enable_tensor_transport=True)
+        class Receiver:
+            def check(self, arrays):
+                ok = all(a.device == "cuda:0" for a in arrays)
+                sums = [float(a.to_numpy().sum()) for a in arrays]
+                self.kept = arrays
+                return ok, sums, mray.statistics()
+            def kept_sums(self):
+                return [float(a.to_numpy().sum()) for a in self.kept]
+
+        s, r = Sender.remote(), Receiver.remote()
+        n = 1 << 20
+        ref = s.make.remote(n, 3)
+        ok, sums, stats = ray.get(r.check.remote(ref))
+        out["ok"], out["sums"], out["stats"] = ok, sums, stats
+        del ref
+        ray.kill(s)  # the sender's memory goes; the receiver's copies stay
+        time.sleep(1)
+        out["kept"] = ray.get(r.kept_sums.remote())
+        s2 = Sender.remote()
+        try:
+            ray.get(r.check.remote(s2.mixed.remote()))
+            out["mixed"] = None
+        except Exception as e:
+            out["mixed"] = str(e)[-300:]
+        """,
+        gpus=1,
+    )
+    base = float(sum(range(1 << 20)))
+    assert out["ok"] and out["sums"] == [base, 2 * base, 3 * base], out
+    assert out["stats"]["ipc_objects"] == 1 and out["stats"]["ipc_arrays"] == 3, out
+    assert out["kept"] == out["sums"], out
+    assert "all on devices or all on the host" in (out["mixed"] or ""), out
+
+
+@pytest.mark.gpu
+def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy():
+    n = memarray.cuda.device_count()
+    if n < 2:
+        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
+            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
+        pytest.skip(f"SKIPPED: needs two CUDA devices, this machine has {n}")
+    out = _ray(
+        """
+        env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+
+        @ray.remote(num_gpus=1, enable_tensor_transport=True, runtime_env=env)
+        class Worker:
+            def __init__(self):
+                self.gpu = mray.use_assigned_gpu()
+            def gpu_id(self):
+                return self.gpu
+            @ray.method(tensor_transport="memarray")
+            def make(self, n):
+                return memarray.asarray(np.arange(n, dtype=np.int32), device="cuda")
+            def check(self, a):
+                return a.device, int(a.to_numpy().astype(np.int64).sum()), mray.statistics()
+
+        a, b = Worker.remote(), Worker.remote()
+        out["gpus"] = sorted(ray.get([a.gpu_id.remote(), b.gpu_id.remote()]))
+        out["there"] = ray.get(b.check.remote(a.make.remote(1 << 22)))
+        out["back"] = ray.get(a.check.remote(b.make.remote(1000)))
+        """,
+        gpus=2,
+    )
+    assert out["gpus"] == [0, 1], out
+    (dev_b, sum_b, stats_b), (dev_a, sum_a, _) = out["there"], out["back"]
+    assert {dev_a, dev_b} == {"cuda:0", "cuda:1"}, out  # each lands on its receiver's GPU
+    assert sum_b == sum(range(1 << 22)) and sum_a == sum(range(1000)), out
+    assert stats_b["ipc_objects"] == 1 and stats_b["store_objects"] == 0, out
