@@ -20,7 +20,7 @@ DEMO_PACKAGES=("maturin>=1.9,<2" "numpy>=2.2.5")
 TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
   "nbclient>=0.10" "nbformat>=5.10" "nbconvert>=7.16" "ipykernel>=6.29" "tqdm>=4.66"
   "voila>=0.5.8,<0.6" "websocket-client>=1.8"
-  "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2")
+  "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2" "ray==2.60.0")
 
 make_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -109,7 +109,7 @@ case "$cmd" in
     # Where chromium is installed (CI installs it), the tour notebook must render in it.
     if command -v chromium >/dev/null; then export MEMARRAY_REQUIRE_BROWSER=1; fi
     MEMARRAY_REQUIRE_PLOT=1 MEMARRAY_C_LIB_DIR="$PWD/target/debug" \
-      MEMARRAY_REQUIRE_DASK=1 MEMARRAY_REQUIRE_MPI=1 "$VENV/bin/python" -m pytest bindings-python/tests -q \
+      MEMARRAY_REQUIRE_DASK=1 MEMARRAY_REQUIRE_MPI=1 MEMARRAY_REQUIRE_RAY=1 "$VENV/bin/python" -m pytest bindings-python/tests -q \
       2>&1 | show target/pytest.log || failed=1
     grep -E '^(FAILED|ERROR) ' target/pytest.log | head -n 40 || true
     py_counts=$(pytest_counts target/pytest.log)

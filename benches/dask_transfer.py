@@ -8,7 +8,9 @@ Dask makes them), generic pickle (protocol 5 with out-of-band buffers). Then a c
 two worker processes over ``--protocol`` (``ucxx``: distributed-ucxx): the array made on one
 worker and used on the other (median of 5). With ``--gpus 2`` (the default where two GPUs
 are visible) each worker has a GPU of its own (``CUDA_VISIBLE_DEVICES`` rotated, as
-dask-cuda does), else both share one. Prints SKIPPED without a GPU, CuPy or Dask.
+dask-cuda does), ``--gpus 1`` both share GPU 0, ``--gpus 0`` both see every GPU (a plain
+LocalCluster's placement: each library picks its own device). Prints SKIPPED without a
+GPU, CuPy or Dask.
 """
 
 from __future__ import annotations
@@ -43,20 +45,16 @@ def make(lib: str, n: int) -> Any:
     return cupy.full((n,), 1.5, cupy.float32)
 
 
-def worker_to_worker(lib: str, n: int, protocol: str, gpus: int) -> float:
+def worker_to_worker(lib: str, n: int, protocol: str, gpus: int) -> tuple[float, float]:
     from distributed import Client, Nanny, Scheduler, SpecCluster, wait
 
-    def visible(i: int) -> str:
+    def env(i: int) -> dict[str, str]:
+        if gpus == 0:
+            return {}
         order = list(range(gpus))
-        return ",".join(str(d) for d in order[i % gpus :] + order[: i % gpus])
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, order[i % gpus :] + order[: i % gpus]))}
 
-    workers = {
-        i: {
-            "cls": Nanny,
-            "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": visible(i)}},
-        }
-        for i in range(2)
-    }
+    workers = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": env(i)}} for i in range(2)}
     scheduler = {"cls": Scheduler, "options": {"protocol": protocol, "dashboard_address": None}}
     with (
         SpecCluster(workers=workers, scheduler=scheduler) as cluster,
@@ -73,7 +71,14 @@ def worker_to_worker(lib: str, n: int, protocol: str, gpus: int) -> float:
             if i:
                 runs.append(time.perf_counter() - t0)
             del f, g
-        return statistics.median(runs)
+        # The receiving worker's own record of each fetch (the comm's read and the
+        # deserialisation, without the scheduler's round trips).
+        log = client.run(
+            lambda dask_worker: [t["duration"] for t in dask_worker.transfer_incoming_log],
+            workers=[b],
+        )[b]
+        fetch = statistics.median(log[1:]) if len(log) > 1 else float("nan")
+        return statistics.median(runs), fetch
 
 
 def main() -> int:
@@ -95,7 +100,7 @@ def main() -> int:
     if not memarray.cuda.is_available():
         print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
         return 0
-    gpus = min(2, args.gpus or memarray.cuda.device_count())
+    gpus = min(2, memarray.cuda.device_count() if args.gpus is None else args.gpus)
     from dask.base import tokenize
     from dask.sizeof import sizeof
     from distributed.protocol import deserialize, serialize
@@ -118,11 +123,12 @@ def main() -> int:
             return pickle.loads(data, buffers=bufs)
 
         r["pickle_ms"] = timed(pickled) * 1e3
-        r["worker_to_worker_ms"] = worker_to_worker(lib, n, args.protocol, gpus) * 1e3
+        total, fetch = worker_to_worker(lib, n, args.protocol, gpus)
+        r["worker_to_worker_ms"], r["fetch_ms"] = total * 1e3, fetch * 1e3
         del x
     print(
         f"{args.mib} MiB float32 on the device; medians of 5 (ms, sizeof in bytes); "
-        f"workers over {args.protocol} on {gpus} GPU(s)"
+        f"workers over {args.protocol} on {gpus or 'every'} GPU(s)"
     )
     keys = list(res["memarray"])
     print(f"{'':24s} {'memarray':>12s} {'CuPy':>12s}")

@@ -60,8 +60,9 @@ class Sender:
         n = nbytes // 8
         if kind == "memarray":
             where = "cuda" if device else "cpu"
-            arrays = [memarray.asarray(np.full(n, i, np.float64), device=where)
-                      for i in range(count)]
+            arrays = [
+                memarray.asarray(np.full(n, i, np.float64), device=where) for i in range(count)
+            ]
             for a in arrays:
                 a.synchronize()
         elif kind == "numpy":
@@ -70,8 +71,9 @@ class Sender:
             import torch
 
             dev = "cuda" if device else "cpu"
-            arrays = [torch.full((n,), float(i), dtype=torch.float64, device=dev)
-                      for i in range(count)]
+            arrays = [
+                torch.full((n,), float(i), dtype=torch.float64, device=dev) for i in range(count)
+            ]
             if device:
                 torch.cuda.synchronize()
         self.held[kind] = arrays[0] if count == 1 else arrays
@@ -155,12 +157,13 @@ def main() -> None:
         label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
         ray.get([s.make.remote(k, nbytes, count, False) for k in ("memarray", "numpy")])
         total = count * nbytes
-        row(f"host {label}: memarray transport", hand_off(s, r, "memarray", "memarray", args.reps),
-            total)
-        row(f"host {label}: MemArray object", hand_off(s, r, "memarray", None, args.reps),
-            total)
-        row(f"host {label}: NumPy object", hand_off(s, r, "numpy", None, args.reps), total,
-            "peer")
+        row(
+            f"host {label}: memarray transport",
+            hand_off(s, r, "memarray", "memarray", args.reps),
+            total,
+        )
+        row(f"host {label}: MemArray object", hand_off(s, r, "memarray", None, args.reps), total)
+        row(f"host {label}: NumPy object", hand_off(s, r, "numpy", None, args.reps), total, "peer")
     ray.kill(s)
     ray.kill(r)
 
@@ -173,19 +176,40 @@ def main() -> None:
             label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
             total = count * nbytes
             ray.get(s.make.remote("memarray", nbytes, count, True))
-            row(f"1 GPU {label}: memarray transport (IPC)",
-                hand_off(s, r, "memarray", "memarray", args.reps), total)
-            row(f"1 GPU {label}: MemArray object", hand_off(s, r, "memarray", None,
-                                                             args.reps), total)
+            row(
+                f"1 GPU {label}: memarray transport (IPC)",
+                hand_off(s, r, "memarray", "memarray", args.reps),
+                total,
+            )
+            row(
+                f"1 GPU {label}: MemArray object",
+                hand_off(s, r, "memarray", None, args.reps),
+                total,
+            )
             if torch is None:
                 print("SKIPPED torch rows: torch with CUDA is not importable")
                 continue
             ray.get(s.make.remote("torch", nbytes, count, True))
-            row(f"1 GPU {label}: torch, Ray's cuda_ipc transport",
-                hand_off(s, r, "torch", "cuda_ipc", args.reps), total, "peer")
-            row(f"1 GPU {label}: torch object", hand_off(s, r, "torch", None, args.reps),
-                total, "peer")
-        print("receiver:", ray.get(r.stats.remote()))
+            row(
+                f"1 GPU {label}: torch, Ray's cuda_ipc transport",
+                hand_off(s, r, "torch", "cuda_ipc", args.reps),
+                total,
+                "peer",
+            )
+            row(
+                f"1 GPU {label}: torch object",
+                hand_off(s, r, "torch", None, args.reps),
+                total,
+                "peer",
+            )
+        st = ray.get(r.stats.remote())
+        ipc = max(st["ipc_objects"], 1)
+        print(
+            f"receiver: {st['ipc_objects']:.0f} objects by IPC (per object: open "
+            f"{st['ipc_open_s'] / ipc * 1e3:.3f} ms, copy and wait "
+            f"{st['ipc_copy_s'] / ipc * 1e3:.3f} ms), "
+            f"{st['store_objects']:.0f} through the store"
+        )
         ray.kill(s)
         ray.kill(r)
 
@@ -196,17 +220,29 @@ def main() -> None:
         s = Sender.options(num_gpus=1, **env).remote(True)
         r = Receiver.options(num_gpus=1, **env).remote(True)
         ray.get(s.make.remote("memarray", big, 1, True))
-        print("memarray arrays land on", ray.get(r.where.remote(s.give.options(tensor_transport="memarray").remote("memarray"))))
-        row(f"2 GPUs {args.mib} MiB: memarray transport (IPC, peer copy)",
-            hand_off(s, r, "memarray", "memarray", args.reps), big)
+        print(
+            "memarray arrays land on",
+            ray.get(r.where.remote(s.give.options(tensor_transport="memarray").remote("memarray"))),
+        )
+        row(
+            f"2 GPUs {args.mib} MiB: memarray transport (IPC, peer copy)",
+            hand_off(s, r, "memarray", "memarray", args.reps),
+            big,
+        )
+        ray.kill(s)  # their GPUs, for torch's pair
+        ray.kill(r)
         if torch is not None:
             from ray.experimental.collective import create_collective_group
 
             ts, tr = Sender.options(num_gpus=1).remote(), Receiver.options(num_gpus=1).remote()
             create_collective_group([ts, tr], backend="nccl")
             ray.get(ts.make.remote("torch", big, 1, True))
-            row(f"2 GPUs {args.mib} MiB: torch, Ray's nccl transport",
-                hand_off(ts, tr, "torch", "nccl", args.reps), big, "peer")
+            row(
+                f"2 GPUs {args.mib} MiB: torch, Ray's nccl transport",
+                hand_off(ts, tr, "torch", "nccl", args.reps),
+                big,
+                "peer",
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "host": os.uname().nodename, "gpus": gpus}, f, indent=1)

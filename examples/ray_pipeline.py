@@ -11,6 +11,8 @@ transport fetches them through the object store. Prints how the consumer receive
 chunks and exits 1 if the density field differs from NumPy's.
 """
 
+# Ray's type hints know neither actor classes' `.remote` nor `enable_tensor_transport`.
+# mypy: disable-error-code="attr-defined,untyped-decorator"
 from __future__ import annotations
 
 import argparse
@@ -47,7 +49,7 @@ class Consumer:
         """Where the chunk arrived, and its counts grid (a CUDA kernel on the device)."""
         return chunk.device, deposit(chunk, grid).to_numpy()
 
-    def received(self) -> dict[str, int]:
+    def received(self) -> dict[str, float]:
         return memarray.ray.statistics()
 
 
@@ -74,13 +76,19 @@ def main() -> int:
         ]
     )
     field = add(*[grid for _, grid in results])
-    expect = add(*[counts_np(particles_np(s, args.particles), args.grid) for s in range(args.chunks)])
+    expect = add(
+        *[counts_np(particles_np(s, args.particles), args.grid) for s in range(args.chunks)]
+    )
     where = sorted({device for device, _ in results})
-    print(f"{gpus} GPU(s); chunks arrived on {', '.join(where)}; by transport: "
-          f"{ray.get(consumer.received.remote())}")
+    print(
+        f"{gpus} GPU(s); chunks arrived on {', '.join(where)}; by transport: "
+        f"{ray.get(consumer.received.remote())}"
+    )
     ok = bool(np.array_equal(field, expect)) and int(field.sum()) == args.chunks * args.particles
-    print(f"density field {field.shape}, {int(field.sum())} particles: "
-          f"{'matches' if ok else 'DIFFERS from'} NumPy")
+    print(
+        f"density field {field.shape}, {int(field.sum())} particles: "
+        f"{'matches' if ok else 'DIFFERS from'} NumPy"
+    )
     ray.shutdown()
     return 0 if ok else 1
 

@@ -7,7 +7,9 @@ Each file's blocks run in order in one namespace, in a scratch directory, as a r
 would paste them. A block whose info string says `python gpu` needs a CUDA device: it runs
 where one is present (`just test-gpu`) and is reported as skipped, by name, elsewhere; a
 block marked `python no-run` (a fragment that needs a second process or a peer library)
-is only compiled. Exits 1 and shows the failing block on the first error.
+is only compiled. A block also marked `no-check` is left out of the type check (`--emit`):
+Ray's actors, which its type hints cannot express. Exits 1 and shows the failing block on
+the first error.
 
 Then the same blocks are pasted, as a reader pastes them, into the plain interactive
 interpreter (`python -i`, one session per file): an indented block needs a blank line
@@ -48,10 +50,13 @@ def blocks(path: pathlib.Path):
 
 
 def emit(out: str) -> int:
-    """Writes every block of the Python docs, in order, as one script (for `mypy --strict`)."""
+    """Writes every block of the Python docs, in order, as one script (for `mypy --strict`);
+    blocks marked `no-check` are left out."""
     parts = []
     for name in FILES:
         for line, tags, code in blocks(ROOT / name):
+            if "no-check" in tags:
+                continue
             parts.append(f"# {name}:{line} {' '.join(tags)}\n{code}")
     pathlib.Path(out).write_text("\n".join(parts))
     return 0

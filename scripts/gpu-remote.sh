@@ -29,6 +29,10 @@ setup() {
       || fail "peer wheel install"
     export PYTHONPATH=/tmp/site:/tmp/peers MEMARRAY_REQUIRE_RMM=1 MEMARRAY_REQUIRE_DASK=1
   fi
+  # Ray, when an earlier `ray` stage on this machine installed it: the suite runs its tests.
+  if [ -d /tmp/ray-site/ray ]; then
+    export PYTHONPATH=$PYTHONPATH:/tmp/ray-site MEMARRAY_REQUIRE_RAY=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+  fi
   python3 -c 'import memarray, sys; print("memarray", memarray.__file__, "cuda:", memarray.cuda.is_available(), memarray.cuda.device_count())'
   # The Rust test binaries load the NCCL of torch's nvidia-nccl wheel, as Python does.
   MEMARRAY_NCCL_LIBRARY=$(python3 -c 'import memarray.distributed as d; print(d.nccl_library() or "")')
@@ -178,11 +182,15 @@ ray_stage() {
       /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl gpu-run/ray-deps/*.whl || fail "Ray install"
   fi
   export PYTHONPATH=$PYTHONPATH:/tmp/ray-site MEMARRAY_REQUIRE_RAY=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-  [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ] && export MEMARRAY_REQUIRE_PEER=1
+  local peer=0
+  [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ] && peer=1
   echo "== Ray tests"
-  python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s -p no:cacheprovider 2>&1 | tail -n 15 || fail "pytest ray"
+  MEMARRAY_REQUIRE_PEER=$peer python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s -p no:cacheprovider >"$OUT/pytest_ray.log" 2>&1 \
+    || fail "pytest ray"
+  grep -E "passed|failed|^FAILED|^E .*(Error|assert)|host arrays of 4 KiB" "$OUT/pytest_ray.log" | tail -n 15
   echo "== Ray figures"
-  timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" 2>&1 | grep -v "^\s*$" | tee "$OUT/ray_transfer.log"
+  timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" >"$OUT/ray_transfer.log" 2>&1
+  grep -E "ms .* GB/s|SKIPPED|land on|receiver" "$OUT/ray_transfer.log"
   timeout 120 python3 examples/ray_pipeline.py || fail ray_pipeline
 }
 
@@ -199,6 +207,12 @@ ucx_stage() {
   UCX_PROTO_INFO=y timeout 300 python3 benches/dask_transfer.py --protocol ucxx --mib 64 \
     >"$OUT/ucx_proto.log" 2>&1
   grep -E "rndv|eager|cuda_ipc|cuda_copy|worker to worker" "$OUT/ucx_proto.log" | sort | uniq -c | sort -rn | head -n 30
+  if [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ]; then
+    echo "== Dask over UCX, workers seeing every GPU (a plain LocalCluster)"
+    UCX_PROTO_INFO=y timeout 300 python3 benches/dask_transfer.py --protocol ucxx --gpus 0 \
+      >"$OUT/ucx_shared.log" 2>&1
+    grep -E "rndv|rendezvous|pipeline|_ms |GB/s" "$OUT/ucx_shared.log" | grep -v INFO | sort | uniq -c | sort -rn | head -n 20
+  fi
   echo "== Dask over TCP"
   timeout 300 python3 benches/dask_transfer.py --protocol tcp --json "$OUT/dask_tcp.json" 2>&1 \
     | grep -vE "^\s*$|WARNING|warn" | tail -n 14

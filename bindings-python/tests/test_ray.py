@@ -257,10 +257,11 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
 
         @ray.remote(num_gpus=0.5, enable_tensor_transport=True)
         class Receiver:
-            def check(self, arrays):
+            def check(self, arrays, keep=True):
                 ok = all(a.device == "cuda:0" for a in arrays)
                 sums = [float(a.to_numpy().sum()) for a in arrays]
-                self.kept = arrays
+                if keep:
+                    self.kept = arrays
                 return ok, sums, mray.statistics()
             def kept_sums(self):
                 return [float(a.to_numpy().sum()) for a in self.kept]
@@ -270,6 +271,10 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
         ref = s.make.remote(n, 3)
         ok, sums, stats = ray.get(r.check.remote(ref))
         out["ok"], out["sums"], out["stats"] = ok, sums, stats
+        # Many small arrays: one batch through the store, one upload here.
+        ok2, sums2, stats2 = ray.get(r.check.remote(s.make.remote(512, 100), False))
+        out["small"] = [ok2, sums2 == [float(sum(range(512))) * (i + 1) for i in range(100)],
+                        stats2["store_arrays"]]
         del ref
         ray.kill(s)  # the sender's memory goes; the receiver's copies stay
         time.sleep(1)
@@ -287,6 +292,7 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
     assert out["ok"] and out["sums"] == [base, 2 * base, 3 * base], out
     assert out["stats"]["ipc_objects"] == 1 and out["stats"]["ipc_arrays"] == 3, out
     assert out["kept"] == out["sums"], out
+    assert out["small"] == [True, True, 100], out
     assert "all on devices or all on the host" in (out["mixed"] or ""), out
 
 
@@ -325,3 +331,50 @@ def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy():
     assert {dev_a, dev_b} == {"cuda:0", "cuda:1"}, out  # each lands on its receiver's GPU
     assert sum_b == sum(range(1 << 22)) and sum_a == sum(range(1000)), out
     assert stats_b["ipc_objects"] == 1 and stats_b["store_objects"] == 0, out
+
+
+def test_packed_batches_unpack_in_order_and_refuse_holes():
+    import numpy as np
+
+    import memarray.ray as mray
+
+    packed = np.arange(10, dtype=np.int32)
+    one = memarray.asarray(np.array([7.5, 8.5]))
+    snap = memarray._pickle.Snapshot.of(one)
+    items = [
+        ("in",),
+        ("one", np.frombuffer(snap.data, np.uint8), snap.dtype, tuple(snap.shape), "pageable"),
+        ("pack", packed, [3, 0, 7], [2, 0, 3]),
+        ("in",),
+    ]
+    got = mray._unpack(items)
+    assert [g.tolist() for g in got] == [[], [7.5, 8.5], [0, 1, 2], [3, 4, 5, 6, 7, 8, 9]]
+    with pytest.raises(ValueError, match="incomplete"):
+        mray._unpack([("in",), items[1]])
+
+
+def test_the_pipeline_example_matches_numpy():
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(root / "examples" / "ray_pipeline.py"),
+            "--chunks",
+            "3",
+            "--particles",
+            "100000",
+            "--grid",
+            "32",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "matches NumPy" in r.stdout, r.stdout

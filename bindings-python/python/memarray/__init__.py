@@ -78,8 +78,19 @@ __all__ = [
 #: Optional modules imported on first use as ``memarray.<name>``: a class pickled by value
 #: (a Ray actor's, a Dask task's) that names ``memarray.ray`` works in a fresh process.
 _LAZY = frozenset(
-    {"cluster", "cuda_core", "cupy", "dask", "interop", "mpi", "notebook", "numba", "ray",
-     "rmm", "torch"}
+    {
+        "cluster",
+        "cuda_core",
+        "cupy",
+        "dask",
+        "interop",
+        "mpi",
+        "notebook",
+        "numba",
+        "ray",
+        "rmm",
+        "torch",
+    }
 )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,20 +62,32 @@ __all__ = [
 TRANSPORT = "memarray"
 
 _counts_lock = threading.Lock()
-_counts = {"ipc_objects": 0, "ipc_arrays": 0, "store_objects": 0, "store_arrays": 0}
+_counts: dict[str, float] = {
+    "ipc_objects": 0,
+    "ipc_arrays": 0,
+    "store_objects": 0,
+    "store_arrays": 0,
+    "ipc_open_s": 0.0,
+    "ipc_copy_s": 0.0,
+    "store_s": 0.0,
+}
 
 
-def statistics() -> dict[str, int]:
+def statistics() -> dict[str, float]:
     """This process's receipts through the transport: objects and arrays that came by CUDA
-    IPC (``ipc_*``) and by the sending actor through the object store (``store_*``)."""
+    IPC (``ipc_*``) and by the sending actor through the object store (``store_*``), and
+    the seconds spent receiving them (``ipc_open_s``: mapping the sender's memory;
+    ``ipc_copy_s``: copying it and waiting for the copies; ``store_s``: the fetch)."""
     with _counts_lock:
         return dict(_counts)
 
 
-def _count(way: str, arrays: int) -> None:
+def _count(way: str, arrays: int, **seconds: float) -> None:
     with _counts_lock:
         _counts[f"{way}_objects"] += 1
         _counts[f"{way}_arrays"] += arrays
+        for name, value in seconds.items():
+            _counts[name] += value
 
 
 # ---------------------------------------------------------------- which GPU is which
@@ -131,6 +144,51 @@ def use_assigned_gpu() -> int:
 
 
 # ---------------------------------------------------------------- the transport
+
+#: Objects of at least this many device arrays, each at most SMALL bytes, travel through
+#: the store in one batch (one upload here with move_many) rather than as one IPC handle,
+#: event and copy per array.
+MANY = 64
+SMALL = 64 << 10
+
+
+def _many_small(arrays: list[MemArray]) -> bool:
+    return len(arrays) >= MANY and all(a.nbytes <= SMALL for a in arrays)
+
+
+class _Mappings:
+    """Imported arrays kept after a receive so the next receive from the same sender's
+    memory reuses its IPC mapping (an open of a 256 MiB allocation costs milliseconds, a
+    reuse a microsecond): the last KEEP, dropped with their sender's process."""
+
+    KEEP = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: list[tuple[int, MemArray]] = []
+
+    def keep(self, pid: int, arrays: list[MemArray]) -> None:
+        with self._lock:
+            self._kept = [(p, a) for p, a in self._kept if _alive(p)]
+            self._kept.extend((pid, a) for a in arrays[-self.KEEP :])
+            del self._kept[: max(0, len(self._kept) - self.KEEP)]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_mappings = _Mappings()
 
 
 @dataclass
@@ -189,7 +247,7 @@ class MemArrayTransport(TensorTransportManager):
             pid=os.getpid(),
             source=_current_actor(),
         )
-        if meta.tensor_device == "cuda":
+        if meta.tensor_device == "cuda" and not _many_small(arrays):
             try:
                 meta.handles = [a.ipc_handle() for a in arrays]
             except RuntimeError:  # LockError too
@@ -218,10 +276,10 @@ class MemArrayTransport(TensorTransportManager):
             return []
         opened = self._open(meta)
         if opened is not None:
-            _count("ipc", len(opened))
             return opened
+        start = time.perf_counter()
         arrays = self._through_store(obj_id, meta)
-        _count("store", len(arrays))
+        _count("store", len(arrays), store_s=time.perf_counter() - start)
         return arrays
 
     def _open(self, meta: MemArrayTransportMetadata) -> list[MemArray] | None:
@@ -236,14 +294,23 @@ class MemArrayTransport(TensorTransportManager):
         if any(o is None for o in ordinals):
             return None
         home = _home()
-        received = []
-        for handle, ordinal in zip(meta.handles, ordinals, strict=True):
-            theirs = _memarray.from_ipc_handle(handle, device=ordinal)
-            # A copy of our own (the sender frees its memory when Ray collects the
-            # object), queued after the sender's event.
-            received.append(theirs.copy() if ordinal == home else theirs.to_device(home))
+        start = time.perf_counter()
+        opened = [
+            _memarray.from_ipc_handle(handle, device=ordinal)
+            for handle, ordinal in zip(meta.handles, ordinals, strict=True)
+        ]
+        mapped = time.perf_counter()
+        # Copies of our own (the sender frees its memory when Ray collects the object),
+        # queued after the sender's event.
+        received = [
+            theirs.copy() if ordinal == home else theirs.to_device(home)
+            for theirs, ordinal in zip(opened, ordinals, strict=True)
+        ]
         for a in received:
             a.synchronize()  # done before the sender may free its memory
+        _mappings.keep(meta.pid, opened)
+        done = time.perf_counter()
+        _count("ipc", len(received), ipc_open_s=mapped - start, ipc_copy_s=done - mapped)
         return received
 
     def _through_store(self, obj_id: str, meta: MemArrayTransportMetadata) -> list[Any]:
@@ -258,7 +325,7 @@ class MemArrayTransport(TensorTransportManager):
         ref = meta.source.__ray_call__.options(concurrency_group="_ray_system").remote(
             _snapshots, obj_id
         )
-        arrays = [_from_snapshot(*s) for s in ray.get(ref)]
+        arrays = _unpack(ray.get(ref))
         if meta.tensor_device == "cuda" and cuda.is_available():
             return _memarray.move_many(arrays, device=f"cuda:{_home()}")
         return [a if isinstance(a, MemArray) else memarray.asarray(a) for a in arrays]
@@ -281,31 +348,68 @@ class MemArrayTransport(TensorTransportManager):
         return None
 
 
-def _snapshots(actor: Any, obj_id: str) -> list[tuple[Any, str, tuple[int, ...], str]]:
-    """Runs on the sending actor: each array of the object as (its bytes, dtype, shape,
-    host memory kind), the bytes a NumPy view of a snapshot so Ray's pickle 5 takes them
-    out of band (its custom serializer for MemArray, set for the transport, pickles in
-    band)."""
+def _snapshots(actor: Any, obj_id: str) -> list[tuple[Any, ...]]:
+    """Runs on the sending actor: the object's arrays as NumPy views Ray's pickle 5 takes
+    out of band (its serializer for MemArray, set for the transport, pickles in band).
+    Device arrays of one dtype, trailing shape and device come down in one ``gather``
+    (one download and one wait, not one per array): ``("pack", data, lengths, places)``;
+    any other array is ``("one", bytes, dtype, shape, host memory)`` from its snapshot, and
+    the places a pack fills are ``("in",)``."""
     import numpy as np
-
     from ray._private.worker import global_worker
 
-    out = []
-    for a in global_worker.rdt_manager.rdt_store.wait_and_get_object(obj_id):
-        snap = Snapshot.of(a)
-        out.append((np.frombuffer(snap.data, np.uint8), snap.dtype, tuple(snap.shape),
-                    snap.host_memory))
+    arrays = global_worker.rdt_manager.rdt_store.wait_and_get_object(obj_id)
+    out: list[tuple[Any, ...]] = [("in",)] * len(arrays)
+    groups: dict[tuple[str, tuple[int, ...], str], list[int]] = {}
+    for i, a in enumerate(arrays):
+        if a.on_device and a.ndim >= 1 and str(a.dtype) != "bfloat16":
+            groups.setdefault((str(a.dtype), tuple(a.shape[1:]), a.device), []).append(i)
+        else:
+            out[i] = _one(a)
+    for places in groups.values():
+        if len(places) == 1:
+            out[places[0]] = _one(arrays[places[0]])
+            continue
+        packed = np.asarray(_memarray.gather([arrays[i] for i in places], device="cpu"))
+        out[places[0]] = ("pack", packed, [arrays[i].shape[0] for i in places], places)
     return out
 
 
-def _from_snapshot(data: Any, dtype: str, shape: tuple[int, ...], host_memory: str) -> Any:
-    """A NumPy view of the received bytes where NumPy has the dtype (move_many and asarray
-    copy it once), else a MemArray holding them."""
+def _one(a: MemArray) -> tuple[Any, ...]:
     import numpy as np
 
-    if dtype != "bfloat16":
-        return data.view(np.dtype(dtype)).reshape(shape)
-    return rebuild(data, dtype, shape, None, 0, host_memory)
+    snap = Snapshot.of(a)
+    return (
+        "one",
+        np.frombuffer(snap.data, np.uint8),
+        snap.dtype,
+        tuple(snap.shape),
+        snap.host_memory,
+    )
+
+
+def _unpack(items: list[tuple[Any, ...]]) -> list[Any]:
+    """The inverse of ``_snapshots``: NumPy views where NumPy has the dtype (move_many and
+    asarray copy them once), else MemArrays holding the bytes."""
+    import numpy as np
+
+    arrays: list[Any] = [None] * len(items)
+    for i, item in enumerate(items):
+        if item[0] == "one":
+            _, data, dtype, shape, host_memory = item
+            arrays[i] = (
+                data.view(np.dtype(dtype)).reshape(shape)
+                if dtype != "bfloat16"
+                else rebuild(data, dtype, shape, None, 0, host_memory)
+            )
+        elif item[0] == "pack":
+            _, packed, lengths, places = item
+            bounds = np.cumsum([0, *lengths])
+            for place, lo, hi in zip(places, bounds[:-1], bounds[1:], strict=True):
+                arrays[place] = packed[lo:hi]
+    if any(a is None for a in arrays):
+        raise ValueError("the sending actor's arrays arrived incomplete")
+    return arrays
 
 
 def _current_actor() -> Any:

@@ -137,3 +137,28 @@ impl MemoryResource for HostResource {
         "host"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_from_two_mib_up_are_huge_page_aligned_and_zeroed_when_asked() {
+        let r = HostResource;
+        for bytes in [HUGE - 1, HUGE, 3 * HUGE + 17] {
+            let p = r.allocate_zeroed(bytes, 64, None).unwrap();
+            let want = if bytes >= HUGE { HUGE } else { HOST_ALIGN };
+            assert_eq!(p.as_ptr() as usize % want, 0, "{bytes} bytes");
+            // SAFETY: `bytes` zeroed bytes were just allocated at p.
+            let all = unsafe { std::slice::from_raw_parts(p.as_ptr(), bytes) };
+            assert!(all.iter().all(|&b| b == 0), "{bytes} bytes zeroed");
+            // SAFETY: allocated above with this size and alignment; not used after.
+            unsafe { r.deallocate(p, bytes, 64, None) };
+        }
+        // An uninitialised block of the same sizes frees with the same layout.
+        let p = r.allocate(HUGE, 8, None).unwrap();
+        assert_eq!(p.as_ptr() as usize % HUGE, 0);
+        // SAFETY: as above.
+        unsafe { r.deallocate(p, HUGE, 8, None) };
+    }
+}
