@@ -293,7 +293,7 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
     assert out["stats"]["ipc_objects"] == 1 and out["stats"]["ipc_arrays"] == 3, out
     assert out["kept"] == out["sums"], out
     assert out["small"] == [True, True, 100], out
-    assert "all on devices or all on the host" in (out["mixed"] or ""), out
+    assert "must all be on devices or all on the host" in (out["mixed"] or ""), out
 
 
 @pytest.mark.gpu
