@@ -126,6 +126,12 @@ def test_the_transport_moves_host_arrays_actor_to_actor_and_to_the_driver():
             @ray.method(tensor_transport="memarray")
             def many(self, n):
                 return [memarray.asarray(np.full(512, i, np.float64)) for i in range(n)]
+            def plain(self):
+                return values("float32", (3, 4))
+            def reducer(self):
+                from ray import cloudpickle
+                fn, _ = cloudpickle.CloudPickler.dispatch[memarray.MemArray](memarray.zeros(3))
+                return fn.__module__ + "." + fn.__name__
 
         @ray.remote(enable_tensor_transport=True)  # a receiver needs Ray's transfer thread
         class Receiver:
@@ -150,6 +156,10 @@ def test_the_transport_moves_host_arrays_actor_to_actor_and_to_the_driver():
         _, stats = ray.get(r.digest.remote(s.make.remote("float32", (3,))))
         out["receiver_stats"] = stats
         out["driver_stats"] = mray.statistics()
+        # After its transport sends, the actor's plain MemArray returns go out of band
+        # through memarray's serializer (Ray's would pickle them in band).
+        out["reducer"] = ray.get(s.reducer.remote())
+        out["plain_same"] = same(values("float32", (3, 4)), ray.get(s.plain.remote()))
         # 1,000 arrays of 4 KiB in one object, actor to actor.
         ray.get(r.count.remote(s.many.remote(1000)))  # warm
         times = []
@@ -168,6 +178,8 @@ def test_the_transport_moves_host_arrays_actor_to_actor_and_to_the_driver():
     assert out["receiver_stats"]["ipc_objects"] == 0, out
     assert out["driver_stats"]["store_objects"] == n, out
     assert out["many"] == [1000, float(sum(range(1000)))], out
+    assert out["reducer"] == "memarray.cluster.ray._deserialize", out
+    assert out["plain_same"], out
     print(f"1,000 host arrays of 4 KiB actor to actor: {out['many_ms']:.1f} ms")
 
 
