@@ -43,6 +43,10 @@ def main() -> None:
         mm.PIPELINE_FROM = 2 * mm.CHUNK
     n = (args.mib << 20) // 8
     device = "cuda" if memarray.cuda.is_available() else "cpu"
+    gpus = 0
+    if device == "cuda":  # one GPU per rank where there are several
+        gpus = min(comm.size, memarray.cuda.device_count())
+        memarray.cuda.set_default_device(rank % memarray.cuda.device_count())
     src = memarray.asarray(np.arange(n, dtype=np.float64), device=device)
     dst = memarray.zeros((n,), "float64", device=device)
     host_src = np.arange(n, dtype=np.float64)
@@ -111,7 +115,8 @@ def main() -> None:
     if rank == 1:
         ok = bool((dst.to_numpy() == np.arange(n, dtype=np.float64)).all())
         print(
-            f"{args.mib} MiB float64, {device} arrays, MPI CUDA-aware: {mm.is_cuda_aware(comm)}, "
+            f"{args.mib} MiB float64, {device} arrays on {gpus} GPU(s), "
+            f"MPI CUDA-aware: {mm.is_cuda_aware(comm)}, "
             f"{MPI.Get_library_version().splitlines()[0].rstrip(chr(0))}, "
             f"chunks of {mm.CHUNK >> 20} MiB; data intact: {ok}"
         )

@@ -185,12 +185,14 @@ def test_large_bcast_and_allreduce_go_in_chunks_whatever_each_ranks_placement(mi
     b = make(np.full(n, rank + 1.0), "float64", place)
     mm.allreduce(comm, b)
     np.testing.assert_array_equal(host(b), np.full(n, 3.0))
-    c = make(np.full(n, rank + 1.0), "float64", place)
+    # Each rank's values differ along the array, so a chunk reduced into the wrong place
+    # shows.
+    c = make(pattern((n,), rank).astype(np.float64), "float64", place)
     r = mm.reduce(comm, c, op=MPI.MAX, root=1)
-    np.testing.assert_array_equal(host(c), np.full(n, rank + 1.0))  # the input is kept
+    np.testing.assert_array_equal(host(c), pattern((n,), rank))  # the input is kept
     if rank == 1:
         assert r is not None and r.device == c.device
-        np.testing.assert_array_equal(host(r), np.full(n, 2.0))
+        np.testing.assert_array_equal(host(r), np.maximum(pattern((n,), 0), pattern((n,), 1)))
     else:
         assert r is None
     locked = make(np.zeros(n), "float64", place)

@@ -535,6 +535,39 @@ def _chunk_loop(
                 p[0].Wait()  # never leave MPI writing a buffer
 
 
+def _overlapped(a: MemArray, call: Any, after: bool, into: MemArray) -> None:
+    """Runs the blocking ``call(buffer, offset, nbytes)`` on each chunk of ``a`` in turn,
+    each chunk copied into one of two bounce buffers by a helper thread while the call
+    before it blocks in MPI (and, when ``after``, the call's result copied into ``into``
+    the same way). For reductions: Open MPI's blocking ``Reduce`` is tuned where its
+    non-blocking one is not, and a non-blocking collective only moves while its rank is in
+    MPI, not while it copies; copies release the GIL and MPI is only ever called from this
+    thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bufs = _bounce()
+    pieces = _pieces(a.nbytes)
+    with ThreadPoolExecutor(1, thread_name_prefix="memarray-mpi") as copier:
+        off, n = pieces[0]
+        read = copier.submit(a._read_range, off, bufs[0][:n])
+        written = None
+        for i, (off, n) in enumerate(pieces):
+            k = i % 2
+            read.result()  # chunk i is in bufs[k]
+            if written is not None:
+                written.result()  # chunk i - 1 left bufs[1 - k]
+                written = None
+            if i + 1 < len(pieces):
+                noff, nn = pieces[i + 1]
+                read = copier.submit(a._read_range, noff, bufs[1 - k][:nn])
+            call(bufs[k][:n], off, n)
+            if after:
+                written = copier.submit(into._write_range, off, bufs[k][:n])
+        if written is not None:
+            written.result()
+        read.result()
+
+
 def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:
     """Root's data into ``a`` on every rank (in place); returns ``a``."""
     if _collective_chunked(a):
@@ -600,12 +633,13 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
         t = TYPES[str(a.dtype)]
         item = a.nbytes // max(a.size, 1)
 
-        def start(buf: Any, off: int, n: int) -> Any:
+        def call(buf: Any, off: int, n: int) -> None:
             if mine:
-                return comm.Ireduce(MPI.IN_PLACE, [buf, n // item, t], op=op, root=root)
-            return comm.Ireduce([buf, n // item, t], None, op=op, root=root)
+                comm.Reduce(MPI.IN_PLACE, [buf, n // item, t], op=op, root=root)
+            else:
+                comm.Reduce([buf, n // item, t], None, op=op, root=root)
 
-        _chunk_loop(a, start, before=True, after=mine, into=out)
+        _overlapped(a, call, after=mine, into=out if out is not None else a)
         return out
 
     def check() -> list[tuple[MemArray | None, bool]]:
