@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Bottom up; one inner list is one layer.
 LAYERS = {
     "crates/memarray-core/src": [
-        ["error", "dtype", "fork"],
+        ["error", "dtype", "fork", "nvtx"],
         ["shape", "dtype_lookup", "layout"],
         ["indexer", "lock", "npy"],
         ["resource"],

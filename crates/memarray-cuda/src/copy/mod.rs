@@ -25,6 +25,7 @@ pub(crate) mod route;
 pub mod staged;
 pub(crate) mod threads;
 
+use memarray_core::nvtx;
 use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;
@@ -162,6 +163,7 @@ pub fn upload(
     kind: Option<MemoryKind>,
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
+    let _nvtx = nvtx::range(c"memarray.upload", Some(src.len() as u64));
     dst.range(dst_offset, src.len())?;
     match route::host(
         dst.device(),
@@ -206,6 +208,7 @@ pub fn upload_with(
     fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
     stream: StreamRef,
 ) -> Result<Option<Enqueued>> {
+    let _nvtx = nvtx::range(c"memarray.upload", Some(len as u64));
     dst.range(dst_offset, len)?;
     // The bytes do not exist yet: only the size decides.
     match route::by_size(Direction::ToDevice, len)? {
@@ -228,6 +231,7 @@ pub fn download(
     kind: Option<MemoryKind>,
     stream: StreamRef,
 ) -> Result<()> {
+    let _nvtx = nvtx::range(c"memarray.download", Some(dst.len() as u64));
     src.range(src_offset, dst.len())?;
     match route::host(
         src.device(),

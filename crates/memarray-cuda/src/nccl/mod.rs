@@ -536,6 +536,7 @@ impl Comm {
         call: &'static str,
         f: impl FnOnce(&lib::Lib, ncclComm_t) -> c_int,
     ) -> Result<()> {
+        let _nvtx = memarray_core::nvtx::range(nvtx_name(call), None);
         let lib = lib::load(None)?;
         let _ctx = self.device.bind()?;
         let comm = self.raw.lock().unwrap_or_else(PoisonError::into_inner);
@@ -603,6 +604,19 @@ impl Comm {
         })?;
         send.was_read(&Enqueued::new(st, self.device.clone()))?;
         Ok(recv.wrote(Enqueued::new(st, self.device.clone()))?)
+    }
+}
+
+/// The NVTX range name of an NCCL call.
+fn nvtx_name(call: &str) -> &'static std::ffi::CStr {
+    match call {
+        "ncclAllReduce" => c"memarray.nccl.all_reduce",
+        "ncclAllGather" => c"memarray.nccl.all_gather",
+        "ncclReduceScatter" => c"memarray.nccl.reduce_scatter",
+        "ncclBroadcast" => c"memarray.nccl.broadcast",
+        "ncclSend" => c"memarray.nccl.send",
+        "ncclRecv" => c"memarray.nccl.recv",
+        _ => c"memarray.nccl",
     }
 }
 

@@ -282,6 +282,7 @@ impl CachingPool {
     }
 
     fn alloc(&self, bytes: usize, align: usize, stream: Option<RawStream>) -> Result<NonNull<u8>> {
+        let _nvtx = memarray_core::nvtx::range(c"memarray.alloc", Some(bytes as u64));
         if !align.is_power_of_two() {
             return Err(CoreError::BadAlignment {
                 align,
@@ -374,6 +375,7 @@ impl CachingPool {
     }
 
     fn free(&self, ptr: NonNull<u8>, stream: Option<RawStream>) {
+        let _nvtx = memarray_core::nvtx::range(c"memarray.free", None);
         let addr = ptr.as_ptr() as usize;
         let mut st = self.lock();
         let Some(live) = st.live.remove(&addr) else {

@@ -1,0 +1,110 @@
+//! NVTX as a tool sees it: a small injection library of the test's own (NVTX's
+//! `NVTX_INJECTION64_PATH` mechanism, as Nsight uses it) records the `memarray` domain's
+//! ranges; a child process (this binary, running the ignored `child` test) makes ranges
+//! and pool allocations under it. Checks the domain, the names, the byte payloads and the
+//! nesting, and that `MEMARRAY_NVTX=0` keeps the tool from loading.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use memarray_core::{HostResource, MemoryResource, nvtx};
+use memarray_cuda::resource::CachingPool;
+
+/// The tool's source, embedded: the test binary may run far from this checkout.
+const TOOL: &str = include_str!("nvtx_injection.c");
+
+fn build_tool(dir: &Path) -> PathBuf {
+    let src = dir.join("nvtx_injection.c");
+    std::fs::write(&src, TOOL).unwrap();
+    let lib = dir.join("libnvtx_test_tool.so");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("the test needs a C compiler ({cc}): {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lib
+}
+
+fn run_child(lib: &Path, log: &Path, extra: &[(&str, &str)]) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--test-threads=1",
+        "--nocapture",
+    ])
+    .env("NVTX_INJECTION64_PATH", lib)
+    .env("MEMARRAY_NVTX_TEST_LOG", log)
+    .env_remove("MEMARRAY_NVTX");
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "child failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_tool_sees_the_memarray_domains_ranges_named_sized_and_nested() {
+    let dir = std::env::temp_dir().join(format!("memarray-nvtx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = build_tool(&dir);
+    let log = dir.join("ranges.log");
+    run_child(&lib, &log, &[]);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "init 16",
+            "domain memarray",
+            "push 0 memarray memarray.test.outer payload=0:0 size=48",
+            "push 1 memarray memarray.alloc payload=1:1048576 size=48",
+            "pop 1 memarray",
+            "push 1 memarray memarray.free payload=0:0 size=48",
+            "pop 1 memarray",
+            "push 1 memarray memarray.test.inner payload=1:7 size=48",
+            "pop 1 memarray",
+            "pop 0 memarray",
+        ],
+        "{text}"
+    );
+    // Turned off: the tool is never loaded (it would create the log).
+    let off = dir.join("off.log");
+    run_child(
+        &lib,
+        &off,
+        &[("MEMARRAY_NVTX", "0"), ("MEMARRAY_NVTX_CHILD_OFF", "1")],
+    );
+    assert!(!off.exists(), "MEMARRAY_NVTX=0 still loaded the tool");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+#[ignore = "run in a child process by the test above, under the tool"]
+fn child() {
+    let on = std::env::var_os("MEMARRAY_NVTX_CHILD_OFF").is_none();
+    assert_eq!(nvtx::active(), on);
+    let outer = nvtx::range(c"memarray.test.outer", None);
+    let pool = CachingPool::host(Arc::new(HostResource), 1 << 30);
+    let p = pool.allocate(1 << 20, 64, None).unwrap();
+    // SAFETY: allocated just above with this size and alignment; not used after.
+    unsafe { pool.deallocate(p, 1 << 20, 64, None) };
+    {
+        let _inner = nvtx::range(c"memarray.test.inner", Some(7));
+    }
+    drop(outer);
+}
