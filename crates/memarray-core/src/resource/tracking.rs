@@ -193,12 +193,6 @@ struct State {
     extras: AddressMap<(Option<String>, Option<String>)>,
     live_bytes: [usize; Source::MAX],
     timeline: Vec<TimelinePoint>,
-    /// Ticks a timeline point spans: an event closer than this to where the last point's
-    /// span began updates that point instead of adding one. 0 until the timeline first
-    /// fills, then the kept points' mean spacing at each thinning.
-    spacing: u64,
-    /// Where the last point's span began.
-    span_start: u64,
     /// With stacks on: the last [`TRACE_EVENTS`] allocations and frees.
     trace: VecDeque<TraceEvent>,
 }
@@ -212,10 +206,7 @@ impl State {
     }
 }
 
-/// Most timeline points kept; older ones are thinned to every other point when it fills,
-/// and later points then span at least the kept points' mean spacing (a tight loop of
-/// allocations updates its last point in place instead of filling and thinning the
-/// timeline over and over).
+/// Most timeline points kept; older ones are thinned to every other point when it fills.
 const TIMELINE_POINTS: usize = 1 << 16;
 
 impl TrackingAdaptor {
@@ -325,13 +316,6 @@ impl TrackingAdaptor {
     }
 
     fn point(st: &mut State, t: u64) {
-        let bytes = st.live_bytes;
-        if st.spacing > 0 && t.saturating_sub(st.span_start) < st.spacing {
-            if let Some(last) = st.timeline.last_mut() {
-                *last = (t, bytes);
-                return;
-            }
-        }
         if st.timeline.len() >= TIMELINE_POINTS {
             // Every other point, in place: a new vector of this size would cost page
             // faults on every thinning (tens of ns a call on a virtual machine).
@@ -340,14 +324,8 @@ impl TrackingAdaptor {
                 keep = !keep;
                 keep
             });
-            if let (Some(first), Some(last)) = (st.timeline.first(), st.timeline.last()) {
-                st.spacing = st
-                    .spacing
-                    .max((last.0 - first.0) / st.timeline.len() as u64)
-                    .max(1);
-            }
         }
-        st.span_start = t;
+        let bytes = st.live_bytes;
         st.timeline.push((t, bytes));
     }
 
