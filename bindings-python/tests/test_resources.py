@@ -234,8 +234,12 @@ def test_unknown_memory_resource_name_fails_the_import_naming_the_choices():
 def test_tracking_keeps_live_allocations_and_a_timeline():
     import json
 
+    import time
+
     t = mr.Tracking(mr.Host(), source="numba")
+    # Events less than a timeline span (10 us) apart share a point; these are 1 ms apart.
     a = t.allocate(1000)
+    time.sleep(0.001)
     b = t.allocate(24)
     snap = t.snapshot()
     json.dumps(snap)  # plain data
@@ -247,7 +251,9 @@ def test_tracking_keeps_live_allocations_and_a_timeline():
         x["source"] == "numba" and x["backtrace"] is None and x["stack"] is None
         for x in snap["live"]
     )
+    time.sleep(0.001)
     a.free()
+    time.sleep(0.001)
     b.free()
     snap = mr.snapshot(t)
     assert snap["live"] == []

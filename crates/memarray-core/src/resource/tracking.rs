@@ -158,6 +158,19 @@ impl Clock {
         u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// About how many ticks make [`MIN_SPAN_NS`] (measured over 20 us, once per process).
+    fn ticks_per_span() -> u64 {
+        static PER_US: OnceLock<u64> = OnceLock::new();
+        *PER_US.get_or_init(|| {
+            let (t0, i0) = (Self::ticks_now(), Instant::now());
+            while i0.elapsed().as_nanos() < 20_000 {
+                std::hint::spin_loop();
+            }
+            let ns = i0.elapsed().as_nanos().max(1) as u64;
+            (Self::ticks_now().saturating_sub(t0) * MIN_SPAN_NS / ns).max(1)
+        })
+    }
+
     /// Ticks since the adaptor was made.
     fn ticks(&self) -> u64 {
         Self::ticks_now().saturating_sub(self.start_ticks)
@@ -193,6 +206,12 @@ struct State {
     extras: AddressMap<(Option<String>, Option<String>)>,
     live_bytes: [usize; Source::MAX],
     timeline: Vec<TimelinePoint>,
+    /// Ticks a timeline point spans: an event closer than this to where the last point's
+    /// span began updates that point instead of adding one. [`MIN_SPAN_NS`] at first, then
+    /// at least the kept points' mean spacing after each thinning.
+    spacing: u64,
+    /// Where the last point's span began.
+    span_start: u64,
     /// With stacks on: the last [`TRACE_EVENTS`] allocations and frees.
     trace: VecDeque<TraceEvent>,
 }
@@ -206,8 +225,15 @@ impl State {
     }
 }
 
-/// Most timeline points kept; older ones are thinned to every other point when it fills.
+/// Most timeline points kept; older ones are thinned to every other point when it fills,
+/// and later points then span at least the kept points' mean spacing.
 const TIMELINE_POINTS: usize = 1 << 16;
+
+/// The shortest span of one timeline point: events closer together (a loop of allocations
+/// and frees) update one point in place, holding the live bytes after the latest, instead
+/// of writing a 72-byte point each (at 1 MiB, a Python allocate + free 1.38x the bare pool's
+/// with a point per event, 1.08x without points).
+pub const MIN_SPAN_NS: u64 = 10_000;
 
 impl TrackingAdaptor {
     /// Tracks `upstream`'s allocations; those made outside any library's glue are
@@ -221,7 +247,10 @@ impl TrackingAdaptor {
             stacks: false,
             backtraces: false,
             clock: Clock::new(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                spacing: Clock::ticks_per_span(),
+                ..State::default()
+            }),
             first_event: super::events::last_event(),
         }
     }
@@ -316,6 +345,13 @@ impl TrackingAdaptor {
     }
 
     fn point(st: &mut State, t: u64) {
+        let bytes = st.live_bytes;
+        if t.saturating_sub(st.span_start) < st.spacing {
+            if let Some(last) = st.timeline.last_mut() {
+                *last = (t, bytes);
+                return;
+            }
+        }
         if st.timeline.len() >= TIMELINE_POINTS {
             // Every other point, in place: a new vector of this size would cost page
             // faults on every thinning (tens of ns a call on a virtual machine).
@@ -324,8 +360,14 @@ impl TrackingAdaptor {
                 keep = !keep;
                 keep
             });
+            if let (Some(first), Some(last)) = (st.timeline.first(), st.timeline.last()) {
+                st.spacing = st
+                    .spacing
+                    .max((last.0 - first.0) / st.timeline.len() as u64)
+                    .max(1);
+            }
         }
-        let bytes = st.live_bytes;
+        st.span_start = t;
         st.timeline.push((t, bytes));
     }
 
@@ -449,6 +491,7 @@ mod tests {
     fn live_allocations_timeline_and_backtraces() {
         let t = TrackingAdaptor::new(Arc::new(HostResource), Source::register("numba").unwrap())
             .with_backtraces(true);
+        t.lock().spacing = 0; // a point per event
         let a = t.allocate(100, 8, None).unwrap();
         let b = super::super::with_source(Source::register("torch").unwrap(), || {
             t.allocate_zeroed(300, 64, None).unwrap()
@@ -483,8 +526,34 @@ mod tests {
     }
 
     #[test]
+    fn events_within_a_span_update_one_point_with_the_latest_bytes() {
+        let t = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY);
+        assert!(t.lock().spacing >= 1, "a calibrated span");
+        t.lock().spacing = u64::MAX; // every event inside one span
+        for _ in 0..1000 {
+            let p = t.allocate(8, 8, None).unwrap();
+            // SAFETY: p came from `t` with these arguments and is freed once.
+            unsafe { t.deallocate(p, 8, 8, None) };
+        }
+        let p = t.allocate(100, 8, None).unwrap();
+        let m = Source::MEMARRAY.index();
+        assert_eq!(
+            t.timeline().iter().map(|(_, b)| b[m]).collect::<Vec<_>>(),
+            [100]
+        );
+        t.lock().spacing = 0; // the next event starts a point of its own
+        // SAFETY: as above.
+        unsafe { t.deallocate(p, 100, 8, None) };
+        assert_eq!(
+            t.timeline().iter().map(|(_, b)| b[m]).collect::<Vec<_>>(),
+            [100, 0]
+        );
+    }
+
+    #[test]
     fn the_timeline_stays_bounded() {
         let t = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY);
+        t.lock().spacing = 0; // a point per event until the first thinning
         for _ in 0..(TIMELINE_POINTS / 2 + 10) {
             let p = t.allocate(8, 8, None).unwrap();
             // SAFETY: p came from `t` with these arguments and is freed once.
