@@ -233,7 +233,6 @@ def test_unknown_memory_resource_name_fails_the_import_naming_the_choices():
 
 def test_tracking_keeps_live_allocations_and_a_timeline():
     import json
-
     import time
 
     t = mr.Tracking(mr.Host(), source="numba")

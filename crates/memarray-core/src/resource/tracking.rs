@@ -346,11 +346,11 @@ impl TrackingAdaptor {
 
     fn point(st: &mut State, t: u64) {
         let bytes = st.live_bytes;
-        if t.saturating_sub(st.span_start) < st.spacing {
-            if let Some(last) = st.timeline.last_mut() {
-                *last = (t, bytes);
-                return;
-            }
+        if t.saturating_sub(st.span_start) < st.spacing
+            && let Some(last) = st.timeline.last_mut()
+        {
+            *last = (t, bytes);
+            return;
         }
         if st.timeline.len() >= TIMELINE_POINTS {
             // Every other point, in place: a new vector of this size would cost page
