@@ -11,6 +11,11 @@
 //! refusing) every call is one atomic load and a branch; `MEMARRAY_NVTX=0` turns NVTX off
 //! even under a tool.
 //!
+//! With a tool that also takes NVTX's memory extension (`InitializeInjectionNvtxExtension`),
+//! [`heap_register`] / [`region_register`] and their inverses describe a sub-allocator's
+//! memory: each upstream allocation of memarray's caching pools is a heap, each block it
+//! hands out a region in it, so the tool attributes pool memory.
+//!
 //! [`range`] pushes a named range (with a byte count as its payload, for moves and
 //! allocations) that the returned guard pops; ranges nest per thread, as NVTX's push/pop
 //! ranges do. [`mark`] records an instant.
@@ -176,6 +181,157 @@ struct Tool {
     push: Option<PushEx>,
     pop: Option<Pop>,
     mark: Option<MarkEx>,
+    mem: Option<Mem>,
+}
+
+// NVTX's memory extension (nvToolsExtMem.h, compatibility id 0x0102): module 1, one
+// segment of 63 function slots indexed by callback id.
+const MEM_MODULE: u16 = 1;
+const MEM_COMPAT: u16 = 0x0102;
+const MEM_SLOTS: usize = 63;
+const MEM_HEAP_REGISTER: usize = 1;
+const MEM_HEAP_UNREGISTER: usize = 2;
+const MEM_REGIONS_REGISTER: usize = 4;
+const MEM_REGIONS_UNREGISTER: usize = 6;
+const MEM_HEAP_USAGE_SUB_ALLOCATOR: u32 = 1;
+const MEM_TYPE_VIRTUAL_ADDRESS: u32 = 1;
+const MEM_REGION_REF_POINTER: u32 = 1;
+
+#[repr(C)]
+struct ExtSegment {
+    segment_id: usize,
+    slot_count: usize,
+    slots: *mut usize,
+}
+
+#[repr(C)]
+struct ExtModuleInfo {
+    nvtx_version: u16,
+    struct_size: u16,
+    module_id: u16,
+    compat_id: u16,
+    segments_count: usize,
+    segments: *mut ExtSegment,
+    get_export_function: *const c_void,
+    ext_info: *const c_void,
+}
+
+/// `nvtxMemVirtualRangeDesc_t`.
+#[repr(C)]
+struct VirtualRange {
+    size: usize,
+    ptr: *const c_void,
+}
+
+/// `nvtxMemHeapDesc_t` (48 bytes).
+#[repr(C)]
+struct HeapDesc {
+    compat_id: u16,
+    struct_size: u16,
+    reserved0: u32,
+    usage: u32,
+    kind: u32,
+    desc_size: usize,
+    desc: *const c_void,
+    category: u32,
+    message_type: u32,
+    message: *const c_char,
+}
+
+/// `nvtxMemRegionsRegisterBatch_t`.
+#[repr(C)]
+struct RegionsRegister {
+    compat_id: u16,
+    struct_size: u16,
+    region_type: u32,
+    heap: *mut c_void,
+    count: usize,
+    element_size: usize,
+    elements: *const VirtualRange,
+    handles_out: *mut *mut c_void,
+}
+
+/// `nvtxMemRegionsUnregisterBatch_t` (its references are pointers).
+#[repr(C)]
+struct RegionsUnregister {
+    compat_id: u16,
+    struct_size: u16,
+    ref_type: u32,
+    count: usize,
+    element_size: usize,
+    elements: *const *const c_void,
+}
+
+type ExtInitialize = unsafe extern "C" fn(*mut ExtModuleInfo) -> c_int;
+type HeapRegister = unsafe extern "C" fn(*mut c_void, *const HeapDesc) -> *mut c_void;
+type HeapUnregister = unsafe extern "C" fn(*mut c_void, *mut c_void);
+type RegionsRegisterFn = unsafe extern "C" fn(*mut c_void, *const RegionsRegister);
+type RegionsUnregisterFn = unsafe extern "C" fn(*mut c_void, *const RegionsUnregister);
+
+/// The memory extension's functions memarray calls (all four, or none).
+struct Mem {
+    heap_register: HeapRegister,
+    heap_unregister: HeapUnregister,
+    regions_register: RegionsRegisterFn,
+    regions_unregister: RegionsUnregisterFn,
+}
+
+/// Offers the tool NVTX's memory extension; its functions when it takes all four.
+///
+/// # Safety
+/// `lib` is the tool's loaded library handle.
+#[cfg(unix)]
+unsafe fn load_mem(lib: *mut c_void) -> Option<Mem> {
+    // SAFETY: dlsym on the tool's handle with a NUL-terminated name.
+    let sym = unsafe { libc::dlsym(lib, c"InitializeInjectionNvtxExtension".as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    // SAFETY: NVTX's documented signature for this entry point.
+    let init = unsafe { std::mem::transmute::<*mut c_void, ExtInitialize>(sym) };
+    // The tool may keep pointers into these: they live for the process.
+    let slots: &'static mut [usize] = Box::leak(vec![0usize; MEM_SLOTS].into_boxed_slice());
+    let segment = Box::leak(Box::new(ExtSegment {
+        segment_id: 1,
+        slot_count: MEM_SLOTS,
+        slots: slots.as_mut_ptr(),
+    }));
+    let mut module = ExtModuleInfo {
+        nvtx_version: NVTX_VERSION as u16,
+        struct_size: std::mem::size_of::<ExtModuleInfo>() as u16,
+        module_id: MEM_MODULE,
+        compat_id: MEM_COMPAT,
+        segments_count: 1,
+        segments: segment,
+        get_export_function: std::ptr::null(),
+        ext_info: std::ptr::null(),
+    };
+    // SAFETY: a module description whose slots stay valid for the process.
+    if unsafe { init(&mut module) } == 0 {
+        return None;
+    }
+    // SAFETY: the tool wrote its functions (of the slots' types) into these slots; a
+    // plain read after its initialisation returned, on this thread.
+    let read = |i: usize| unsafe { std::ptr::read_volatile(segment.slots.add(i)) };
+    let (hr, hu, rr, ru) = (
+        read(MEM_HEAP_REGISTER),
+        read(MEM_HEAP_UNREGISTER),
+        read(MEM_REGIONS_REGISTER),
+        read(MEM_REGIONS_UNREGISTER),
+    );
+    // NVTX's "no function" markers are 0 and small sentinels, never a function's address.
+    if [hr, hu, rr, ru].iter().any(|&f| f < 4096) {
+        return None;
+    }
+    // SAFETY: each is the tool's function of the slot's type (checked present above).
+    unsafe {
+        Some(Mem {
+            heap_register: std::mem::transmute::<usize, HeapRegister>(hr),
+            heap_unregister: std::mem::transmute::<usize, HeapUnregister>(hu),
+            regions_register: std::mem::transmute::<usize, RegionsRegisterFn>(rr),
+            regions_unregister: std::mem::transmute::<usize, RegionsUnregisterFn>(ru),
+        })
+    }
 }
 
 fn slot(index: usize) -> usize {
@@ -216,7 +372,7 @@ fn load() -> Option<Tool> {
         std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()?;
     // SAFETY: dlopen/dlsym with a NUL-terminated path and symbol name; the library stays
     // loaded for the process (never dlclosed), so the functions it gave stay valid.
-    let init: Initialize = unsafe {
+    let (lib, init): (*mut c_void, Initialize) = unsafe {
         let lib = libc::dlopen(path.as_ptr(), libc::RTLD_LAZY);
         if lib.is_null() {
             return None;
@@ -225,7 +381,7 @@ fn load() -> Option<Tool> {
         if sym.is_null() {
             return None;
         }
-        std::mem::transmute::<*mut c_void, Initialize>(sym)
+        (lib, std::mem::transmute::<*mut c_void, Initialize>(sym))
     };
     // SAFETY: the tool's documented entry point, given NVTX's export-table function.
     if unsafe { init(get_export_table) } == 0 {
@@ -241,8 +397,11 @@ fn load() -> Option<Tool> {
         unsafe { create(c"memarray".as_ptr()) as usize }
     };
     let func = |i: usize| (slot(i) != 0).then(|| slot(i));
+    // SAFETY: the tool's library handle, loaded above and never closed.
+    let mem = unsafe { load_mem(lib) };
     Some(Tool {
         domain,
+        mem,
         push: func(CORE2_RANGE_PUSH_EX).map(|f| {
             // SAFETY: a non-zero slot holds the tool's function of the slot's type.
             unsafe { std::mem::transmute::<usize, PushEx>(f) }
@@ -333,12 +492,124 @@ pub fn mark(name: &'static CStr, bytes: Option<u64>) {
     }
 }
 
+fn mem() -> Option<(&'static Mem, *mut c_void)> {
+    if off() {
+        return None;
+    }
+    tool().and_then(|t| t.mem.as_ref().map(|m| (m, t.domain as *mut c_void)))
+}
+
+/// Whether the tool took NVTX's memory extension (heaps and regions are then described).
+#[inline]
+pub fn mem_active() -> bool {
+    !off() && mem().is_some()
+}
+
+/// Describes `[ptr, ptr + size)` as a sub-allocator's heap; returns its handle for
+/// [`region_register`] and [`heap_unregister`] (0 without a tool that takes heaps).
+pub fn heap_register(ptr: usize, size: usize) -> usize {
+    let Some((m, domain)) = mem() else {
+        return 0;
+    };
+    let range = VirtualRange {
+        size,
+        ptr: ptr as *const c_void,
+    };
+    let desc = HeapDesc {
+        compat_id: MEM_COMPAT,
+        struct_size: std::mem::size_of::<HeapDesc>() as u16,
+        reserved0: 0,
+        usage: MEM_HEAP_USAGE_SUB_ALLOCATOR,
+        kind: MEM_TYPE_VIRTUAL_ADDRESS,
+        desc_size: std::mem::size_of::<VirtualRange>(),
+        desc: &range as *const VirtualRange as *const c_void,
+        category: 0,
+        message_type: MESSAGE_ASCII as u32,
+        message: c"memarray pool".as_ptr(),
+    };
+    // SAFETY: the tool's nvtxMemHeapRegister with its domain and a valid description.
+    unsafe { (m.heap_register)(domain, &desc) as usize }
+}
+
+/// Ends a heap from [`heap_register`] (nothing for 0).
+pub fn heap_unregister(heap: usize) {
+    if heap == 0 {
+        return;
+    }
+    if let Some((m, domain)) = mem() {
+        // SAFETY: the tool's nvtxMemHeapUnregister with a heap it returned.
+        unsafe { (m.heap_unregister)(domain, heap as *mut c_void) };
+    }
+}
+
+/// Describes the block `[ptr, ptr + size)` handed out from `heap` (0: the process-wide
+/// heap) as a region.
+#[inline]
+pub fn region_register(heap: usize, ptr: usize, size: usize) {
+    if !off() {
+        register_region(heap, ptr, size);
+    }
+}
+
+#[cold]
+fn register_region(heap: usize, ptr: usize, size: usize) {
+    let Some((m, domain)) = mem() else {
+        return;
+    };
+    let range = VirtualRange {
+        size,
+        ptr: ptr as *const c_void,
+    };
+    let batch = RegionsRegister {
+        compat_id: MEM_COMPAT,
+        struct_size: std::mem::size_of::<RegionsRegister>() as u16,
+        region_type: MEM_TYPE_VIRTUAL_ADDRESS,
+        heap: heap as *mut c_void,
+        count: 1,
+        element_size: std::mem::size_of::<VirtualRange>(),
+        elements: &range,
+        handles_out: std::ptr::null_mut(),
+    };
+    // SAFETY: the tool's nvtxMemRegionsRegister with a valid one-element batch.
+    unsafe { (m.regions_register)(domain, &batch) };
+}
+
+/// Ends the region that starts at `ptr`.
+#[inline]
+pub fn region_unregister(ptr: usize) {
+    if !off() {
+        unregister_region(ptr);
+    }
+}
+
+#[cold]
+fn unregister_region(ptr: usize) {
+    let Some((m, domain)) = mem() else {
+        return;
+    };
+    let pointer = ptr as *const c_void;
+    let batch = RegionsUnregister {
+        compat_id: MEM_COMPAT,
+        struct_size: std::mem::size_of::<RegionsUnregister>() as u16,
+        ref_type: MEM_REGION_REF_POINTER,
+        count: 1,
+        element_size: std::mem::size_of::<*const c_void>(),
+        elements: &pointer,
+    };
+    // SAFETY: the tool's nvtxMemRegionsUnregister with a valid one-element batch.
+    unsafe { (m.regions_unregister)(domain, &batch) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_event_struct_is_nvtx_version_three() {
+        assert_eq!(std::mem::size_of::<HeapDesc>(), 48);
+        assert_eq!(std::mem::offset_of!(HeapDesc, desc), 24);
+        assert_eq!(std::mem::size_of::<RegionsRegister>(), 48);
+        assert_eq!(std::mem::size_of::<ExtModuleInfo>(), 40);
         assert_eq!(std::mem::size_of::<EventAttributes>(), 48);
         assert_eq!(std::mem::offset_of!(EventAttributes, payload), 24);
         assert_eq!(std::mem::offset_of!(EventAttributes, message), 40);

@@ -2,7 +2,8 @@
 //! `NVTX_INJECTION64_PATH` mechanism, as Nsight uses it) records the `memarray` domain's
 //! ranges; a child process (this binary, running the ignored `child` test) makes ranges
 //! and pool allocations under it. Checks the domain, the names, the byte payloads and the
-//! nesting, and that `MEMARRAY_NVTX=0` keeps the tool from loading.
+//! nesting, the pool's heaps and regions (NVTX's memory extension), and that
+//! `MEMARRAY_NVTX=0` keeps the tool from loading.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,14 +72,31 @@ fn a_tool_sees_the_memarray_domains_ranges_named_sized_and_nested() {
         [
             "init 16",
             "domain memarray",
+            "memory extension",
             "push 0 memarray memarray.test.outer payload=0:0 size=48",
+            // A 1 MiB block: an upstream allocation of its own, a heap with one region.
             "push 1 memarray memarray.alloc payload=1:1048576 size=48",
+            "heap + size=1048576 usage=1 type=1 memarray pool",
+            "region + size=1048576 in-heap count=1",
             "pop 1 memarray",
             "push 1 memarray memarray.free payload=0:0 size=48",
+            "region - count=1",
             "pop 1 memarray",
             "push 1 memarray memarray.test.inner payload=1:7 size=48",
             "pop 1 memarray",
+            // 3 MiB from a pool that keeps nothing: a 4 MiB segment (the heap), a region
+            // in it, and the segment back upstream at the free.
+            "push 1 memarray memarray.alloc payload=1:3145728 size=48",
+            "heap + size=4194304 usage=1 type=1 memarray pool",
+            "region + size=3145728 in-heap count=1",
+            "pop 1 memarray",
+            "push 1 memarray memarray.free payload=0:0 size=48",
+            "region - count=1",
+            "heap - known",
+            "pop 1 memarray",
             "pop 0 memarray",
+            // The first pool, dropped: its cached block goes back upstream.
+            "heap - known",
         ],
         "{text}"
     );
@@ -106,5 +124,10 @@ fn child() {
     {
         let _inner = nvtx::range(c"memarray.test.inner", Some(7));
     }
+    let keeps_nothing = CachingPool::host(Arc::new(HostResource), 0);
+    let q = keeps_nothing.allocate(3 << 20, 64, None).unwrap();
+    // SAFETY: as above.
+    unsafe { keeps_nothing.deallocate(q, 3 << 20, 64, None) };
+    assert_eq!(nvtx::mem_active(), on);
     drop(outer);
 }

@@ -1,6 +1,7 @@
 /* A minimal NVTX tool for memarray's NVTX test: it takes the domain functions (callback
- * module CORE2) and writes each push and pop of any domain to MEMARRAY_NVTX_TEST_LOG.
- * Declarations follow NVTX's documented binary interface (version 3). */
+ * module CORE2) and the memory extension's heap and region functions, and writes each
+ * push, pop, heap and region of any domain to MEMARRAY_NVTX_TEST_LOG. Declarations follow
+ * NVTX's documented binary interface (version 3; memory extension 0x0102). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,85 @@ static int pop(void *domain) {
     fprintf(out, "pop %d %s\n", depth, domain == &memarray_domain ? "memarray" : "other");
     fflush(out);
     return depth;
+}
+
+typedef struct {
+    size_t size;
+    const void *ptr;
+} range_t;
+typedef struct {
+    uint16_t compat, size;
+    uint32_t reserved0, usage, type;
+    size_t desc_size;
+    const range_t *desc;
+    uint32_t category, message_type;
+    const char *message;
+} heap_desc_t;
+typedef struct {
+    uint16_t compat, size;
+    uint32_t type;
+    void *heap;
+    size_t count, element_size;
+    const range_t *elements;
+    void **handles;
+} regions_t;
+typedef struct {
+    uint16_t compat, size;
+    uint32_t ref_type;
+    size_t count, element_size;
+    const void *const *elements;
+} unregister_t;
+typedef struct {
+    size_t id, count;
+    intptr_t *slots;
+} segment_t;
+typedef struct {
+    uint16_t version, size, module, compat;
+    size_t segments_count;
+    segment_t *segments;
+    const void *get_export, *info;
+} module_t;
+
+static const void *heap_base[16];
+static int heaps;
+
+static void *heap_register(void *domain, const heap_desc_t *d) {
+    fprintf(out, "heap + size=%zu usage=%u type=%u %s\n", d->desc->size, d->usage, d->type,
+            d->message_type == 1 ? d->message : "?");
+    fflush(out);
+    heap_base[heaps % 16] = d->desc->ptr;
+    return (void *)&heap_base[heaps++ % 16];
+}
+
+static void heap_unregister(void *domain, void *heap) {
+    fprintf(out, "heap - %s\n", *(const void **)heap != 0 ? "known" : "?");
+    fflush(out);
+}
+
+static void regions_register(void *domain, const regions_t *r) {
+    const char *where = r->heap == 0 ? "process"
+                        : *(const void **)r->heap <= r->elements[0].ptr ? "in-heap" : "outside";
+    fprintf(out, "region + size=%zu %s count=%zu\n", r->elements[0].size, where, r->count);
+    fflush(out);
+}
+
+static void regions_unregister(void *domain, const unregister_t *u) {
+    fprintf(out, "region - count=%zu\n", u->count);
+    fflush(out);
+}
+
+int InitializeInjectionNvtxExtension(module_t *m) {
+    if (out == NULL || m->module != 1 || m->compat != 0x0102 || m->segments_count < 1 ||
+        m->segments[0].count < 7)
+        return 0;
+    intptr_t *s = m->segments[0].slots;
+    s[1] = (intptr_t)heap_register;
+    s[2] = (intptr_t)heap_unregister;
+    s[4] = (intptr_t)regions_register;
+    s[6] = (intptr_t)regions_unregister;
+    fprintf(out, "memory extension\n");
+    fflush(out);
+    return 1;
 }
 
 int InitializeInjectionNvtx2(get_export_table_t get) {

@@ -21,6 +21,7 @@
 //! - **Out of memory**: the pool gives its cache back and retries once before failing.
 //! - Alignments above [`POOL_ALIGN`] pass straight through to the upstream.
 
+use memarray_core::nvtx;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -135,6 +136,9 @@ pub struct CachingPool {
     release_threshold: usize,
     name: String,
     state: Mutex<State>,
+    /// Upstream allocation -> its NVTX heap, while a tool takes NVTX's memory extension
+    /// (each block handed out is a region in its allocation's heap).
+    nvtx_heaps: Mutex<HashMap<usize, usize>>,
 }
 
 impl CachingPool {
@@ -164,6 +168,7 @@ impl CachingPool {
             device,
             release_threshold,
             state: Mutex::new(State::default()),
+            nvtx_heaps: Mutex::new(HashMap::new()),
         }
     }
 
@@ -272,17 +277,28 @@ impl CachingPool {
         size: usize,
         stream: Option<RawStream>,
     ) -> Result<NonNull<u8>> {
-        match self.upstream.allocate(size, POOL_ALIGN, stream) {
+        let p = match self.upstream.allocate(size, POOL_ALIGN, stream) {
             Err(CoreError::OutOfMemory { .. }) => {
                 self.trim_to(st, 0);
                 self.upstream.allocate(size, POOL_ALIGN, stream)
             }
             other => other,
+        }?;
+        if nvtx::mem_active() {
+            let heap = nvtx::heap_register(p.as_ptr() as usize, size);
+            self.heaps().insert(p.as_ptr() as usize, heap);
         }
+        Ok(p)
+    }
+
+    fn heaps(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
+        self.nvtx_heaps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn alloc(&self, bytes: usize, align: usize, stream: Option<RawStream>) -> Result<NonNull<u8>> {
-        let _nvtx = memarray_core::nvtx::range(c"memarray.alloc", Some(bytes as u64));
+        let _nvtx = nvtx::range(c"memarray.alloc", Some(bytes as u64));
         if !align.is_power_of_two() {
             return Err(CoreError::BadAlignment {
                 align,
@@ -296,6 +312,7 @@ impl CachingPool {
                 .insert(p.as_ptr() as usize, Live::Passthrough { bytes, align });
             st.stats.upstream_bytes += bytes as u64;
             st.stats.misses += 1;
+            nvtx::region_register(0, p.as_ptr() as usize, bytes);
             return Ok(p);
         }
         let too_big = || CoreError::OutOfMemory {
@@ -371,16 +388,24 @@ impl CachingPool {
             (addr, st.large.get(&addr).map_or(size, |b| b.size))
         };
         st.stats.used_bytes += block as u64;
+        if nvtx::mem_active() {
+            // A small block is an upstream allocation of its own; a large one lies in a
+            // segment.
+            let base = st.large.get(&addr).map_or(addr, |b| b.segment);
+            let heap = self.heaps().get(&base).copied().unwrap_or(0);
+            nvtx::region_register(heap, addr, block);
+        }
         NonNull::new(addr as *mut u8).ok_or_else(too_big)
     }
 
     fn free(&self, ptr: NonNull<u8>, stream: Option<RawStream>) {
-        let _nvtx = memarray_core::nvtx::range(c"memarray.free", None);
+        let _nvtx = nvtx::range(c"memarray.free", None);
         let addr = ptr.as_ptr() as usize;
         let mut st = self.lock();
         let Some(live) = st.live.remove(&addr) else {
             return; // not ours (or freed twice): nothing to do, never a crash
         };
+        nvtx::region_unregister(addr);
         match live {
             Live::Passthrough { bytes, align } => {
                 st.stats.upstream_bytes -= bytes as u64;

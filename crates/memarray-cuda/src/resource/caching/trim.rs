@@ -129,6 +129,9 @@ impl CachingPool {
             let waited = StreamRef::legacy().synchronize(device);
             crate::parked::park_err("waiting before giving pinned blocks back", waited);
         }
+        if let Some(heap) = self.heaps().remove(&addr) {
+            memarray_core::nvtx::heap_unregister(heap);
+        }
         if let Some(p) = NonNull::new(addr as *mut u8) {
             // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
             // once; its last uses are ordered before the legacy default stream's position
