@@ -56,19 +56,23 @@ echo "== building the abi3 wheel"
 [ -x .venv/bin/maturin ] || ./dev.sh venv
 .venv/bin/maturin build --release -q -o "$STAGE/wheels" >/dev/null
 cp scripts/gpu-remote.sh "$STAGE/remote.sh"
-# Peers the device lacks (RMM, filecheck for Numba's tests, Dask and the dependencies the
-# device's Python does not have) travel as wheels, downloaded once into the ignored
-# .peer-wheels/ and installed there with --no-index --no-deps.
+# Wheels the device's Python lacks, each set downloaded once into an ignored folder of its
+# own (again when its list changes) and installed there with --no-index --no-deps.
+fetch_set() {  # dir, packages...
+  local dir=$1; shift
+  if [ ! -f "$dir/.list" ] || [ "$(cat "$dir/.list")" != "$*" ]; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
+      --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+      -d "$dir" "$@"
+    echo "$*" > "$dir/.list"
+  fi
+}
+# Peers (RMM, filecheck for Numba's tests, Dask and the dependencies the device lacks).
 PEERS=("rmm-cu13==26.10.*" "librmm-cu13==26.10.*" rapids-logger filecheck
   "dask==2026.8.0" "distributed==2026.8.0" partd locket tornado tblib zict importlib_metadata)
-if [ ! -f .peer-wheels/.list ] || [ "$(cat .peer-wheels/.list)" != "${PEERS[*]}" ]; then
-  rm -rf .peer-wheels && mkdir -p .peer-wheels
-  python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-    -d .peer-wheels "${PEERS[@]}"
-  echo "${PEERS[*]}" > .peer-wheels/.list
-fi
+fetch_set .peer-wheels "${PEERS[@]}"
 mkdir -p "$STAGE/peer-wheels"
 cp .peer-wheels/*.whl "$STAGE/peer-wheels/"
 # The notebook's kernel and runner (nbclient, ipykernel, ipywidgets and what they need),
@@ -86,17 +90,6 @@ mkdir -p "$STAGE/nb-wheels"
 cp .nb-wheels/*.whl "$STAGE/nb-wheels/"
 # Ray (its cp312 wheel in two parts of at most 40 MiB, one per device call, and what the
 # device lacks of its needs) and UCX for Dask, for remote.sh's `ray` and `ucx` stages.
-fetch_set() {  # dir, packages...
-  local dir=$1; shift
-  if [ ! -f "$dir/.list" ] || [ "$(cat "$dir/.list")" != "$*" ]; then
-    rm -rf "$dir" && mkdir -p "$dir"
-    python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
-      --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
-      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-      -d "$dir" "$@"
-    echo "$*" > "$dir/.list"
-  fi
-}
 fetch_set .ray-wheels "ray==2.60.0"
 fetch_set .ray-deps jsonschema jsonschema-specifications referencing rpds-py
 fetch_set .ucx-wheels "distributed-ucxx-cu13==0.52.*" "ucxx-cu13==0.52.*" "libucxx-cu13==0.52.*" \

@@ -81,6 +81,18 @@ print(info.transport_manager_class is memarray.ray.MemArrayTransport,
 """
         )
         assert out.split() == ["True", "True", "['cpu',", "'cuda']"], (first, then, out)
+    # memarray.ray first: its own `import ray` finishes Ray's import while it executes;
+    # registration still happens once, with no warning.
+    out = child_stdout(
+        """
+import warnings
+warnings.simplefilter("error")
+import memarray.ray
+from ray.experimental.rdt import util
+print(util.transport_manager_info["MEMARRAY"].transport_manager_class.__name__)
+"""
+    )
+    assert out.split() == ["MemArrayTransport"], out
 
 
 def test_objects_carry_every_dtype_and_shape_class():

@@ -7,6 +7,9 @@ all of them, so memarray watches their imports: a finder
 at the front of ``sys.meta_path`` wraps the loader of each watched module and runs the
 registration once the module has executed. A module imported before memarray is
 registered with at once. A registration that fails warns and leaves the import alone.
+A glue module that imports its library at its top (``memarray.cluster.ray``) may be the
+very import that finishes the library's: it is then still executing, and registers at its
+own end instead.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ def _register(name: str, module: ModuleType) -> None:
             return
         _done.add(name)
     glue, function = WATCHED[name]
+    own = sys.modules.get(f"{__package__}.cluster.{glue}")
+    if own is not None and getattr(own.__spec__, "_initializing", False):
+        return  # the glue module imported the library: it registers when it finishes
     try:
         getattr(importlib.import_module(f".cluster.{glue}", __package__), function)(module)
     except Exception as e:  # noqa: BLE001 - the user's import must go on

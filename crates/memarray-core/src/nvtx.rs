@@ -396,7 +396,7 @@ fn load() -> Option<Tool> {
         // SAFETY: a NUL-terminated name.
         unsafe { create(c"memarray".as_ptr()) as usize }
     };
-    let func = |i: usize| (slot(i) != 0).then(|| slot(i));
+    let func = |i: usize| Some(slot(i)).filter(|&f| f != 0);
     // SAFETY: the tool's library handle, loaded above and never closed.
     let mem = unsafe { load_mem(lib) };
     Some(Tool {

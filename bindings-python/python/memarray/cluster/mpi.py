@@ -565,7 +565,6 @@ def _overlapped(a: MemArray, call: Any, after: bool, into: MemArray) -> None:
                 written = copier.submit(into._write_range, off, bufs[k][:n])
         if written is not None:
             written.result()
-        read.result()
 
 
 def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:

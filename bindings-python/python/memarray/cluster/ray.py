@@ -486,8 +486,11 @@ def register() -> bool:
 
 
 def _register_ray(module: Any) -> None:
-    """The import hook's entry: ``ray`` finished importing."""
+    """The import hook's entry: ``ray`` finished importing (with this module imported
+    already, or imported by the hook for it)."""
     register()
 
 
+# Imported first (`import memarray.ray` before Ray), this module's `import ray` above ran
+# the hook while this module was still executing; the hook leaves it to this line.
 register()
