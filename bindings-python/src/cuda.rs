@@ -216,6 +216,21 @@ fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
+/// --
+///
+/// How often host buffers that were to be pinned (staging slots, `move_many`'s packing
+/// buffer, automatic host copies, spill copies) came from pageable memory because pinning
+/// failed (the system's limit or `MEMARRAY_PINNED_LIMIT`'s): `{"count": ..., "bytes": ...}`
+/// since the process started. Needs no device.
+#[pyfunction]
+fn pinned_fallbacks(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let f = memarray_cuda::resource::pinned_fallbacks();
+    let d = PyDict::new(py);
+    d.set_item("count", f.count)?;
+    d.set_item("bytes", f.bytes)?;
+    Ok(d)
+}
+
 const DIRECTIONS: [(&str, memarray_cuda::copy::staged::Direction); 2] = [
     (
         "to_device",
@@ -433,6 +448,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(from_cuda_array_interface, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(staging_config, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(set_staging_config, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(pinned_fallbacks, &cuda)?)?;
     crate::launch::register(&cuda)?;
     m.add_submodule(&cuda)?;
     Ok(())

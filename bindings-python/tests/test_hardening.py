@@ -593,6 +593,7 @@ ENV_VARS = [
     "MEMARRAY_STAGING_THREADS",
     "MEMARRAY_STAGING_CHUNK",
     "MEMARRAY_MEMORY_RESOURCE",
+    "MEMARRAY_PINNED_LIMIT",
     "MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC",
 ]
 
@@ -618,6 +619,8 @@ def test_an_environment_value_that_is_not_utf8_fails_the_import_naming_it(var):
         ("MEMARRAY_NUMPY_POOL", "18446744073709551616"),
         ("MEMARRAY_STAGING_THREADS", "lots"),
         ("MEMARRAY_MEMORY_RESOURCE", "lots"),
+        ("MEMARRAY_PINNED_LIMIT", "lots"),
+        ("MEMARRAY_PINNED_LIMIT", "-1"),
     ],
 )
 def test_bad_environment_values_fail_the_import_naming_the_variable(var, value):
@@ -634,6 +637,7 @@ def test_good_environment_values_import_and_a_spill_dir_may_be_any_bytes():
         MEMARRAY_NUMPY_POOL="0.5KiB",
         MEMARRAY_STAGING_THREADS="3",
         MEMARRAY_MEMORY_RESOURCE="device",
+        MEMARRAY_PINNED_LIMIT="2 GiB",
         MEMARRAY_SPILL_DIR=os.fsdecode(b"/tmp/\xff"),
     )
     r = run_child("import memarray; print('imported')", env=env)

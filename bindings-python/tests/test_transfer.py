@@ -390,3 +390,45 @@ def test_move_many_of_numpy_arrays_gives_independent_device_arrays():
     # And back to the host they get buffers of their own.
     memarray.move_many(out[:3], "cpu")
     assert not np.shares_memory(np.asarray(out[1]), xs[1])
+
+
+def test_pinned_fallbacks_count_nothing_until_pinning_fails():
+    got = memarray.cuda.pinned_fallbacks()
+    assert set(got) == {"count", "bytes"} and got["count"] >= 0 and got["bytes"] >= 0
+    if not memarray.cuda.is_available():
+        # Nothing can be pinned here, and nothing asked to be.
+        assert got == {"count": 0, "bytes": 0}
+
+
+@pytest.mark.gpu
+def test_when_pinning_is_refused_staging_goes_pageable_counted_and_correct():
+    # A 1 MiB cap on the pinned pool: staged copies of 64 MiB need more (slots of 1-4
+    # MiB, several at once), so they fall back; an explicit pinned array is refused.
+    from children import child_stdout
+
+    out = child_stdout(
+        """
+        import numpy as np, memarray
+        before = memarray.cuda.pinned_fallbacks()
+        assert before == {"count": 0, "bytes": 0}, before
+        x = np.random.default_rng(1).random(8 << 20)  # 64 MiB
+        a = memarray.asarray(x, device="cuda")
+        np.testing.assert_array_equal(a.to_numpy(), x)
+        y = np.empty_like(x)
+        a.to_numpy(out=y)
+        np.testing.assert_array_equal(y, x)
+        small = [np.full(4096, i, np.uint8) for i in range(600)]  # 2.4 MiB packed
+        moved = memarray.move_many(small, device="cuda")
+        for i, m in enumerate(moved):
+            assert (m.to_numpy() == i).all()
+        after = memarray.cuda.pinned_fallbacks()
+        assert after["count"] >= 3 and after["bytes"] >= 2 << 20, after
+        try:
+            memarray.empty(4 << 20, "uint8", device="cpu", host_memory="pinned")
+        except MemoryError:
+            print("explicit pinned refused")
+        print("fallbacks", after["count"])
+        """,
+        env={"MEMARRAY_PINNED_LIMIT": "1MiB"},
+    )
+    assert "explicit pinned refused" in out and "fallbacks" in out, out

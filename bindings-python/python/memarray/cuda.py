@@ -28,6 +28,7 @@ synchronize = _cuda.synchronize
 from_cuda_array_interface = _cuda.from_cuda_array_interface
 staging_config = _cuda.staging_config
 set_staging_config = _cuda.set_staging_config
+pinned_fallbacks = _cuda.pinned_fallbacks
 
 __all__ = [
     "Event",
@@ -45,6 +46,7 @@ __all__ = [
     "set_device",
     "from_cuda_array_interface",
     "is_available",
+    "pinned_fallbacks",
     "set_staging_config",
     "staging_config",
     "synchronize",

@@ -25,6 +25,7 @@ __all__ = [
     "set_device",
     "from_cuda_array_interface",
     "is_available",
+    "pinned_fallbacks",
     "set_staging_config",
     "staging_config",
     "synchronize",
@@ -94,6 +95,7 @@ def from_cuda_array_interface(
     obj: _HasCudaArrayInterface, copy: bool | None = None
 ) -> MemArray: ...
 def staging_config() -> dict[str, dict[str, int]]: ...
+def pinned_fallbacks() -> dict[str, int]: ...
 def set_staging_config(
     direction: str | None = None,
     threads: int | None = None,

@@ -1,6 +1,7 @@
 //! Reading memarray's environment variables: one rule for every variable. An unset
 //! variable is `None`; a value that is not UTF-8 is an error naming the variable (never
-//! silently taken as unset, while ASCII garbage in the same variable is refused).
+//! silently taken as unset, while ASCII garbage in the same variable is refused); byte
+//! counts ([`parse_bytes`]) are read one way everywhere.
 
 use std::env::VarError;
 
@@ -21,6 +22,62 @@ pub fn var(name: &'static str) -> Result<Option<String>, SettingError> {
             expected: "UTF-8 text",
         }),
     }
+}
+
+/// Parses a byte count: digits with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in powers
+/// of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024), spaces and case ignored.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let not_a_count = || format!("{s:?} is not a byte count (for example 4GiB or 4000000000)");
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "tb" | "t" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    let out_of_range = || format!("{s:?} is out of range: a byte count is below 2**64");
+    // Exact integer arithmetic (a float would round 2**64 - 1 up to 2**64 and take it).
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    if whole.is_empty() && frac.is_empty() || frac.contains('.') {
+        return Err(not_a_count());
+    }
+    let digits = |d: &str| -> std::result::Result<u128, String> {
+        if d.is_empty() {
+            return Ok(0);
+        }
+        if d.len() > 30 {
+            return Err(out_of_range());
+        }
+        d.parse::<u128>().map_err(|_| not_a_count())
+    };
+    let scale = 10u128
+        .checked_pow(u32::try_from(frac.len()).map_err(|_| not_a_count())?)
+        .filter(|_| frac.len() <= 30)
+        .ok_or_else(out_of_range)?;
+    let (whole, frac) = (digits(whole)?, digits(frac)?);
+    let scaled = whole
+        .checked_mul(scale)
+        .and_then(|w| w.checked_add(frac))
+        .and_then(|v| v.checked_mul(u128::from(mult)))
+        .ok_or_else(out_of_range)?;
+    if scaled % scale != 0 {
+        return Err(format!("{s:?} is not a whole number of bytes"));
+    }
+    u64::try_from(scaled / scale).map_err(|_| out_of_range())
 }
 
 #[cfg(test)]

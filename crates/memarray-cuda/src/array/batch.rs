@@ -222,9 +222,10 @@ fn staging_buffer(device: &Arc<Device>, bytes: usize) -> Result<Option<HostBuffe
     if bytes == 0 {
         return Ok(None);
     }
-    let pool = crate::resource::pinned_pool(device);
     // SAFETY: every byte the copies read is written by the packing below first.
-    Ok(Some(unsafe { HostBuffer::uninit_in(bytes, pool)? }))
+    Ok(Some(unsafe {
+        crate::resource::staging_host_buffer(device, bytes)?
+    }))
 }
 
 fn upload_batch(

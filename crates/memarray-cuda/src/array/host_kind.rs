@@ -68,10 +68,15 @@ pub(super) fn host_buffer(
     });
     match made {
         Ok(h) => Ok((h, kind)),
-        Err(_) if fallback && kind != HostKind::Pageable => Ok((
-            HostBuffer::zeroed_in(nbytes, Arc::new(HostResource))?,
-            HostKind::Pageable,
-        )),
+        Err(_) if fallback && kind != HostKind::Pageable => {
+            if kind == HostKind::Pinned {
+                crate::resource::count_fallback(nbytes);
+            }
+            Ok((
+                HostBuffer::zeroed_in(nbytes, Arc::new(HostResource))?,
+                HostKind::Pageable,
+            ))
+        }
         Err(e) => Err(e),
     }
 }

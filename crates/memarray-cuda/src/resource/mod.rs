@@ -19,6 +19,7 @@ mod device;
 mod driver_backed;
 mod managed;
 mod pinned;
+mod pinned_pool;
 mod pool;
 
 use std::collections::HashMap;
@@ -32,6 +33,11 @@ pub use device::{DeviceAlloc, DeviceResource};
 pub use driver_backed::{Backend, DriverResource};
 pub use managed::{ManagedAlloc, ManagedResource};
 pub use pinned::{HostRegistration, PinnedAlloc, PinnedFlags, PinnedResource};
+pub use pinned_pool::{
+    PINNED_LIMIT_ENV, PINNED_POOL_KEEP, PinnedFallbacks, pinned_fallbacks, pinned_limit_from_env,
+    pinned_pool,
+};
+pub(crate) use pinned_pool::{count_fallback, staging_host_buffer};
 pub use pool::{AsyncAlloc, AsyncPoolResource};
 
 use crate::device::Device;
@@ -161,33 +167,6 @@ fn resource_from_env(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>> {
         ResourceChoice::Async => Arc::new(AsyncPoolResource::new(device)?),
         ResourceChoice::Managed => Arc::new(ManagedResource::new(device)),
     })
-}
-
-/// Bytes of pinned memory the per-device pinned pool keeps cached at most: pinning is
-/// slow (cuMemHostAlloc of 1 MiB: about 40 us; torch caches pinned blocks too), but
-/// pinned memory is taken from the whole system, so the cache is bounded.
-pub const PINNED_POOL_KEEP: usize = 1 << 30;
-
-/// The pinned caching pool of `device` (portable pinned memory, [`CachingPool`] over
-/// [`PinnedResource`], at most [`PINNED_POOL_KEEP`] bytes cached), made once per device:
-/// where pinned host buffers of arrays come from.
-pub fn pinned_pool(device: &Arc<Device>) -> Arc<dyn MemoryResource> {
-    static POOLS: std::sync::OnceLock<Mutex<HashMap<u32, Arc<dyn MemoryResource>>>> =
-        std::sync::OnceLock::new();
-    let mut pools = POOLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    pools
-        .entry(device.id())
-        .or_insert_with(|| {
-            Arc::new(CachingPool::new(
-                Arc::new(PinnedResource::new(device)),
-                device,
-                PINNED_POOL_KEEP,
-            ))
-        })
-        .clone()
 }
 
 /// Serves any power-of-two alignment up to [`MAX_ALIGN`] from an allocator that

@@ -23,7 +23,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
 
 use memarray_core::resource::{StatisticsAdaptor, pressure};
@@ -38,7 +38,8 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use settings::{SpillSettings, env_settings, parse_bytes};
+pub use crate::env::parse_bytes;
+pub use settings::{SpillSettings, env_settings};
 
 /// An array the registry can spill: memarray-cuda's `SharedArray` cell. The registry
 /// holds it weakly and reaches it only through this trait (the array layer sits above).
@@ -59,6 +60,9 @@ pub(crate) struct SpillNote {
     pub(crate) ahead: bool,
     /// Device bytes this array adds to its device's resident count now.
     pub(crate) counted: usize,
+    /// They were added to the count at once (the device has a budget), not through this
+    /// thread's batch: they are taken away the same way.
+    pub(crate) at_once: bool,
 }
 
 /// Counters of one device's spilling.
@@ -87,9 +91,12 @@ pub(crate) struct DeviceSpill {
     pageable: Arc<StatisticsAdaptor>,
     /// The third tier, opened on first need.
     file: Mutex<Option<Arc<StatisticsAdaptor>>>,
-    /// Device bytes of listed resident arrays, kept at once (the registry learns of
-    /// arrays in batches: [`Event`]); the budget is checked against it.
-    resident_now: AtomicU64,
+    /// Device bytes of listed resident arrays (the registry learns of arrays in batches:
+    /// [`Event`]); the budget is checked against it. With a budget it is kept at once;
+    /// without one, each thread's changes wait in its batch ([`Batch::deltas`]) and are
+    /// added when the batch applies. Signed: a thread may add the bytes another thread
+    /// takes away, and the sum is what counts ([`resident_bytes`](Self::resident_bytes)).
+    resident_now: AtomicI64,
 }
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -155,16 +162,19 @@ thread_local! {
     static LOOKUP: RefCell<(u64, Vec<Cached>)> =
         const { RefCell::new((u64::MAX, Vec::new())) };
     /// Registry events of this thread not yet applied (see [`Event`]).
-    static PENDING: RefCell<Batch> = const { RefCell::new(Batch(Vec::new())) };
+    static PENDING: RefCell<Batch> = const {
+        RefCell::new(Batch { events: Vec::new(), deltas: Vec::new() })
+    };
 }
 
 /// What a call on an array told its device's registry. Events are kept per thread and
 /// applied in batches of [`BATCH`], when this thread needs an accurate registry (making
-/// room, statistics, a spill on request) or when the thread ends: an array made and
-/// dropped within one batch never reaches the registry, so spilling enabled costs an
-/// allocation a thread-local push. Other threads' unapplied events only delay when
-/// their newest arrays become candidates; the budget is checked against
-/// `resident_now`, which is kept at once.
+/// room, statistics, a spill on request) or when the thread ends. An array dropped while
+/// its listing is still this thread's last event takes the listing back at once, and one
+/// made and dropped within a batch never reaches the registry: with spilling enabled and
+/// no budget, making and dropping an array costs two thread-local pushes and its weak
+/// handle (docs/spilling.md, "What spilling costs"). Other threads' unapplied events only
+/// delay when their newest arrays become candidates.
 enum Event {
     Listed(u32, u64, usize, Weak<dyn SpillTarget>),
     Touched(u32, u64),
@@ -174,53 +184,107 @@ enum Event {
 
 const BATCH: usize = 64;
 
-struct Batch(Vec<Event>);
+struct Batch {
+    events: Vec<Event>,
+    /// Per device without a budget: resident bytes this thread's calls added (or took
+    /// away) that `resident_now` does not hold yet.
+    deltas: Vec<(u32, i64)>,
+}
 
-impl Drop for Batch {
-    fn drop(&mut self) {
-        apply(std::mem::take(&mut self.0));
+impl Batch {
+    fn take(&mut self) -> (Vec<Event>, Vec<(u32, i64)>) {
+        (
+            std::mem::replace(&mut self.events, Vec::with_capacity(BATCH)),
+            std::mem::take(&mut self.deltas),
+        )
     }
 }
 
-fn push(e: Event) {
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let (events, deltas) = self.take();
+        apply(events, deltas);
+    }
+}
+
+/// Records `e` (and `delta` resident bytes of its device, for a device without a budget)
+/// in this thread's batch, applying the batch when it is full.
+fn push(e: Event, delta: i64) {
     let mut e = Some(e);
     let full = PENDING
         .try_with(|p| {
             let mut p = p.borrow_mut();
-            // A use right after the array's last event changes no order: skip it.
-            if let (Some(Event::Touched(_, id)), Some(last)) = (&e, p.0.last())
-                && match last {
-                    Event::Listed(_, l, ..) | Event::Touched(_, l) => l == id,
-                    // A use after a prefetch is news: the array is no longer ahead.
-                    Event::Restored(..) | Event::Forgot(..) => false,
+            if delta != 0 {
+                let device = e.as_ref().map_or(0, Event::device);
+                match p.deltas.iter_mut().find(|(d, _)| *d == device) {
+                    Some((_, total)) => *total += delta,
+                    None => p.deltas.push((device, delta)),
                 }
-            {
-                e = None;
-                return None;
             }
-            p.0.extend(e.take());
-            (p.0.len() >= BATCH).then(|| std::mem::replace(&mut p.0, Vec::with_capacity(BATCH)))
+            let last = p.events.last();
+            match (&e, last) {
+                // A use right after the array's last event changes no order: skip it.
+                (
+                    Some(Event::Touched(_, id)),
+                    Some(Event::Listed(_, l, ..) | Event::Touched(_, l)),
+                ) if l == id => {
+                    e = None;
+                    return None;
+                }
+                // Dropped while its listing is still the last event: neither is news.
+                (Some(Event::Forgot(_, id)), Some(Event::Listed(_, l, ..))) if l == id => {
+                    p.events.pop();
+                    e = None;
+                    return None;
+                }
+                _ => {}
+            }
+            p.events.extend(e.take());
+            (p.events.len() >= BATCH).then(|| p.take())
         })
         .ok()
         .flatten();
-    if let Some(events) = full {
-        apply(events);
+    if let Some((events, deltas)) = full {
+        apply(events, deltas);
     }
     // The thread is ending (its batch is gone): apply this one now.
     if let Some(e) = e {
-        apply(vec![e]);
+        let deltas = if delta == 0 {
+            Vec::new()
+        } else {
+            vec![(e.device(), delta)]
+        };
+        apply(vec![e], deltas);
+    }
+}
+
+impl Event {
+    fn device(&self) -> u32 {
+        match self {
+            Event::Listed(d, ..)
+            | Event::Touched(d, _)
+            | Event::Restored(d, ..)
+            | Event::Forgot(d, _) => *d,
+        }
     }
 }
 
 /// Applies this thread's pending events now.
 fn flush() {
-    let events = PENDING
-        .try_with(|p| std::mem::take(&mut p.borrow_mut().0))
+    let (events, deltas) = PENDING
+        .try_with(|p| p.borrow_mut().take())
         .unwrap_or_default();
-    apply(events);
+    apply(events, deltas);
 }
 
-fn apply(events: Vec<Event>) {
+fn apply(events: Vec<Event>, deltas: Vec<(u32, i64)>) {
+    for (device, delta) in deltas {
+        if delta != 0 {
+            with_device(device, |d| {
+                d.resident_now.fetch_add(delta, Ordering::Relaxed)
+            });
+        }
+    }
     if events.is_empty() {
         return;
     }
@@ -315,7 +379,7 @@ pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
         host: Arc::new(StatisticsAdaptor::new(pinned)),
         pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
         file: Mutex::new(None),
-        resident_now: AtomicU64::new(0),
+        resident_now: AtomicI64::new(0),
     });
     flush();
     let mut g = DEVICES.write().unwrap_or_else(PoisonError::into_inner);
@@ -456,17 +520,20 @@ pub(crate) fn after_access(
         && note.restored_ns.is_none()
     {
         // A use of a listed resident array: the hot path, no lookup.
-        push(Event::Touched(device, id));
+        push(Event::Touched(device, id), 0);
         return;
     }
-    let nbytes64 = nbytes as u64;
-    let counted = note.counted as u64;
+    let change = if resident.is_some() {
+        nbytes as i64 - note.counted as i64
+    } else {
+        0
+    };
     let Some(has_budget) = with_device(device, |d| {
-        if resident.is_some() && counted != nbytes64 {
-            d.resident_now.fetch_add(nbytes64, Ordering::Relaxed);
-            d.resident_now.fetch_sub(counted, Ordering::Relaxed);
+        let budget = d.settings.device_budget.is_some();
+        if budget && change != 0 {
+            d.resident_now.fetch_add(change, Ordering::Relaxed);
         }
-        d.settings.device_budget.is_some()
+        budget
     }) else {
         return;
     };
@@ -475,15 +542,21 @@ pub(crate) fn after_access(
         note.registered = Some(device);
         return;
     }
+    // Without a budget the count waits in this thread's batch.
+    let delta = if has_budget { 0 } else { change };
     note.counted = nbytes;
+    note.at_once = has_budget;
     if let Some(ns) = note.restored_ns.take() {
         memarray_core::resource::events::note_event("restore", device, nbytes);
         let ahead = std::mem::take(&mut note.ahead);
-        push(Event::Restored(device, id, nbytes, ns, ahead, target()));
+        push(
+            Event::Restored(device, id, nbytes, ns, ahead, target()),
+            delta,
+        );
     } else if note.registered == Some(device) {
-        push(Event::Touched(device, id));
+        push(Event::Touched(device, id), delta);
     } else {
-        push(Event::Listed(device, id, nbytes, target()));
+        push(Event::Listed(device, id, nbytes, target()), delta);
         note.registered = Some(device);
         // Made without memarray's allocation hook (an import, a born array listed on
         // first use): the budget holds from here on.
@@ -497,13 +570,19 @@ pub(crate) fn after_access(
 /// Takes a dropped (or handed out) array out of the registry that lists it.
 pub(crate) fn forget(id: u64, note: &mut SpillNote) {
     if let Some(device) = note.registered.take() {
-        let counted = std::mem::take(&mut note.counted) as u64;
-        if counted > 0 {
-            with_device(device, |d| {
-                d.resident_now.fetch_sub(counted, Ordering::Relaxed)
-            });
-        }
-        push(Event::Forgot(device, id));
+        let counted = std::mem::take(&mut note.counted) as i64;
+        // Taken away as it was added: at once, or through this thread's batch.
+        let delta = if std::mem::take(&mut note.at_once) {
+            if counted > 0 {
+                with_device(device, |d| {
+                    d.resident_now.fetch_sub(counted, Ordering::Relaxed)
+                });
+            }
+            0
+        } else {
+            -counted
+        };
+        push(Event::Forgot(device, id), delta);
     }
 }
 
@@ -511,7 +590,7 @@ pub(crate) fn forget(id: u64, note: &mut SpillNote) {
 /// event is logged.
 pub(crate) fn left_device(note: &mut SpillNote, device: u32, bytes: usize) {
     memarray_core::resource::events::note_event("spill", device, bytes);
-    let counted = std::mem::take(&mut note.counted) as u64;
+    let counted = std::mem::take(&mut note.counted) as i64;
     with_device(device, |d| {
         d.resident_now.fetch_sub(counted, Ordering::Relaxed)
     });
@@ -523,7 +602,7 @@ impl DeviceSpill {
         let Some(budget) = self.settings.device_budget else {
             return;
         };
-        let now = self.resident_now.load(Ordering::Relaxed);
+        let now = self.resident_bytes();
         let over = (now + bytes as u64).saturating_sub(budget);
         if over > 0 {
             flush();
@@ -535,6 +614,12 @@ impl DeviceSpill {
     /// work (the host ran ahead of the device: a prefetch loop queues copies and kernels
     /// faster than they run), the device is waited for once and the rest tried again: a
     /// budget or an allocation is worth that host block.
+    /// Device bytes of listed resident arrays as far as this device knows them now (never
+    /// below zero: a count taken away before another thread's addition arrived).
+    fn resident_bytes(&self) -> u64 {
+        u64::try_from(self.resident_now.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
     fn make_room_waiting(&self, need: u64, keep: Option<u64>) -> u64 {
         let busy = self.registry.statistics().skipped_busy;
         let mut freed = self.registry.make_room(need, keep, self);
@@ -595,7 +680,10 @@ impl DeviceSpill {
             // SAFETY: the spill's download writes every byte before anything reads it.
             return match unsafe { HostBuffer::uninit_in(nbytes, self.host.clone()) } {
                 Ok(h) => Ok(h),
-                Err(_) => Ok(HostBuffer::zeroed_in(nbytes, self.pageable.clone())?),
+                Err(_) => {
+                    crate::resource::count_fallback(nbytes);
+                    Ok(HostBuffer::zeroed_in(nbytes, self.pageable.clone())?)
+                }
             };
         }
         let Some(dir) = &self.settings.file_dir else {

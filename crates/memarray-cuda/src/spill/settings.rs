@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::env::parse_bytes;
+
 /// How one device spills.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpillSettings {
@@ -16,62 +18,6 @@ pub struct SpillSettings {
     /// Directory for the file tier (a file per device, unlinked at once, so it goes
     /// away with the process).
     pub file_dir: Option<PathBuf>,
-}
-
-/// Parses a byte count: digits with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in powers
-/// of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024), spaces and case ignored.
-pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let not_a_count = || format!("{s:?} is not a byte count (for example 4GiB or 4000000000)");
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kb" | "k" => 1_000,
-        "mb" | "m" => 1_000_000,
-        "gb" | "g" => 1_000_000_000,
-        "tb" | "t" => 1_000_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        u => {
-            return Err(format!(
-                "{s:?}: unknown unit {u:?} (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-            ));
-        }
-    };
-    let out_of_range = || format!("{s:?} is out of range: a byte count is below 2**64");
-    // Exact integer arithmetic (a float would round 2**64 - 1 up to 2**64 and take it).
-    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
-    if whole.is_empty() && frac.is_empty() || frac.contains('.') {
-        return Err(not_a_count());
-    }
-    let digits = |d: &str| -> std::result::Result<u128, String> {
-        if d.is_empty() {
-            return Ok(0);
-        }
-        if d.len() > 30 {
-            return Err(out_of_range());
-        }
-        d.parse::<u128>().map_err(|_| not_a_count())
-    };
-    let scale = 10u128
-        .checked_pow(u32::try_from(frac.len()).map_err(|_| not_a_count())?)
-        .filter(|_| frac.len() <= 30)
-        .ok_or_else(out_of_range)?;
-    let (whole, frac) = (digits(whole)?, digits(frac)?);
-    let scaled = whole
-        .checked_mul(scale)
-        .and_then(|w| w.checked_add(frac))
-        .and_then(|v| v.checked_mul(u128::from(mult)))
-        .ok_or_else(out_of_range)?;
-    if scaled % scale != 0 {
-        return Err(format!("{s:?} is not a whole number of bytes"));
-    }
-    u64::try_from(scaled / scale).map_err(|_| out_of_range())
 }
 
 /// The devices and settings the environment asks for: `MEMARRAY_SPILL` (`1`, `on` or

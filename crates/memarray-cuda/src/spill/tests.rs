@@ -38,6 +38,122 @@ mod basics {
     }
 }
 
+/// A device's spilling without a driver: `id` in the shared map, with `budget`.
+fn fake_device(id: u32, budget: Option<u64>) -> std::sync::Arc<super::DeviceSpill> {
+    use super::*;
+    let state = Arc::new(DeviceSpill {
+        device: id,
+        registry: SpillRegistry::new(budget),
+        settings: SpillSettings {
+            device_budget: budget,
+            ..SpillSettings::default()
+        },
+        arrays: Mutex::new(HashMap::new()),
+        stream: OnceLock::new(),
+        host: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+        pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
+        file: Mutex::new(None),
+        resident_now: AtomicI64::new(0),
+    });
+    let _ = ENV.set(Ok(()));
+    DEVICES
+        .write()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .insert(id, state.clone());
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    ACTIVE.store(true, Ordering::Release);
+    state
+}
+
+mod batches {
+    use super::super::*;
+    use super::fake_device;
+
+    struct Dummy;
+    impl SpillTarget for Dummy {
+        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
+            SpillOutcome::Busy
+        }
+    }
+
+    fn pending() -> usize {
+        PENDING.with(|p| p.borrow().events.len())
+    }
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn arrays_made_and_dropped_never_reach_the_registry_or_the_count() {
+        // Device 11: this test's own (tests run on threads of one process).
+        let d = fake_device(11, None);
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        flush();
+        for id in 0..1000u64 {
+            let mut note = SpillNote::default();
+            after_access(id, &mut note, (Some(11), Some(11)), MIB, || {
+                Arc::downgrade(&target)
+            });
+            assert_eq!(note.registered, Some(11));
+            forget(id, &mut note);
+            // The drop took its listing back: the batch does not grow.
+            assert_eq!(pending(), 0, "array {id}");
+        }
+        assert_eq!(Arc::weak_count(&target), 0, "every weak handle was dropped");
+        flush();
+        assert_eq!(d.registry.statistics().resident_bytes, 0);
+        assert_eq!(d.resident_bytes(), 0);
+    }
+
+    #[test]
+    fn survivors_are_listed_and_counted_when_the_batch_applies() {
+        let d = fake_device(12, None);
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        flush();
+        let mut notes: Vec<SpillNote> = (0..3).map(|_| SpillNote::default()).collect();
+        for (id, note) in notes.iter_mut().enumerate() {
+            after_access(id as u64, note, (Some(12), Some(12)), MIB, || {
+                Arc::downgrade(&target)
+            });
+        }
+        // Without a budget the count waits in this thread's batch ...
+        assert_eq!(d.resident_bytes(), 0);
+        assert_eq!(pending(), 3);
+        flush();
+        // ... and arrives with the listing.
+        assert_eq!(d.resident_bytes(), 3 * MIB as u64);
+        assert_eq!(d.registry.statistics().resident_bytes, 3 * MIB as u64);
+        // Dropped in the order made (not the reverse): each one's Forgot is news.
+        for (id, note) in notes.iter_mut().enumerate() {
+            forget(id as u64, note);
+        }
+        flush();
+        assert_eq!(d.resident_bytes(), 0);
+        assert_eq!(d.registry.statistics().resident_bytes, 0);
+    }
+
+    #[test]
+    fn with_a_budget_the_count_is_kept_at_once() {
+        let d = fake_device(13, Some(u64::MAX));
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        flush();
+        let mut note = SpillNote::default();
+        after_access(1, &mut note, (Some(13), Some(13)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        assert_eq!(
+            d.resident_bytes(),
+            MIB as u64,
+            "counted before any batch applies"
+        );
+        forget(1, &mut note);
+        assert_eq!(d.resident_bytes(), 0);
+        // A count taken away by another thread first never reads below zero.
+        d.resident_now.fetch_sub(5, Ordering::Relaxed);
+        assert_eq!(d.resident_bytes(), 0);
+    }
+}
+
 mod cost {
     use super::super::*;
 
@@ -58,25 +174,7 @@ mod cost {
     #[test]
     #[ignore]
     fn bookkeeping_cost() {
-        let state = Arc::new(DeviceSpill {
-            device: 7,
-            registry: SpillRegistry::new(None),
-            settings: SpillSettings::default(),
-            arrays: Mutex::new(HashMap::new()),
-            stream: OnceLock::new(),
-            host: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
-            pageable: Arc::new(StatisticsAdaptor::new(Arc::new(HostResource))),
-            file: Mutex::new(None),
-            resident_now: AtomicU64::new(0),
-        });
-        let _ = ENV.set(Ok(()));
-        DEVICES
-            .write()
-            .unwrap()
-            .get_or_insert_with(HashMap::new)
-            .insert(7, state);
-        GENERATION.fetch_add(1, Ordering::AcqRel);
-        ACTIVE.store(true, Ordering::Release);
+        super::fake_device(7, None);
         let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
         let n = 1_000_000u64;
         let t = std::time::Instant::now();

@@ -39,12 +39,13 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    /// A slot of `bytes` pinned bytes from the device's pinned pool.
+    /// A slot of `bytes` from the device's pinned pool (pageable, counted, when pinning
+    /// fails: the copies stay correct at pageable speed).
     pub(super) fn new(device: &Arc<Device>, bytes: usize) -> Result<Slot> {
         Ok(Slot {
             // SAFETY: a slot's bytes are only read after a copy into them has written
             // them.
-            buf: unsafe { HostBuffer::uninit_in(bytes, crate::resource::pinned_pool(device))? },
+            buf: unsafe { crate::resource::staging_host_buffer(device, bytes)? },
             done: Event::new(device)?,
         })
     }
