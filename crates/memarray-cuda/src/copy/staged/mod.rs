@@ -119,7 +119,7 @@ pub fn to_host(
 mod tests {
     use super::job::copy_to_pinned;
     use super::pipeline::i_chunks;
-    use super::short::{MAX_SHORT_LANES, short_plan};
+    use super::short::{MAX_SHORT_LANES, share, short_plan};
     use super::*;
     use crate::error::{CudaError, SettingError};
 
@@ -178,14 +178,15 @@ mod tests {
             short_below: MAX_SHORT,
         };
         let (up, down) = (Direction::ToDevice, Direction::ToHost);
-        // Two pieces a lane where they stay >= 256 KiB (to the device) or 128 KiB (to
-        // the host), else one.
+        // To the device two pieces a lane where they stay >= 256 KiB, else one; to the
+        // host DMA pieces of half the copy, 256 KiB to 1 MiB.
         assert_eq!(short_plan(c, up, 4 << 20), (512 << 10, 8, 4));
-        assert_eq!(short_plan(c, down, 4 << 20), (512 << 10, 8, 4));
+        assert_eq!(short_plan(c, down, 4 << 20), (1 << 20, 4, 4));
         assert_eq!(short_plan(c, up, 1 << 20), (256 << 10, 4, 4));
-        assert_eq!(short_plan(c, down, 1 << 20), (128 << 10, 8, 4));
+        assert_eq!(short_plan(c, down, 1 << 20), (512 << 10, 2, 4));
         assert_eq!(short_plan(c, up, 512 << 10), (256 << 10, 2, 2));
-        assert_eq!(short_plan(c, down, 512 << 10), (128 << 10, 4, 2));
+        assert_eq!(short_plan(c, down, 512 << 10), (256 << 10, 2, 2));
+        assert_eq!(short_plan(c, down, 64 << 20), (1 << 20, 64, 4));
         assert_eq!(short_plan(c, up, 100), (4096, 1, 1));
         assert_eq!(short_plan(c, down, 100), (4096, 1, 1));
         // Lanes: one per 256 KiB up to 4, one per 2 MiB up to 8, whatever `threads` says.
@@ -211,6 +212,25 @@ mod tests {
                     "len {len}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn lanes_shares_of_a_piece_tile_it_in_cache_lines() {
+        for (n, lanes) in [
+            (1 << 20, 4),
+            (512 << 10, 3),
+            (100, 4),
+            (4096 + 7, 8),
+            (64, 8),
+        ] {
+            let mut seen = vec![0u8; n];
+            for i in 0..lanes {
+                let (start, len) = share(n, lanes, i);
+                assert!(start % 64 == 0 || len == 0, "{n} {lanes} {i}");
+                seen[start..start + len].iter_mut().for_each(|b| *b += 1);
+            }
+            assert!(seen.iter().all(|&b| b == 1), "{n} {lanes}");
         }
     }
 

@@ -31,11 +31,17 @@ pub(super) struct Short {
 /// a 128 KiB copy at 55 GB/s.
 const MIN_PIECE: usize = 256 << 10;
 
-/// Smallest piece of a short copy to the host: the caller issues every DMA at once, and
-/// the last piece's copy out of pinned memory follows the last DMA, so smaller pieces
-/// shorten that tail. 1 MiB to NumPy 10.4-13.4 -> 12.1-13.7 GB/s, 2 MiB 12.1-15.5 ->
-/// 14.1-16.4 (H100, four alternating runs of each, 2026-11-24).
-const MIN_PIECE_TO_HOST: usize = 128 << 10;
+/// A short copy to the host moves in DMA pieces of half the copy, at least this and at
+/// most [`MAX_PIECE_TO_HOST`]; every lane copies its share of each piece out of pinned
+/// memory as soon as the piece has landed. Each DMA call costs the caller 3-4 us (1 MiB
+/// in 8 pieces took 45 us against 28 in one, H200, `benches/staging_cost.rs`), and a
+/// piece read back by one thread runs at DRAM speed (1 MiB by hand, DMA then one memcpy:
+/// 102 us), so pieces are few and their host copies shared.
+const MIN_PIECE_TO_HOST: usize = 256 << 10;
+
+/// Largest DMA piece of a short copy to the host: the last piece's host copy follows its
+/// DMA, so the tail stays short.
+const MAX_PIECE_TO_HOST: usize = 1 << 20;
 
 /// Lanes of a short copy below 16 MiB: 4 led or tied at 1, 2 and 4 MiB both ways (H200
 /// sweep, 2026-11-24), and copies of 2-4 MiB on 8 lanes sometimes took 500 us (a lane
@@ -48,21 +54,32 @@ pub(super) const MAX_SHORT_LANES: usize = 8;
 
 /// Pieces of a short copy of `len` bytes going `dir`: a lane per [`MIN_PIECE`] up to
 /// [`SMALL_SHORT_LANES`], or one per 2 MiB up to [`MAX_SHORT_LANES`] (`lane_min` is the
-/// lane path's); two pieces per lane where each is at least the direction's smallest
-/// piece ([`MIN_PIECE`], [`MIN_PIECE_TO_HOST`]; the DMA of the first pieces overlaps the
-/// copy of the last), otherwise fewer. Returns (piece bytes, pieces, lanes).
+/// lane path's). To the device, two pieces per lane where each is at least [`MIN_PIECE`]
+/// (the DMA of the first pieces overlaps the copy of the last), otherwise fewer, each
+/// copied by one lane; to the host, DMA pieces of half the copy within
+/// [`MIN_PIECE_TO_HOST`] and [`MAX_PIECE_TO_HOST`], each copied out by every lane.
+/// Returns (piece bytes, pieces, lanes).
 pub(super) fn short_plan(cfg: StagingConfig, dir: Direction, len: usize) -> (usize, usize, usize) {
     let want = (len / MIN_PIECE).min(SMALL_SHORT_LANES).max(len >> 21);
     let lanes = cfg.threads.min(MAX_SHORT_LANES).min(want).max(1);
-    let min_piece = match dir {
-        Direction::ToDevice => MIN_PIECE,
-        Direction::ToHost => MIN_PIECE_TO_HOST,
-    };
-    let piece = len
-        .div_ceil(2 * lanes)
-        .max(min_piece.min(len.div_ceil(lanes)))
-        .next_multiple_of(4096);
+    let piece = match dir {
+        Direction::ToDevice => len
+            .div_ceil(2 * lanes)
+            .max(MIN_PIECE.min(len.div_ceil(lanes))),
+        Direction::ToHost => len
+            .div_ceil(2)
+            .clamp(MIN_PIECE_TO_HOST.min(len), MAX_PIECE_TO_HOST),
+    }
+    .next_multiple_of(4096);
     (piece, len.div_ceil(piece).max(1), lanes)
+}
+
+/// Lane `i`'s share of `n` bytes split `lanes` ways: (start, length), whole cache lines
+/// but the last (shares past the end are empty).
+pub(super) fn share(n: usize, lanes: usize, i: usize) -> (usize, usize) {
+    let each = n.div_ceil(lanes).next_multiple_of(64);
+    let start = (each * i).min(n);
+    (start, each.min(n - start))
 }
 
 /// The short path (see [`StagingConfig::short_below`]): piece `k` belongs to lane
@@ -109,17 +126,23 @@ pub(super) fn run_short(
     while dir == Direction::ToHost && sh.landed.len() < pieces {
         sh.landed.push(Event::new(device)?);
     }
-    let flags = || (0..pieces).map(|_| AtomicBool::new(false)).collect();
+    let flags = |n: usize| (0..n).map(|_| AtomicBool::new(false)).collect();
+    // To the host every lane copies its share of every piece: a unit per (piece, lane).
+    let units = match dir {
+        Direction::ToDevice => pieces,
+        Direction::ToHost => pieces * lanes,
+    };
     let work = ShortJob {
         buf: sh.bufs[b].buf.as_mut_ptr() as usize,
         piece,
         pieces,
         lanes,
+        units,
         len,
         dir,
         host: t.host,
-        claimed: flags(),
-        ready: flags(),
+        claimed: flags(units),
+        ready: flags(pieces),
         landed: &sh.landed,
         copied: AtomicUsize::new(0),
         failed: AtomicBool::new(false),
@@ -149,17 +172,19 @@ struct ShortJob<'a> {
     piece: usize,
     pieces: usize,
     lanes: usize,
+    /// Host copies: one per piece to the device, one per (piece, lane) to the host.
+    units: usize,
     len: usize,
     dir: Direction,
     host: HostSide<'a>,
-    /// The piece's host copy has an owner.
+    /// The unit's host copy has an owner.
     claimed: Vec<AtomicBool>,
-    /// To the device: the piece is in the buffer. To the host: its DMA and the event
-    /// after it (`landed`) are queued.
+    /// To the device: the piece is in the buffer. To the host: it has landed (the caller
+    /// waited for its event and says so).
     ready: Vec<AtomicBool>,
     /// To the host: one event per piece, recorded after its DMA.
     landed: &'a [Event],
-    /// Pieces copied on the host.
+    /// Units copied on the host.
     copied: AtomicUsize,
     /// A lane or the caller failed: everyone stops waiting.
     failed: AtomicBool,
@@ -171,8 +196,39 @@ impl ShortJob<'_> {
         (off, self.piece.min(self.len - off))
     }
 
+    /// Unit `u` of a copy to the host: lane `u % lanes`'s share of piece `u / lanes` (empty
+    /// where the last piece is short).
+    fn unit_span(&self, u: usize) -> (usize, usize) {
+        let (off, n) = self.span(u / self.lanes);
+        let (start, len) = share(n, self.lanes, u % self.lanes);
+        (off + start, len)
+    }
+
     fn claim(&self, k: usize) -> bool {
         !self.claimed[k].swap(true, Ordering::AcqRel)
+    }
+
+    /// Copies unit `u` (claimed by this thread, its piece landed) out of the pinned
+    /// buffer into the caller's memory, and counts it.
+    fn copy_out(&self, u: usize) -> Result<()> {
+        let (off, n) = self.unit_span(u);
+        let HostSide::Memory(host) = self.host else {
+            return Err(CudaError::InvalidArgument {
+                what: "staged copy",
+                detail: "a download needs a host destination".into(),
+            });
+        };
+        // SAFETY: the unit lies in the pinned buffer (at least `len` bytes) and in the
+        // caller's destination (units tile [0, len)), which is borrowed exclusively for
+        // the whole copy; its piece's DMA has landed and the unit is this thread's alone.
+        // (Streamed stores into the caller's memory lost here and on the lane path: 4 MiB
+        // 14.5-16.0 against 16.3-19.0 GB/s, 1 GiB 27.8-33.1 against 38.9-41.9; H100,
+        // 2026-11-24.)
+        unsafe {
+            std::ptr::copy_nonoverlapping((self.buf + off) as *const u8, (host + off) as *mut u8, n)
+        };
+        self.copied.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Copies piece `k` (claimed by this thread) between the user's memory and the pinned
@@ -190,39 +246,28 @@ impl ShortJob<'_> {
             (Direction::ToDevice, HostSide::Memory(host)) => unsafe {
                 copy_to_pinned(pinned.as_mut_ptr(), (host + off) as *const u8, n)
             },
-            // SAFETY: as above; the caller's destination is borrowed exclusively.
-            // (Streamed stores into the caller's memory lost here and on the lane path:
-            // 4 MiB 14.5-16.0 against 16.3-19.0 GB/s, 1 GiB 27.8-33.1 against 38.9-41.9;
-            // H100, 2026-11-24.)
-            (Direction::ToHost, HostSide::Memory(host)) => unsafe {
-                std::ptr::copy_nonoverlapping(pinned.as_ptr(), (host + off) as *mut u8, n)
-            },
-            (Direction::ToHost, HostSide::Fill(_)) => {
-                return Err(CudaError::InvalidArgument {
-                    what: "staged copy",
-                    detail: "a download needs a host destination".into(),
-                });
-            }
+            (Direction::ToHost, _) => return self.copy_out(k),
         }
-        match self.dir {
-            Direction::ToDevice => self.ready[k].store(true, Ordering::Release),
-            Direction::ToHost => {
-                self.copied.fetch_add(1, Ordering::AcqRel);
-            }
-        }
+        self.ready[k].store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Lane `i` (not the caller): its own pieces, in order (to the host, once landed).
+    /// Lane `i` (not the caller): to the device its own pieces, in order; to the host its
+    /// share of every piece, each once the caller says it landed.
     fn lane(&self, i: usize) -> Result<()> {
-        for k in (i..self.pieces).step_by(self.lanes) {
-            if self.dir == Direction::ToHost {
+        if self.dir == Direction::ToHost {
+            for k in 0..self.pieces {
                 if !self.wait(|| self.ready[k].load(Ordering::Acquire)) {
                     return Ok(()); // the caller failed and says so
                 }
-                // Each lane waits for its own piece's DMA: nobody relays it.
-                self.landed[k].synchronize()?;
+                let u = k * self.lanes + i;
+                if self.claim(u) {
+                    self.copy_out(u)?;
+                }
             }
+            return Ok(());
+        }
+        for k in (i..self.pieces).step_by(self.lanes) {
             if self.claim(k) {
                 self.copy(k)?;
             }
@@ -281,8 +326,8 @@ impl ShortJob<'_> {
     }
 
     /// The caller, to the host: issues every piece's DMA on `stream` with an event after
-    /// each (a lane starts waiting for its piece as soon as it is queued), then copies
-    /// its own pieces and any no lane has claimed.
+    /// each, then waits for the pieces in order, telling the lanes as each lands, and
+    /// copies its own share of each; last, any share no lane has claimed.
     fn drain_downloads(&self, dev: u64, stream: StreamRef) -> Result<()> {
         for (k, event) in self.landed.iter().enumerate().take(self.pieces) {
             let (off, n) = self.span(k);
@@ -297,20 +342,24 @@ impl ShortJob<'_> {
                 )?;
             }
             event.record(stream)?;
-            self.ready[k].store(true, Ordering::Release);
         }
-        // Its own pieces, then those of lanes that have not started yet.
-        let mine = (0..self.pieces).step_by(self.lanes);
-        for k in mine.chain(0..self.pieces) {
-            if !self.claimed[k].load(Ordering::Acquire) {
-                self.landed[k].synchronize()?;
-                if self.claim(k) {
-                    self.copy(k)?;
-                }
+        // One thread waits on the driver; the lanes watch a flag.
+        for k in 0..self.pieces {
+            self.landed[k].synchronize()?;
+            self.ready[k].store(true, Ordering::Release);
+            let u = k * self.lanes;
+            if self.claim(u) {
+                self.copy_out(u)?;
+            }
+        }
+        // Shares of lanes that have not started yet.
+        for u in 0..self.units {
+            if self.claim(u) {
+                self.copy_out(u)?;
             }
         }
         // Until every lane is done (a lane that failed returns its error).
-        self.wait(|| self.copied.load(Ordering::Acquire) == self.pieces);
+        self.wait(|| self.copied.load(Ordering::Acquire) == self.units);
         Ok(())
     }
 }
