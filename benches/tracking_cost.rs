@@ -47,8 +47,8 @@ fn main() {
         );
     };
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: RDTSC has no preconditions; every x86-64 CPU has it.
     clock("rdtsc", &|| {
+        // SAFETY: RDTSC has no preconditions; every x86-64 CPU has it.
         std::hint::black_box(unsafe { std::arch::x86_64::_rdtsc() });
     });
     clock("Instant::now", &|| {

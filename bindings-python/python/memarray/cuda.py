@@ -1,6 +1,6 @@
 """CUDA helpers: availability, devices, streams and events, and CUDA Array Interface
 import. Every function raises ``memarray.CudaUnavailableError`` without a driver or
-device, except ``is_available`` and ``unavailable_reason``."""
+device, except ``is_available``, ``unavailable_reason`` and ``pinned_fallbacks``."""
 
 from __future__ import annotations
 
