@@ -63,6 +63,11 @@ pub(crate) struct SpillNote {
     /// They were added to the count at once (the device has a budget), not through this
     /// thread's batch: they are taken away the same way.
     pub(crate) at_once: bool,
+    /// The epoch of the device state that listed the array ([`DeviceSpill::epoch`]).
+    pub(crate) epoch: u64,
+    /// [`GENERATION`] when the note was last checked against its device's state: while
+    /// unchanged, no `enable` or `disable` happened since, and the note needs no lookup.
+    pub(crate) generation: u64,
 }
 
 /// Counters of one device's spilling.
@@ -81,6 +86,10 @@ pub struct DeviceSpillStatistics {
 /// spills copy on and the memory host copies come from.
 pub(crate) struct DeviceSpill {
     device: u32,
+    /// Which listing this is: new at each `enable` that finds spilling off on the device,
+    /// kept when `enable` replaces settings (the arrays are adopted). A note from another
+    /// epoch belongs to a registry that is gone.
+    epoch: u64,
     settings: SpillSettings,
     registry: SpillRegistry,
     arrays: Mutex<HashMap<u64, Weak<dyn SpillTarget>>>,
@@ -102,6 +111,8 @@ pub(crate) struct DeviceSpill {
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Bumped by every `enable` / `disable`: threads' cached device lookups go stale.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Numbers the device states' epochs.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 static DEVICES: RwLock<Option<HashMap<u32, Arc<DeviceSpill>>>> = RwLock::new(None);
 static ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
@@ -370,8 +381,12 @@ pub fn enable(device: u32, settings: SpillSettings) -> Result<()> {
         }));
     }
     let pinned = crate::resource::pinned_pool(&dev);
+    // Replacing settings keeps the epoch (the arrays are adopted below).
+    let epoch = device_spill(device)
+        .map_or_else(|| NEXT_EPOCH.fetch_add(1, Ordering::Relaxed), |d| d.epoch);
     let state = Arc::new(DeviceSpill {
         device,
+        epoch,
         registry: SpillRegistry::new(settings.device_budget),
         settings,
         arrays: Mutex::new(HashMap::new()),
@@ -505,6 +520,7 @@ pub(crate) fn after_access(
     if note.registered.is_none() && !active() {
         return;
     }
+    revalidate(note);
     let (resident, listed_on) = place;
     if let Some(old) = note.registered
         && Some(old) != listed_on
@@ -528,15 +544,16 @@ pub(crate) fn after_access(
     } else {
         0
     };
-    let Some(has_budget) = with_device(device, |d| {
+    let Some((has_budget, epoch)) = with_device(device, |d| {
         let budget = d.settings.device_budget.is_some();
         if budget && change != 0 {
             d.resident_now.fetch_add(change, Ordering::Relaxed);
         }
-        budget
+        (budget, d.epoch)
     }) else {
         return;
     };
+    note.epoch = epoch;
     if resident.is_none() {
         // Spilled: it left the resident count when it spilled.
         note.registered = Some(device);
@@ -569,6 +586,7 @@ pub(crate) fn after_access(
 
 /// Takes a dropped (or handed out) array out of the registry that lists it.
 pub(crate) fn forget(id: u64, note: &mut SpillNote) {
+    revalidate(note);
     if let Some(device) = note.registered.take() {
         let counted = std::mem::take(&mut note.counted) as i64;
         // Taken away as it was added: at once, or through this thread's batch.
@@ -586,14 +604,39 @@ pub(crate) fn forget(id: u64, note: &mut SpillNote) {
     }
 }
 
+/// Forgets what `note` says of a device state that is gone (spilling was disabled there,
+/// and maybe enabled again: a new registry that never listed the array, a count that
+/// never held its bytes), so the array is listed afresh at its next use. One atomic load
+/// while no `enable` or `disable` happened since the note was last checked.
+fn revalidate(note: &mut SpillNote) {
+    let generation = GENERATION.load(Ordering::Acquire);
+    if note.generation == generation {
+        return;
+    }
+    note.generation = generation;
+    let Some(device) = note.registered else {
+        return;
+    };
+    if with_device(device, |d| d.epoch) != Some(note.epoch) {
+        note.registered = None;
+        note.counted = 0;
+        note.at_once = false;
+    }
+}
+
 /// An array spilled `bytes` from `device`: it no longer counts as resident, and the
 /// event is logged.
 pub(crate) fn left_device(note: &mut SpillNote, device: u32, bytes: usize) {
     memarray_core::resource::events::note_event("spill", device, bytes);
+    revalidate(note);
     let counted = std::mem::take(&mut note.counted) as i64;
-    with_device(device, |d| {
-        d.resident_now.fetch_sub(counted, Ordering::Relaxed)
-    });
+    if let Some(epoch) = with_device(device, |d| {
+        d.resident_now.fetch_sub(counted, Ordering::Relaxed);
+        d.epoch
+    }) {
+        // The spilled array is this state's now (the caller marks it registered).
+        note.epoch = epoch;
+    }
 }
 
 impl DeviceSpill {

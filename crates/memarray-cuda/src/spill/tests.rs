@@ -43,6 +43,7 @@ fn fake_device(id: u32, budget: Option<u64>) -> std::sync::Arc<super::DeviceSpil
     use super::*;
     let state = Arc::new(DeviceSpill {
         device: id,
+        epoch: NEXT_EPOCH.fetch_add(1, Ordering::Relaxed),
         registry: SpillRegistry::new(budget),
         settings: SpillSettings {
             device_budget: budget,
@@ -130,6 +131,37 @@ mod batches {
         flush();
         assert_eq!(d.resident_bytes(), 0);
         assert_eq!(d.registry.statistics().resident_bytes, 0);
+    }
+
+    #[test]
+    fn arrays_listed_before_a_disable_are_listed_again_after_an_enable() {
+        let first = fake_device(15, Some(u64::MAX));
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        flush();
+        let mut note = SpillNote::default();
+        let place = (Some(15), Some(15));
+        after_access(1, &mut note, place, MIB, || Arc::downgrade(&target));
+        flush();
+        assert_eq!(first.registry.statistics().resident_bytes, MIB as u64);
+        // Spilling off on the device, then on again: a registry that never saw the array.
+        DEVICES.write().unwrap().as_mut().unwrap().remove(&15);
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        let second = fake_device(15, Some(u64::MAX));
+        // A plain use lists it in the new registry and counts it once.
+        after_access(1, &mut note, place, MIB, || Arc::downgrade(&target));
+        flush();
+        assert_eq!(second.registry.statistics().resident_bytes, MIB as u64);
+        assert_eq!(second.resident_bytes(), MIB as u64);
+        // Dropped: out of the new registry and count, nothing taken from the old one's.
+        forget(1, &mut note);
+        flush();
+        assert_eq!(second.registry.statistics().resident_bytes, 0);
+        assert_eq!(second.resident_bytes(), 0);
+        assert_eq!(
+            first.resident_bytes(),
+            MIB as u64,
+            "the old state is left alone"
+        );
     }
 
     #[test]
