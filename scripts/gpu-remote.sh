@@ -253,7 +253,12 @@ while [ $# -gt 0 ]; do
       [ "${PIPESTATUS[0]}" = 0 ] || echo "!! overhead targets missed"
       python3 benches/cuda_core_alloc.py --json "$OUT/cuda_core_alloc.json" 2>&1 \
         | tee "$OUT/cuda_core_alloc.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || echo "!! cuda.core target missed" ;;
+      [ "${PIPESTATUS[0]}" = 0 ] || echo "!! cuda.core target missed"
+      # The pinned pool against torch, CuPy, cuda.core and RMM (65,536 free blocks), and
+      # what small copies cost the calling thread.
+      python3 benches/pinned_pool.py --json "$OUT/pinned_pool.json" 2>&1 | tee "$OUT/pinned_pool.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || echo "!! pinned pool targets missed"
+      gpu-run/bench/memarray-cuda__small_copy 2>&1 | tee "$OUT/small_copy.log" ;;
     spill-tests)
       log="$LOGS/gpu_spill.log"
       gpu-run/bin/memarray-cuda__gpu_spill --test-threads=1 >"$log" 2>&1 || fail gpu_spill
