@@ -1,12 +1,13 @@
 //! What a small host-device copy costs the calling thread, without Python: per call, the
 //! median of 9 loops of 500 calls. Uploads are not waited for one by one (one sync ends a
 //! loop, as a caller that moves many small arrays sees them); downloads wait for each
-//! copy, as `to_numpy()` must. Per size (4, 16, 64 KiB):
+//! copy, as `to_numpy()` must. Per size (4, 16, 64, 256 KiB):
 //!
 //! - H2D: the driver's copy of pageable memory; the driver's copy of pinned memory; that
 //!   plus an event recorded after it; a memcpy into a pinned ring slot, the pinned copy
 //!   and an event (what an engine that stages small copies itself pays).
-//! - D2H: the driver's copy into pageable memory, waited for; the copy into pinned memory,
+//! - D2H: the driver's copy into pageable memory, waited for; the staged short path
+//!   (what a download above the direct threshold takes); the copy into pinned memory,
 //!   waited for, then a memcpy out.
 //! - The stream's and the event's own costs: a sync with nothing queued, an event record.
 //!
@@ -17,7 +18,7 @@
 use std::time::Instant;
 
 use memarray_core::HostBuffer;
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy::{direct, staged};
 use memarray_cuda::{Device, DeviceBuffer, Event, Stream, resource};
 
 const CALLS: usize = 500;
@@ -61,7 +62,7 @@ fn main() -> memarray_cuda::Result<()> {
         "event record                     {:6.2} us",
         per_call_us(|_| event.record(s).unwrap(), sync)
     );
-    for n in [4usize << 10, 16 << 10, 64 << 10] {
+    for n in [4usize << 10, 16 << 10, 64 << 10, 256 << 10] {
         let kib = n >> 10;
         let pool = resource::default_resource(&device)?;
         let d = DeviceBuffer::zeroed(&device, n, pool, s)?;
@@ -123,6 +124,10 @@ fn main() -> memarray_cuda::Result<()> {
                 |_| direct::copy_dtoh(&mut pageable, &d, 0, s).unwrap(),
                 || {},
             ),
+        );
+        row(
+            "D2H staged (short path), waited",
+            per_call_us(|_| staged::to_host(&mut pageable, &d, 0, s).unwrap(), || {}),
         );
         row(
             "D2H pinned, waited, memcpy out",

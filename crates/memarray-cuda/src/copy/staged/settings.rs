@@ -45,11 +45,12 @@ pub enum Direction {
 }
 
 impl StagingConfig {
-    /// The measured default for `dir` (H100 hosts, 16 cores, 2026-11-24; docs/benchmarks.md,
-    /// "Pageable transfers, round four"). Staged from 64 KiB to the device and 256 KiB to
-    /// the host (`benches/staging_small.py`: `asarray` of 64 KiB 13.6-16.4 us a call
-    /// against 18.7-21.4 direct, `to_numpy(out=)` of 256 KiB 35.0-39.6 against 45.1-45.8;
-    /// at 4 KiB the driver's copy was cheaper both ways, and to the host at 64 KiB); at
+    /// The measured default for `dir` (H100 hosts, 16 cores, 2026-11-24 and 2026-11-26;
+    /// docs/benchmarks.md, "Pageable transfers, round four" and "Throughput, round four").
+    /// Staged from 64 KiB both ways (`benches/staging_small.py`: `asarray` of 64 KiB
+    /// 13.6-16.4 us a call against 18.7-21.4 direct; `to_numpy(out=)` of 64 KiB 20.4 / 20.3
+    /// against 21.2 / 21.8 direct since downloads move in few DMA pieces, of 256 KiB 40.7 /
+    /// 41.1 against 50.5 / 51.8; at 4 KiB the driver's copy is cheaper both ways); at
     /// 1 MiB the short path ran at 16.6 GB/s to the device and 13.0 to the host against
     /// the driver's 9.9 and 7.1 (`benches/staging_sweep.py --quick`). To the device: the short path below
     /// 32 MiB (streamed stores: 26.9 GB/s at 4 MiB against 15.5 before,
@@ -74,7 +75,7 @@ impl StagingConfig {
             Direction::ToHost => StagingConfig {
                 threads: lanes,
                 chunk_bytes: 1 << 20,
-                direct_below: 256 << 10,
+                direct_below: 64 << 10,
                 lane_min: 256 << 10,
                 short_below: 128 << 20,
             },
