@@ -231,22 +231,21 @@ impl ShortJob<'_> {
         Ok(())
     }
 
-    /// Copies piece `k` (claimed by this thread) between the user's memory and the pinned
-    /// buffer, then marks it: ready to the device, or counted to the host.
-    fn copy(&self, k: usize) -> Result<()> {
+    /// Copies piece `k` of an upload (claimed by this thread) from the user's memory into
+    /// the pinned buffer, then marks it ready for its DMA.
+    fn copy_in(&self, k: usize) -> Result<()> {
+        debug_assert_eq!(self.dir, Direction::ToDevice, "downloads copy out by unit");
         let (off, n) = self.span(k);
         // SAFETY: the buffer holds at least `len` bytes; piece `k` is claimed by this
-        // thread alone, and no DMA touches it now (to the device: its DMA is issued only
-        // after `ready`; to the host: its DMA has landed).
+        // thread alone, and no DMA touches it now (its DMA is issued only after `ready`).
         let pinned = unsafe { std::slice::from_raw_parts_mut((self.buf + off) as *mut u8, n) };
-        match (self.dir, self.host) {
-            (Direction::ToDevice, HostSide::Fill(fill)) => fill(off, pinned)?,
+        match self.host {
+            HostSide::Fill(fill) => fill(off, pinned)?,
             // SAFETY: `host + off .. + n` lies in the caller's memory (pieces tile
             // [0, len)), borrowed for the whole copy.
-            (Direction::ToDevice, HostSide::Memory(host)) => unsafe {
+            HostSide::Memory(host) => unsafe {
                 copy_to_pinned(pinned.as_mut_ptr(), (host + off) as *const u8, n)
             },
-            (Direction::ToHost, _) => return self.copy_out(k),
         }
         self.ready[k].store(true, Ordering::Release);
         Ok(())
@@ -269,7 +268,7 @@ impl ShortJob<'_> {
         }
         for k in (i..self.pieces).step_by(self.lanes) {
             if self.claim(k) {
-                self.copy(k)?;
+                self.copy_in(k)?;
             }
         }
         Ok(())
@@ -300,10 +299,10 @@ impl ShortJob<'_> {
             while mine.next_if(|&m| m <= k).is_some() {}
             while !self.ready[k].load(Ordering::Acquire) {
                 if self.claim(k) {
-                    self.copy(k)?;
+                    self.copy_in(k)?;
                 } else if let Some(m) = mine.next() {
                     if self.claim(m) {
-                        self.copy(m)?;
+                        self.copy_in(m)?;
                     }
                 } else if !self.wait(|| self.ready[k].load(Ordering::Acquire)) {
                     return Ok(()); // a lane failed: its error is the copy's
