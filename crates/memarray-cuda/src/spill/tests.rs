@@ -68,8 +68,10 @@ fn fake_device(id: u32, budget: Option<u64>) -> std::sync::Arc<super::DeviceSpil
 }
 
 mod batches {
+    use super::super::batch::PENDING;
     use super::super::*;
     use super::fake_device;
+    use memarray_core::spill::SpillOutcome;
 
     struct Dummy;
     impl SpillTarget for Dummy {
@@ -188,6 +190,7 @@ mod batches {
 
 mod cost {
     use super::super::*;
+    use memarray_core::spill::SpillOutcome;
 
     struct Dummy;
     impl SpillTarget for [u8; 256] {
