@@ -57,12 +57,12 @@ impl Drop for Batch {
 /// Records `e` (and `delta` resident bytes of its device, for a device without a budget)
 /// in this thread's batch, applying the batch when it is full.
 pub(super) fn push(e: Event, delta: i64) {
+    let device = e.device();
     let mut e = Some(e);
     let full = PENDING
         .try_with(|p| {
             let mut p = p.borrow_mut();
             if delta != 0 {
-                let device = e.as_ref().map_or(0, Event::device);
                 match p.deltas.iter_mut().find(|(d, _)| *d == device) {
                     Some((_, total)) => *total += delta,
                     None => p.deltas.push((device, delta)),
@@ -99,20 +99,29 @@ pub(super) fn push(e: Event, delta: i64) {
         let deltas = if delta == 0 {
             Vec::new()
         } else {
-            vec![(e.device(), delta)]
+            vec![(device, delta)]
         };
         apply(vec![e], deltas);
     }
 }
 
 impl Event {
-    fn device(&self) -> u32 {
+    /// The device whose registry the event is for, and the array it is about.
+    fn target(&self) -> (u32, u64) {
         match self {
-            Event::Listed(d, ..)
-            | Event::Touched(d, _)
-            | Event::Restored(d, ..)
-            | Event::Forgot(d, _) => *d,
+            Event::Listed(d, id, ..)
+            | Event::Touched(d, id)
+            | Event::Restored(d, id, ..)
+            | Event::Forgot(d, id) => (*d, *id),
         }
+    }
+
+    fn device(&self) -> u32 {
+        self.target().0
+    }
+
+    fn id(&self) -> u64 {
+        self.target().1
     }
 }
 
@@ -135,12 +144,6 @@ fn apply(events: Vec<Event>, deltas: Vec<(u32, i64)>) {
     if events.is_empty() {
         return;
     }
-    let id_of = |e: &Event| match e {
-        Event::Listed(_, id, ..)
-        | Event::Touched(_, id)
-        | Event::Restored(_, id, ..)
-        | Event::Forgot(_, id) => *id,
-    };
     // Arrays listed and forgotten within the batch never reach the registry. (A batch
     // holds at most BATCH events: sorted arrays on the stack beat hashing here.)
     let mut gone = [0u64; BATCH];
@@ -169,8 +172,7 @@ fn apply(events: Vec<Event>, deltas: Vec<(u32, i64)>) {
     let born_here = &mut born[..n_born];
     born_here.sort_unstable();
     for e in events {
-        let id = id_of(&e);
-        if born_here.binary_search(&id).is_ok() {
+        if born_here.binary_search(&e.id()).is_ok() {
             continue;
         }
         match e {

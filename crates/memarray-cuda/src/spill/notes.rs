@@ -22,7 +22,7 @@ pub(crate) struct SpillNote {
     /// They were added to the count at once (the device has a budget), not through this
     /// thread's batch: they are taken away the same way.
     pub(crate) at_once: bool,
-    /// The epoch of the device state that listed the array ([`DeviceSpill::epoch`](super::DeviceSpill)).
+    /// The epoch of the device state that listed the array (`DeviceSpill::epoch`).
     pub(crate) epoch: u64,
     /// [`GENERATION`] when the note was last checked against its device's state: while
     /// unchanged, no `enable` or `disable` happened since, and the note needs no lookup.
