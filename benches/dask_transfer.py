@@ -6,7 +6,8 @@ In one process: ``dask.sizeof``, ``dask.base.tokenize`` (warm: after a first cal
 ``"dask"`` and ``"cuda"`` serializer families (serialise + deserialise, one call each as
 Dask makes them), generic pickle (protocol 5 with out-of-band buffers). Then a cluster of
 two worker processes over ``--protocol`` (``ucxx``: distributed-ucxx): the array made on one
-worker and used on the other (median of 5). With ``--gpus 2`` (the default where two GPUs
+worker and used on the other (median of ``--reps``, memarray and CuPy taking turns in one
+cluster). With ``--gpus 2`` (the default where two GPUs
 are visible) each worker has a GPU of its own (``CUDA_VISIBLE_DEVICES`` rotated, as
 dask-cuda does), ``--gpus 1`` both share GPU 0, ``--gpus 0`` both see every GPU (a plain
 LocalCluster's placement: each library picks its own device). Prints SKIPPED without a
@@ -45,7 +46,12 @@ def make(lib: str, n: int) -> Any:
     return cupy.full((n,), 1.5, cupy.float32)
 
 
-def worker_to_worker(lib: str, n: int, protocol: str, gpus: int) -> tuple[float, float]:
+def worker_to_worker(
+    libs: list[str], n: int, protocol: str, gpus: int, reps: int
+) -> dict[str, tuple[float, float]]:
+    """Per library: median seconds of `reps` hand-offs (the array made on one worker, used
+    on the other) and of the receiver's own record of each fetch. The libraries take
+    turns round by round in one cluster, after a first round that is not counted."""
     from distributed import Client, Nanny, Scheduler, SpecCluster, wait
 
     def env(i: int) -> dict[str, str]:
@@ -61,24 +67,42 @@ def worker_to_worker(lib: str, n: int, protocol: str, gpus: int) -> tuple[float,
         Client(cluster) as client,
     ):
         a, b = list(client.scheduler_info()["workers"])
-        runs = []
-        for i in range(6):
-            f = client.submit(make, lib, n, workers=[a], pure=False)
-            wait(f)
-            t0 = time.perf_counter()
-            g = client.submit(lambda x: x.nbytes, f, workers=[b], pure=False)
-            g.result()
-            if i:
-                runs.append(time.perf_counter() - t0)
-            del f, g
+        runs: dict[str, list[float]] = {lib: [] for lib in libs}
+        order: list[str] = []
+        for i in range(reps + 1):
+            for lib in libs:
+                f = client.submit(make, lib, n, workers=[a], pure=False)
+                wait(f)
+                t0 = time.perf_counter()
+                g = client.submit(lambda x: x.nbytes, f, workers=[b], pure=False)
+                g.result()
+                order.append(lib)
+                if i:
+                    runs[lib].append(time.perf_counter() - t0)
+                del f, g
         # The receiving worker's own record of each fetch (the comm's read and the
-        # deserialisation, without the scheduler's round trips).
+        # deserialisation, without the scheduler's round trips), in hand-off order.
         log = client.run(
             lambda dask_worker: [t["duration"] for t in dask_worker.transfer_incoming_log],
             workers=[b],
         )[b]
-        fetch = statistics.median(log[1:]) if len(log) > 1 else float("nan")
-        return statistics.median(runs), fetch
+        if len(log) != len(order):
+            print(
+                f"the receiver logged {len(log)} fetches for {len(order)} hand-offs: no fetch times"
+            )
+            log = []
+        out = {}
+        for lib in libs:
+            fetches = [
+                d
+                for k, (d, who) in enumerate(zip(log, order, strict=False))
+                if who == lib and k >= len(libs)
+            ]
+            out[lib] = (
+                statistics.median(runs[lib]),
+                statistics.median(fetches) if fetches else float("nan"),
+            )
+        return out
 
 
 def main() -> int:
@@ -86,6 +110,7 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--protocol", default="tcp", choices=["tcp", "ucxx"])
     ap.add_argument("--gpus", type=int, default=None, help="GPUs the two workers use (1 or 2)")
+    ap.add_argument("--reps", type=int, default=9, help="hand-offs per library, worker to worker")
     ap.add_argument("--json")
     args = ap.parse_args()
     try:
@@ -123,11 +148,14 @@ def main() -> int:
             return pickle.loads(data, buffers=bufs)
 
         r["pickle_ms"] = timed(pickled) * 1e3
-        total, fetch = worker_to_worker(lib, n, args.protocol, gpus)
-        r["worker_to_worker_ms"], r["fetch_ms"] = total * 1e3, fetch * 1e3
         del x
+    for lib, (total, fetch) in worker_to_worker(
+        list(res), n, args.protocol, gpus, args.reps
+    ).items():
+        res[lib]["worker_to_worker_ms"], res[lib]["fetch_ms"] = total * 1e3, fetch * 1e3
     print(
-        f"{args.mib} MiB float32 on the device; medians of 5 (ms, sizeof in bytes); "
+        f"{args.mib} MiB float32 on the device; medians of 5 in one process, of {args.reps} "
+        "worker to worker (the libraries taking turns; ms, sizeof in bytes); "
         f"workers over {args.protocol} on {gpus or 'every'} GPU(s)"
     )
     keys = list(res["memarray"])

@@ -1,9 +1,10 @@
 """Ray figures: arrays actor to actor, memarray against torch (and NumPy on the host) in the
 same run.
 
-    python3 benches/ray_transfer.py [--mib 256] [--small 1000] [--reps 5] [--json out.json]
+    python3 benches/ray_transfer.py [--mib 256] [--small 1000] [--reps 9] [--json out.json]
 
-Each row is the median of ``--reps`` hand-offs after one warm-up: the driver asks the
+Each row is the median of ``--reps`` hand-offs after one warm-up (rows of one group taking
+turns): the driver asks the
 sending actor for its array (made once and kept, so no row times an allocation) and passes
 the reference to the receiving actor, which waits for the data and returns its size; the
 driver times ``ray.get`` of that. Rows:
@@ -13,8 +14,10 @@ driver times ``ray.get`` of that. Rows:
 - device, one GPU (two actors with half a GPU each): the ``"memarray"`` transport (CUDA
   IPC), a MemArray as a Ray object, torch through Ray's ``cuda_ipc`` transport and as a Ray
   object; ``--small`` device arrays of 4 KiB in one object by both transports;
-- device, two GPUs (one actor on each): the ``"memarray"`` transport (actors see every GPU
-  and pick theirs) against torch through Ray's ``nccl`` transport.
+- device, two GPUs (one actor on each), one ``--mib`` array and ``--small`` arrays of 4 KiB:
+  the ``"memarray"`` transport (actors see every GPU and pick theirs) against
+  ``"memarray_nccl"``, then ``"memarray_nccl"`` against torch through Ray's ``nccl``
+  transport (actors see one GPU each), each pair alternating round by round.
 
 A row whose library or devices are missing prints SKIPPED with the reason.
 """
@@ -79,6 +82,9 @@ class Sender:
         self.held[kind] = arrays[0] if count == 1 else arrays
         return count
 
+    def stats(self) -> dict[str, float]:
+        return mray.statistics()
+
     def give(self, kind: str) -> Any:
         """The held arrays (called with ``.options(tensor_transport=...)`` or plain)."""
         return self.held[kind]
@@ -118,26 +124,130 @@ class Receiver:
 def hand_off(sender: Any, receiver: Any, kind: str, transport: str | None, reps: int) -> float:
     """Median milliseconds of `reps` hand-offs (after one warm-up); `transport` None: as a
     Ray object."""
-    give = sender.give if transport is None else sender.give.options(tensor_transport=transport)
+    return alternate({"x": (sender, receiver, kind, transport)}, reps)["x"]
 
-    def once() -> int:
+
+def costs(s: Any, r: Any) -> tuple[dict[str, float], dict[str, float]]:
+    return ray.get(s.stats.remote()), ray.get(r.stats.remote())
+
+
+def explain(label: str, before: Any, after: Any) -> None:
+    """Per object, from memarray.ray.statistics() on both sides between `before` and
+    `after`: what the sender's description (packing included) and the receiver's part
+    took, by way."""
+    ds = {k: after[0][k] - before[0][k] for k in after[0]}
+    dr = {k: after[1][k] - before[1][k] for k in after[1]}
+    out = []
+    if ds["sent_objects"]:
+        out.append(f"sender describes {ds['describe_s'] / ds['sent_objects'] * 1e3:.3f} ms")
+    if ds["packed_objects"]:
+        out.append(f"of which packing {ds['pack_s'] / ds['packed_objects'] * 1e3:.3f} ms")
+    for way, secs in (
+        ("ipc", ("ipc_open_s", "ipc_copy_s")),
+        ("nccl", ("nccl_s",)),
+        ("store", ("store_s",)),
+    ):
+        n = dr[f"{way}_objects"]
+        if n:
+            each = " + ".join(f"{dr[k] / n * 1e3:.3f}" for k in secs)
+            out.append(f"receiver by {way} {each} ms")
+    received = dr["ipc_objects"] + dr["nccl_objects"]
+    if dr["unpack_s"] and received:
+        out.append(f"unpacking {dr['unpack_s'] / received * 1e3:.3f} ms")
+    print(f"  {label}, per object: {'; '.join(out)}")
+
+
+def alternate(cases: dict[str, tuple[Any, Any, str, str | None]], reps: int) -> dict[str, float]:
+    """Median milliseconds per case of `reps` rounds, each round one hand-off of every case
+    in turn (so drift in the machine touches every case alike), after one warm-up each.
+    A case is (sender, receiver, kind, transport); transport None: as a Ray object."""
+
+    def once(sender: Any, receiver: Any, kind: str, transport: str | None) -> int:
+        give = sender.give if transport is None else sender.give.options(tensor_transport=transport)
         return ray.get(receiver.consume.remote(give.remote(kind)))
 
-    expected = once()
-    runs = []
+    expected = {name: once(*case) for name, case in cases.items()}
+    runs: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        got = once()
-        runs.append(time.perf_counter() - t0)
-        assert got == expected
-    return statistics.median(runs) * 1e3
+        for name, case in cases.items():
+            t0 = time.perf_counter()
+            got = once(*case)
+            runs[name].append(time.perf_counter() - t0)
+            assert got == expected[name], (name, got, expected[name])
+    return {name: statistics.median(r) * 1e3 for name, r in runs.items()}
+
+
+def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: Any) -> None:
+    """One actor on each GPU. First a pair that sees both GPUs (IPC needs that): memarray's
+    IPC and NCCL transports, alternating; then a pair as Ray places them by default (one
+    visible GPU each, what torch's ``nccl`` transport expects): memarray's NCCL transport
+    and torch's, alternating. memarray_nccl in both runs links the two."""
+    env = {"runtime_env": {"env_vars": NOSET}}
+    pairs = [
+        ("seeing both GPUs", {"num_gpus": 1, **env}, True, ["memarray", "memarray_nccl"]),
+        ("one GPU each", {"num_gpus": 1}, False, ["memarray_nccl", "nccl"]),
+    ]
+    for what, options, pick, transports in pairs:
+        if torch is None and "nccl" in transports:
+            print("SKIPPED torch rows: torch with CUDA is not importable")
+            transports = [t for t in transports if t != "nccl"]
+        s = Sender.options(**options).remote(pick)
+        r = Receiver.options(**options).remote(pick)
+        group = f"bench-{pick}"
+        print(
+            f"actors {what}: memarray's NCCL group on devices",
+            mray.create_nccl_group([s, r], group),
+        )
+        if "nccl" in transports:
+            from ray.experimental.collective import create_collective_group
+
+            create_collective_group([s, r], backend="nccl")
+        for count, nbytes in ((1, big), (args.small, small)):
+            label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
+            ray.get(s.make.remote("memarray", nbytes, count, True))
+            cases = {}
+            for t in transports:
+                kind = "torch" if t == "nccl" else "memarray"
+                name = {
+                    "memarray": "memarray transport (IPC, peer copy)",
+                    "memarray_nccl": "memarray_nccl transport",
+                    "nccl": "torch, Ray's nccl transport",
+                }[t]
+                cases[f"2 GPUs {label}, {what}: {name}"] = (s, r, kind, t)
+            if "nccl" in transports:
+                ray.get(s.make.remote("torch", nbytes, count, True))
+            if "memarray" in transports:
+                print(
+                    "memarray arrays land on",
+                    ray.get(
+                        r.where.remote(
+                            s.give.options(tensor_transport="memarray").remote("memarray")
+                        )
+                    ),
+                )
+            before = costs(s, r)
+            for name, ms in alternate(cases, args.reps).items():
+                row(name, ms, count * nbytes, "peer" if "torch" in name else "")
+            explain(f"2 GPUs {label}, {what}", before, costs(s, r))
+        st = ray.get(r.stats.remote())
+        print(
+            f"receiver ({what}): {st['ipc_objects']:.0f} objects by IPC (per object: open "
+            f"{st['ipc_open_s'] / max(st['ipc_objects'], 1) * 1e3:.3f} ms, copy and wait "
+            f"{st['ipc_copy_s'] / max(st['ipc_objects'], 1) * 1e3:.3f} ms), "
+            f"{st['nccl_objects']:.0f} over NCCL "
+            f"({st['nccl_s'] / max(st['nccl_objects'], 1) * 1e3:.3f} ms each), "
+            f"{st['store_objects']:.0f} through the store"
+        )
+        mray.destroy_nccl_group(group)
+        ray.kill(s)
+        ray.kill(r)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--small", type=int, default=1000)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     big, small = args.mib << 20, 4096
@@ -176,32 +286,25 @@ def main() -> None:
             label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
             total = count * nbytes
             ray.get(s.make.remote("memarray", nbytes, count, True))
-            row(
-                f"1 GPU {label}: memarray transport (IPC)",
-                hand_off(s, r, "memarray", "memarray", args.reps),
-                total,
-            )
-            row(
-                f"1 GPU {label}: MemArray object",
-                hand_off(s, r, "memarray", None, args.reps),
-                total,
-            )
-            if torch is None:
+            cases = {
+                f"1 GPU {label}: memarray transport (IPC)": (s, r, "memarray", "memarray"),
+                f"1 GPU {label}: MemArray object": (s, r, "memarray", None),
+            }
+            if torch is not None:
+                ray.get(s.make.remote("torch", nbytes, count, True))
+                cases[f"1 GPU {label}: torch, Ray's cuda_ipc transport"] = (
+                    s,
+                    r,
+                    "torch",
+                    "cuda_ipc",
+                )
+                cases[f"1 GPU {label}: torch object"] = (s, r, "torch", None)
+            else:
                 print("SKIPPED torch rows: torch with CUDA is not importable")
-                continue
-            ray.get(s.make.remote("torch", nbytes, count, True))
-            row(
-                f"1 GPU {label}: torch, Ray's cuda_ipc transport",
-                hand_off(s, r, "torch", "cuda_ipc", args.reps),
-                total,
-                "peer",
-            )
-            row(
-                f"1 GPU {label}: torch object",
-                hand_off(s, r, "torch", None, args.reps),
-                total,
-                "peer",
-            )
+            before = costs(s, r)
+            for name, ms in alternate(cases, args.reps).items():
+                row(name, ms, total, "peer" if "torch" in name else "")
+            explain(f"1 GPU {label}", before, costs(s, r))
         st = ray.get(r.stats.remote())
         ipc = max(st["ipc_objects"], 1)
         print(
@@ -216,33 +319,7 @@ def main() -> None:
     if gpus < 2:
         print(f"SKIPPED two-GPU rows: {gpus} CUDA device(s)")
     else:
-        env = {"runtime_env": {"env_vars": NOSET}}
-        s = Sender.options(num_gpus=1, **env).remote(True)
-        r = Receiver.options(num_gpus=1, **env).remote(True)
-        ray.get(s.make.remote("memarray", big, 1, True))
-        print(
-            "memarray arrays land on",
-            ray.get(r.where.remote(s.give.options(tensor_transport="memarray").remote("memarray"))),
-        )
-        row(
-            f"2 GPUs {args.mib} MiB: memarray transport (IPC, peer copy)",
-            hand_off(s, r, "memarray", "memarray", args.reps),
-            big,
-        )
-        ray.kill(s)  # their GPUs, for torch's pair
-        ray.kill(r)
-        if torch is not None:
-            from ray.experimental.collective import create_collective_group
-
-            ts, tr = Sender.options(num_gpus=1).remote(), Receiver.options(num_gpus=1).remote()
-            create_collective_group([ts, tr], backend="nccl")
-            ray.get(ts.make.remote("torch", big, 1, True))
-            row(
-                f"2 GPUs {args.mib} MiB: torch, Ray's nccl transport",
-                hand_off(ts, tr, "torch", "nccl", args.reps),
-                big,
-                "peer",
-            )
+        two_gpus(args, big, small, torch, row)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "host": os.uname().nodename, "gpus": gpus}, f, indent=1)

@@ -1,14 +1,16 @@
 """Particle chunks made on one Ray actor's GPU and binned on another's, handed over by the
 ``"memarray"`` tensor transport (CUDA IPC: no object store), checked against NumPy.
 
-    python3 examples/ray_pipeline.py [--chunks 8] [--particles 2000000] [--grid 128]
+    python3 examples/ray_pipeline.py [--chunks 8] [--particles 2000000] [--grid 128] [--nccl]
 
 With two GPUs or more, the producer and the consumer each have one (they see every GPU,
 ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``, and pick theirs with
 ``memarray.ray.use_assigned_gpu()``): a chunk crosses between GPUs as a peer copy. With one
 GPU they share it (half each). Without a GPU the chunks are host MemArrays and the
-transport fetches them through the object store. Prints how the consumer received its
-chunks and exits 1 if the density field differs from NumPy's.
+transport fetches them through the object store. With ``--nccl`` and two GPUs or more the
+chunks go over NCCL instead (the ``"memarray_nccl"`` transport, as between nodes: each
+actor sees its own GPU only, and ``memarray.ray.create_nccl_group`` joins the two). Prints
+how the consumer received its chunks and exits 1 if the density field differs from NumPy's.
 """
 
 # Ray's type hints know neither actor classes' `.remote` nor `enable_tensor_transport`.
@@ -58,20 +60,31 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--particles", type=int, default=2_000_000)
     ap.add_argument("--grid", type=int, default=128)
+    ap.add_argument("--nccl", action="store_true", help="NCCL between the actors' GPUs")
     args = ap.parse_args()
     gpus = memarray.cuda.device_count() if memarray.cuda.is_available() else 0
     ray.init(num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    nccl = args.nccl and gpus >= 2
+    if args.nccl and not nccl:
+        print(f"--nccl needs two GPUs, this machine has {gpus}: CUDA IPC or the store instead")
     options: dict[str, Any] = {}
-    if gpus >= 2:
+    if nccl:
+        options = {"num_gpus": 1}
+    elif gpus >= 2:
         env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
         options = {"num_gpus": 1, "runtime_env": {"env_vars": env}}
     elif gpus == 1:
         options = {"num_gpus": 0.5}
-    producer = Producer.options(**options).remote(gpus >= 2)
-    consumer = Consumer.options(**options).remote(gpus >= 2)
+    pick = gpus >= 2 and not nccl
+    producer = Producer.options(**options).remote(pick)
+    consumer = Consumer.options(**options).remote(pick)
+    chunk = producer.chunk
+    if nccl:
+        memarray.ray.create_nccl_group([producer, consumer])
+        chunk = producer.chunk.options(tensor_transport=memarray.ray.NCCL_TRANSPORT)
     results = ray.get(
         [
-            consumer.bin.remote(producer.chunk.remote(seed, args.particles), args.grid)
+            consumer.bin.remote(chunk.remote(seed, args.particles), args.grid)
             for seed in range(args.chunks)
         ]
     )

@@ -190,8 +190,9 @@ ray_stage() {
   grep -E "passed|failed|^FAILED|^E .*(Error|assert)|host arrays of 4 KiB" "$OUT/pytest_ray.log" | tail -n 15
   echo "== Ray figures"
   timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" >"$OUT/ray_transfer.log" 2>&1
-  grep -E "ms .* GB/s|SKIPPED|land on|receiver" "$OUT/ray_transfer.log"
+  grep -E "ms .* GB/s|SKIPPED|land on|receiver|NCCL group|Error|per object" "$OUT/ray_transfer.log"
   timeout 120 python3 examples/ray_pipeline.py || fail ray_pipeline
+  timeout 120 python3 examples/ray_pipeline.py --nccl || fail "ray_pipeline --nccl"
 }
 
 ucx_stage() {

@@ -194,3 +194,79 @@ pub fn _last_batch_profile(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::Py
     d.set_item("refused", p.refused)?;
     Ok(d)
 }
+
+/// --
+///
+/// One uint8 device array holding the bytes of every array in `arrays` (MemArrays whose
+/// data is on one device), each at a 256-byte aligned offset, filled by one batch of
+/// device copies and waited for; returned with each array's (dtype, shape, offset) for
+/// `_unpack`. One transfer of the pack then carries them all (memarray.ray).
+#[pyfunction]
+pub fn _pack<'py>(
+    py: Python<'py>,
+    arrays: &Bound<'py, PyAny>,
+) -> PyResult<(PyMemArray, Bound<'py, PyList>)> {
+    let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
+    for a in arrays.try_iter()? {
+        refs.push(PyMemArray::arg(&a?, "_pack")?.clone());
+    }
+    let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
+    let device = match parts.first().map(|p| p.peek(py, |raw| raw.location())) {
+        Some(Location::Device(d)) => d,
+        Some(Location::Host) => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "_pack takes arrays on one CUDA device; the first is on the host",
+            ));
+        }
+        None => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "_pack needs at least one array",
+            ));
+        }
+    };
+    let (pack, entries) = py
+        .detach_section(|| {
+            let locked = Locked::new(&parts);
+            // Every part was locked above; `get` finds each.
+            let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
+            RawArray::pack(&raws, device)
+        })
+        .py()?;
+    let out = PyList::empty(py);
+    for e in entries {
+        out.append((e.dtype.name(), e.shape, e.offset))?;
+    }
+    Ok((pack.into(), out))
+}
+
+/// --
+///
+/// The arrays `_pack` packed: one per `(dtype, shape, offset)` entry, each a slice of
+/// `pack`'s device memory (no copy), after `pack`'s pending work. They share its memory:
+/// drop the pack, or leave it unwritten, while they are used.
+#[pyfunction]
+pub fn _unpack<'py>(
+    py: Python<'py>,
+    pack: &Bound<'py, PyAny>,
+    entries: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let a = PyMemArray::arg(pack, "_unpack")?.get();
+    let mut wanted = Vec::new();
+    for e in entries.try_iter()? {
+        let e = e?;
+        let (dtype, shape, offset): (Bound<'py, PyAny>, Vec<usize>, usize) = e.extract()?;
+        wanted.push(memarray_cuda::array::Packed {
+            dtype: crate::dtype::parse_dtype(Some(&dtype))?,
+            shape,
+            offset,
+        });
+    }
+    let arrays = py
+        .detach_section(|| a.shared.state().unpack(&wanted, None))
+        .py()?;
+    let out = PyList::empty(py);
+    for raw in arrays {
+        out.append(Py::new(py, PyMemArray::from(raw))?)?;
+    }
+    Ok(out)
+}

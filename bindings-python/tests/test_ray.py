@@ -75,12 +75,19 @@ import {first}
 import {then}
 from ray.experimental.rdt import util
 info = util.transport_manager_info["MEMARRAY"]
+nccl = util.transport_manager_info["MEMARRAY_NCCL"]
 import memarray.ray
 print(info.transport_manager_class is memarray.ray.MemArrayTransport,
-      info.data_type is memarray.MemArray, sorted(info.devices))
+      info.data_type is memarray.MemArray, sorted(info.devices),
+      nccl.transport_manager_class is memarray.ray.MemArrayNcclTransport,
+      nccl.data_type is memarray.MemArray, nccl.devices)
 """
         )
-        assert out.split() == ["True", "True", "['cpu',", "'cuda']"], (first, then, out)
+        assert out.split() == ["True", "True", "['cpu',", "'cuda']", "True", "True", "['cuda']"], (
+            first,
+            then,
+            out,
+        )
     # memarray.ray first: its own `import ray` finishes Ray's import while it executes;
     # registration still happens once, with no warning.
     out = child_stdout(
@@ -295,10 +302,11 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
         ref = s.make.remote(n, 3)
         ok, sums, stats = ray.get(r.check.remote(ref))
         out["ok"], out["sums"], out["stats"] = ok, sums, stats
-        # Many small arrays: one batch through the store, one upload here.
+        # Many small arrays: one pack, one handle, one copy here.
         ok2, sums2, stats2 = ray.get(r.check.remote(s.make.remote(512, 100), False))
         out["small"] = [ok2, sums2 == [float(sum(range(512))) * (i + 1) for i in range(100)],
-                        stats2["store_arrays"]]
+                        stats2["ipc_objects"] - stats["ipc_objects"],
+                        stats2["ipc_arrays"] - stats["ipc_arrays"], stats2["store_arrays"]]
         del ref
         ray.kill(s)  # the sender's memory goes; the receiver's copies stay
         time.sleep(1)
@@ -316,7 +324,7 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
     assert out["ok"] and out["sums"] == [base, 2 * base, 3 * base], out
     assert out["stats"]["ipc_objects"] == 1 and out["stats"]["ipc_arrays"] == 3, out
     assert out["kept"] == out["sums"], out
-    assert out["small"] == [True, True, 100], out
+    assert out["small"] == [True, True, 1, 100, 0], out
     assert "must all be on devices or all on the host" in (out["mixed"] or ""), out
 
 
@@ -402,3 +410,111 @@ def test_the_pipeline_example_matches_numpy():
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "matches NumPy" in r.stdout, r.stdout
+
+
+def test_the_nccl_transport_refuses_what_it_cannot_carry():
+    out = _ray(
+        """
+        from ray.experimental.rdt.tensor_transport_manager import (
+            CommunicatorMetadata, TensorTransportMetadata)
+
+        @ray.remote(enable_tensor_transport=True)
+        class Worker:
+            @ray.method(tensor_transport="memarray_nccl")
+            def host(self):
+                return [memarray.zeros((3,))]
+            def size(self, x):
+                return len(x)
+
+        a, b = Worker.remote(), Worker.remote()
+        errors = []
+        for call in (
+            lambda: mray.create_nccl_group([a]),
+            lambda: mray.create_nccl_group([a, a]),
+            lambda: mray.destroy_nccl_group("nope"),
+            lambda: mray.MemArrayNcclTransport().recv_multiple_tensors(
+                "x", mray.MemArrayNcclTransport().extract_tensor_transport_metadata("x", []),
+                mray.MemArrayNcclTransport().get_communicator_metadata(a, b)),
+            lambda: mray.MemArrayNcclTransport().send_multiple_tensors(
+                [], TensorTransportMetadata([]), CommunicatorMetadata()),
+            lambda: ray.get(b.size.remote(a.host.remote())),
+        ):
+            try:
+                call()
+                errors.append("accepted")
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {str(e)[-400:]}")
+        out["errors"] = errors
+        # Without NCCL (or a GPU) the group cannot form; the name stays free.
+        for _ in range(2):
+            try:
+                mray.create_nccl_group([a, b])
+                out["group"] = "made"
+            except Exception as e:
+                out["group"] = str(e)[-300:]
+        """
+    )
+    e = out["errors"]
+    assert e[0].startswith("ValueError: an NCCL group needs at least two actors"), e
+    assert e[1].startswith("ValueError: an actor appears twice"), e
+    assert e[2].startswith("ValueError: no NCCL group named 'nope'"), e
+    assert (
+        e[3].startswith("ValueError: no NCCL group holds both") and "create_nccl_group" in e[3]
+    ), e
+    assert e[4].startswith("TypeError: not the memarray_nccl transport's metadata"), e
+    assert "carries device arrays" in e[5], e
+    if not memarray.cuda.is_available():
+        assert "NCCL is unavailable" in out["group"] or "CUDA" in out["group"], out
+
+
+@pytest.mark.gpu
+def test_device_arrays_move_between_two_gpus_over_nccl():
+    n = memarray.cuda.device_count()
+    if n < 2:
+        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
+            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
+        pytest.skip(f"SKIPPED: NCCL needs two CUDA devices, this machine has {n}")
+    out = _ray(
+        """
+        @ray.remote(num_gpus=1, enable_tensor_transport=True)
+        class Worker:
+            @ray.method(tensor_transport="memarray_nccl")
+            def make(self, n, k):
+                return [memarray.asarray((np.arange(n) % 251).astype(np.float32) * (i + 1),
+                                         device="cuda") for i in range(k)]
+            @ray.method(tensor_transport="memarray_nccl")
+            def mixed(self):
+                return [memarray.zeros((0,), "int8", device="cuda"),
+                        memarray.asarray(np.arange(6, dtype=np.int16).reshape(2, 3), device="cuda"),
+                        memarray.full((), 7.5, device="cuda")]
+            def check(self, arrays):
+                return ([a.device for a in arrays],
+                        [float(a.to_numpy().astype(np.float64).sum()) for a in arrays],
+                        [[str(a.dtype), list(a.shape)] for a in arrays], mray.statistics())
+
+        a, b = Worker.remote(), Worker.remote()
+        out["devices"] = mray.create_nccl_group([a, b])
+        out["big"] = ray.get(b.check.remote(a.make.remote(1 << 22, 2)))
+        out["small"] = ray.get(a.check.remote(b.make.remote(512, 100)))  # one pack, back
+        out["mixed"] = ray.get(b.check.remote(a.mixed.remote()))
+        mray.destroy_nccl_group()
+        try:
+            ray.get(b.check.remote(a.make.remote(4, 1)))
+            out["after"] = "accepted"
+        except Exception as e:
+            out["after"] = str(e)[-300:]
+        """,
+        gpus=2,
+    )
+    assert out["devices"] == [0, 0], out  # each actor sees its one GPU as device 0
+    step = float(sum(i % 251 for i in range(1 << 22)))
+    devs, sums, _, stats = out["big"]
+    assert devs == ["cuda:0", "cuda:0"] and sums == [step, 2 * step], out
+    assert stats["nccl_objects"] == 1 and stats["nccl_arrays"] == 2, out
+    devs, sums, _, stats = out["small"]
+    assert sums == [float(sum(j % 251 for j in range(512))) * (i + 1) for i in range(100)], out
+    assert stats["nccl_objects"] == 1 and stats["nccl_arrays"] == 100, out
+    devs, sums, kinds, _ = out["mixed"]
+    assert kinds == [["int8", [0]], ["int16", [2, 3]], ["float64", []]], out
+    assert sums == [0.0, 15.0, 7.5], out
+    assert "no NCCL group holds both" in out["after"], out

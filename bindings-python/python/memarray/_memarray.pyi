@@ -1,7 +1,7 @@
 """Type stubs for the ``memarray._memarray`` extension module (bindings-python/src)."""
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import (
     Any,
     ClassVar,
@@ -42,6 +42,8 @@ __all__ = [
     "_ipc_handle_from_bytes",
     "_last_batch_profile",
     "_numpy_to_device",
+    "_pack",
+    "_unpack",
     "_resources",
     "_spill_allow",
     "_spill_bytes",
@@ -281,6 +283,10 @@ def move_many(
 ) -> list[MemArray]: ...
 def _last_batch_profile() -> dict[str, float]: ...
 def _numpy_to_device(obj: object, device: object) -> MemArray | None: ...
+def _pack(arrays: Iterable[MemArray]) -> tuple[MemArray, list[tuple[str, list[int], int]]]: ...
+def _unpack(
+    pack: MemArray, entries: Iterable[tuple[object, Sequence[int], int]]
+) -> list[MemArray]: ...
 def scatter(array: MemArray, devices: Iterable[object]) -> list[MemArray]: ...
 def empty(
     shape: Iterable[int] | int,

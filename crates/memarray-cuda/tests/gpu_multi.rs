@@ -122,3 +122,84 @@ fn gpu_array_ipc_handles_carry_an_event_and_are_reused() {
     // This process cannot open its own handle.
     assert!(RawArray::from_ipc_handle(&h1, DType::I32, &[64, 64]).is_err());
 }
+
+/// Packs arrays of several dtypes and sizes (one empty, one written by a kernel just
+/// before) into one allocation, moves the pack to `to`, unpacks it there, and checks every
+/// array byte for byte; the unpacked arrays outlive the pack and stay independent.
+fn pack_move_unpack(to: u32) {
+    let mut parts: Vec<RawArray> = Vec::new();
+    for (i, n) in [1usize, 7, 0, 1000, 64].into_iter().enumerate() {
+        let mut a = ramp(n, 3);
+        a.move_memory(Location::Device(0), None, false, None)
+            .unwrap();
+        if i == 3 {
+            // Pending work the pack must wait for.
+            seed::add_index_tuple_device(&mut a, None, None).unwrap();
+        }
+        parts.push(a);
+    }
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(4099).collect();
+    let mut odd = RawArray::from_bytes(DType::U8, &[4099], &bytes, 0).unwrap();
+    odd.move_memory(Location::Device(0), None, false, None)
+        .unwrap();
+    parts.push(odd);
+    let expected: Vec<Vec<u8>> = parts
+        .iter()
+        .map(|p| {
+            let mut b = vec![0u8; p.nbytes()];
+            p.read_all(&mut b, None).unwrap();
+            b
+        })
+        .collect();
+    let refs: Vec<&RawArray> = parts.iter().collect();
+    let (mut pack, entries) = RawArray::pack(&refs, 0).unwrap();
+    assert!(!pack.has_pending_work());
+    assert_eq!(entries.len(), parts.len());
+    for (e, p) in entries.iter().zip(&parts) {
+        assert_eq!((e.dtype, e.shape.as_slice()), (p.dtype(), p.shape()));
+        assert_eq!(e.offset % memarray_cuda::array::PACK_ALIGN, 0);
+    }
+    drop(parts); // the pack holds copies
+    pack.move_memory(Location::Device(to), None, false, None)
+        .unwrap();
+    let mut out = pack.unpack(&entries, None).unwrap();
+    drop(pack);
+    for (i, (a, want)) in out.iter().zip(&expected).enumerate() {
+        assert_eq!(a.location(), Location::Device(to), "array {i}");
+        let mut got = vec![0u8; a.nbytes()];
+        a.read_all(&mut got, None).unwrap();
+        assert_eq!(&got, want, "array {i}");
+    }
+    // Slices are separate arrays: a kernel on one leaves its neighbours alone.
+    seed::add_index_tuple_device(&mut out[1], None, None).unwrap();
+    let mut got = vec![0u8; out[0].nbytes()];
+    out[0].read_all(&mut got, None).unwrap();
+    assert_eq!(got, expected[0]);
+    // A range outside the pack is refused.
+    let (pack, _) = RawArray::pack(&[&out[0]], to).unwrap();
+    let too_far = memarray_cuda::array::Packed {
+        dtype: DType::I32,
+        shape: vec![1000],
+        offset: 0,
+    };
+    assert!(pack.unpack(&[too_far], None).is_err());
+    // Parts on another device than the pack's are refused by name.
+    let e = RawArray::pack(&[&out[0]], to + 1).unwrap_err();
+    assert!(e.to_string().contains("part 0"), "{e}");
+}
+
+#[test]
+fn gpu_pack_and_unpack_on_one_device() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    pack_move_unpack(0);
+}
+
+#[test]
+fn gpu_pack_and_unpack_across_two_devices() {
+    if gpus_or_skip(2).is_none() {
+        return;
+    }
+    pack_move_unpack(1);
+}

@@ -25,7 +25,13 @@ receiving actor must see the sender's GPU: Ray's default hides other GPUs
 GPU with ``memarray.ray.use_assigned_gpu()``). Where the handles cannot be opened (host
 arrays, another node, a GPU this process cannot see, memory that cannot be exported), the
 receiver fetches the arrays from the sending actor through the object store instead, and
-:func:`statistics` counts which way each object came.
+:func:`statistics` counts which way each object came. An object of many small device
+arrays on one device (``PACK_FROM`` or more, each at most ``PACK_EACH`` bytes) travels as
+one pack: the sender copies them into one allocation (one batched device copy) and
+publishes its one handle; the receiver copies it once and gets slices of its copy.
+
+The ``"memarray_nccl"`` transport carries device MemArrays over NCCL, actor to actor on
+any nodes, once :func:`create_nccl_group` joined the actors (see ``_ray_nccl``'s text).
 """
 
 from __future__ import annotations
@@ -48,11 +54,23 @@ import memarray
 from .. import _memarray, cuda
 from .._memarray import IpcHandle, MemArray
 from .._pickle import Snapshot, rebuild
+from . import _ray_base as base
+from ._ray_base import statistics, use_assigned_gpu
+from ._ray_nccl import (
+    NCCL_TRANSPORT,
+    MemArrayNcclTransport,
+    create_nccl_group,
+    destroy_nccl_group,
+)
 
 __all__ = [
+    "NCCL_TRANSPORT",
     "TRANSPORT",
+    "MemArrayNcclTransport",
     "MemArrayTransport",
     "MemArrayTransportMetadata",
+    "create_nccl_group",
+    "destroy_nccl_group",
     "register",
     "statistics",
     "use_assigned_gpu",
@@ -61,99 +79,7 @@ __all__ = [
 #: The transport's name in ``@ray.method(tensor_transport=...)``.
 TRANSPORT = "memarray"
 
-_counts_lock = threading.Lock()
-_counts: dict[str, float] = {
-    "ipc_objects": 0,
-    "ipc_arrays": 0,
-    "store_objects": 0,
-    "store_arrays": 0,
-    "ipc_open_s": 0.0,
-    "ipc_copy_s": 0.0,
-    "store_s": 0.0,
-}
-
-
-def statistics() -> dict[str, float]:
-    """This process's receipts through the transport: objects and arrays that came by CUDA
-    IPC (``ipc_*``) and by the sending actor through the object store (``store_*``), and
-    the seconds spent receiving them (``ipc_open_s``: mapping the sender's memory;
-    ``ipc_copy_s``: copying it and waiting for the copies; ``store_s``: the fetch)."""
-    with _counts_lock:
-        return dict(_counts)
-
-
-def _count(way: str, arrays: int, **seconds: float) -> None:
-    with _counts_lock:
-        _counts[f"{way}_objects"] += 1
-        _counts[f"{way}_arrays"] += arrays
-        for name, value in seconds.items():
-            _counts[name] += value
-
-
-# ---------------------------------------------------------------- which GPU is which
-
-
-def _visible() -> list[str] | None:
-    """``CUDA_VISIBLE_DEVICES`` as a list, or None when it does not narrow the devices."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _physical(ordinal: int) -> str:
-    """The machine's name for this process's device ``ordinal``."""
-    visible = _visible()
-    if visible is None:
-        return str(ordinal)
-    return visible[ordinal] if ordinal < len(visible) else f"?{ordinal}"
-
-
-def _local(physical: str) -> int | None:
-    """This process's ordinal of the machine's device ``physical``; None where unseen."""
-    visible = _visible()
-    if visible is not None:
-        return visible.index(physical) if physical in visible else None
-    if not physical.isdigit():
-        return None
-    ordinal = int(physical)
-    return ordinal if cuda.is_available() and ordinal < cuda.device_count() else None
-
-
-def _home() -> int:
-    """The device a received array lands on: the first GPU Ray assigned this worker, else
-    the thread's default device."""
-    try:
-        assigned = ray.get_gpu_ids()
-    except Exception:  # noqa: BLE001 - outside a worker (the driver): no assignment
-        assigned = []
-    for gpu in assigned:
-        ordinal = _local(str(gpu))
-        if ordinal is not None:
-            return ordinal
-    return cuda.current_device()
-
-
-def use_assigned_gpu() -> int:
-    """Makes the first GPU Ray assigned this worker memarray's default device (for actors
-    that see every GPU, as with ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``) and
-    returns its ordinal."""
-    ordinal = _home()
-    cuda.set_default_device(ordinal)
-    return ordinal
-
-
 # ---------------------------------------------------------------- the transport
-
-#: Objects of at least this many device arrays, each at most SMALL bytes, travel through
-#: the store in one batch (one upload here with move_many) rather than as one IPC handle,
-#: event and copy per array.
-MANY = 64
-SMALL = 64 << 10
-
-
-def _many_small(arrays: list[MemArray]) -> bool:
-    return len(arrays) >= MANY and all(a.nbytes <= SMALL for a in arrays)
 
 
 class _Mappings:
@@ -194,10 +120,11 @@ _mappings = _Mappings()
 @dataclass
 class MemArrayTransportMetadata(TensorTransportMetadata):
     """What the receiver needs: each array's IPC handle (None: fetch through the store),
-    the sending process and node, each array's GPU by the machine's name, and the sending
-    actor."""
+    or for a pack its one handle and the entries to unpack, the sending process and node,
+    each handle's GPU by the machine's name, and the sending actor."""
 
     handles: list[IpcHandle] | None = None
+    packed: list[tuple[str, list[int], int]] | None = None
     gpus: list[str] = field(default_factory=list)
     node_id: str | None = None
     pid: int = 0
@@ -228,32 +155,33 @@ class MemArrayTransport(TensorTransportManager):
     def extract_tensor_transport_metadata(
         self, obj_id: str, rdt_object: list[Any]
     ) -> MemArrayTransportMetadata:
-        arrays = list(rdt_object)
+        start = time.perf_counter()
+        meta = self._describe(obj_id, rdt_object)
+        base.count_sent(time.perf_counter() - start)
+        return meta
+
+    def _describe(self, obj_id: str, rdt_object: list[Any]) -> MemArrayTransportMetadata:
+        arrays = base.check_arrays(TRANSPORT, rdt_object)
         if not arrays:
             return MemArrayTransportMetadata(tensor_meta=[])
-        for a in arrays:
-            if not isinstance(a, MemArray):
-                raise TypeError(f"the memarray transport carries MemArrays, not {type(a)!r}")
-        on_device = {a.on_device for a in arrays}
-        if len(on_device) != 1:
-            raise ValueError(
-                "one object's MemArrays must all be on devices or all on the host "
-                "(move them first, e.g. with memarray.move_many)"
-            )
         _serializer.take_over()
         meta = MemArrayTransportMetadata(
             tensor_meta=[(a.shape, a.dtype) for a in arrays],
-            tensor_device="cuda" if on_device.pop() else "cpu",
+            tensor_device="cuda" if arrays[0].on_device else "cpu",
             node_id=ray.get_runtime_context().get_node_id(),
             pid=os.getpid(),
             source=_current_actor(),
         )
-        if meta.tensor_device == "cuda" and not _many_small(arrays):
+        if meta.tensor_device == "cuda":
+            shared = arrays
+            if base.packable(arrays):
+                meta.packed = base.packs.make(obj_id, arrays)
+                shared = [base.packs.get(obj_id)]
             try:
-                meta.handles = [a.ipc_handle() for a in arrays]
+                meta.handles = [a.ipc_handle() for a in shared]
             except RuntimeError:  # LockError too
                 meta.handles = None  # memory IPC cannot share: the store carries it
-            meta.gpus = [_physical(int(a.device.split(":")[1])) for a in arrays]
+            meta.gpus = [base.physical(int(a.device.split(":")[1])) for a in shared]
         return meta
 
     def get_communicator_metadata(
@@ -280,7 +208,7 @@ class MemArrayTransport(TensorTransportManager):
             return opened
         start = time.perf_counter()
         arrays = self._through_store(obj_id, meta)
-        _count("store", len(arrays), store_s=time.perf_counter() - start)
+        base.count("store", len(arrays), store_s=time.perf_counter() - start)
         return arrays
 
     def _open(self, meta: MemArrayTransportMetadata) -> list[MemArray] | None:
@@ -291,10 +219,10 @@ class MemArrayTransport(TensorTransportManager):
             return None
         if not cuda.is_available():
             return None
-        ordinals = [_local(gpu) for gpu in meta.gpus]
+        ordinals = [base.local(gpu) for gpu in meta.gpus]
         if any(o is None for o in ordinals):
             return None
-        home = _home()
+        home = base.home()
         start = time.perf_counter()
         opened = [
             _memarray.from_ipc_handle(handle, device=ordinal)
@@ -310,8 +238,10 @@ class MemArrayTransport(TensorTransportManager):
         for a in received:
             a.synchronize()  # done before the sender may free its memory
         _mappings.keep(meta.pid, opened)
+        if meta.packed is not None:
+            received = base.unpack(received[0], meta.packed)
         done = time.perf_counter()
-        _count("ipc", len(received), ipc_open_s=mapped - start, ipc_copy_s=done - mapped)
+        base.count("ipc", len(received), ipc_open_s=mapped - start, ipc_copy_s=done - mapped)
         return received
 
     def _through_store(self, obj_id: str, meta: MemArrayTransportMetadata) -> list[Any]:
@@ -328,7 +258,7 @@ class MemArrayTransport(TensorTransportManager):
         )
         arrays = _unpack(ray.get(ref))
         if meta.tensor_device == "cuda" and cuda.is_available():
-            return _memarray.move_many(arrays, device=f"cuda:{_home()}")
+            return _memarray.move_many(arrays, device=f"cuda:{base.home()}")
         return [a if isinstance(a, MemArray) else memarray.asarray(a) for a in arrays]
 
     def send_multiple_tensors(
@@ -343,7 +273,7 @@ class MemArrayTransport(TensorTransportManager):
         self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
     ) -> None:
         # Ray's store drops the sender's arrays after this; receivers hold copies.
-        return None
+        base.packs.drop(obj_id)
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
         return None
@@ -471,8 +401,8 @@ def _current_actor() -> Any:
 
 
 def register() -> bool:
-    """Registers the ``"memarray"`` transport with Ray (done on import; idempotent).
-    False where this Ray has no custom tensor transports."""
+    """Registers the ``"memarray"`` and ``"memarray_nccl"`` transports with Ray (done on
+    import; idempotent). False where this Ray has no custom tensor transports."""
     try:
         from ray.experimental.rdt import util
     except ImportError:
@@ -482,6 +412,8 @@ def register() -> bool:
         return False
     if TRANSPORT.upper() not in util.transport_manager_info:
         register_transport(TRANSPORT, ["cuda", "cpu"], MemArrayTransport, MemArray)
+    if NCCL_TRANSPORT.upper() not in util.transport_manager_info:
+        register_transport(NCCL_TRANSPORT, ["cuda"], MemArrayNcclTransport, MemArray)
     return True
 
 

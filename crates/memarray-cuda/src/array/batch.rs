@@ -317,7 +317,7 @@ fn upload_batch(
                 &mut dsts,
                 &mut srcs_rest,
                 &mut sizes,
-                true,
+                driver::BatchWay::ToDevice,
                 device.id() as i32,
                 stream.cu(),
             )?
@@ -368,7 +368,7 @@ fn download_batch(
             &mut dsts,
             &mut srcs,
             &mut sizes,
-            false,
+            driver::BatchWay::ToHost,
             device.id() as i32,
             stream.cu(),
         )?

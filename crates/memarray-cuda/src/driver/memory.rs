@@ -410,6 +410,14 @@ pub(crate) static BATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 pub(crate) static BATCH_REFUSED: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
+/// Which way a batch of copies goes: host to `device`, `device` to host, or within it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BatchWay {
+    ToDevice,
+    ToHost,
+    OnDevice,
+}
+
 /// Whether the driver exports `cuMemcpyBatchAsync` (CUDA 12.8+), looked up once without
 /// the panic a missing symbol would cause in cudarc's loader.
 fn has_memcpy_batch() -> bool {
@@ -425,7 +433,8 @@ fn has_memcpy_batch() -> bool {
 /// Enqueues `dsts.len()` copies (`sizes[i]` bytes from `srcs[i]` to `dsts[i]`, unified
 /// addresses: device memory or page-locked host memory) on `s` in one driver call where
 /// the driver has `cuMemcpyBatchAsync` and `s` is not a default stream, else one
-/// `cuMemcpyAsync` each. `to_device` says which way the batch goes (a location hint).
+/// `cuMemcpyAsync` each. `way` says where the batch's sources and destinations are (a
+/// location hint).
 ///
 /// # Safety
 /// 1. Every range is live device memory of the current context or page-locked host
@@ -435,7 +444,7 @@ pub(crate) unsafe fn memcpy_batch_async(
     dsts: &mut [u64],
     srcs: &mut [u64],
     sizes: &mut [usize],
-    to_device: bool,
+    way: BatchWay,
     device: c_int,
     s: CUstream,
 ) -> Result<()> {
@@ -464,7 +473,11 @@ pub(crate) unsafe fn memcpy_batch_async(
             type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
             id: device,
         };
-        let (src_loc, dst_loc) = if to_device { (host, dev) } else { (dev, host) };
+        let (src_loc, dst_loc) = match way {
+            BatchWay::ToDevice => (host, dev),
+            BatchWay::ToHost => (dev, host),
+            BatchWay::OnDevice => (dev, dev),
+        };
         let mut attrs = [sys::CUmemcpyAttributes {
             srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
             srcLocHint: src_loc,

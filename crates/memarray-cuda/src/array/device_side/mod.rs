@@ -168,6 +168,13 @@ impl DeviceSide {
         }
     }
 
+    /// A device side holding `buffer` (memarray's own memory), with no pending work.
+    pub(crate) fn holding(buffer: Arc<DeviceBuffer>) -> Self {
+        let mut out = Self::new();
+        out.buffer = Some(buffer);
+        out
+    }
+
     /// A device side holding `buffer` (shared with a producer), ordered after the
     /// producer's stream when given.
     pub(crate) fn adopt(buffer: DeviceBuffer, producer: Option<StreamRef>) -> Result<Self> {

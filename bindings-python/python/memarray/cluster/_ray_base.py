@@ -1,0 +1,190 @@
+"""What both memarray Ray transports share: which GPU is which in an actor, the receipt
+counters, and packs (many small device arrays sent as one allocation)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import ray
+
+from .. import _memarray, cuda
+from .._memarray import MemArray
+
+_counts_lock = threading.Lock()
+_counts: dict[str, float] = {
+    "ipc_objects": 0,
+    "ipc_arrays": 0,
+    "store_objects": 0,
+    "store_arrays": 0,
+    "nccl_objects": 0,
+    "nccl_arrays": 0,
+    "ipc_open_s": 0.0,
+    "ipc_copy_s": 0.0,
+    "store_s": 0.0,
+    "nccl_s": 0.0,
+    "unpack_s": 0.0,
+    "sent_objects": 0,
+    "packed_objects": 0,
+    "describe_s": 0.0,
+    "pack_s": 0.0,
+}
+
+
+def statistics() -> dict[str, float]:
+    """This process's receipts through memarray's transports: objects and arrays that came
+    by CUDA IPC (``ipc_*``), by the sending actor through the object store (``store_*``)
+    and over NCCL (``nccl_*``), and the seconds spent receiving them (``ipc_open_s``:
+    mapping the sender's memory; ``ipc_copy_s``: copying it and waiting for the copies;
+    ``store_s``: the fetch; ``nccl_s``: allocating, receiving and waiting; ``unpack_s``, part
+    of those two: making a pack's arrays). As a sender: objects described for a transport
+    (``sent_objects``, ``describe_s``: the time Ray's call for their metadata took), of
+    which sent as packs (``packed_objects``, ``pack_s``: packing them)."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def count(way: str, arrays: int, **seconds: float) -> None:
+    with _counts_lock:
+        _counts[f"{way}_objects"] += 1
+        _counts[f"{way}_arrays"] += arrays
+        for name, value in seconds.items():
+            _counts[name] += value
+
+
+def count_sent(seconds: float) -> None:
+    with _counts_lock:
+        _counts["sent_objects"] += 1
+        _counts["describe_s"] += seconds
+
+
+# ---------------------------------------------------------------- which GPU is which
+
+
+def visible() -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list, or None when it does not narrow the devices."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def physical(ordinal: int) -> str:
+    """The machine's name for this process's device ``ordinal``."""
+    seen = visible()
+    if seen is None:
+        return str(ordinal)
+    return seen[ordinal] if ordinal < len(seen) else f"?{ordinal}"
+
+
+def local(name: str) -> int | None:
+    """This process's ordinal of the machine's device ``name``; None where unseen."""
+    seen = visible()
+    if seen is not None:
+        return seen.index(name) if name in seen else None
+    if not name.isdigit():
+        return None
+    ordinal = int(name)
+    return ordinal if cuda.is_available() and ordinal < cuda.device_count() else None
+
+
+def home() -> int:
+    """The device a received array lands on: the first GPU Ray assigned this worker, else
+    the thread's default device."""
+    try:
+        assigned = ray.get_gpu_ids()
+    except Exception:  # noqa: BLE001 - outside a worker (the driver): no assignment
+        assigned = []
+    for gpu in assigned:
+        ordinal = local(str(gpu))
+        if ordinal is not None:
+            return ordinal
+    return cuda.current_device()
+
+
+def use_assigned_gpu() -> int:
+    """Makes the first GPU Ray assigned this worker memarray's default device (for actors
+    that see every GPU, as with ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``) and
+    returns its ordinal."""
+    ordinal = home()
+    cuda.set_default_device(ordinal)
+    return ordinal
+
+
+# ---------------------------------------------------------------- packs
+
+#: An object of at least PACK_FROM device arrays, each at most PACK_EACH bytes and all on
+#: one device, travels as one pack: one device copy on each side, one IPC handle or one
+#: NCCL message, instead of one handle, event and copy (or message) per array.
+PACK_FROM = 8
+PACK_EACH = 1 << 20
+
+
+def packable(arrays: list[MemArray]) -> bool:
+    return (
+        len(arrays) >= PACK_FROM
+        and all(a.nbytes <= PACK_EACH for a in arrays)
+        and len({a.device for a in arrays}) == 1
+    )
+
+
+class Packs:
+    """Packs a sending actor keeps until Ray collects their object (``garbage_collect``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, MemArray] = {}
+
+    def make(self, key: str, arrays: list[MemArray]) -> list[tuple[str, list[int], int]]:
+        """Packs `arrays` under `key` and returns their entries for ``_memarray._unpack``."""
+        start = time.perf_counter()
+        pack, entries = _memarray._pack(arrays)
+        with self._lock:
+            self._held[key] = pack
+        with _counts_lock:
+            _counts["packed_objects"] += 1
+            _counts["pack_s"] += time.perf_counter() - start
+        return entries
+
+    def get(self, key: str) -> MemArray:
+        with self._lock:
+            pack = self._held.get(key)
+        if pack is None:
+            raise ValueError(f"no pack is held for object {key} here (collected already?)")
+        return pack
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+
+packs = Packs()
+
+
+def check_arrays(transport: str, rdt_object: list[Any]) -> list[MemArray]:
+    """The object's arrays, each a MemArray, all on devices or all on the host."""
+    arrays = list(rdt_object)
+    for a in arrays:
+        if not isinstance(a, MemArray):
+            raise TypeError(f"the {transport} transport carries MemArrays, not {type(a)!r}")
+    if len({a.on_device for a in arrays}) > 1:
+        raise ValueError(
+            "one object's MemArrays must all be on devices or all on the host "
+            "(move them first, e.g. with memarray.move_many)"
+        )
+    return arrays
+
+
+def unpack(pack: MemArray, entries: list[tuple[str, list[int], int]]) -> list[MemArray]:
+    """A pack's arrays (``_memarray._unpack``: waits for the pack's pending work), timed."""
+    start = time.perf_counter()
+    arrays = _memarray._unpack(pack, entries)
+    with _counts_lock:
+        _counts["unpack_s"] += time.perf_counter() - start
+    return arrays
