@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates crates/memarray-cuda/src/seed/ptx/*.ptx (shipped inside the crate that loads it) from kernels-cuda/src/*.cu (`just kernels`).
+# Regenerates crates/memarray-cuda/src/seed/ptx/*.ptx and src/copy/ptx/*.ptx (shipped inside
+# the crate that loads them) from kernels-cuda/src/*.cu (`just kernels`).
 #
 # The PTX is committed so a fresh clone builds without nvcc. It must load on NVIDIA
 # driver 580 (CUDA 13.0), which accepts PTX ISA <= 9.0: nvcc 13.0 emits 9.0, newer nvcc
@@ -9,12 +10,14 @@
 # if none is 13.0, the pinned nvcc is installed from PyPI into ./.venv-nvcc (needs
 # python3 and network). MEMARRAY_NVCC_NO_INSTALL=1 forbids that and exits 3 instead.
 #
-# Usage: kernels-cuda/build.sh [OUT_DIR]   (default crates/memarray-cuda/src/seed/ptx)
+# Usage: kernels-cuda/build.sh [OUT_DIR [COPY_OUT_DIR]]
+#        (defaults crates/memarray-cuda/src/seed/ptx and crates/memarray-cuda/src/copy/ptx)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 out="${1:-$root/crates/memarray-cuda/src/seed/ptx}"
+copy_out="${2:-$root/crates/memarray-cuda/src/copy/ptx}"
 pinned="13.0.88"
 venv="$root/.venv-nvcc"
 # One place for the flags; tests/ptx_up_to_date.rs calls this script to compare.
@@ -58,3 +61,8 @@ for k in "${!dtypes[@]}"; do
     isa="$(sed -n 's/^\.version //p' "$file")"
     echo "$file: PTX ISA $isa, $(grep -c '^.visible .entry' "$file") kernels, nvcc $pinned" >&2
 done
+# The copy engine's kernel (copy/many.rs).
+mkdir -p "$copy_out"
+file="$copy_out/copy_many.ptx"
+"$nvcc" "${flags[@]}" "$here/src/copy_many.cu" -o "$file"
+echo "$file: PTX ISA $(sed -n 's/^\.version //p' "$file"), nvcc $pinned" >&2

@@ -191,6 +191,8 @@ ray_stage() {
   echo "== Ray figures"
   timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" >"$OUT/ray_transfer.log" 2>&1
   grep -E "ms .* GB/s|SKIPPED|land on|receiver|NCCL group|Error|per object" "$OUT/ray_transfer.log"
+  echo "== packing many small arrays (the SM copy kernel, the driver's batch, torch.cat)"
+  python3 benches/pack.py --json "$OUT/pack.json" || fail "pack bench"
   timeout 120 python3 examples/ray_pipeline.py || fail ray_pipeline
   timeout 120 python3 examples/ray_pipeline.py --nccl || fail "ray_pipeline --nccl"
 }

@@ -56,7 +56,7 @@ LAYERS = {
     ],
     # A wing's rooms, bottom up (paths `crate::copy::<room>`).
     "crates/memarray-cuda/src/copy": [
-        ["threads", "direct"],
+        ["threads", "direct", "many"],
         ["staged"],
         ["route"],
     ],

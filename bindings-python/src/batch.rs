@@ -198,13 +198,16 @@ pub fn _last_batch_profile(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::Py
 /// --
 ///
 /// One uint8 device array holding the bytes of every array in `arrays` (MemArrays whose
-/// data is on one device), each at a 256-byte aligned offset, filled by one batch of
-/// device copies and waited for; returned with each array's (dtype, shape, offset) for
-/// `_unpack`. One transfer of the pack then carries them all (memarray.ray).
+/// data is on one device), each at a 256-byte aligned offset, filled in one call (small
+/// ones by an SM copy kernel) and waited for; returned with each array's (dtype, shape,
+/// offset) for `_unpack`. One transfer of the pack then carries them all (memarray.ray).
+/// With `max_each`, an array of more bytes is a ValueError before anything is copied.
 #[pyfunction]
+#[pyo3(signature = (arrays, max_each=None))]
 pub fn _pack<'py>(
     py: Python<'py>,
     arrays: &Bound<'py, PyAny>,
+    max_each: Option<usize>,
 ) -> PyResult<(PyMemArray, Bound<'py, PyList>)> {
     let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
     for a in arrays.try_iter()? {
@@ -229,6 +232,14 @@ pub fn _pack<'py>(
             let locked = Locked::new(&parts);
             // Every part was locked above; `get` finds each.
             let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
+            if let Some(max) = max_each
+                && let Some((i, r)) = raws.iter().enumerate().find(|(_, r)| r.nbytes() > max)
+            {
+                return Err(memarray_cuda::CudaError::InvalidArgument {
+                    what: "_pack",
+                    detail: format!("part {i} is {} bytes, more than max_each {max}", r.nbytes()),
+                });
+            }
             RawArray::pack(&raws, device)
         })
         .py()?;

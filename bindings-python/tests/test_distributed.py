@@ -103,6 +103,22 @@ def test_gather_joins_host_parts_in_order_and_checks_them():
         memarray.scatter(memarray.zeros((), "float32"), [0])
 
 
+def test_pack_refuses_what_it_cannot_pack_before_copying():
+    from memarray import _memarray
+
+    host = memarray.zeros((4,), "float32")
+    with pytest.raises(ValueError, match="host"):
+        _memarray._pack([host])
+    with pytest.raises(ValueError, match="at least one"):
+        _memarray._pack([])
+    with pytest.raises(TypeError):
+        _memarray._pack([np.zeros(3)])
+    with pytest.raises(TypeError):
+        _memarray._unpack(np.zeros(3), [])
+    with pytest.raises(ValueError, match="device"):
+        _memarray._unpack(host, [("uint8", [4], 0)])
+
+
 def test_record_stream_needs_a_stream():
     a = memarray.zeros((4,), "float32")
     with pytest.raises(ValueError, match="needs a stream"):
@@ -131,6 +147,27 @@ def _scatter_kernel_gather(devices):
             assert g.device == to
             np.testing.assert_array_equal(g.to_numpy(), want)
         np.testing.assert_array_equal(src.to_numpy(), host)
+
+
+@gpu
+def test_pack_and_unpack_on_one_gpu():
+    from memarray import _memarray
+
+    parts = [
+        memarray.asarray(np.arange(n, dtype=dt), device="cuda")
+        for n, dt in ((5, np.int16), (0, np.float32), (1000, np.float64), (3, np.uint8))
+    ]
+    pack, entries = _memarray._pack(parts)
+    assert pack.device == "cuda:0" and str(pack.dtype) == "uint8"
+    assert [(d, list(s)) for d, s, _ in entries] == [(str(p.dtype), list(p.shape)) for p in parts]
+    assert all(off % 256 == 0 for _, _, off in entries)
+    with pytest.raises(ValueError, match="more than max_each"):
+        _memarray._pack(parts, max_each=100)
+    back = _memarray._unpack(pack, entries)
+    del pack
+    for p, b in zip(parts, back, strict=True):
+        assert b.device == "cuda:0"
+        np.testing.assert_array_equal(b.to_numpy(), p.to_numpy())
 
 
 @gpu

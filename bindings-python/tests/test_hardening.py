@@ -594,6 +594,7 @@ ENV_VARS = [
     "MEMARRAY_STAGING_CHUNK",
     "MEMARRAY_MEMORY_RESOURCE",
     "MEMARRAY_PINNED_LIMIT",
+    "MEMARRAY_COPY_KERNEL",
     "MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC",
 ]
 
@@ -621,6 +622,7 @@ def test_an_environment_value_that_is_not_utf8_fails_the_import_naming_it(var):
         ("MEMARRAY_MEMORY_RESOURCE", "lots"),
         ("MEMARRAY_PINNED_LIMIT", "lots"),
         ("MEMARRAY_PINNED_LIMIT", "-1"),
+        ("MEMARRAY_COPY_KERNEL", "yes"),
     ],
 )
 def test_bad_environment_values_fail_the_import_naming_the_variable(var, value):
@@ -638,6 +640,7 @@ def test_good_environment_values_import_and_a_spill_dir_may_be_any_bytes():
         MEMARRAY_STAGING_THREADS="3",
         MEMARRAY_MEMORY_RESOURCE="device",
         MEMARRAY_PINNED_LIMIT="2 GiB",
+        MEMARRAY_COPY_KERNEL="0",
         MEMARRAY_SPILL_DIR=os.fsdecode(b"/tmp/\xff"),
     )
     r = run_child("import memarray; print('imported')", env=env)

@@ -88,7 +88,7 @@ pub use resource::{
 pub use stream::{Stream, StreamRef};
 
 /// Checks every environment variable memarray-cuda reads (`MEMARRAY_MEMORY_RESOURCE`,
-/// `MEMARRAY_PINNED_LIMIT`, the
+/// `MEMARRAY_PINNED_LIMIT`, `MEMARRAY_COPY_KERNEL`, the
 /// staging variables, `MEMARRAY_SPILL` and its budgets), so a front end can refuse a bad
 /// value when it starts (Python's `import memarray` does) instead of at first use.
 ///
@@ -98,6 +98,7 @@ pub use stream::{Stream, StreamRef};
 pub fn check_env() -> Result<()> {
     resource::resource_choice_from_env()?;
     resource::pinned_limit_from_env()?;
+    copy::many::kernel_setting_from_env()?;
     copy::staged::config(copy::staged::Direction::ToDevice)?;
     spill::env_settings().map_err(|detail| SettingError::Invalid {
         what: "the spill environment",

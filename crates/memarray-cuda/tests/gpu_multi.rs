@@ -196,6 +196,70 @@ fn gpu_pack_and_unpack_on_one_device() {
     pack_move_unpack(0);
 }
 
+/// More small parts than one kernel launch takes, of odd lengths, one part larger than
+/// the kernel's limit (the driver copies it), and unaligned sources (slices at odd
+/// offsets): every byte lands, and the copies went the way `copy::many` says.
+#[test]
+fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_driver() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    use memarray_cuda::copy::many::{KERNEL_MAX, TABLE_MAX, copies_made};
+    let n = TABLE_MAX + 76;
+    let mut parts: Vec<RawArray> = Vec::new();
+    let mut expected: Vec<Vec<u8>> = Vec::new();
+    for i in 0..n {
+        let len = 1 + (i * 37) % 300;
+        let bytes: Vec<u8> = (0..len).map(|k| (i * 7 + k) as u8).collect();
+        let mut a = RawArray::from_bytes(DType::U8, &[len], &bytes, 0).unwrap();
+        a.move_memory(Location::Device(0), None, false, None)
+            .unwrap();
+        parts.push(a);
+        expected.push(bytes);
+    }
+    let big: Vec<u8> = (0..KERNEL_MAX + 4096).map(|k| (k % 251) as u8).collect();
+    let mut a = RawArray::from_bytes(DType::U8, &[big.len()], &big, 0).unwrap();
+    a.move_memory(Location::Device(0), None, false, None)
+        .unwrap();
+    parts.push(a);
+    expected.push(big);
+    let (kernel0, driver0) = copies_made();
+    let refs: Vec<&RawArray> = parts.iter().collect();
+    let (pack, entries) = RawArray::pack(&refs, 0).unwrap();
+    let (kernel1, driver1) = copies_made();
+    if std::env::var_os("MEMARRAY_COPY_KERNEL").is_none_or(|v| v != "0") {
+        assert_eq!(kernel1 - kernel0, n as u64, "small parts by the kernel");
+        assert_eq!(driver1 - driver0, 1, "the large part by the driver");
+    }
+    let out = pack.unpack(&entries, None).unwrap();
+    for (i, (a, want)) in out.iter().zip(&expected).enumerate() {
+        let mut got = vec![0u8; a.nbytes()];
+        a.read_all(&mut got, None).unwrap();
+        assert_eq!(&got, want, "part {i}");
+    }
+    // Unaligned sources: 1-byte views at odd offsets of the pack, packed again.
+    let odd: Vec<memarray_cuda::array::Packed> = (0..40)
+        .map(|k| memarray_cuda::array::Packed {
+            dtype: DType::U8,
+            shape: vec![17 + k],
+            offset: entries[k].offset + 3,
+        })
+        .collect();
+    let views = pack.unpack(&odd, None).unwrap();
+    let refs: Vec<&RawArray> = views.iter().collect();
+    let (again, entries2) = RawArray::pack(&refs, 0).unwrap();
+    let back = again.unpack(&entries2, None).unwrap();
+    let mut host = vec![0u8; pack.nbytes()];
+    pack.read_all(&mut host, None).unwrap();
+    for (k, a) in back.iter().enumerate() {
+        let mut got = vec![0u8; a.nbytes()];
+        a.read_all(&mut got, None).unwrap();
+        // The view starts 3 bytes into part k and may run into the padding after it.
+        let at = entries[k].offset + 3;
+        assert_eq!(got, host[at..at + 17 + k], "view {k}");
+    }
+}
+
 #[test]
 fn gpu_pack_and_unpack_across_two_devices() {
     if gpus_or_skip(2).is_none() {

@@ -1,4 +1,5 @@
-//! The committed PTX is what `kernels-cuda/build.sh` makes from the committed sources.
+//! The committed PTX (`src/seed/ptx/`, `src/copy/ptx/`) is what `kernels-cuda/build.sh`
+//! makes from the committed sources.
 //! Needs the pinned nvcc (13.0.88) on PATH, in /usr/local/cuda/bin, in `$NVCC` or in
 //! ./.venv-nvcc; otherwise prints `SKIPPED: ...` and passes. Comment lines (`//`, which
 //! carry the compiler's build id) are ignored.
@@ -28,9 +29,11 @@ fn committed_ptx_matches_a_fresh_build() {
     }
     let out = std::env::temp_dir().join(format!("memarray_ptx_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
+    let copy_out = out.join("copy");
     let run = Command::new("bash")
         .arg(root.join("kernels-cuda/build.sh"))
         .arg(&out)
+        .arg(&copy_out)
         .env("MEMARRAY_NVCC_NO_INSTALL", "1")
         .output();
     let run = match run {
@@ -45,25 +48,30 @@ fn committed_ptx_matches_a_fresh_build() {
         run.status.success(),
         "kernels-cuda/build.sh failed:\n{stderr}"
     );
-    let committed_dir = root.join("crates/memarray-cuda/src/seed/ptx");
     let mut compared = 0;
-    for entry in std::fs::read_dir(&out).unwrap() {
-        let fresh_path = entry.unwrap().path();
-        let name = fresh_path.file_name().unwrap();
-        let fresh = std::fs::read_to_string(&fresh_path).unwrap();
-        let committed = std::fs::read_to_string(committed_dir.join(name))
-            .unwrap_or_else(|e| panic!("{name:?} is built but not committed: {e}"));
-        let (a, b) = (code_lines(&committed), code_lines(&fresh));
-        if let Some(k) = (0..a.len().max(b.len())).find(|&k| a.get(k) != b.get(k)) {
-            panic!(
-                "crates/memarray-cuda/src/seed/ptx/{} is stale at code line {k}: committed {:?}, fresh {:?}; \
-                 run kernels-cuda/build.sh",
-                name.to_string_lossy(),
-                a.get(k),
-                b.get(k)
-            );
+    for (fresh_dir, committed) in [(&out, "seed/ptx"), (&copy_out, "copy/ptx")] {
+        let committed_dir = root.join("crates/memarray-cuda/src").join(committed);
+        for entry in std::fs::read_dir(fresh_dir).unwrap() {
+            let fresh_path = entry.unwrap().path();
+            if fresh_path.is_dir() {
+                continue;
+            }
+            let name = fresh_path.file_name().unwrap();
+            let fresh = std::fs::read_to_string(&fresh_path).unwrap();
+            let committed_text = std::fs::read_to_string(committed_dir.join(name))
+                .unwrap_or_else(|e| panic!("{name:?} is built but not committed: {e}"));
+            let (a, b) = (code_lines(&committed_text), code_lines(&fresh));
+            if let Some(k) = (0..a.len().max(b.len())).find(|&k| a.get(k) != b.get(k)) {
+                panic!(
+                    "crates/memarray-cuda/src/{committed}/{} is stale at code line {k}: \
+                     committed {:?}, fresh {:?}; run kernels-cuda/build.sh",
+                    name.to_string_lossy(),
+                    a.get(k),
+                    b.get(k)
+                );
+            }
+            compared += 1;
         }
-        compared += 1;
     }
     assert!(compared > 0, "build.sh produced no PTX");
     let _ = std::fs::remove_dir_all(&out);

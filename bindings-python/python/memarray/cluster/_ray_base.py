@@ -122,12 +122,7 @@ PACK_FROM = 8
 PACK_EACH = 1 << 20
 
 
-def packable(arrays: list[MemArray]) -> bool:
-    return (
-        len(arrays) >= PACK_FROM
-        and all(a.nbytes <= PACK_EACH for a in arrays)
-        and len({a.device for a in arrays}) == 1
-    )
+Entries = list[tuple[str, list[int], int]]
 
 
 class Packs:
@@ -137,10 +132,19 @@ class Packs:
         self._lock = threading.Lock()
         self._held: dict[str, MemArray] = {}
 
-    def make(self, key: str, arrays: list[MemArray]) -> list[tuple[str, list[int], int]]:
-        """Packs `arrays` under `key` and returns their entries for ``_memarray._unpack``."""
+    def make(self, key: str, arrays: list[Any]) -> Entries | None:
+        """Packs `arrays` under `key` and returns their entries for ``_memarray._unpack``;
+        None, with nothing copied, unless they are PACK_FROM or more MemArrays of at most
+        PACK_EACH bytes each, all on one device (one pass in Rust checks them)."""
+        if len(arrays) < PACK_FROM:
+            return None
         start = time.perf_counter()
-        pack, entries = _memarray._pack(arrays)
+        try:
+            pack, entries = _memarray._pack(arrays, PACK_EACH)
+        except (TypeError, ValueError, RuntimeError):
+            # Not packable (or a part locked): the caller takes the arrays one by one and
+            # raises its own errors.
+            return None
         with self._lock:
             self._held[key] = pack
         with _counts_lock:
@@ -167,6 +171,11 @@ class Packs:
 packs = Packs()
 
 
+def tensor_meta(entries: Entries) -> list[tuple[tuple[int, ...], str]]:
+    """Each packed array's shape and dtype, as the transports' metadata lists them."""
+    return [(tuple(shape), dtype) for dtype, shape, _ in entries]
+
+
 def check_arrays(transport: str, rdt_object: list[Any]) -> list[MemArray]:
     """The object's arrays, each a MemArray, all on devices or all on the host."""
     arrays = list(rdt_object)
@@ -181,7 +190,7 @@ def check_arrays(transport: str, rdt_object: list[Any]) -> list[MemArray]:
     return arrays
 
 
-def unpack(pack: MemArray, entries: list[tuple[str, list[int], int]]) -> list[MemArray]:
+def unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
     """A pack's arrays (``_memarray._unpack``: waits for the pack's pending work), timed."""
     start = time.perf_counter()
     arrays = _memarray._unpack(pack, entries)

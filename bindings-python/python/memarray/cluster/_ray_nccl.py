@@ -179,20 +179,20 @@ class MemArrayNcclTransport(TensorTransportManager):
         self, obj_id: str, rdt_object: list[Any]
     ) -> MemArrayNcclMetadata:
         start = time.perf_counter()
-        arrays = base.check_arrays(NCCL_TRANSPORT, rdt_object)
-        if arrays and not arrays[0].on_device:
-            raise ValueError(
-                "the memarray_nccl transport carries device arrays; send host arrays with "
-                "the memarray transport or as Ray objects"
-            )
-        meta = MemArrayNcclMetadata(
-            tensor_meta=[(tuple(a.shape), str(a.dtype)) for a in arrays],
-            tensor_device="cuda",
-        )
-        if base.packable(arrays):
-            meta.packed = base.packs.make(obj_id, arrays)
+        meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
+        entries = base.packs.make(obj_id, list(rdt_object))
+        if entries is not None:
+            meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
             meta.pack_bytes = base.packs.get(obj_id).nbytes
             meta.pack_key = obj_id
+        else:
+            arrays = base.check_arrays(NCCL_TRANSPORT, rdt_object)
+            if arrays and not arrays[0].on_device:
+                raise ValueError(
+                    "the memarray_nccl transport carries device arrays; send host arrays "
+                    "with the memarray transport or as Ray objects"
+                )
+            meta.tensor_meta = [(tuple(a.shape), str(a.dtype)) for a in arrays]
         base.count_sent(time.perf_counter() - start)
         return meta
 

@@ -27,7 +27,7 @@ arrays, another node, a GPU this process cannot see, memory that cannot be expor
 receiver fetches the arrays from the sending actor through the object store instead, and
 :func:`statistics` counts which way each object came. An object of many small device
 arrays on one device (``PACK_FROM`` or more, each at most ``PACK_EACH`` bytes) travels as
-one pack: the sender copies them into one allocation (one batched device copy) and
+one pack: the sender copies them into one allocation (one SM copy kernel launch) and
 publishes its one handle; the receiver copies it once and gets slices of its copy.
 
 The ``"memarray_nccl"`` transport carries device MemArrays over NCCL, actor to actor on
@@ -161,27 +161,33 @@ class MemArrayTransport(TensorTransportManager):
         return meta
 
     def _describe(self, obj_id: str, rdt_object: list[Any]) -> MemArrayTransportMetadata:
-        arrays = base.check_arrays(TRANSPORT, rdt_object)
+        arrays = list(rdt_object)
         if not arrays:
             return MemArrayTransportMetadata(tensor_meta=[])
         _serializer.take_over()
         meta = MemArrayTransportMetadata(
-            tensor_meta=[(a.shape, a.dtype) for a in arrays],
-            tensor_device="cuda" if arrays[0].on_device else "cpu",
+            tensor_meta=[],
+            tensor_device="cuda",
             node_id=ray.get_runtime_context().get_node_id(),
             pid=os.getpid(),
             source=_current_actor(),
         )
-        if meta.tensor_device == "cuda":
+        entries = base.packs.make(obj_id, arrays)
+        if entries is not None:
+            meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
+            shared = [base.packs.get(obj_id)]
+        else:
+            arrays = base.check_arrays(TRANSPORT, arrays)
+            meta.tensor_meta = [(tuple(a.shape), str(a.dtype)) for a in arrays]
+            if not arrays[0].on_device:
+                meta.tensor_device = "cpu"
+                return meta
             shared = arrays
-            if base.packable(arrays):
-                meta.packed = base.packs.make(obj_id, arrays)
-                shared = [base.packs.get(obj_id)]
-            try:
-                meta.handles = [a.ipc_handle() for a in shared]
-            except RuntimeError:  # LockError too
-                meta.handles = None  # memory IPC cannot share: the store carries it
-            meta.gpus = [base.physical(int(a.device.split(":")[1])) for a in shared]
+        try:
+            meta.handles = [a.ipc_handle() for a in shared]
+        except RuntimeError:  # LockError too
+            meta.handles = None  # memory IPC cannot share: the store carries it
+        meta.gpus = [base.physical(int(a.device.split(":")[1])) for a in shared]
         return meta
 
     def get_communicator_metadata(

@@ -1,6 +1,7 @@
 //! Many device arrays as one allocation and back, so one transfer (CUDA IPC, NCCL, a peer
 //! copy) carries them all: [`RawArray::pack`] copies arrays of one device into one new
-//! byte array, each at an aligned offset, with one batched copy; [`RawArray::unpack`]
+//! byte array, each at an aligned offset, in one call ([`copy::many`](crate::copy::many): an SM copy kernel
+//! for the small ones); [`RawArray::unpack`]
 //! makes arrays that are slices of a packed array's device memory, with no copy.
 
 use memarray_core::{DType, Location, LockToken, shape};
@@ -8,8 +9,8 @@ use memarray_core::{DType, Location, LockToken, shape};
 use super::device_side::DeviceSide;
 use super::raw::RawArray;
 use crate::buffer::DeviceBuffer;
+use crate::copy;
 use crate::device::Device;
-use crate::driver;
 use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::stream::Stream;
@@ -45,8 +46,8 @@ pub struct Packed {
 
 impl RawArray {
     /// A new 1-d `u8` array on device `device` holding every part's bytes at the offsets
-    /// [`pack_layout`] gives (returned with it as [`Packed`] entries), filled by one batch
-    /// of device copies after each part's pending work. Every part's data must be on
+    /// [`pack_layout`] gives (returned with it as [`Packed`] entries), filled by
+    /// [`copy::many`](crate::copy::many)'s one call after each part's pending work. Every part's data must be on
     /// `device`. Returns once the copies are done: the parts may be written or freed at
     /// once, and the pack has no pending work.
     pub fn pack(parts: &[&RawArray], device: u32) -> Result<(RawArray, Vec<Packed>)> {
@@ -89,17 +90,8 @@ impl RawArray {
         // SAFETY: sources are the parts' live device buffers on `device` (kept by `keep`
         // until the wait below), ordered after their pending work; destinations are
         // disjoint ranges of the new block (`pack_layout` places each inside `total`);
-        // the stream is live and of the bound device.
-        unsafe {
-            driver::memcpy_batch_async(
-                &mut dsts,
-                &mut srcs,
-                &mut lens,
-                driver::BatchWay::OnDevice,
-                device as i32,
-                s.cu(),
-            )?
-        };
+        // the stream is a live non-default stream of the bound device.
+        unsafe { copy::many::copy_many(&dev, s, &dsts, &srcs, &lens)? };
         let done = Event::new(&dev)?;
         done.record(s)?;
         done.synchronize()?;

@@ -10,6 +10,8 @@
 //!   to host, device to device, peer), bounds-checked.
 //! - [`staged`]: pageable host memory to and from devices at pinned speed (several host
 //!   threads, pinned slots), with its settings.
+//! - [`many`]: many small device-to-device copies in one call (an SM copy kernel for
+//!   small ones, one driver batch for the rest): packs use it.
 //! - `route`: which of the two a host copy takes (the driver's direct copy for pinned
 //!   memory and small copies, the staged pipeline above its direct-copy size).
 //! - `threads`: the host thread pool that staged copies, `.npy` reads, `move_many`'s
@@ -21,6 +23,7 @@
 //! of a copy are checked ([`CoreError::CopyOutOfRange`]).
 
 pub mod direct;
+pub mod many;
 pub(crate) mod route;
 pub mod staged;
 pub(crate) mod threads;
