@@ -67,6 +67,15 @@ def _ray(body: str, gpus: int = 0, timeout: int = 300) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _two_gpus_or_skip(why: str = "needs two CUDA devices") -> None:
+    """Skips on fewer than two GPUs; fails instead under MEMARRAY_REQUIRE_PEER=1."""
+    n = memarray.cuda.device_count()
+    if n < 2:
+        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
+            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
+        pytest.skip(f"SKIPPED: {why}, this machine has {n}")
+
+
 def test_registration_happens_in_either_import_order():
     for first, then in (("memarray", "ray"), ("ray", "memarray")):
         out = child_stdout(
@@ -330,11 +339,7 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
 
 @pytest.mark.gpu
 def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy():
-    n = memarray.cuda.device_count()
-    if n < 2:
-        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
-            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
-        pytest.skip(f"SKIPPED: needs two CUDA devices, this machine has {n}")
+    _two_gpus_or_skip()
     out = _ray(
         """
         env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
@@ -469,11 +474,7 @@ def test_the_nccl_transport_refuses_what_it_cannot_carry():
 
 @pytest.mark.gpu
 def test_device_arrays_move_between_two_gpus_over_nccl():
-    n = memarray.cuda.device_count()
-    if n < 2:
-        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
-            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
-        pytest.skip(f"SKIPPED: NCCL needs two CUDA devices, this machine has {n}")
+    _two_gpus_or_skip("NCCL needs two CUDA devices")
     out = _ray(
         """
         @ray.remote(num_gpus=1, enable_tensor_transport=True)

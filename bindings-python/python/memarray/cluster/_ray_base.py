@@ -9,6 +9,10 @@ import time
 from typing import Any
 
 import ray
+from ray.experimental.rdt.tensor_transport_manager import (
+    TensorTransportManager,
+    TensorTransportMetadata,
+)
 
 from .. import _memarray, cuda
 from .._memarray import MemArray
@@ -141,9 +145,9 @@ class Packs:
         start = time.perf_counter()
         try:
             pack, entries = _memarray._pack(arrays, PACK_EACH)
-        except (TypeError, ValueError, RuntimeError):
-            # Not packable (or a part locked): the caller takes the arrays one by one and
-            # raises its own errors.
+        except (TypeError, ValueError, RuntimeError, MemoryError):
+            # Not packable (a part locked, no memory for the pack): the caller takes the
+            # arrays one by one and raises its own errors.
             return None
         with self._lock:
             self._held[key] = pack
@@ -197,3 +201,36 @@ def unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
     with _counts_lock:
         _counts["unpack_s"] += time.perf_counter() - start
     return arrays
+
+
+class Transport(TensorTransportManager):
+    """What memarray's two transports share: the name Ray knows them by (``NAME``), every
+    actor may send (a refusal comes with the transfer), the sender's description timed
+    (``describe`` does the work), and the sender's pack dropped when Ray collects the
+    object."""
+
+    NAME = ""
+
+    @property
+    def tensor_transport_backend(self) -> str:  # type: ignore[override]
+        return self.NAME.upper()
+
+    def actor_has_tensor_transport(self, actor: Any) -> bool:
+        return True
+
+    def extract_tensor_transport_metadata(
+        self, obj_id: str, rdt_object: list[Any]
+    ) -> TensorTransportMetadata:
+        start = time.perf_counter()
+        meta = self.describe(obj_id, list(rdt_object))
+        count_sent(time.perf_counter() - start)
+        return meta
+
+    def describe(self, obj_id: str, arrays: list[Any]) -> TensorTransportMetadata:
+        raise NotImplementedError
+
+    def garbage_collect(
+        self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
+    ) -> None:
+        # Ray's store drops the sender's arrays after this; receivers hold their own.
+        packs.drop(obj_id)

@@ -24,7 +24,6 @@ from typing import Any
 import ray
 from ray.experimental.rdt.tensor_transport_manager import (
     CommunicatorMetadata,
-    TensorTransportManager,
     TensorTransportMetadata,
 )
 
@@ -155,12 +154,10 @@ def _comm(name: str) -> Any:
     return comm
 
 
-class MemArrayNcclTransport(TensorTransportManager):
+class MemArrayNcclTransport(base.Transport):
     """Ray Direct Transport for device MemArrays over NCCL (see the module's text)."""
 
-    @property
-    def tensor_transport_backend(self) -> str:  # type: ignore[override]
-        return NCCL_TRANSPORT.upper()
+    NAME = NCCL_TRANSPORT
 
     @staticmethod
     def is_one_sided() -> bool:
@@ -170,30 +167,21 @@ class MemArrayNcclTransport(TensorTransportManager):
     def can_abort_transport() -> bool:
         return False
 
-    def actor_has_tensor_transport(self, actor: Any) -> bool:
-        # Every actor may send; a pair without a group is refused when a transfer is
-        # set up (get_communicator_metadata), with the call that fixes it.
-        return True
-
-    def extract_tensor_transport_metadata(
-        self, obj_id: str, rdt_object: list[Any]
-    ) -> MemArrayNcclMetadata:
-        start = time.perf_counter()
+    def describe(self, obj_id: str, arrays: list[Any]) -> MemArrayNcclMetadata:
         meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
-        entries = base.packs.make(obj_id, list(rdt_object))
+        entries = base.packs.make(obj_id, arrays)
         if entries is not None:
             meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
             meta.pack_bytes = base.packs.get(obj_id).nbytes
             meta.pack_key = obj_id
         else:
-            arrays = base.check_arrays(NCCL_TRANSPORT, rdt_object)
+            arrays = base.check_arrays(NCCL_TRANSPORT, arrays)
             if arrays and not arrays[0].on_device:
                 raise ValueError(
                     "the memarray_nccl transport carries device arrays; send host arrays "
                     "with the memarray transport or as Ray objects"
                 )
             meta.tensor_meta = [(tuple(a.shape), str(a.dtype)) for a in arrays]
-        base.count_sent(time.perf_counter() - start)
         return meta
 
     def get_communicator_metadata(
@@ -269,11 +257,6 @@ class MemArrayNcclTransport(TensorTransportManager):
         stream.synchronize()
         base.count("nccl", len(arrays), nccl_s=time.perf_counter() - start)
         return arrays
-
-    def garbage_collect(
-        self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
-    ) -> None:
-        base.packs.drop(obj_id)
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
         raise NotImplementedError("Ray cannot abort a two-sided NCCL transfer")

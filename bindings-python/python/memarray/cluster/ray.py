@@ -45,7 +45,6 @@ from typing import Any
 import ray
 from ray.experimental.rdt.tensor_transport_manager import (
     CommunicatorMetadata,
-    TensorTransportManager,
     TensorTransportMetadata,
 )
 
@@ -131,13 +130,11 @@ class MemArrayTransportMetadata(TensorTransportMetadata):
     source: Any = None
 
 
-class MemArrayTransport(TensorTransportManager):
+class MemArrayTransport(base.Transport):
     """Ray Direct Transport for MemArrays: CUDA IPC with events on one node, the object
     store through the sending actor otherwise (see the module's text)."""
 
-    @property
-    def tensor_transport_backend(self) -> str:  # type: ignore[override]
-        return TRANSPORT.upper()
+    NAME = TRANSPORT
 
     @staticmethod
     def is_one_sided() -> bool:
@@ -149,19 +146,7 @@ class MemArrayTransport(TensorTransportManager):
         # an error ends it, and nothing is left in flight to interrupt.
         return True
 
-    def actor_has_tensor_transport(self, actor: Any) -> bool:
-        return True
-
-    def extract_tensor_transport_metadata(
-        self, obj_id: str, rdt_object: list[Any]
-    ) -> MemArrayTransportMetadata:
-        start = time.perf_counter()
-        meta = self._describe(obj_id, rdt_object)
-        base.count_sent(time.perf_counter() - start)
-        return meta
-
-    def _describe(self, obj_id: str, rdt_object: list[Any]) -> MemArrayTransportMetadata:
-        arrays = list(rdt_object)
+    def describe(self, obj_id: str, arrays: list[Any]) -> MemArrayTransportMetadata:
         if not arrays:
             return MemArrayTransportMetadata(tensor_meta=[])
         _serializer.take_over()
@@ -274,12 +259,6 @@ class MemArrayTransport(TensorTransportManager):
         communicator_metadata: CommunicatorMetadata,
     ) -> None:
         raise NotImplementedError("the memarray transport is one-sided: the receiver fetches")
-
-    def garbage_collect(
-        self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
-    ) -> None:
-        # Ray's store drops the sender's arrays after this; receivers hold copies.
-        base.packs.drop(obj_id)
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
         return None
