@@ -176,6 +176,9 @@ impl DeviceBuffer {
     }
 }
 
+/// Opened interprocess events a mapping keeps for reuse.
+const EVENTS_KEPT: usize = 64;
+
 /// One process's mapping of another's allocation; closed when the last user drops.
 #[derive(Debug)]
 struct Mapping {
@@ -187,11 +190,18 @@ struct Mapping {
 }
 
 impl Mapping {
-    /// The exporter's event `h`, opened on first sight and cached.
+    /// The exporter's event `h`, opened on first sight and cached (at most
+    /// [`EVENTS_KEPT`] a mapping: an exporter that shares new buffers of one allocation,
+    /// such as packs from a pool, makes a new event for each).
     fn event(&self, h: &[u8; 64]) -> Result<Arc<Event>> {
         let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(e) = events.get(h) {
             return Ok(e.clone());
+        }
+        if events.len() >= EVENTS_KEPT {
+            // Imports ordered after one of these hold their own reference; the cache only
+            // saves reopening a handle seen again.
+            events.clear();
         }
         let e = Arc::new(Event::open_ipc(&self.device, h).map_err(|e| {
             CudaError::from(IpcError::Open {

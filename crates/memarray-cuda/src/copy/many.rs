@@ -123,6 +123,27 @@ fn kernel(device: &Arc<Device>) -> Option<CUfunction> {
         .map(|l| l.function)
 }
 
+/// Which copies (by index) each kernel launch takes, at most [`TABLE_MAX`] a launch, and
+/// which go to the driver (all of them without the kernel); empty copies go nowhere.
+fn plan(lens: &[usize], kernel: bool) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let mut launches: Vec<Vec<usize>> = Vec::new();
+    let mut driver = Vec::new();
+    for (i, &n) in lens.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        if kernel && n <= KERNEL_MAX {
+            match launches.last_mut() {
+                Some(l) if l.len() < TABLE_MAX => l.push(i),
+                _ => launches.push(vec![i]),
+            }
+        } else {
+            driver.push(i);
+        }
+    }
+    (launches, driver)
+}
+
 /// Enqueues `dsts.len()` device-to-device copies (`lens[i]` bytes from `srcs[i]` to
 /// `dsts[i]`) on `stream`: the small ones in kernel launches, the rest as one batch of the
 /// driver's copies (see the module's text). Nothing waits.
@@ -139,55 +160,50 @@ pub(crate) unsafe fn copy_many(
     srcs: &[u64],
     lens: &[usize],
 ) -> Result<()> {
-    let n = dsts.len().min(srcs.len()).min(lens.len());
+    if dsts.len() != srcs.len() || srcs.len() != lens.len() {
+        return Err(crate::error::CudaError::InvalidArgument {
+            what: "copy_many",
+            detail: format!(
+                "{} destinations, {} sources, {} lengths",
+                dsts.len(),
+                srcs.len(),
+                lens.len()
+            ),
+        });
+    }
     let function = if kernel_enabled() {
         kernel(device)
     } else {
         None
     };
-    let mut table = Box::new(Table {
-        n: 0,
-        pad: 0,
-        e: [Entry::default(); TABLE_MAX],
-    });
-    let (mut big_dst, mut big_src, mut big_len) = (Vec::new(), Vec::new(), Vec::new());
-    let launch = |table: &mut Table| -> Result<()> {
-        if table.n == 0 {
-            return Ok(());
-        }
-        let Some(f) = function else {
-            return Ok(());
-        };
-        let mut params = [std::ptr::from_mut(table).cast::<c_void>()];
-        // SAFETY: the function takes one `CopyTable`, laid out as `Table` (repr(C), the
-        // same fields); item 2 for the context and stream; item 1 keeps every range live
-        // until the kernel has run. The driver copies the parameter during the call.
-        unsafe { driver::launch_kernel(f, table.n, BLOCK, stream.cu(), &mut params)? };
-        BY_KERNEL.fetch_add(u64::from(table.n), Ordering::Relaxed);
-        table.n = 0;
-        Ok(())
-    };
-    for i in 0..n {
-        if lens[i] == 0 {
-            continue;
-        }
-        if function.is_some() && lens[i] <= KERNEL_MAX {
-            table.e[table.n as usize] = Entry {
-                dst: dsts[i],
-                src: srcs[i],
-                len: lens[i] as u64,
-            };
-            table.n += 1;
-            if table.n as usize == TABLE_MAX {
-                launch(&mut table)?;
+    let (launches, rest) = plan(lens, function.is_some());
+    if let Some(f) = function {
+        let mut table = Box::new(Table {
+            n: 0,
+            pad: 0,
+            e: [Entry::default(); TABLE_MAX],
+        });
+        for launch in &launches {
+            for (slot, &i) in table.e.iter_mut().zip(launch) {
+                *slot = Entry {
+                    dst: dsts[i],
+                    src: srcs[i],
+                    len: lens[i] as u64,
+                };
             }
-        } else {
-            big_dst.push(dsts[i]);
-            big_src.push(srcs[i]);
-            big_len.push(lens[i]);
+            table.n = launch.len() as u32;
+            let mut params = [std::ptr::from_mut(&mut *table).cast::<c_void>()];
+            // SAFETY: the function takes one `CopyTable`, laid out as `Table` (repr(C),
+            // the same fields; `plan` fills at most TABLE_MAX entries); item 2 for the
+            // context and stream; item 1 keeps every range live until the kernel has run.
+            // The driver copies the parameter during the call.
+            unsafe { driver::launch_kernel(f, table.n, BLOCK, stream.cu(), &mut params)? };
+            BY_KERNEL.fetch_add(launch.len() as u64, Ordering::Relaxed);
         }
     }
-    launch(&mut table)?;
+    let mut big_dst: Vec<u64> = rest.iter().map(|&i| dsts[i]).collect();
+    let mut big_src: Vec<u64> = rest.iter().map(|&i| srcs[i]).collect();
+    let mut big_len: Vec<usize> = rest.iter().map(|&i| lens[i]).collect();
     if !big_dst.is_empty() {
         BY_DRIVER.fetch_add(big_dst.len() as u64, Ordering::Relaxed);
         // SAFETY: items 1 and 2, for the copies the kernel did not take.
@@ -223,6 +239,30 @@ mod tests {
         );
         assert!(PTX.contains(".target sm_75"));
         assert!(PTX.contains(".version 9.0"), "PTX ISA 9.0 (driver 580)");
+    }
+
+    #[test]
+    fn small_copies_fill_launches_of_at_most_a_table_and_the_rest_go_to_the_driver() {
+        let mut lens = vec![4096; TABLE_MAX + 5];
+        lens[3] = 0;
+        lens[7] = KERNEL_MAX;
+        lens[8] = KERNEL_MAX + 1;
+        let (launches, driver) = plan(&lens, true);
+        assert_eq!(driver, vec![8]);
+        assert_eq!(launches.len(), 2);
+        assert_eq!(launches[0].len(), TABLE_MAX);
+        assert!(launches[0].contains(&7) && !launches[0].contains(&3));
+        let all: Vec<usize> = launches.concat();
+        assert_eq!(
+            all.len(),
+            lens.len() - 2,
+            "every non-empty small copy, once"
+        );
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "in order");
+        let (none, driver) = plan(&lens, false);
+        assert!(none.is_empty());
+        assert_eq!(driver.len(), lens.len() - 1, "all but the empty one");
+        assert_eq!(plan(&[], true), (Vec::<Vec<usize>>::new(), vec![]));
     }
 
     #[test]
