@@ -119,10 +119,6 @@ impl Event {
     fn device(&self) -> u32 {
         self.target().0
     }
-
-    fn id(&self) -> u64 {
-        self.target().1
-    }
 }
 
 /// Applies this thread's pending events now.
@@ -144,35 +140,9 @@ fn apply(events: Vec<Event>, deltas: Vec<(u32, i64)>) {
     if events.is_empty() {
         return;
     }
-    // Arrays listed and forgotten within the batch never reach the registry. (A batch
-    // holds at most BATCH events: sorted arrays on the stack beat hashing here.)
-    let mut gone = [0u64; BATCH];
-    let mut n_gone = 0;
-    for e in &events {
-        if let Event::Forgot(_, id) = e
-            && n_gone < BATCH
-        {
-            gone[n_gone] = *id;
-            n_gone += 1;
-        }
-    }
-    let gone = &mut gone[..n_gone];
-    gone.sort_unstable();
-    let mut born = [0u64; BATCH];
-    let mut n_born = 0;
-    for e in &events {
-        if let Event::Listed(_, id, ..) = e
-            && n_born < BATCH
-            && gone.binary_search(id).is_ok()
-        {
-            born[n_born] = *id;
-            n_born += 1;
-        }
-    }
-    let born_here = &mut born[..n_born];
-    born_here.sort_unstable();
-    for e in events {
-        if born_here.binary_search(&e.id()).is_ok() {
+    let skip = listed_and_forgotten(&events);
+    for (i, e) in events.into_iter().enumerate() {
+        if skip.get(i).copied().unwrap_or(false) {
             continue;
         }
         match e {
@@ -204,6 +174,41 @@ fn apply(events: Vec<Event>, deltas: Vec<(u32, i64)>) {
             }
         }
     }
+}
+
+/// Which events of a batch never reach the registry: from an array's listing on a device
+/// to its first `Forgot` there, every event of that array on that device (made and
+/// dropped, or moved away, within the batch). Its listing on another device, or a later
+/// one on the same, is news. Walks back from the end holding the `Forgot`s not yet
+/// matched; a batch holds at most [`BATCH`] events, so plain arrays on the stack.
+fn listed_and_forgotten(events: &[Event]) -> [bool; BATCH] {
+    let mut skip = [false; BATCH];
+    let mut open = [((0u32, 0u64), 0usize); BATCH];
+    let mut n_open = 0;
+    for i in (0..events.len().min(BATCH)).rev() {
+        let key = events[i].target();
+        let found = open[..n_open].iter().position(|(k, _)| *k == key);
+        match (&events[i], found) {
+            // The nearest Forgot ends the window; a later one stays (it is harmless).
+            (Event::Forgot(..), Some(k)) => open[k].1 = i,
+            (Event::Forgot(..), None) => {
+                open[n_open] = (key, i);
+                n_open += 1;
+            }
+            (Event::Listed(..), Some(k)) => {
+                let end = open[k].1;
+                for t in i..=end {
+                    if events[t].target() == key {
+                        skip[t] = true;
+                    }
+                }
+                n_open -= 1;
+                open[k] = open[n_open];
+            }
+            _ => {}
+        }
+    }
+    skip
 }
 
 impl DeviceSpill {

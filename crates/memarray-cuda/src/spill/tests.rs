@@ -167,6 +167,59 @@ mod batches {
     }
 
     #[test]
+    fn an_array_moved_to_another_device_within_a_batch_is_listed_there() {
+        let (from, to) = (fake_device(16, None), fake_device(17, None));
+        let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        flush();
+        let (mut moved, mut other) = (SpillNote::default(), SpillNote::default());
+        after_access(1, &mut moved, (Some(16), Some(16)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        // Another array's listing comes between: the move's Forgot is not the last event.
+        after_access(2, &mut other, (Some(16), Some(16)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        after_access(1, &mut moved, (Some(17), Some(17)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        assert_eq!(moved.registered, Some(17));
+        flush();
+        assert_eq!(to.registry.statistics().resident_bytes, MIB as u64);
+        assert_eq!(to.resident_bytes(), MIB as u64);
+        assert_eq!(
+            from.registry.statistics().resident_bytes,
+            MIB as u64,
+            "array 2"
+        );
+        assert_eq!(from.resident_bytes(), MIB as u64);
+        // Moved back within one batch: listed on 16 again, gone from 17.
+        after_access(1, &mut moved, (Some(16), Some(16)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        after_access(2, &mut other, (Some(16), Some(16)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        after_access(1, &mut moved, (Some(17), Some(17)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        after_access(2, &mut other, (Some(16), Some(16)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        after_access(1, &mut moved, (Some(16), Some(16)), MIB, || {
+            Arc::downgrade(&target)
+        });
+        flush();
+        assert_eq!(to.registry.statistics().resident_bytes, 0);
+        assert_eq!(from.registry.statistics().resident_bytes, 2 * MIB as u64);
+        for (id, note) in [(1, &mut moved), (2, &mut other)] {
+            forget(id, note);
+        }
+        flush();
+        assert_eq!(from.registry.statistics().resident_bytes, 0);
+        assert_eq!(from.resident_bytes() + to.resident_bytes(), 0);
+    }
+
+    #[test]
     fn with_a_budget_the_count_is_kept_at_once() {
         let d = fake_device(13, Some(u64::MAX));
         let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
