@@ -14,7 +14,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 use memarray_core::{DType, Indexer, Location};
 use memarray_cuda::launch::{Arg, Module, launch};
-use memarray_cuda::{Device, RawArray, Stream};
+use memarray_cuda::{RawArray, Stream};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -26,11 +26,9 @@ fn check(what: &str, r: sys::CUresult) {
 }
 
 fn main() -> memarray_cuda::Result<()> {
-    if !memarray_cuda::is_available() {
-        println!("SKIPPED: no CUDA device");
+    let Some(device) = memarray_testing::gpu_or_skip() else {
         return Ok(());
-    }
-    let device = Device::get(0)?;
+    };
     let ptx = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/src/seed/ptx/add_index_f32.ptx"

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use memarray_core::HostBuffer;
 use memarray_cuda::copy::{direct, staged};
-use memarray_cuda::{Device, DeviceBuffer, Event, Stream, resource};
+use memarray_cuda::{DeviceBuffer, Event, Stream, resource};
 
 const CALLS: usize = 500;
 
@@ -45,11 +45,9 @@ fn per_call_us(mut f: impl FnMut(usize), mut end: impl FnMut()) -> f64 {
 }
 
 fn main() -> memarray_cuda::Result<()> {
-    if !memarray_cuda::is_available() {
-        println!("SKIPPED: no CUDA device");
+    let Some(device) = memarray_testing::gpu_or_skip() else {
         return Ok(());
-    }
-    let device = Device::get(0)?;
+    };
     let stream = Stream::new(&device)?;
     let s = stream.as_ref();
     let sync = || s.synchronize(&device).unwrap();

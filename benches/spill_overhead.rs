@@ -24,8 +24,7 @@ fn mib() -> memarray_cuda::Result<RawArray> {
 }
 
 fn main() -> memarray_cuda::Result<()> {
-    if !memarray_cuda::is_available() {
-        println!("SKIPPED: no CUDA device");
+    if memarray_testing::gpu_or_skip().is_none() {
         return Ok(());
     }
     let n = 20_000;

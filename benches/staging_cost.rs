@@ -14,7 +14,7 @@ use std::time::Instant;
 use memarray_core::HostBuffer;
 use memarray_cuda::copy::direct;
 use memarray_cuda::copy::staged::{self, Direction, StagingConfig};
-use memarray_cuda::{Device, DeviceBuffer, Stream, resource};
+use memarray_cuda::{DeviceBuffer, Stream, resource};
 
 const REPS: usize = 300;
 
@@ -82,11 +82,9 @@ fn hot_copy(threads: usize, src: &[u8], dst: *mut u8) -> f64 {
 }
 
 fn main() -> memarray_cuda::Result<()> {
-    if !memarray_cuda::is_available() {
-        println!("SKIPPED: no CUDA device");
+    let Some(device) = memarray_testing::gpu_or_skip() else {
         return Ok(());
-    }
-    let device = Device::get(0)?;
+    };
     let stream = Stream::new(&device)?;
     let s = stream.as_ref();
     let before = [Direction::ToDevice, Direction::ToHost].map(|d| staged::config(d).unwrap());

@@ -11,6 +11,18 @@ import pytest
 import memarray
 
 REQUIRE_GPU = os.environ.get("MEMARRAY_REQUIRE_GPU") == "1"
+REQUIRE_PEER = os.environ.get("MEMARRAY_REQUIRE_PEER") == "1"
+
+
+def two_gpus(why: str = "needs 2 CUDA devices") -> None:
+    """Skips a test on fewer than two GPUs, with the reason; fails it instead under
+    MEMARRAY_REQUIRE_PEER=1 (the two-GPU stage)."""
+    n = memarray.cuda.device_count()
+    if n < 2:
+        if REQUIRE_PEER:
+            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
+        pytest.skip(f"SKIPPED: {why}, this machine has {n}")
+
 
 # Every dtype memarray supports, as NumPy dtypes (bfloat16 via ml_dtypes when present).
 DTYPES = [d for d in memarray.SUPPORTED_DTYPES if d != "bfloat16"]

@@ -7,13 +7,12 @@ under MEMARRAY_REQUIRE_GPU=1."""
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
 import pytest
 
 import memarray
-from conftest import DTYPES, init_array, ref_add_index
+from conftest import DTYPES, init_array, ref_add_index, two_gpus
 from memarray import dlpack
 
 gpu = pytest.mark.gpu
@@ -332,10 +331,7 @@ def test_dlpack_copy_and_dl_device_on_gpu():
 
 @gpu
 def test_move_between_two_devices_peer_to_peer():
-    if memarray.cuda.device_count() < 2:
-        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
-            pytest.fail("MEMARRAY_REQUIRE_PEER=1 but fewer than 2 CUDA devices")
-        pytest.skip("SKIPPED: needs 2 CUDA devices (run on nvidia-h200-x2)")
+    two_gpus()
     data = init_array((64, 33), np.float32)
     a = memarray.MemArray([64, 33], np.float32)
     a.read_numpy_array(data)

@@ -18,19 +18,11 @@ import pytest
 
 import memarray
 import memarray.distributed as md
+from conftest import REQUIRE_PEER, two_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRE_PEER = os.environ.get("MEMARRAY_REQUIRE_PEER") == "1"
 REQUIRE_NCCL = REQUIRE_PEER or os.environ.get("MEMARRAY_REQUIRE_NCCL") == "1"
 gpu = pytest.mark.gpu
-
-
-def two_gpus() -> None:
-    n = memarray.cuda.device_count()
-    if n < 2:
-        if REQUIRE_PEER:
-            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
-        pytest.skip(f"SKIPPED: needs 2 CUDA devices, this machine has {n} (run on nvidia-h200-x2)")
 
 
 def nccl() -> dict:

@@ -14,6 +14,7 @@ import pytest
 from children import child_stdout, run_child
 
 import memarray
+from conftest import two_gpus
 
 # CI installs Ray (MEMARRAY_REQUIRE_RAY=1 there and on the GPU machine: missing is a failure).
 try:
@@ -65,15 +66,6 @@ def _ray(body: str, gpus: int = 0, timeout: int = 300) -> dict:
     r = run_child(code, env=env, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def _two_gpus_or_skip(why: str = "needs two CUDA devices") -> None:
-    """Skips on fewer than two GPUs; fails instead under MEMARRAY_REQUIRE_PEER=1."""
-    n = memarray.cuda.device_count()
-    if n < 2:
-        if os.environ.get("MEMARRAY_REQUIRE_PEER") == "1":
-            pytest.fail(f"MEMARRAY_REQUIRE_PEER=1 but this machine has {n} CUDA device(s)")
-        pytest.skip(f"SKIPPED: {why}, this machine has {n}")
 
 
 def test_registration_happens_in_either_import_order():
@@ -339,7 +331,7 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
 
 @pytest.mark.gpu
 def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy():
-    _two_gpus_or_skip()
+    two_gpus()
     out = _ray(
         """
         env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
@@ -474,7 +466,7 @@ def test_the_nccl_transport_refuses_what_it_cannot_carry():
 
 @pytest.mark.gpu
 def test_device_arrays_move_between_two_gpus_over_nccl():
-    _two_gpus_or_skip("NCCL needs two CUDA devices")
+    two_gpus("NCCL needs two CUDA devices")
     out = _ray(
         """
         @ray.remote(num_gpus=1, enable_tensor_transport=True)

@@ -160,17 +160,7 @@ pub(crate) unsafe fn copy_many(
     srcs: &[u64],
     lens: &[usize],
 ) -> Result<()> {
-    if dsts.len() != srcs.len() || srcs.len() != lens.len() {
-        return Err(crate::error::CudaError::InvalidArgument {
-            what: "copy_many",
-            detail: format!(
-                "{} destinations, {} sources, {} lengths",
-                dsts.len(),
-                srcs.len(),
-                lens.len()
-            ),
-        });
-    }
+    driver::same_lengths("copy_many", dsts.len(), srcs.len(), lens.len())?;
     let function = if kernel_enabled() {
         kernel(device)
     } else {

@@ -430,6 +430,22 @@ fn has_memcpy_batch() -> bool {
     })
 }
 
+/// Refuses lists of copies whose destinations, sources and sizes differ in number.
+pub(crate) fn same_lengths(
+    what: &'static str,
+    dsts: usize,
+    srcs: usize,
+    sizes: usize,
+) -> Result<()> {
+    if dsts == srcs && srcs == sizes {
+        return Ok(());
+    }
+    Err(crate::error::CudaError::InvalidArgument {
+        what,
+        detail: format!("{dsts} destinations, {srcs} sources, {sizes} sizes"),
+    })
+}
+
 /// Enqueues `dsts.len()` copies (`sizes[i]` bytes from `srcs[i]` to `dsts[i]`, unified
 /// addresses: device memory or page-locked host memory) on `s` in one driver call where
 /// the driver has `cuMemcpyBatchAsync` and `s` is not a default stream, else one
@@ -449,17 +465,7 @@ pub(crate) unsafe fn memcpy_batch_async(
     s: CUstream,
 ) -> Result<()> {
     init()?;
-    if dsts.len() != srcs.len() || srcs.len() != sizes.len() {
-        return Err(crate::error::CudaError::InvalidArgument {
-            what: "memcpy batch",
-            detail: format!(
-                "{} destinations, {} sources, {} sizes",
-                dsts.len(),
-                srcs.len(),
-                sizes.len()
-            ),
-        });
-    }
+    same_lengths("memcpy batch", dsts.len(), srcs.len(), sizes.len())?;
     if dsts.is_empty() {
         return Ok(());
     }

@@ -33,7 +33,11 @@ pub const PINNED_LIMIT_ENV: &str = "MEMARRAY_PINNED_LIMIT";
 /// # Errors
 /// [`SettingError::Env`] for a value that is not a byte count (or not UTF-8).
 pub fn pinned_limit_from_env() -> std::result::Result<Option<u64>, SettingError> {
-    crate::env::var(PINNED_LIMIT_ENV)?
+    pinned_limit(crate::env::var(PINNED_LIMIT_ENV)?)
+}
+
+fn pinned_limit(value: Option<String>) -> std::result::Result<Option<u64>, SettingError> {
+    value
         .map(|v| {
             crate::env::parse_bytes(&v).map_err(|_| SettingError::Env {
                 var: PINNED_LIMIT_ENV,
@@ -160,17 +164,9 @@ mod tests {
 
     #[test]
     fn the_limit_variable_takes_byte_counts_and_names_itself_when_refused() {
-        // Only this test sets the variable, and removes it before it ends; the pools read
-        // it at their first use (GPU tests run one at a time).
-        // SAFETY: no other thread of this binary reads the variable meanwhile.
-        unsafe { std::env::set_var(PINNED_LIMIT_ENV, "64 MiB") };
-        assert_eq!(pinned_limit_from_env().unwrap(), Some(64 << 20));
-        // SAFETY: as above.
-        unsafe { std::env::set_var(PINNED_LIMIT_ENV, "lots") };
-        let e = pinned_limit_from_env().unwrap_err().to_string();
+        assert_eq!(pinned_limit(Some("64 MiB".into())).unwrap(), Some(64 << 20));
+        let e = pinned_limit(Some("lots".into())).unwrap_err().to_string();
         assert!(e.contains(PINNED_LIMIT_ENV) && e.contains("lots"), "{e}");
-        // SAFETY: as above.
-        unsafe { std::env::remove_var(PINNED_LIMIT_ENV) };
-        assert_eq!(pinned_limit_from_env().unwrap(), None);
+        assert_eq!(pinned_limit(None).unwrap(), None);
     }
 }
