@@ -170,18 +170,17 @@ mod batches {
     fn an_array_moved_to_another_device_within_a_batch_is_listed_there() {
         let (from, to) = (fake_device(16, None), fake_device(17, None));
         let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
+        let used_on = |id: u64, note: &mut SpillNote, device: u32| {
+            after_access(id, note, (Some(device), Some(device)), MIB, || {
+                Arc::downgrade(&target)
+            });
+        };
         flush();
         let (mut moved, mut other) = (SpillNote::default(), SpillNote::default());
-        after_access(1, &mut moved, (Some(16), Some(16)), MIB, || {
-            Arc::downgrade(&target)
-        });
+        used_on(1, &mut moved, 16);
         // Another array's listing comes between: the move's Forgot is not the last event.
-        after_access(2, &mut other, (Some(16), Some(16)), MIB, || {
-            Arc::downgrade(&target)
-        });
-        after_access(1, &mut moved, (Some(17), Some(17)), MIB, || {
-            Arc::downgrade(&target)
-        });
+        used_on(2, &mut other, 16);
+        used_on(1, &mut moved, 17);
         assert_eq!(moved.registered, Some(17));
         flush();
         assert_eq!(to.registry.statistics().resident_bytes, MIB as u64);
@@ -192,22 +191,11 @@ mod batches {
             "array 2"
         );
         assert_eq!(from.resident_bytes(), MIB as u64);
-        // Moved back within one batch: listed on 16 again, gone from 17.
-        after_access(1, &mut moved, (Some(16), Some(16)), MIB, || {
-            Arc::downgrade(&target)
-        });
-        after_access(2, &mut other, (Some(16), Some(16)), MIB, || {
-            Arc::downgrade(&target)
-        });
-        after_access(1, &mut moved, (Some(17), Some(17)), MIB, || {
-            Arc::downgrade(&target)
-        });
-        after_access(2, &mut other, (Some(16), Some(16)), MIB, || {
-            Arc::downgrade(&target)
-        });
-        after_access(1, &mut moved, (Some(16), Some(16)), MIB, || {
-            Arc::downgrade(&target)
-        });
+        // Moved back, away and back again within one batch: listed on 16, gone from 17.
+        for (id, device) in [(1, 16), (2, 16), (1, 17), (2, 16), (1, 16)] {
+            let note = if id == 1 { &mut moved } else { &mut other };
+            used_on(id, note, device);
+        }
         flush();
         assert_eq!(to.registry.statistics().resident_bytes, 0);
         assert_eq!(from.registry.statistics().resident_bytes, 2 * MIB as u64);
