@@ -193,6 +193,7 @@ ray_stage() {
   grep -E "ms .* GB/s|SKIPPED|land on|receiver|NCCL group|Error|per object" "$OUT/ray_transfer.log"
   echo "== packing many small arrays (the SM copy kernel, the driver's batch, torch.cat)"
   python3 benches/pack.py --json "$OUT/pack.json" || fail "pack bench"
+  python3 benches/small_copies.py --json "$OUT/small_copies.json" || fail "small copies bench"
   timeout 120 python3 examples/ray_pipeline.py || fail ray_pipeline
   timeout 120 python3 examples/ray_pipeline.py --nccl || fail "ray_pipeline --nccl"
 }

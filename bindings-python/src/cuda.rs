@@ -231,6 +231,35 @@ fn pinned_fallbacks(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// `device_id`'s (default 0) engine for many small copies on the device (packs, and
+/// gathering many arrays for one download): `{"kernel_max": bytes or None, "source":
+/// "measured" | "env" | "default" | "no kernel", "trial": [(bytes, kernel_us, driver_us),
+/// ...]}`. The limit is measured on first use per device (a few milliseconds) unless
+/// `MEMARRAY_COPY_KERNEL_MAX` or `MEMARRAY_COPY_KERNEL=0` decide it.
+#[pyfunction]
+#[pyo3(signature = (device_id=None))]
+fn copy_engine<'py>(
+    py: Python<'py>,
+    device_id: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use memarray_cuda::copy::many::{LimitSource, tuning};
+    let d = device_of(device_id)?;
+    let t = py.detach_section(|| tuning(&d)).py()?;
+    let out = PyDict::new(py);
+    out.set_item("kernel_max", t.kernel_max)?;
+    out.set_item(
+        "source",
+        match t.source {
+            LimitSource::Measured => "measured",
+            LimitSource::Env => "env",
+            LimitSource::Default => "default",
+            LimitSource::NoKernel => "no kernel",
+        },
+    )?;
+    out.set_item("trial", t.trial)?;
+    Ok(out)
+}
+
 const DIRECTIONS: [(&str, memarray_cuda::copy::staged::Direction); 2] = [
     (
         "to_device",
@@ -449,6 +478,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cuda.add_function(wrap_pyfunction!(staging_config, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(set_staging_config, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(pinned_fallbacks, &cuda)?)?;
+    cuda.add_function(wrap_pyfunction!(copy_engine, &cuda)?)?;
     crate::launch::register(&cuda)?;
     m.add_submodule(&cuda)?;
     Ok(())

@@ -212,12 +212,33 @@ impl PyComm {
         self.one(py, "recv", array, |c, a| c.recv(a, peer, stream))
     }
 
+    /// Aborts the communicator (`ncclCommAbort`) from any thread: its queued NCCL work
+    /// stops, so a wait on a send or receive whose peer died or never calls returns, and
+    /// later calls on it raise. What unfinished receives were writing did not arrive
+    /// (check `aborted` after a wait). Every other rank must abort its communicator too.
+    /// A second call does nothing.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let comm: &Comm = &self.comm;
+        py.detach_section(|| comm.abort()).py()
+    }
+
+    /// Whether `abort()` ran.
+    #[getter]
+    fn aborted(&self) -> bool {
+        self.comm.is_aborted()
+    }
+
     fn __repr__(&self) -> String {
         format!(
-            "memarray.distributed.Communicator(rank={}, size={}, device=cuda:{})",
+            "memarray.distributed.Communicator(rank={}, size={}, device=cuda:{}{})",
             self.comm.rank(),
             self.comm.size(),
-            self.comm.device_id()
+            self.comm.device_id(),
+            if self.comm.is_aborted() {
+                ", aborted"
+            } else {
+                ""
+            }
         )
     }
 }

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -259,6 +261,46 @@ def test_scatter_gather_example_runs():
 
 
 # ---- two GPUs --------------------------------------------------------------------------
+
+
+@gpu
+def test_an_aborted_communicator_raises_on_every_later_call():
+    nccl()
+    (comm,) = md.communicators([0])
+    x = memarray.asarray(np.arange(8, dtype=np.int32), device="cuda:0")
+    comm.all_reduce(x)
+    assert not comm.aborted
+    comm.abort()
+    comm.abort()  # nothing more
+    assert comm.aborted and "aborted" in repr(comm)
+    for call in (lambda: comm.all_reduce(x), lambda: comm.broadcast(x), lambda: comm.send(x, 0)):
+        with pytest.raises(RuntimeError, match="communicator was aborted"):
+            call()
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(8))
+
+
+@gpu
+def test_abort_frees_a_receive_whose_sender_never_sends():
+    two_gpus()
+    nccl()
+    comms = md.communicators([0, 1])
+    x = memarray.asarray(np.arange(3, dtype=np.int32), device="cuda:0")
+    y = memarray.zeros((3,), "int32", device="cuda:1")
+    with md.group():  # connects the pair
+        comms[0].send(x, 1)
+        comms[1].recv(y, 0)
+    np.testing.assert_array_equal(y.to_numpy(), [0, 1, 2])
+    s = memarray.cuda.Stream(1)
+    waiting = memarray.zeros((1 << 20,), "int32", device="cuda:1")
+    comms[1].recv(waiting, 0, stream=s)  # rank 0 never sends
+    timer = threading.Timer(0.5, lambda: [c.abort() for c in comms])
+    start = time.perf_counter()
+    timer.start()
+    s.synchronize()
+    assert time.perf_counter() - start >= 0.4
+    assert all(c.aborted for c in comms)
+    with pytest.raises(RuntimeError, match="communicator was aborted"):
+        comms[1].recv(waiting, 0)
 
 
 @gpu

@@ -595,6 +595,7 @@ ENV_VARS = [
     "MEMARRAY_MEMORY_RESOURCE",
     "MEMARRAY_PINNED_LIMIT",
     "MEMARRAY_COPY_KERNEL",
+    "MEMARRAY_COPY_KERNEL_MAX",
     "MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC",
 ]
 
@@ -623,6 +624,8 @@ def test_an_environment_value_that_is_not_utf8_fails_the_import_naming_it(var):
         ("MEMARRAY_PINNED_LIMIT", "lots"),
         ("MEMARRAY_PINNED_LIMIT", "-1"),
         ("MEMARRAY_COPY_KERNEL", "yes"),
+        ("MEMARRAY_COPY_KERNEL_MAX", "64KiB"),
+        ("MEMARRAY_COPY_KERNEL_MAX", "16777217"),
     ],
 )
 def test_bad_environment_values_fail_the_import_naming_the_variable(var, value):
@@ -641,6 +644,7 @@ def test_good_environment_values_import_and_a_spill_dir_may_be_any_bytes():
         MEMARRAY_MEMORY_RESOURCE="device",
         MEMARRAY_PINNED_LIMIT="2 GiB",
         MEMARRAY_COPY_KERNEL="0",
+        MEMARRAY_COPY_KERNEL_MAX="32768",
         MEMARRAY_SPILL_DIR=os.fsdecode(b"/tmp/\xff"),
     )
     r = run_child("import memarray; print('imported')", env=env)

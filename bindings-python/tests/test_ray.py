@@ -56,13 +56,13 @@ finally:
 SHAPES = {"0-d": (), "size-0": (2, 0), "1-d": (5,), "2-d": (3, 4), "32-d": (1,) * 31 + (2,)}
 
 
-def _ray(body: str, gpus: int = 0, timeout: int = 300) -> dict:
-    """Runs `body` in a child with a fresh Ray instance; `out`, a dict the body fills,
-    comes back."""
+def _ray(body: str, gpus: int = 0, timeout: int = 300, **env_extra: str) -> dict:
+    """Runs `body` in a child with a fresh Ray instance (and `env_extra` in its
+    environment); `out`, a dict the body fills, comes back."""
     code = HEADER.replace("NUM_GPUS", str(gpus)).replace(
         "BODY", textwrap.indent(textwrap.dedent(body), " " * 4)
     )
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", **env_extra)
     r = run_child(code, env=env, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -462,6 +462,105 @@ def test_the_nccl_transport_refuses_what_it_cannot_carry():
     assert "carries device arrays" in e[5], e
     if not memarray.cuda.is_available():
         assert "NCCL is unavailable" in out["group"] or "CUDA" in out["group"], out
+
+
+def test_an_aborted_nccl_group_is_refused_by_name_until_made_again():
+    out = _ray(
+        """
+        from memarray.cluster import _ray_nccl as rn
+
+        class Comm:  # the communicator's part the transport uses
+            aborted = False
+            def abort(self):
+                self.aborted = True
+
+        t = mray.MemArrayNcclTransport()
+        comm = rn._comms["g"] = Comm()
+        cm = rn.MemArrayNcclCommunicatorMetadata(group="g", src_rank=0, dst_rank=1)
+        out["can_abort"] = t.can_abort_transport()
+        t.abort_transport("obj", cm)
+        t.abort_transport("obj", cm)  # Ray may call it twice: nothing more happens
+        t.abort_transport("obj", rn.MemArrayNcclCommunicatorMetadata(refused="no group"))
+        out["aborted"] = comm.aborted
+        out["aborts"] = mray.statistics()["aborts"]
+        try:
+            rn._comm("g")
+            out["refused"] = "accepted"
+        except ValueError as e:
+            out["refused"] = str(e)
+        try:
+            rn._done(comm, "receive")
+            out["done"] = "accepted"
+        except RuntimeError as e:
+            out["done"] = str(e)
+        rn._leave(None, "g")
+        try:
+            rn._comm("g")
+        except ValueError as e:
+            out["after_leave"] = str(e)
+        """
+    )
+    assert out["can_abort"] is True and out["aborted"] is True, out
+    assert out["aborts"] == 1, out
+    assert "was aborted" in out["refused"] and "destroy_nccl_group('g')" in out["refused"], out
+    assert out["done"] == "the receive was aborted (a failed transfer in its NCCL group)", out
+    assert "is not in the NCCL group 'g'" in out["after_leave"], out
+
+
+@pytest.mark.gpu
+def test_a_transfer_whose_message_never_comes_is_aborted_and_the_actors_live():
+    two_gpus("NCCL needs two CUDA devices")
+    out = _ray(
+        """
+        @ray.remote(num_gpus=1, enable_tensor_transport=True)
+        class Worker:
+            @ray.method(tensor_transport="memarray_nccl")
+            def make(self, n):
+                return [memarray.asarray(np.arange(n, dtype=np.float32), device="cuda")]
+            def lose_sends(self, lose):
+                # A message lost on the way: this actor's sends send nothing.
+                t = mray.MemArrayNcclTransport
+                if lose:
+                    t._real_send, t.send_multiple_tensors = t.send_multiple_tensors, (
+                        lambda self, *a: None)
+                else:
+                    t.send_multiple_tensors = t._real_send
+            def total(self, arrays):
+                return float(arrays[0].to_numpy().sum())
+            def stats(self):
+                return mray.statistics()
+
+        a, b = Worker.remote(), Worker.remote()
+        mray.create_nccl_group([a, b])
+        out["first"] = ray.get(b.total.remote(a.make.remote(8)))  # connects the pair
+        ray.get(a.lose_sends.remote(True))
+        start = time.perf_counter()
+        try:
+            ray.get(b.total.remote(a.make.remote(1 << 20)))
+            out["lost"] = "accepted"
+        except Exception as e:
+            out["lost"] = f"{type(e).__name__}: {str(e)[-600:]}"
+        out["lost_s"] = time.perf_counter() - start
+        time.sleep(2)  # Ray's abort calls run on the actors' own threads
+        out["stats"] = ray.get([a.stats.remote(), b.stats.remote()], timeout=60)
+        ray.get(a.lose_sends.remote(False))
+        try:
+            ray.get(b.total.remote(a.make.remote(8)), timeout=60)
+            out["in_aborted_group"] = "accepted"
+        except Exception as e:
+            out["in_aborted_group"] = str(e)[-600:]
+        mray.destroy_nccl_group()
+        mray.create_nccl_group([a, b])
+        out["again"] = ray.get(b.total.remote(a.make.remote(1 << 20)), timeout=120)
+        """,
+        gpus=2,
+        RAY_rdt_fetch_fail_timeout_milliseconds="5000",
+    )
+    assert out["first"] == 28.0, out
+    assert out["lost"] != "accepted" and out["lost_s"] < 60, out
+    assert [s["aborts"] for s in out["stats"]] == [1, 1], out
+    assert "was aborted" in out["in_aborted_group"], out
+    assert out["again"] == float(sum(range(1 << 20))), out
 
 
 @pytest.mark.gpu

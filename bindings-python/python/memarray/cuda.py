@@ -29,6 +29,7 @@ from_cuda_array_interface = _cuda.from_cuda_array_interface
 staging_config = _cuda.staging_config
 set_staging_config = _cuda.set_staging_config
 pinned_fallbacks = _cuda.pinned_fallbacks
+copy_engine = _cuda.copy_engine
 
 __all__ = [
     "Event",
@@ -38,6 +39,7 @@ __all__ = [
     "Out",
     "Stream",
     "check_errors",
+    "copy_engine",
     "current_device",
     "default_device",
     "device",

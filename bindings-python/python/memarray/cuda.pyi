@@ -17,6 +17,7 @@ __all__ = [
     "Out",
     "Stream",
     "check_errors",
+    "copy_engine",
     "current_device",
     "default_device",
     "device",
@@ -96,6 +97,7 @@ def from_cuda_array_interface(
 ) -> MemArray: ...
 def staging_config() -> dict[str, dict[str, int]]: ...
 def pinned_fallbacks() -> dict[str, int]: ...
+def copy_engine(device_id: int | None = None) -> dict[str, Any]: ...
 def set_staging_config(
     direction: str | None = None,
     threads: int | None = None,

@@ -99,6 +99,7 @@ pub fn check_env() -> Result<()> {
     resource::resource_choice_from_env()?;
     resource::pinned_limit_from_env()?;
     copy::many::kernel_setting_from_env()?;
+    copy::many::kernel_max_from_env()?;
     copy::staged::config(copy::staged::Direction::ToDevice)?;
     spill::env_settings().map_err(|detail| SettingError::Invalid {
         what: "the spill environment",

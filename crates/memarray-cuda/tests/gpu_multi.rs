@@ -201,10 +201,9 @@ fn gpu_pack_and_unpack_on_one_device() {
 /// offsets): every byte lands, and the copies went the way `copy::many` says.
 #[test]
 fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_driver() {
-    if gpu_or_skip().is_none() {
-        return;
-    }
-    use memarray_cuda::copy::many::{KERNEL_MAX, TABLE_MAX, copies_made};
+    let Some(dev) = gpu_or_skip() else { return };
+    use memarray_cuda::copy::many::{KERNEL_MAX, TABLE_MAX, copies_made, tuning};
+    let limit = tuning(&dev).unwrap().kernel_max;
     let n = TABLE_MAX + 76;
     let mut parts: Vec<RawArray> = Vec::new();
     let mut expected: Vec<Vec<u8>> = Vec::new();
@@ -217,7 +216,9 @@ fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_d
         parts.push(a);
         expected.push(bytes);
     }
-    let big: Vec<u8> = (0..KERNEL_MAX + 4096).map(|k| (k % 251) as u8).collect();
+    let big: Vec<u8> = (0..limit.unwrap_or(KERNEL_MAX) + 4096)
+        .map(|k| (k % 251) as u8)
+        .collect();
     let mut a = RawArray::from_bytes(DType::U8, &[big.len()], &big, 0).unwrap();
     a.move_memory(Location::Device(0), None, false, None)
         .unwrap();
@@ -227,9 +228,16 @@ fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_d
     let refs: Vec<&RawArray> = parts.iter().collect();
     let (pack, entries) = RawArray::pack(&refs, 0).unwrap();
     let (kernel1, driver1) = copies_made();
-    if std::env::var_os("MEMARRAY_COPY_KERNEL").is_none_or(|v| v != "0") {
-        assert_eq!(kernel1 - kernel0, n as u64, "small parts by the kernel");
-        assert_eq!(driver1 - driver0, 1, "the large part by the driver");
+    if limit.is_some_and(|l| l >= 300) {
+        // Parts that continue each other on both sides are merged first: at most n copies.
+        let (k, d) = (kernel1 - kernel0, driver1 - driver0);
+        assert!(
+            k <= n as u64 && k >= n as u64 / 2,
+            "small parts by the kernel: {k}"
+        );
+        assert_eq!(d, 1, "the large part by the driver");
+    } else {
+        assert_eq!(kernel1, kernel0, "no kernel copies without the kernel");
     }
     let out = pack.unpack(&entries, None).unwrap();
     for (i, (a, want)) in out.iter().zip(&expected).enumerate() {
@@ -266,4 +274,42 @@ fn gpu_pack_and_unpack_across_two_devices() {
         return;
     }
     pack_move_unpack(1);
+}
+
+/// The small-copy engine measures its kernel limit once per device: both ways over every
+/// trial size, a limit up to which the kernel never lost, cached.
+#[test]
+fn gpu_the_copy_engine_measures_its_limit_once_per_device() {
+    let Some(dev) = gpu_or_skip() else { return };
+    use memarray_cuda::copy::many::{LimitSource, tuning};
+    let t = tuning(&dev).unwrap();
+    eprintln!("copy engine on cuda:0: {t:?}");
+    if std::env::var_os("MEMARRAY_COPY_KERNEL").is_some_and(|v| v == "0") {
+        assert_eq!((t.kernel_max, t.source), (None, LimitSource::NoKernel));
+        return;
+    }
+    assert_eq!(t.source, LimitSource::Measured);
+    let sizes: Vec<usize> = t.trial.iter().map(|r| r.0).collect();
+    assert_eq!(sizes, (12..=18).map(|p| 1usize << p).collect::<Vec<_>>());
+    assert!(
+        t.trial
+            .iter()
+            .all(|r| r.1 > 0.0 && r.2 > 0.0 && r.1.is_finite())
+    );
+    for &(size, kernel_us, driver_us) in &t.trial {
+        if t.kernel_max.is_some_and(|l| size <= l) {
+            assert!(
+                kernel_us <= driver_us,
+                "{size}: the kernel lost below the limit"
+            );
+        }
+    }
+    if let Some(l) = t.kernel_max {
+        let next = t.trial.iter().find(|r| r.0 > l);
+        assert!(
+            next.is_none_or(|r| r.1 > r.2),
+            "the limit stops where the kernel lost"
+        );
+    }
+    assert_eq!(tuning(&dev).unwrap(), t, "measured once, then cached");
 }

@@ -201,3 +201,82 @@ fn gpu_two_device_collectives_are_exact() {
         "{e}"
     );
 }
+
+#[test]
+fn gpu_an_aborted_communicator_refuses_every_later_call() {
+    if gpu_or_skip().is_none() || !nccl_or_skip(|| memarray_cuda::nccl::load(None)) {
+        return;
+    }
+    let comm = Comm::init_all(&[0]).unwrap().remove(0);
+    let mut a = on(0, &[1, 2, 3]);
+    comm.all_reduce_in_place(&mut a, ReduceOp::Sum, None)
+        .unwrap();
+    assert!(!comm.is_aborted());
+    comm.abort().unwrap();
+    assert!(comm.is_aborted());
+    let e = comm
+        .all_reduce_in_place(&mut a, ReduceOp::Sum, None)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NcclError::Aborted {
+                call: "ncclAllReduce"
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("make a new one"), "{e}");
+    assert!(matches!(
+        comm.broadcast(&mut a, 0, None).unwrap_err(),
+        NcclError::Aborted { .. }
+    ));
+    comm.abort().unwrap(); // a second abort does nothing
+    assert_eq!(i32s(&a), vec![1, 2, 3], "the array stays usable");
+    drop(comm); // no destroy after the abort freed it
+    let nccl_parked = memarray_cuda::parked::kept()
+        .into_iter()
+        .filter(|p| p.during.contains("NCCL"))
+        .count();
+    assert_eq!(nccl_parked, 0, "a destroy ran after the abort");
+}
+
+#[test]
+fn gpu_abort_frees_a_receive_whose_sender_never_sends() {
+    let Some(devs) = gpus_or_skip(2) else { return };
+    if !nccl_or_skip(|| memarray_cuda::nccl::load(None)) {
+        return;
+    }
+    let comms = Comm::init_all(&[0, 1]).unwrap();
+    // Connect the pair first (its first send / receive sets up the channel).
+    let x = on(0, &[1, 2, 3]);
+    let mut y = on(1, &[0; 3]);
+    group(|| {
+        comms[0].send(&x, 1, None)?;
+        comms[1].recv(&mut y, 0, None)
+    })
+    .unwrap();
+    assert_eq!(i32s(&y), vec![1, 2, 3]);
+    // Rank 1 waits for a message rank 0 never sends; aborting from another thread frees it.
+    let s = Stream::new(&devs[1]).unwrap();
+    let mut waiting =
+        RawArray::zeros_on(DType::I32, &[1 << 20], Location::Device(1), None, None).unwrap();
+    comms[1].recv(&mut waiting, 0, Some(s.as_ref())).unwrap();
+    let start = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            comms[1].abort().unwrap();
+            comms[0].abort().unwrap();
+        });
+        s.synchronize().unwrap();
+    });
+    let waited = start.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(400),
+        "returned before the abort"
+    );
+    assert!(comms[0].is_aborted() && comms[1].is_aborted());
+    let e = comms[1].recv(&mut waiting, 0, None).unwrap_err();
+    assert!(matches!(e, NcclError::Aborted { call: "ncclRecv" }), "{e}");
+}

@@ -34,6 +34,7 @@ _counts: dict[str, float] = {
     "packed_objects": 0,
     "describe_s": 0.0,
     "pack_s": 0.0,
+    "aborts": 0,
 }
 
 
@@ -45,7 +46,8 @@ def statistics() -> dict[str, float]:
     ``store_s``: the fetch; ``nccl_s``: allocating, receiving and waiting; ``unpack_s``, part
     of those two: making a pack's arrays). As a sender: objects described for a transport
     (``sent_objects``, ``describe_s``: the time Ray's call for their metadata took), of
-    which sent as packs (``packed_objects``, ``pack_s``: packing them)."""
+    which sent as packs (``packed_objects``, ``pack_s``: packing them). ``aborts``: NCCL groups
+    aborted here after a failed transfer (``memarray_nccl``)."""
     with _counts_lock:
         return dict(_counts)
 
@@ -56,6 +58,11 @@ def count(way: str, arrays: int, **seconds: float) -> None:
         _counts[f"{way}_arrays"] += arrays
         for name, value in seconds.items():
             _counts[name] += value
+
+
+def count_abort() -> None:
+    with _counts_lock:
+        _counts["aborts"] += 1
 
 
 def count_sent(seconds: float) -> None:

@@ -10,8 +10,12 @@ arrays on its GPU; an object of many small arrays on one device travels as one m
 pack, unpacked into slices of one allocation on arrival). The sender waits for its sends
 before its system thread takes the next transfer, so Ray may free its arrays afterwards.
 
-Ray cannot abort a two-sided transfer: a peer that dies mid-transfer leaves the other
-waiting until Ray's transfer timeout, as with Ray's ``"nccl"``.
+A failed transfer is aborted, not fatal: when a send or receive fails or outlasts Ray's
+transfer timeout (a peer died, or never called), Ray calls ``abort_transport`` on both
+actors; each aborts its communicator of that group (``Communicator.abort``), which frees a
+rank waiting for its peer, and the transfer raises on whichever side was waiting. The
+actors live on; the group is unusable (later transfers in it raise, naming it) until the
+driver calls :func:`destroy_nccl_group` and :func:`create_nccl_group` again.
 """
 
 from __future__ import annotations
@@ -62,9 +66,10 @@ class MemArrayNcclCommunicatorMetadata(CommunicatorMetadata):
 # The creating process: each group's actors, in rank order.
 _members_lock = threading.Lock()
 _members: dict[str, list[Any]] = {}
-# Each actor: the communicators it joined, by group name.
+# Each actor: the communicators it joined, by group name, and the groups it aborted.
 _comms_lock = threading.Lock()
 _comms: dict[str, Any] = {}
+_aborted: set[str] = set()
 
 
 def _new_id(actor: Any) -> bytes:
@@ -80,11 +85,13 @@ def _join(actor: Any, name: str, rank: int, size: int, uid: bytes) -> int:
     comm = distributed.init(rank, size, device, unique_id=uid)
     with _comms_lock:
         _comms[name] = comm
+        _aborted.discard(name)
     return device
 
 
 def _leave(actor: Any, name: str) -> bool:
     with _comms_lock:
+        _aborted.discard(name)
         return _comms.pop(name, None) is not None
 
 
@@ -149,9 +156,21 @@ def _group_of(src: Any, dst: Any) -> MemArrayNcclCommunicatorMetadata | None:
 def _comm(name: str) -> Any:
     with _comms_lock:
         comm = _comms.get(name)
+        aborted = name in _aborted
+    if aborted:
+        raise ValueError(
+            f"the NCCL group {name!r} was aborted after a failed transfer: call "
+            f"destroy_nccl_group({name!r}) and create_nccl_group again"
+        )
     if comm is None:
         raise ValueError(f"this actor is not in the NCCL group {name!r} (create_nccl_group)")
     return comm
+
+
+def _done(comm: Any, what: str) -> None:
+    """Raises if ``comm`` was aborted while this side waited: the data did not move."""
+    if comm.aborted:
+        raise RuntimeError(f"the {what} was aborted (a failed transfer in its NCCL group)")
 
 
 class MemArrayNcclTransport(base.Transport):
@@ -165,7 +184,7 @@ class MemArrayNcclTransport(base.Transport):
 
     @staticmethod
     def can_abort_transport() -> bool:
-        return False
+        return True
 
     def describe(self, obj_id: str, arrays: list[Any]) -> MemArrayNcclMetadata:
         meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
@@ -222,6 +241,7 @@ class MemArrayNcclTransport(base.Transport):
             for a in out:
                 comm.send(a, cm.dst_rank, stream)
         stream.synchronize()  # Ray may free the arrays once this returns
+        _done(comm, "send")
 
     def recv_multiple_tensors(
         self,
@@ -255,11 +275,25 @@ class MemArrayNcclTransport(base.Transport):
                     if a.nbytes:
                         comm.recv(a, cm.src_rank, stream)
         stream.synchronize()
+        _done(comm, "receive")
         base.count("nccl", len(arrays), nccl_s=time.perf_counter() - start)
         return arrays
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
-        raise NotImplementedError("Ray cannot abort a two-sided NCCL transfer")
+        """Ray calls this on both actors (on a thread of its own) when a transfer failed
+        or timed out: the group's communicator here is aborted, which frees a send or
+        receive waiting on it, and the group marked unusable."""
+        if not isinstance(communicator_metadata, MemArrayNcclCommunicatorMetadata):
+            return
+        name = communicator_metadata.group
+        with _comms_lock:
+            comm = _comms.pop(name, None)
+            if comm is not None:
+                _aborted.add(name)
+        base.packs.drop(obj_id)
+        if comm is not None:
+            comm.abort()
+            base.count_abort()
 
 
 def _checked(

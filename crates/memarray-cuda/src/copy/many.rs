@@ -1,23 +1,32 @@
-//! Many device-to-device copies on one device in one call (`copy_many`): copies of at
-//! most [`KERNEL_MAX`] bytes go to one launch of the `copy_many` kernel per
-//! [`TABLE_MAX`] of them (`kernels-cuda/src/copy_many.cu`, its PTX committed in
-//! `copy/ptx/`), larger ones to the driver as one batch (`cuMemcpyBatchAsync`).
+//! Many device-to-device copies on one device in one call (`copy_many`): one engine for
+//! small copies. Runs of copies that continue each other on both sides are merged first
+//! (coalesced); copies of at most the device's kernel limit go to one launch of the
+//! `copy_many` kernel per [`TABLE_MAX`] of them (`kernels-cuda/src/copy_many.cu`, its PTX
+//! committed in `copy/ptx/`), larger ones to the driver as one batch
+//! (`cuMemcpyBatchAsync`).
 //!
 //! Small copies cost the copy engine more in setup than in bytes: on an H100, 1,000 copies
 //! of 4 KiB as one driver batch took milliseconds, one kernel microseconds. The kernel
 //! reads its table from a by-value parameter (no upload), so a launch is one driver call.
-//! `MEMARRAY_COPY_KERNEL=0` sends every copy to the driver instead (for comparison); the
+//! Where the kernel stops paying differs per GPU, so the limit is measured once per device
+//! at first use ([`tuning`]: both ways over sizes from 4 KiB to 256 KiB, the caller's
+//! whole cost, best of three) and cached; `MEMARRAY_COPY_KERNEL_MAX=<bytes>` sets it
+//! instead, `MEMARRAY_COPY_KERNEL=0` sends every copy to the driver (for comparison). The
 //! kernel is also skipped, for good, where the driver cannot load it.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
+use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::driver::{self, BatchWay, CUfunction, CUmodule};
 use crate::error::{Result, SettingError};
+use crate::event::Event;
 use crate::per_device::PerDevice;
-use crate::stream::StreamRef;
+use crate::resource::default_resource;
+use crate::stream::{Stream, StreamRef};
 
 /// The kernel, NUL-terminated for `cuModuleLoadData`.
 const PTX: &str = concat!(include_str!("ptx/copy_many.ptx"), "\0");
@@ -25,8 +34,22 @@ const PTX: &str = concat!(include_str!("ptx/copy_many.ptx"), "\0");
 /// Copies per launch: the kernel's table (`COPY_MANY_MAX` in `copy_many.cu`).
 pub const TABLE_MAX: usize = 1024;
 
-/// Copies up to this many bytes go to the kernel; larger ones to the driver.
+/// The kernel limit where it cannot be measured (no memory for the trial): copies up to
+/// this many bytes go to the kernel, larger ones to the driver.
 pub const KERNEL_MAX: usize = 64 << 10;
+
+/// The copy sizes first use tries both ways, and the copies of each size per trial.
+const TRIAL_SIZES: [usize; 7] = [
+    4 << 10,
+    8 << 10,
+    16 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+];
+const TRIAL_COPIES: usize = 64;
+const TRIAL_REPEATS: usize = 3;
 
 /// Threads per block: one block per copy, 16 bytes a thread per pass (4 KiB a pass).
 const BLOCK: u32 = 256;
@@ -48,6 +71,32 @@ struct Table {
     n: u32,
     pad: u32,
     e: [Entry; TABLE_MAX],
+}
+
+/// The environment variable that sets the kernel limit in bytes instead of measuring it.
+pub const KERNEL_MAX_ENV: &str = "MEMARRAY_COPY_KERNEL_MAX";
+
+/// The largest kernel limit [`KERNEL_MAX_ENV`] takes (16 MiB).
+pub const KERNEL_MAX_CEILING: usize = 16 << 20;
+
+/// [`KERNEL_MAX_ENV`]'s value: `None` when unset (measure).
+///
+/// # Errors
+/// [`SettingError::Env`] unless a whole number of bytes up to [`KERNEL_MAX_CEILING`].
+pub fn kernel_max_from_env() -> std::result::Result<Option<usize>, SettingError> {
+    kernel_max_setting(crate::env::var(KERNEL_MAX_ENV)?.as_deref())
+}
+
+fn kernel_max_setting(value: Option<&str>) -> std::result::Result<Option<usize>, SettingError> {
+    let Some(v) = value else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n <= KERNEL_MAX_CEILING => Ok(Some(n)),
+        _ => Err(SettingError::Env {
+            var: KERNEL_MAX_ENV,
+            value: v.to_string(),
+            expected: "a number of bytes from 0 to 16777216",
+        }),
+    }
 }
 
 /// Whether [`KERNEL_ENV`] lets the kernel run: unset or `1` yes, `0` no.
@@ -123,16 +172,40 @@ fn kernel(device: &Arc<Device>) -> Option<CUfunction> {
         .map(|l| l.function)
 }
 
+/// Merges runs of copies that continue each other on both sides (copy `i + 1` starts
+/// where copy `i` ends, in the source and in the destination) into one copy each, and
+/// leaves out empty copies. The merged copy moves the same bytes.
+fn coalesce(dsts: &[u64], srcs: &[u64], lens: &[usize]) -> (Vec<u64>, Vec<u64>, Vec<usize>) {
+    let (mut d, mut s, mut n) = (Vec::<u64>::new(), Vec::<u64>::new(), Vec::<usize>::new());
+    for ((&dst, &src), &len) in dsts.iter().zip(srcs).zip(lens) {
+        if len == 0 {
+            continue;
+        }
+        if let (Some(&ld), Some(&ls), Some(ln)) = (d.last(), s.last(), n.last_mut()) {
+            let end = *ln as u64;
+            if ld.checked_add(end) == Some(dst) && ls.checked_add(end) == Some(src) {
+                *ln += len;
+                continue;
+            }
+        }
+        d.push(dst);
+        s.push(src);
+        n.push(len);
+    }
+    (d, s, n)
+}
+
 /// Which copies (by index) each kernel launch takes, at most [`TABLE_MAX`] a launch, and
-/// which go to the driver (all of them without the kernel); empty copies go nowhere.
-fn plan(lens: &[usize], kernel: bool) -> (Vec<Vec<usize>>, Vec<usize>) {
+/// which go to the driver: those over `limit` (all of them without the kernel, `None`);
+/// empty copies go nowhere.
+fn plan(lens: &[usize], limit: Option<usize>) -> (Vec<Vec<usize>>, Vec<usize>) {
     let mut launches: Vec<Vec<usize>> = Vec::new();
     let mut driver = Vec::new();
     for (i, &n) in lens.iter().enumerate() {
         if n == 0 {
             continue;
         }
-        if kernel && n <= KERNEL_MAX {
+        if limit.is_some_and(|l| n <= l) {
             match launches.last_mut() {
                 Some(l) if l.len() < TABLE_MAX => l.push(i),
                 _ => launches.push(vec![i]),
@@ -144,9 +217,229 @@ fn plan(lens: &[usize], kernel: bool) -> (Vec<Vec<usize>>, Vec<usize>) {
     (launches, driver)
 }
 
+/// Where a device's kernel limit came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitSource {
+    /// Measured at first use on this device.
+    Measured,
+    /// [`KERNEL_MAX_ENV`].
+    Env,
+    /// [`KERNEL_MAX`]: the trial could not run (no memory for it).
+    Default,
+    /// No kernel: [`KERNEL_ENV`] is `0`, or the driver refused the kernel.
+    NoKernel,
+}
+
+/// What a device's small-copy engine chose at first use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Copies of at most this many bytes go to the kernel (`None`: none do).
+    pub kernel_max: Option<usize>,
+    /// Where `kernel_max` came from.
+    pub source: LimitSource,
+    /// The trial, when measured: each size with the caller's cost of 64
+    /// copies of it by the kernel and by the driver's batch, in microseconds (best of
+    /// three, enqueue to completion).
+    pub trial: Vec<(usize, f64, f64)>,
+}
+
+/// The kernel limit a trial gives: the largest size up to which the kernel cost no more
+/// than the driver at every size tried; `None` when the driver was cheaper at the smallest.
+fn choose(trial: &[(usize, f64, f64)]) -> Option<usize> {
+    let mut limit = None;
+    for &(size, kernel_us, driver_us) in trial {
+        if kernel_us > driver_us {
+            break;
+        }
+        limit = Some(size);
+    }
+    limit
+}
+
+static TUNINGS: PerDevice<OnceLock<Tuning>> = PerDevice::new();
+
+/// `device`'s small-copy engine: its kernel limit, measured on first use (a few
+/// milliseconds and 32 MiB of device memory, once per device and process) unless
+/// [`KERNEL_MAX_ENV`] or [`KERNEL_ENV`] decide it.
+pub fn tuning(device: &Arc<Device>) -> Result<Tuning> {
+    if let Some(t) = TUNINGS.get(device.id()).get() {
+        return Ok(t.clone());
+    }
+    let _ctx = device.bind()?;
+    Ok(tuned(device).clone())
+}
+
+/// [`tuning`] with the device's context current.
+fn tuned(device: &Arc<Device>) -> &'static Tuning {
+    TUNINGS.get(device.id()).get_or_init(|| {
+        let function = if kernel_enabled() {
+            kernel(device)
+        } else {
+            None
+        };
+        let Some(f) = function else {
+            return Tuning {
+                kernel_max: None,
+                source: LimitSource::NoKernel,
+                trial: vec![],
+            };
+        };
+        if let Ok(Some(n)) = kernel_max_from_env() {
+            return Tuning {
+                kernel_max: Some(n),
+                source: LimitSource::Env,
+                trial: vec![],
+            };
+        }
+        match trial(device, f) {
+            Ok(trial) => Tuning {
+                kernel_max: choose(&trial),
+                source: LimitSource::Measured,
+                trial,
+            },
+            Err(_) => Tuning {
+                kernel_max: Some(KERNEL_MAX),
+                source: LimitSource::Default,
+                trial: vec![],
+            },
+        }
+    })
+}
+
+/// Times [`TRIAL_COPIES`] copies of each of [`TRIAL_SIZES`] by the kernel and by the
+/// driver's batch on a stream of its own (best of [`TRIAL_REPEATS`], enqueue to
+/// completion, after one warm-up of each).
+fn trial(device: &Arc<Device>, f: CUfunction) -> Result<Vec<(usize, f64, f64)>> {
+    let biggest = TRIAL_SIZES[TRIAL_SIZES.len() - 1];
+    let bytes = biggest * TRIAL_COPIES;
+    let stream = Stream::new(device)?;
+    let s = stream.as_ref();
+    let resource = default_resource(device)?;
+    // SAFETY: only copied from and into, never read by the host; the bytes are whatever
+    // the allocation held.
+    let (src, dst) = unsafe {
+        (
+            DeviceBuffer::uninit(device, bytes, resource.clone(), s)?,
+            DeviceBuffer::uninit(device, bytes, resource, s)?,
+        )
+    };
+    let done = Event::new(device)?;
+    let mut out = Vec::with_capacity(TRIAL_SIZES.len());
+    for &size in &TRIAL_SIZES {
+        // Slots of `biggest` bytes (the trial calls the two ways directly: no merging).
+        let at = |base: u64| -> Vec<u64> {
+            (0..TRIAL_COPIES)
+                .map(|i| base + (i * biggest) as u64)
+                .collect()
+        };
+        let (dsts, srcs) = (at(dst.device_ptr()), at(src.device_ptr()));
+        let lens = vec![size; dsts.len()];
+        let mut best = [f64::INFINITY; 2];
+        for round in 0..=TRIAL_REPEATS {
+            for (way, best) in best.iter_mut().enumerate() {
+                let t = Instant::now();
+                if way == 0 {
+                    let all: Vec<usize> = (0..dsts.len()).collect();
+                    // SAFETY: the ranges are in the two live buffers above, which outlive
+                    // the wait below; the stream is live, of the bound device.
+                    unsafe { launch(f, s, &dsts, &srcs, &lens, &all)? };
+                } else {
+                    // SAFETY: as above.
+                    unsafe {
+                        driver_batch(
+                            device,
+                            s,
+                            &dsts,
+                            &srcs,
+                            &lens,
+                            &(0..dsts.len()).collect::<Vec<_>>(),
+                        )?
+                    };
+                }
+                done.record(s)?;
+                done.synchronize()?;
+                if round > 0 {
+                    *best = best.min(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        }
+        out.push((size, best[0], best[1]));
+    }
+    stream.synchronize()?;
+    Ok(out)
+}
+
+/// Launches the kernel over the copies `which` (at most [`TABLE_MAX`]).
+///
+/// # Safety
+/// As [`copy_many`]'s items 1 and 2, for those copies.
+unsafe fn launch(
+    f: CUfunction,
+    stream: StreamRef,
+    dsts: &[u64],
+    srcs: &[u64],
+    lens: &[usize],
+    which: &[usize],
+) -> Result<()> {
+    let mut table = Box::new(Table {
+        n: 0,
+        pad: 0,
+        e: [Entry::default(); TABLE_MAX],
+    });
+    for (slot, &i) in table.e.iter_mut().zip(which) {
+        *slot = Entry {
+            dst: dsts[i],
+            src: srcs[i],
+            len: lens[i] as u64,
+        };
+    }
+    table.n = which.len().min(TABLE_MAX) as u32;
+    let mut params = [std::ptr::from_mut(&mut *table).cast::<c_void>()];
+    // SAFETY: the function takes one `CopyTable`, laid out as `Table` (repr(C), the same
+    // fields; at most TABLE_MAX entries filled); the caller keeps every range live until
+    // the kernel has run and made the context current. The driver copies the parameter
+    // during the call.
+    unsafe { driver::launch_kernel(f, table.n, BLOCK, stream.cu(), &mut params)? };
+    BY_KERNEL.fetch_add(u64::from(table.n), Ordering::Relaxed);
+    Ok(())
+}
+
+/// The copies `which` as one driver batch.
+///
+/// # Safety
+/// As [`copy_many`]'s items 1 and 2, for those copies.
+unsafe fn driver_batch(
+    device: &Arc<Device>,
+    stream: StreamRef,
+    dsts: &[u64],
+    srcs: &[u64],
+    lens: &[usize],
+    which: &[usize],
+) -> Result<()> {
+    if which.is_empty() {
+        return Ok(());
+    }
+    let mut d: Vec<u64> = which.iter().map(|&i| dsts[i]).collect();
+    let mut s: Vec<u64> = which.iter().map(|&i| srcs[i]).collect();
+    let mut n: Vec<usize> = which.iter().map(|&i| lens[i]).collect();
+    BY_DRIVER.fetch_add(d.len() as u64, Ordering::Relaxed);
+    // SAFETY: the caller's items 1 and 2.
+    unsafe {
+        driver::memcpy_batch_async(
+            &mut d,
+            &mut s,
+            &mut n,
+            BatchWay::OnDevice,
+            device.id() as i32,
+            stream.cu(),
+        )
+    }
+}
+
 /// Enqueues `dsts.len()` device-to-device copies (`lens[i]` bytes from `srcs[i]` to
-/// `dsts[i]`) on `stream`: the small ones in kernel launches, the rest as one batch of the
-/// driver's copies (see the module's text). Nothing waits.
+/// `dsts[i]`) on `stream`: adjacent ones merged, the small ones in kernel launches, the
+/// rest as one batch of the driver's copies (see the module's text). Nothing waits. The
+/// device's first call measures its kernel limit ([`tuning`]).
 ///
 /// # Safety
 /// 1. Every range is live memory of `device` (or memory it can read and write), not
@@ -161,54 +454,18 @@ pub(crate) unsafe fn copy_many(
     lens: &[usize],
 ) -> Result<()> {
     driver::same_lengths("copy_many", dsts.len(), srcs.len(), lens.len())?;
-    let function = if kernel_enabled() {
-        kernel(device)
-    } else {
-        None
-    };
-    let (launches, rest) = plan(lens, function.is_some());
+    let (dsts, srcs, lens) = coalesce(dsts, srcs, lens);
+    let limit = tuned(device).kernel_max;
+    let function = limit.and_then(|_| kernel(device));
+    let (launches, rest) = plan(&lens, limit.filter(|_| function.is_some()));
     if let Some(f) = function {
-        let mut table = Box::new(Table {
-            n: 0,
-            pad: 0,
-            e: [Entry::default(); TABLE_MAX],
-        });
-        for launch in &launches {
-            for (slot, &i) in table.e.iter_mut().zip(launch) {
-                *slot = Entry {
-                    dst: dsts[i],
-                    src: srcs[i],
-                    len: lens[i] as u64,
-                };
-            }
-            table.n = launch.len() as u32;
-            let mut params = [std::ptr::from_mut(&mut *table).cast::<c_void>()];
-            // SAFETY: the function takes one `CopyTable`, laid out as `Table` (repr(C),
-            // the same fields; `plan` fills at most TABLE_MAX entries); item 2 for the
-            // context and stream; item 1 keeps every range live until the kernel has run.
-            // The driver copies the parameter during the call.
-            unsafe { driver::launch_kernel(f, table.n, BLOCK, stream.cu(), &mut params)? };
-            BY_KERNEL.fetch_add(launch.len() as u64, Ordering::Relaxed);
+        for which in &launches {
+            // SAFETY: the caller's items 1 and 2; `plan` gives at most TABLE_MAX a launch.
+            unsafe { launch(f, stream, &dsts, &srcs, &lens, which)? };
         }
     }
-    let mut big_dst: Vec<u64> = rest.iter().map(|&i| dsts[i]).collect();
-    let mut big_src: Vec<u64> = rest.iter().map(|&i| srcs[i]).collect();
-    let mut big_len: Vec<usize> = rest.iter().map(|&i| lens[i]).collect();
-    if !big_dst.is_empty() {
-        BY_DRIVER.fetch_add(big_dst.len() as u64, Ordering::Relaxed);
-        // SAFETY: items 1 and 2, for the copies the kernel did not take.
-        unsafe {
-            driver::memcpy_batch_async(
-                &mut big_dst,
-                &mut big_src,
-                &mut big_len,
-                BatchWay::OnDevice,
-                device.id() as i32,
-                stream.cu(),
-            )?
-        };
-    }
-    Ok(())
+    // SAFETY: items 1 and 2, for the copies the kernel did not take.
+    unsafe { driver_batch(device, stream, &dsts, &srcs, &lens, &rest) }
 }
 
 #[cfg(test)]
@@ -237,7 +494,7 @@ mod tests {
         lens[3] = 0;
         lens[7] = KERNEL_MAX;
         lens[8] = KERNEL_MAX + 1;
-        let (launches, driver) = plan(&lens, true);
+        let (launches, driver) = plan(&lens, Some(KERNEL_MAX));
         assert_eq!(driver, vec![8]);
         assert_eq!(launches.len(), 2);
         assert_eq!(launches[0].len(), TABLE_MAX);
@@ -249,10 +506,62 @@ mod tests {
             "every non-empty small copy, once"
         );
         assert!(all.windows(2).all(|w| w[0] < w[1]), "in order");
-        let (none, driver) = plan(&lens, false);
+        let (none, driver) = plan(&lens, None);
         assert!(none.is_empty());
         assert_eq!(driver.len(), lens.len() - 1, "all but the empty one");
-        assert_eq!(plan(&[], true), (Vec::<Vec<usize>>::new(), vec![]));
+        assert_eq!(
+            plan(&[], Some(KERNEL_MAX)),
+            (Vec::<Vec<usize>>::new(), vec![])
+        );
+    }
+
+    #[test]
+    fn copies_that_continue_each_other_merge_and_others_stay() {
+        // 0 and 1 continue each other on both sides; 2 continues 1 only in the source;
+        // 3 is empty; 4 continues 2 on both sides.
+        let dsts = [1000, 1100, 5000, 7, 5050];
+        let srcs = [9000, 9100, 9150, 9, 9200];
+        let lens = [100, 50, 50, 0, 30];
+        let (d, s, n) = coalesce(&dsts, &srcs, &lens);
+        assert_eq!(d, vec![1000, 5000]);
+        assert_eq!(s, vec![9000, 9150]);
+        assert_eq!(n, vec![150, 80]);
+        let total: usize = lens.iter().sum();
+        assert_eq!(n.iter().sum::<usize>(), total, "the same bytes");
+        // No wrap-around at the top of the address space.
+        let (d, _, n) = coalesce(&[u64::MAX - 9, 0], &[0, 10], &[10, 5]);
+        assert_eq!((d.len(), n), (2, vec![10, 5]));
+        assert_eq!(coalesce(&[], &[], &[]), (vec![], vec![], vec![]));
+    }
+
+    #[test]
+    fn the_limit_is_the_largest_size_up_to_which_the_kernel_never_lost() {
+        let t = [
+            (4096, 10.0, 40.0),
+            (8192, 12.0, 41.0),
+            (16384, 50.0, 45.0),
+            (32768, 20.0, 60.0),
+        ];
+        assert_eq!(choose(&t), Some(8192), "a later win does not count");
+        assert_eq!(choose(&t[..2]), Some(8192));
+        assert_eq!(
+            choose(&[(4096, 5.0, 5.0)]),
+            Some(4096),
+            "a tie goes to the kernel"
+        );
+        assert_eq!(choose(&[(4096, 50.0, 40.0)]), None);
+        assert_eq!(choose(&[]), None);
+    }
+
+    #[test]
+    fn the_limit_setting_takes_bytes_up_to_the_ceiling() {
+        assert_eq!(kernel_max_setting(None).unwrap(), None);
+        assert_eq!(kernel_max_setting(Some(" 32768 ")).unwrap(), Some(32768));
+        assert_eq!(kernel_max_setting(Some("0")).unwrap(), Some(0));
+        for bad in ["64KiB", "-1", "16777217", ""] {
+            let e = kernel_max_setting(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains(KERNEL_MAX_ENV) && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

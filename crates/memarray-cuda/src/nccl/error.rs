@@ -28,6 +28,13 @@ pub enum NcclError {
         /// The NCCL error and its last-error text, or what is wrong with the operands.
         reason: String,
     },
+    /// The communicator was aborted ([`super::Comm::abort`]): nothing more runs on it, and
+    /// what it was receiving when aborted did not arrive.
+    #[error("NCCL {call}: the communicator was aborted; make a new one (every rank) to go on")]
+    Aborted {
+        /// The operation refused, e.g. `"ncclSend"`.
+        call: &'static str,
+    },
     /// An error of the CUDA layer (devices, streams, operands, memory).
     #[error(transparent)]
     Cuda(#[from] CudaError),

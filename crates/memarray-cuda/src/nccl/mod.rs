@@ -44,6 +44,7 @@ mod lib;
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -265,9 +266,12 @@ impl UniqueId {
 }
 
 /// One rank of an NCCL communicator, on one device. Calls on it are serialised (NCCL
-/// forbids concurrent calls on one communicator); it is destroyed on drop.
+/// forbids concurrent calls on one communicator); it is destroyed on drop, or aborted
+/// ([`Comm::abort`]) from any thread to free a rank waiting for a peer that will not come.
 pub struct Comm {
+    /// Null once aborted.
     raw: Mutex<ncclComm_t>,
+    aborted: AtomicBool,
     device: Arc<Device>,
     rank: usize,
     size: usize,
@@ -292,6 +296,9 @@ impl std::fmt::Debug for Comm {
 impl Drop for Comm {
     fn drop(&mut self) {
         let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if raw.is_null() {
+            return; // aborted: NCCL freed it then
+        }
         if let (Some(lib), Ok(_ctx)) = (lib::loaded(), self.device.bind()) {
             // SAFETY: the handle is live and this is its only destroyer.
             let r = unsafe { (lib.comm_destroy)(raw) };
@@ -335,6 +342,7 @@ impl Comm {
         lib.check("ncclCommInitRank", res, comm)?;
         Ok(Self {
             raw: Mutex::new(comm),
+            aborted: AtomicBool::new(false),
             device: dev,
             rank,
             size,
@@ -384,6 +392,7 @@ impl Comm {
             .enumerate()
             .map(|(rank, (raw, device))| Self {
                 raw: Mutex::new(raw),
+                aborted: AtomicBool::new(false),
                 device,
                 rank,
                 size: devices.len(),
@@ -404,6 +413,33 @@ impl Comm {
     /// The device ordinal this rank runs on.
     pub fn device_id(&self) -> u32 {
         self.device.id()
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): NCCL work it has queued stops, so a
+    /// stream or an array waiting on a send or receive whose peer died or never calls
+    /// completes, and every later call on it fails with [`NcclError::Aborted`]. Safe from
+    /// any thread, also while another waits on this communicator's work; a second call
+    /// does nothing. The arrays its unfinished operations were writing hold garbage: check
+    /// [`Comm::is_aborted`] after a wait before trusting what arrived. The other ranks
+    /// must abort theirs too (their work on it can no longer complete).
+    pub fn abort(&self) -> Result<()> {
+        let lib = lib::load(None)?;
+        let _ctx = self.device.bind()?;
+        let mut raw = self.raw.lock().unwrap_or_else(PoisonError::into_inner);
+        if raw.is_null() {
+            return Ok(());
+        }
+        self.aborted.store(true, Ordering::Release);
+        let comm = std::mem::replace(&mut *raw, std::ptr::null_mut());
+        // SAFETY: the handle is live, and null afterwards: no call uses it again (every
+        // use holds this lock and checks for null).
+        let r = unsafe { (lib.comm_abort)(comm) };
+        lib.check("ncclCommAbort", r, std::ptr::null_mut())
+    }
+
+    /// Whether [`Comm::abort`] ran (from any thread).
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
     }
 
     /// `recv` = the reduction over ranks of `send` (same dtype and size on every rank).
@@ -540,6 +576,9 @@ impl Comm {
         let lib = lib::load(None)?;
         let _ctx = self.device.bind()?;
         let comm = self.raw.lock().unwrap_or_else(PoisonError::into_inner);
+        if comm.is_null() {
+            return Err(NcclError::Aborted { call });
+        }
         let r = f(lib, *comm);
         lib.check(call, r, *comm)
     }
