@@ -315,6 +315,20 @@ def test_move_many_both_ways_with_mixed_arrays():
 
 
 @pytest.mark.gpu
+def test_move_many_down_gathers_arrays_made_one_by_one():
+    # Arrays made one by one sit in many pool blocks, some adjacent in the address space:
+    # the gather on the device must not merge copies across them for the driver.
+    rng = np.random.default_rng(5)
+    for kib, count in ((4, 3000), (64, 300), (300, 40)):
+        xs = [rng.integers(0, 255, kib << 10, dtype=np.uint8) for _ in range(count)]
+        arrays = [memarray.asarray(x, device="cuda") for x in xs]
+        memarray.move_many(arrays, "cpu")
+        for a, x in zip(arrays, xs, strict=True):
+            assert a.device == "cpu"
+            np.testing.assert_array_equal(np.asarray(a), x)
+
+
+@pytest.mark.gpu
 def test_move_many_refuses_when_one_is_locked():
     a = memarray.asarray(np.ones(8, np.float32), copy=True)
     b = memarray.asarray(np.ones(8, np.float32), copy=True)

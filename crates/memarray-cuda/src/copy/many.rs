@@ -1,6 +1,8 @@
 //! Many device-to-device copies on one device in one call (`copy_many`): one engine for
 //! small copies. Runs of copies that continue each other on both sides are merged first
-//! (coalesced); copies of at most the device's kernel limit go to one launch of the
+//! (coalesced, up to the kernel limit: only the kernel takes merged copies, which may
+//! span two adjacent allocations); copies of at most the device's kernel limit go to one
+//! launch of the
 //! `copy_many` kernel per [`TABLE_MAX`] of them (`kernels-cuda/src/copy_many.cu`, its PTX
 //! committed in `copy/ptx/`), larger ones to the driver as one batch
 //! (`cuMemcpyBatchAsync`).
@@ -173,9 +175,17 @@ fn kernel(device: &Arc<Device>) -> Option<CUfunction> {
 }
 
 /// Merges runs of copies that continue each other on both sides (copy `i + 1` starts
-/// where copy `i` ends, in the source and in the destination) into one copy each, and
-/// leaves out empty copies. The merged copy moves the same bytes.
-fn coalesce(dsts: &[u64], srcs: &[u64], lens: &[usize]) -> (Vec<u64>, Vec<u64>, Vec<usize>) {
+/// where copy `i` ends, in the source and in the destination) into one copy each, while
+/// the merged copy stays within `cap` bytes, and leaves out empty copies. The merged copy
+/// moves the same bytes. Only the kernel may take a merged copy: two allocations can be
+/// adjacent in the address space, and the driver refuses a copy that spans both, so
+/// `cap` is the kernel's limit (0 without the kernel: nothing merges).
+fn coalesce(
+    dsts: &[u64],
+    srcs: &[u64],
+    lens: &[usize],
+    cap: usize,
+) -> (Vec<u64>, Vec<u64>, Vec<usize>) {
     let (mut d, mut s, mut n) = (Vec::<u64>::new(), Vec::<u64>::new(), Vec::<usize>::new());
     for ((&dst, &src), &len) in dsts.iter().zip(srcs).zip(lens) {
         if len == 0 {
@@ -183,7 +193,10 @@ fn coalesce(dsts: &[u64], srcs: &[u64], lens: &[usize]) -> (Vec<u64>, Vec<u64>, 
         }
         if let (Some(&ld), Some(&ls), Some(ln)) = (d.last(), s.last(), n.last_mut()) {
             let end = *ln as u64;
-            if ld.checked_add(end) == Some(dst) && ls.checked_add(end) == Some(src) {
+            if *ln + len <= cap
+                && ld.checked_add(end) == Some(dst)
+                && ls.checked_add(end) == Some(src)
+            {
                 *ln += len;
                 continue;
             }
@@ -454,9 +467,10 @@ pub(crate) unsafe fn copy_many(
     lens: &[usize],
 ) -> Result<()> {
     driver::same_lengths("copy_many", dsts.len(), srcs.len(), lens.len())?;
-    let (dsts, srcs, lens) = coalesce(dsts, srcs, lens);
     let limit = tuned(device).kernel_max;
     let function = limit.and_then(|_| kernel(device));
+    let cap = limit.filter(|_| function.is_some()).unwrap_or(0);
+    let (dsts, srcs, lens) = coalesce(dsts, srcs, lens, cap);
     let (launches, rest) = plan(&lens, limit.filter(|_| function.is_some()));
     if let Some(f) = function {
         for which in &launches {
@@ -522,16 +536,21 @@ mod tests {
         let dsts = [1000, 1100, 5000, 7, 5050];
         let srcs = [9000, 9100, 9150, 9, 9200];
         let lens = [100, 50, 50, 0, 30];
-        let (d, s, n) = coalesce(&dsts, &srcs, &lens);
+        let (d, s, n) = coalesce(&dsts, &srcs, &lens, 1000);
         assert_eq!(d, vec![1000, 5000]);
         assert_eq!(s, vec![9000, 9150]);
         assert_eq!(n, vec![150, 80]);
         let total: usize = lens.iter().sum();
         assert_eq!(n.iter().sum::<usize>(), total, "the same bytes");
+        // A merge stops at the cap (the kernel's limit); without the kernel none happen.
+        let (d, _, n) = coalesce(&dsts, &srcs, &lens, 149);
+        assert_eq!((d, n), (vec![1000, 1100, 5000], vec![100, 50, 80]));
+        let (_, _, n) = coalesce(&dsts, &srcs, &lens, 0);
+        assert_eq!(n, vec![100, 50, 50, 30]);
         // No wrap-around at the top of the address space.
-        let (d, _, n) = coalesce(&[u64::MAX - 9, 0], &[0, 10], &[10, 5]);
+        let (d, _, n) = coalesce(&[u64::MAX - 9, 0], &[0, 10], &[10, 5], 1000);
         assert_eq!((d.len(), n), (2, vec![10, 5]));
-        assert_eq!(coalesce(&[], &[], &[]), (vec![], vec![], vec![]));
+        assert_eq!(coalesce(&[], &[], &[], 1000), (vec![], vec![], vec![]));
     }
 
     #[test]
