@@ -315,9 +315,9 @@ def test_move_many_both_ways_with_mixed_arrays():
 
 
 @pytest.mark.gpu
-def test_move_many_down_gathers_arrays_made_one_by_one():
+def test_move_many_down_of_arrays_made_one_by_one():
     # Arrays made one by one sit in many pool blocks, some adjacent in the address space:
-    # the gather on the device must not merge copies across them for the driver.
+    # no copy may span two of them (the driver refuses it).
     rng = np.random.default_rng(5)
     for kib, count in ((4, 3000), (64, 300), (300, 40)):
         xs = [rng.integers(0, 255, kib << 10, dtype=np.uint8) for _ in range(count)]

@@ -253,16 +253,8 @@ fn gpu_move_many_moves_every_array_both_ways() {
         };
         a.write_all(&flipped, None).unwrap();
     }
-    let (k0, d0) = memarray_cuda::copy::many::copies_made();
     let mut refs: Vec<&mut RawArray> = arrays.iter_mut().collect();
     RawArray::move_many(&mut refs, Location::Host, None).unwrap();
-    let (k1, d1) = memarray_cuda::copy::many::copies_made();
-    // The pageable ones (about half, below 1 MiB) are gathered on the device first.
-    assert!(
-        k1 + d1 - k0 - d0 >= 100,
-        "gathered: {} copies",
-        k1 + d1 - k0 - d0
-    );
     for (a, e) in arrays.iter().zip(&expect) {
         assert_eq!(a.location(), Location::Host);
         let want: Vec<u8> = e.iter().map(|b| b.wrapping_add(1)).collect();

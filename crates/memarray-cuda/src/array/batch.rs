@@ -339,51 +339,6 @@ fn upload_batch(
     Ok(())
 }
 
-/// Downloads gather on the device from this many staged arrays.
-const GATHER_FROM: usize = 8;
-
-/// Gathers the staged arrays' device bytes (`srcs[i]`, `sizes[i]`) into a new device block
-/// laid out as the staging buffer (`stage_len` bytes) on `stream`, through
-/// `copy::many`; `None` (the driver copies each then) for fewer than [`GATHER_FROM`], on a
-/// default stream (the batch needs its own), or without device memory for the block.
-fn gather(
-    device: &Arc<Device>,
-    stream: StreamRef,
-    stage_len: usize,
-    sides: &[HostSide],
-    srcs: &[u64],
-    sizes: &[usize],
-) -> Result<Option<DeviceBuffer>> {
-    let staged = sides
-        .iter()
-        .filter(|s| matches!(s, HostSide::Staged(_)))
-        .count();
-    if staged < GATHER_FROM || stream.is_default() {
-        return Ok(None);
-    }
-    // SAFETY: every staged piece is written below before the block is read; the gaps
-    // between pieces are copied down but never read.
-    let Ok(block) =
-        (unsafe { DeviceBuffer::uninit(device, stage_len, default_resource(device)?, stream) })
-    else {
-        return Ok(None);
-    };
-    let base = block.device_ptr();
-    let (mut d, mut s, mut n) = (Vec::new(), Vec::new(), Vec::new());
-    for ((side, &src), &len) in sides.iter().zip(srcs).zip(sizes) {
-        if let HostSide::Staged(off) = side {
-            d.push(base + *off as u64);
-            s.push(src);
-            n.push(len);
-        }
-    }
-    // SAFETY: sources are the arrays' device buffers (ordered after their pending work on
-    // `stream`, alive until the caller's wait); destinations are distinct ranges of the
-    // new block; the device is bound and `stream` is not a default stream.
-    unsafe { crate::copy::many::copy_many(device, stream, &d, &s, &n)? };
-    Ok(Some(block))
-}
-
 fn download_batch(
     batch: &mut [&mut RawArray],
     device: &Arc<Device>,
@@ -405,26 +360,6 @@ fn download_batch(
         })
         .collect();
     let mut sizes: Vec<usize> = hosts.iter().map(|(_, n)| *n).collect();
-    // Many staged arrays are gathered on the device first (the small-copy engine), so one
-    // copy brings them down laid out as the staging buffer; the driver then copies only
-    // the arrays whose host buffers are pinned.
-    let scratch = match &stage {
-        Some(st) => gather(device, stream, st.len(), &sides, &srcs, &sizes)?,
-        None => None,
-    };
-    if let (Some(scratch), Some(st)) = (&scratch, &stage) {
-        // SAFETY: the staging buffer is pinned, ours, and read only after the wait below;
-        // the scratch holds the gathered pieces (ordered before on the same stream).
-        drop(unsafe {
-            direct::copy_dtoh_raw(st.as_ptr().cast_mut(), scratch, 0, st.len(), stream)?
-        });
-        let direct: Vec<usize> = (0..sides.len())
-            .filter(|&i| matches!(sides[i], HostSide::Direct(_)))
-            .collect();
-        dsts = direct.iter().map(|&i| dsts[i]).collect();
-        srcs = direct.iter().map(|&i| srcs[i]).collect();
-        sizes = direct.iter().map(|&i| sizes[i]).collect();
-    }
     // SAFETY: destinations are pinned host memory (the arrays' own, untouched by the host
     // until the wait below, or the staging buffer); sources are the arrays' device
     // buffers, ordered after their pending work; live stream of the bound device.
@@ -441,7 +376,6 @@ fn download_batch(
     let done = Event::new(device)?;
     done.record(stream)?;
     done.synchronize()?;
-    drop(scratch); // its copies are done
     // The copies into the staging buffer are complete (waited above); each array's host
     // buffer holds its `n` bytes and nothing else accesses it (borrowed exclusively).
     let stage_base = stage.as_ref().map_or(0, |s| s.as_ptr() as usize);
