@@ -249,7 +249,11 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--parts", default="host,1gpu,2gpu", help="which groups of rows, comma-separated"
+    )
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     big, small = args.mib << 20, 4096
     gpus = memarray.cuda.device_count() if memarray.cuda.is_available() else 0
     torch = torch_or_none()
@@ -263,7 +267,7 @@ def main() -> None:
 
     # Host.
     s, r = Sender.remote(), Receiver.remote()
-    for count, nbytes in ((1, big), (args.small, small)):
+    for count, nbytes in ((1, big), (args.small, small)) if "host" in parts else ():
         label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
         ray.get([s.make.remote(k, nbytes, count, False) for k in ("memarray", "numpy")])
         total = count * nbytes
@@ -279,7 +283,7 @@ def main() -> None:
 
     if gpus < 1:
         print("SKIPPED device rows: no CUDA device")
-    else:
+    elif "1gpu" in parts:
         s = Sender.options(num_gpus=0.5).remote()
         r = Receiver.options(num_gpus=0.5).remote()
         for count, nbytes in ((1, big), (args.small, small)):
@@ -318,7 +322,7 @@ def main() -> None:
 
     if gpus < 2:
         print(f"SKIPPED two-GPU rows: {gpus} CUDA device(s)")
-    else:
+    elif "2gpu" in parts:
         two_gpus(args, big, small, torch, row)
     if args.json:
         with open(args.json, "w") as f:

@@ -167,6 +167,22 @@ def _comm(name: str) -> Any:
     return comm
 
 
+# Each actor: one stream per device for its transfers (Ray runs them one at a time, on its
+# system thread; each waits for its stream before returning).
+_streams_lock = threading.Lock()
+_streams: dict[int, Any] = {}
+
+
+def _stream(device: int) -> Any:
+    with _streams_lock:
+        stream = _streams.get(device)
+        if stream is None:
+            from .. import cuda
+
+            stream = _streams[device] = cuda.Stream(device)
+        return stream
+
+
 def _done(comm: Any, what: str) -> None:
     """Raises if ``comm`` was aborted while this side waited: the data did not move."""
     if comm.aborted:
@@ -233,13 +249,15 @@ class MemArrayNcclTransport(base.Transport):
             out = [base.packs.get(meta.pack_key)]
         else:
             out = [a for a in tensors if a.nbytes]
-        from .. import cuda
         from . import distributed
 
-        stream = cuda.Stream(comm.device_id)
-        with distributed.group():
-            for a in out:
-                comm.send(a, cm.dst_rank, stream)
+        stream = _stream(comm.device_id)
+        if len(out) == 1:
+            comm.send(out[0], cm.dst_rank, stream)
+        else:
+            with distributed.group():
+                for a in out:
+                    comm.send(a, cm.dst_rank, stream)
         stream.synchronize()  # Ray may free the arrays once this returns
         _done(comm, "send")
 
@@ -258,10 +276,9 @@ class MemArrayNcclTransport(base.Transport):
         start = time.perf_counter()
         comm = _comm(cm.group)
         where = f"cuda:{comm.device_id}"
-        from .. import cuda
         from . import distributed
 
-        stream = cuda.Stream(comm.device_id)
+        stream = _stream(comm.device_id)
         if meta.packed is not None:
             pack = memarray.empty((meta.pack_bytes,), "uint8", device=where)
             comm.recv(pack, cm.src_rank, stream)
@@ -270,9 +287,12 @@ class MemArrayNcclTransport(base.Transport):
             arrays = [
                 memarray.empty(shape, dtype, device=where) for shape, dtype in meta.tensor_meta
             ]
-            with distributed.group():
-                for a in arrays:
-                    if a.nbytes:
+            parts = [a for a in arrays if a.nbytes]
+            if len(parts) == 1:
+                comm.recv(parts[0], cm.src_rank, stream)
+            else:
+                with distributed.group():
+                    for a in parts:
                         comm.recv(a, cm.src_rank, stream)
         stream.synchronize()
         _done(comm, "receive")
