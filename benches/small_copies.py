@@ -4,9 +4,10 @@ the small-copy engine measured on this device.
     python3 benches/small_copies.py [--count 1000] [--kib 4 64] [--reps 15] [--json out.json]
 
 Rows (medians, each call complete when timed): ``memarray.move_many(arrays, "cpu")`` of
-device arrays (one batch of the driver's copies into one pinned buffer), torch's loop of ``.cpu()`` over the same sizes, and torch's ``cat`` then one
-``.cpu()`` (the gather by hand). First, ``memarray.cuda.copy_engine(0)``: the kernel limit
-and the trial it came from. Prints SKIPPED without a GPU.
+device arrays (one batch of the driver's copies into one pinned buffer), torch's loop of
+``.cpu()`` over the same sizes, and torch's ``cat`` then one ``.cpu()`` (the gather by
+hand). First, ``memarray.cuda.copy_engine(0)``: the kernel limit and the trial it came
+from. Prints SKIPPED without a GPU.
 """
 
 from __future__ import annotations
