@@ -183,6 +183,19 @@ def _stream(device: int) -> Any:
         return stream
 
 
+def _each(call: Any, arrays: list[Any], peer: int, stream: Any) -> None:
+    """``call(array, peer, stream)`` (a communicator's send or recv) for each array: one
+    alone, several in one NCCL group (they run together)."""
+    if len(arrays) == 1:
+        call(arrays[0], peer, stream)
+        return
+    from . import distributed
+
+    with distributed.group():
+        for a in arrays:
+            call(a, peer, stream)
+
+
 def _done(comm: Any, what: str) -> None:
     """Raises if ``comm`` was aborted while this side waited: the data did not move."""
     if comm.aborted:
@@ -249,15 +262,8 @@ class MemArrayNcclTransport(base.Transport):
             out = [base.packs.get(meta.pack_key)]
         else:
             out = [a for a in tensors if a.nbytes]
-        from . import distributed
-
         stream = _stream(comm.device_id)
-        if len(out) == 1:
-            comm.send(out[0], cm.dst_rank, stream)
-        else:
-            with distributed.group():
-                for a in out:
-                    comm.send(a, cm.dst_rank, stream)
+        _each(comm.send, out, cm.dst_rank, stream)
         stream.synchronize()  # Ray may free the arrays once this returns
         _done(comm, "send")
 
@@ -276,8 +282,6 @@ class MemArrayNcclTransport(base.Transport):
         start = time.perf_counter()
         comm = _comm(cm.group)
         where = f"cuda:{comm.device_id}"
-        from . import distributed
-
         stream = _stream(comm.device_id)
         if meta.packed is not None:
             pack = memarray.empty((meta.pack_bytes,), "uint8", device=where)
@@ -287,13 +291,7 @@ class MemArrayNcclTransport(base.Transport):
             arrays = [
                 memarray.empty(shape, dtype, device=where) for shape, dtype in meta.tensor_meta
             ]
-            parts = [a for a in arrays if a.nbytes]
-            if len(parts) == 1:
-                comm.recv(parts[0], cm.src_rank, stream)
-            else:
-                with distributed.group():
-                    for a in parts:
-                        comm.recv(a, cm.src_rank, stream)
+            _each(comm.recv, [a for a in arrays if a.nbytes], cm.src_rank, stream)
         stream.synchronize()
         _done(comm, "receive")
         base.count("nccl", len(arrays), nccl_s=time.perf_counter() - start)
