@@ -61,13 +61,16 @@ class Sender:
 
     def make(self, kind: str, nbytes: int, count: int, device: bool) -> int:
         n = nbytes // 8
-        if kind == "memarray":
+        if kind in ("memarray", "bundle"):
             where = "cuda" if device else "cpu"
             arrays = [
                 memarray.asarray(np.full(n, i, np.float64), device=where) for i in range(count)
             ]
             for a in arrays:
                 a.synchronize()
+            if kind == "bundle":
+                self.held[kind] = mray.Bundle(arrays)
+                return count
         elif kind == "numpy":
             arrays = [np.full(n, i, np.float64) for i in range(count)]
         else:
@@ -97,7 +100,7 @@ class Receiver:
             mray.use_assigned_gpu()
 
     def consume(self, x: Any) -> int:
-        arrays = x if isinstance(x, list) else [x]
+        arrays = x if isinstance(x, (list, mray.Bundle)) else [x]
         total = 0
         for a in arrays:
             if isinstance(a, memarray.MemArray):
@@ -114,7 +117,7 @@ class Receiver:
         return total
 
     def where(self, x: Any) -> list[str]:
-        arrays = x if isinstance(x, list) else [x]
+        arrays = x if isinstance(x, (list, mray.Bundle)) else [x]
         return sorted({str(a.device) for a in arrays})
 
     def stats(self) -> dict[str, int]:
@@ -206,6 +209,14 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
             label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
             ray.get(s.make.remote("memarray", nbytes, count, True))
             cases = {}
+            if count > 1 and "memarray_nccl" in transports:
+                ray.get(s.make.remote("bundle", nbytes, count, True))
+                cases[f"2 GPUs {label}, {what}: one Bundle by memarray_nccl"] = (
+                    s,
+                    r,
+                    "bundle",
+                    "memarray_nccl",
+                )
             for t in transports:
                 kind = "torch" if t == "nccl" else "memarray"
                 name = {
@@ -269,15 +280,24 @@ def main() -> None:
     s, r = Sender.remote(), Receiver.remote()
     for count, nbytes in ((1, big), (args.small, small)) if "host" in parts else ():
         label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
-        ray.get([s.make.remote(k, nbytes, count, False) for k in ("memarray", "numpy")])
+        kinds = ("memarray", "numpy", "bundle") if count > 1 else ("memarray", "numpy")
+        ray.get([s.make.remote(k, nbytes, count, False) for k in kinds])
         total = count * nbytes
-        row(
-            f"host {label}: memarray transport",
-            hand_off(s, r, "memarray", "memarray", args.reps),
-            total,
-        )
-        row(f"host {label}: MemArray object", hand_off(s, r, "memarray", None, args.reps), total)
-        row(f"host {label}: NumPy object", hand_off(s, r, "numpy", None, args.reps), total, "peer")
+        cases = {
+            f"host {label}: memarray transport": (s, r, "memarray", "memarray"),
+            f"host {label}: MemArray object": (s, r, "memarray", None),
+            f"host {label}: NumPy object": (s, r, "numpy", None),
+        }
+        if count > 1:
+            cases[f"host {label}: one Bundle by the memarray transport"] = (
+                s,
+                r,
+                "bundle",
+                "memarray",
+            )
+            cases[f"host {label}: one Bundle as an object"] = (s, r, "bundle", None)
+        for name, ms in alternate(cases, args.reps).items():
+            row(name, ms, total, "peer" if "NumPy" in name else "")
     ray.kill(s)
     ray.kill(r)
 
@@ -294,6 +314,14 @@ def main() -> None:
                 f"1 GPU {label}: memarray transport (IPC)": (s, r, "memarray", "memarray"),
                 f"1 GPU {label}: MemArray object": (s, r, "memarray", None),
             }
+            if count > 1:
+                ray.get(s.make.remote("bundle", nbytes, count, True))
+                cases[f"1 GPU {label}: one Bundle by the memarray transport (IPC)"] = (
+                    s,
+                    r,
+                    "bundle",
+                    "memarray",
+                )
             if torch is not None:
                 ray.get(s.make.remote("torch", nbytes, count, True))
                 cases[f"1 GPU {label}: torch, Ray's cuda_ipc transport"] = (

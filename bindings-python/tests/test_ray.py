@@ -203,6 +203,98 @@ def test_the_transport_moves_host_arrays_actor_to_actor_and_to_the_driver():
     print(f"1,000 host arrays of 4 KiB actor to actor: {out['many_ms']:.1f} ms")
 
 
+def test_a_bundle_is_one_array_for_ray_and_gives_every_array_back():
+    out = _ray(
+        f"""
+        SHAPES = {SHAPES!r}
+        parts = [values(d, shape) for d in memarray.SUPPORTED_DTYPES for shape in SHAPES.values()]
+        b = mray.Bundle(parts)
+        out["len"], out["repr"] = len(b), repr(b)
+        out["slice"] = len(b[1:4]) == 3 and same(parts[-1], b[-1])
+
+        @ray.remote(enable_tensor_transport=True)
+        class Sender:
+            @ray.method(tensor_transport="memarray")
+            def by_transport(self):
+                return b
+            def as_object(self):
+                return b
+
+        @ray.remote(enable_tensor_transport=True)
+        class Receiver:
+            def check(self, x):
+                return (type(x).__name__, [same(p, a) for p, a in zip(parts, x)],
+                        mray.statistics())
+
+        s, r = Sender.remote(), Receiver.remote()
+        out["put"] = [same(p, a) for p, a in zip(parts, ray.get(ray.put(b)))]
+        out["object"] = ray.get(r.check.remote(s.as_object.remote()))
+        out["transport"] = ray.get(r.check.remote(s.by_transport.remote()))
+        errors = []
+        for bad in ([memarray.zeros(3), np.zeros(3)], [1]):
+            try:
+                mray.Bundle(bad)
+                errors.append("accepted")
+            except TypeError as e:
+                errors.append(str(e))
+        out["errors"] = errors
+        out["empty"] = len(ray.get(ray.put(mray.Bundle([]))))
+        """
+    )
+    n = len(memarray.SUPPORTED_DTYPES) * len(SHAPES)
+    assert out["len"] == n and f"Bundle({n} arrays" in out["repr"] and out["slice"], out
+    assert out["put"] == [True] * n, out
+    kind, same_, _ = out["object"]
+    assert kind == "Bundle" and same_ == [True] * n, out
+    kind, same_, stats = out["transport"]
+    assert kind == "Bundle" and same_ == [True] * n, out
+    # Ray carried one array for the whole bundle.
+    assert (stats["store_objects"], stats["store_arrays"]) == (1, 1), out
+    assert out["errors"] == [
+        "a Bundle holds MemArrays; item 1 is ndarray",
+        "a Bundle holds MemArrays; item 0 is int",
+    ], out
+    assert out["empty"] == 0, out
+
+
+@pytest.mark.gpu
+def test_a_device_bundle_moves_as_one_array_by_ipc_and_over_nccl():
+    gpus = 2 if memarray.cuda.device_count() >= 2 else 1
+    out = _ray(
+        """
+        @ray.remote(num_gpus=0.5 if NUM_GPUS == 1 else 1, enable_tensor_transport=True)
+        class Worker:
+            @ray.method(tensor_transport="memarray")
+            def by_ipc(self, k):
+                return mray.Bundle([memarray.asarray(np.full(1024, i, np.float32),
+                                                     device="cuda") for i in range(k)])
+            @ray.method(tensor_transport="memarray_nccl")
+            def by_nccl(self, k):
+                return self.by_ipc(k)
+            def check(self, x):
+                return (type(x).__name__, x.device, [float(a.to_numpy().sum()) for a in x],
+                        mray.statistics())
+
+        a, b = Worker.remote(), Worker.remote()
+        out["ipc"] = ray.get(b.check.remote(a.by_ipc.remote(300)))
+        if NUM_GPUS == 2:
+            mray.create_nccl_group([a, b])
+            out["nccl"] = ray.get(b.check.remote(a.by_nccl.remote(300)))
+        """.replace("NUM_GPUS", str(gpus)),
+        gpus=gpus,
+    )
+    want = [1024.0 * i for i in range(300)]
+    # One GPU: by IPC. Two (each actor sees its own): through the sender and the store.
+    kind, device, sums, stats = out["ipc"]
+    assert kind == "Bundle" and device.startswith("cuda") and sums == want, out
+    objects = stats["ipc_objects"] + stats["store_objects"]
+    assert (objects, stats["ipc_arrays"] + stats["store_arrays"]) == (1, 1), out
+    if gpus == 2:
+        kind, device, sums, stats = out["nccl"]
+        assert kind == "Bundle" and sums == want, out
+        assert (stats["nccl_objects"], stats["nccl_arrays"]) == (1, 1), out
+
+
 def test_a_killed_sender_is_a_clear_error_and_loses_nothing_fetched():
     out = _ray(
         """

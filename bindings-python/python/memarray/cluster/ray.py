@@ -32,6 +32,9 @@ publishes its one handle; the receiver copies it once and gets slices of its cop
 
 The ``"memarray_nccl"`` transport carries device MemArrays over NCCL, actor to actor on
 any nodes, once :func:`create_nccl_group` joined the actors (see ``_ray_nccl``'s text).
+
+Ray itself pays per array in an object; :class:`Bundle` makes many arrays one for Ray (see
+``_ray_bundle``'s text).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from .._memarray import IpcHandle, MemArray
 from .._pickle import Snapshot, rebuild
 from . import _ray_base as base
 from ._ray_base import statistics, use_assigned_gpu
+from ._ray_bundle import Bundle
 from ._ray_nccl import (
     NCCL_TRANSPORT,
     MemArrayNcclTransport,
@@ -63,6 +67,7 @@ from ._ray_nccl import (
 )
 
 __all__ = [
+    "Bundle",
     "NCCL_TRANSPORT",
     "TRANSPORT",
     "MemArrayNcclTransport",

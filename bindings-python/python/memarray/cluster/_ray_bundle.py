@@ -1,0 +1,141 @@
+"""``memarray.ray.Bundle``: many arrays that Ray handles as one.
+
+Ray pays for every array in an object: a direct-transport object of 1,000 small arrays
+costs Ray several times what one array costs, whatever the transport does with their
+bytes (docs/benchmarks.md). A Bundle packs its arrays into one allocation (one SM copy
+kernel launch on a device, one memcpy per array on the host) and pickles as that one
+MemArray and a table of where each array sits, so Ray lifts, sends and stores one array.
+The receiver's Bundle hands out its arrays as slices of its one copy (no copy each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+from .. import _memarray
+from .._memarray import MemArray
+
+#: Offsets of a host pack's parts are multiples of this (as a device pack's).
+ALIGN = 256
+
+Entries = list[tuple[str, list[int], int]]
+
+
+class Bundle(Sequence[MemArray]):
+    """A sequence of MemArrays, all on the host or all on one device, stored as one
+    allocation. ``Bundle(arrays)`` copies them in once (they stay the caller's); indexing
+    and iteration give arrays that are views of the bundle's allocation (writing one
+    writes the bundle). Return one from an actor method with ``tensor_transport=
+    "memarray"`` or ``"memarray_nccl"``, or pass it as a Ray object: Ray sees one array.
+
+    Raises TypeError for anything but MemArrays, ValueError for arrays on different
+    devices, and what a locked array raises."""
+
+    __slots__ = ("_arrays", "_entries", "_pack")
+
+    def __init__(self, arrays: Iterable[MemArray]) -> None:
+        arrays = list(arrays)
+        for i, a in enumerate(arrays):
+            if not isinstance(a, MemArray):
+                raise TypeError(f"a Bundle holds MemArrays; item {i} is {type(a).__name__}")
+        where = {a.device for a in arrays}
+        if len(where) > 1:
+            raise ValueError(
+                f"a Bundle's arrays must share one device; these are on {sorted(where)}"
+            )
+        self._arrays: list[MemArray] | None = None
+        if arrays and arrays[0].on_device:
+            self._pack, self._entries = _memarray._pack(arrays)
+        else:
+            self._pack, self._entries = _host_pack(arrays)
+
+    @classmethod
+    def _of(cls, pack: MemArray, entries: Entries) -> Bundle:
+        b = cls.__new__(cls)
+        b._pack, b._entries, b._arrays = pack, [(d, list(s), o) for d, s, o in entries], None
+        return b
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Bundle._of, (self._pack, self._entries))
+
+    @property
+    def pack(self) -> MemArray:
+        """The one allocation (a 1-d uint8 MemArray) the arrays live in."""
+        return self._pack
+
+    @property
+    def device(self) -> str:
+        return str(self._pack.device)
+
+    def _all(self) -> list[MemArray]:
+        if self._arrays is None:
+            if self._pack.on_device:
+                self._arrays = list(_memarray._unpack(self._pack, self._entries))
+            else:
+                self._arrays = _host_unpack(self._pack, self._entries)
+        return self._arrays
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, i: int) -> MemArray: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[MemArray]: ...
+    def __getitem__(self, i: int | slice) -> MemArray | list[MemArray]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[MemArray]:
+        return iter(self._all())
+
+    def __repr__(self) -> str:
+        return f"memarray.ray.Bundle({len(self)} arrays, {self._pack.nbytes} bytes, {self.device})"
+
+
+def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
+    """Host arrays copied into one new uint8 MemArray at ALIGN-aligned offsets."""
+    import memarray
+
+    entries: Entries = []
+    parts = []
+    total = 0
+    for a in arrays:
+        x = np.ascontiguousarray(np.asarray(a))
+        entries.append((str(a.dtype), list(a.shape), total))
+        parts.append((total, x.reshape(-1).view(np.uint8)))
+        total += x.nbytes
+        total = -(-total // ALIGN) * ALIGN
+    pack = memarray.empty((total,), "uint8")
+    out = np.asarray(pack)
+    for offset, raw in parts:
+        out[offset : offset + raw.size] = raw
+    return pack, entries
+
+
+def _host_unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
+    """Views of a host pack's bytes as the entries' arrays (zero-copy imports: each holds
+    the pack's buffer)."""
+    import memarray
+
+    raw = np.asarray(pack)
+    out = []
+    for dtype, shape, offset in entries:
+        dt = _numpy_dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if offset < 0 or offset + n > raw.size:
+            raise ValueError(f"a Bundle entry ({offset} + {n} bytes) lies outside its pack")
+        out.append(memarray.asarray(raw[offset : offset + n].view(dt).reshape(shape)))
+    return out
+
+
+def _numpy_dtype(name: str) -> np.dtype[Any]:
+    """NumPy's dtype for a MemArray dtype name (bfloat16 through ml_dtypes)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
