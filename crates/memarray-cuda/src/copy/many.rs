@@ -27,7 +27,7 @@ use crate::driver::{self, BatchWay, CUfunction, CUmodule};
 use crate::error::{Result, SettingError};
 use crate::event::Event;
 use crate::per_device::PerDevice;
-use crate::resource::default_resource;
+use crate::resource::plain_device_resource;
 use crate::stream::{Stream, StreamRef};
 
 /// The kernel, NUL-terminated for `cuModuleLoadData`.
@@ -272,7 +272,8 @@ fn choose(trial: &[(usize, f64, f64)]) -> Option<usize> {
 static TUNINGS: PerDevice<OnceLock<Tuning>> = PerDevice::new();
 
 /// `device`'s small-copy engine: its kernel limit, measured on first use (a few
-/// milliseconds and 32 MiB of device memory, once per device and process) unless
+/// milliseconds and 32 MiB of device memory from the driver, freed after; once per device
+/// and process) unless
 /// [`KERNEL_MAX_ENV`] or [`KERNEL_ENV`] decide it.
 pub fn tuning(device: &Arc<Device>) -> Result<Tuning> {
     if let Some(t) = TUNINGS.get(device.id()).get() {
@@ -327,7 +328,9 @@ fn trial(device: &Arc<Device>, f: CUfunction) -> Result<Vec<(usize, f64, f64)>> 
     let bytes = biggest * TRIAL_COPIES;
     let stream = Stream::new(device)?;
     let s = stream.as_ref();
-    let resource = default_resource(device)?;
+    // Straight from the driver and back to it after: the trial's 32 MiB do not stay
+    // cached in the default pool.
+    let resource = plain_device_resource(device);
     // SAFETY: only copied from and into, never read by the host; the bytes are whatever
     // the allocation held.
     let (src, dst) = unsafe {
