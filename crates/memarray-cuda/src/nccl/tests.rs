@@ -6,7 +6,10 @@ use memarray_core::Location;
 
 #[test]
 fn unique_ids_round_trip_through_hex_and_bytes_and_garbage_is_refused() {
-    let id = UniqueId(std::array::from_fn(|i| (i * 7) as u8));
+    let id = UniqueId::from_bytes(&std::array::from_fn::<u8, UNIQUE_ID_BYTES, _>(|i| {
+        (i * 7) as u8
+    }))
+    .unwrap();
     assert_eq!(UniqueId::from_hex(&id.to_hex()).unwrap(), id);
     assert_eq!(
         UniqueId::from_hex(&format!("  {}\n", id.to_hex())).unwrap(),
@@ -108,7 +111,7 @@ fn operands_must_be_on_the_communicators_device() {
 
 #[test]
 fn ranks_are_validated_before_loading_anything() {
-    let id = UniqueId([0; UNIQUE_ID_BYTES]);
+    let id = UniqueId::from_bytes(&[0; UNIQUE_ID_BYTES]).unwrap();
     for (size, rank) in [(0, 0), (2, 2)] {
         let e = Comm::init_rank(0, size, rank, &id).unwrap_err();
         assert!(
