@@ -132,7 +132,8 @@ fn kernel_enabled() -> bool {
 static BY_KERNEL: AtomicU64 = AtomicU64::new(0);
 static BY_DRIVER: AtomicU64 = AtomicU64::new(0);
 
-/// `(by the kernel, by the driver)`: the copies `copy_many` made each way so far.
+/// `(by the kernel, by the driver)`: the copies `copy_many` made each way so far (after
+/// merging; the first-use trial's are not counted).
 pub fn copies_made() -> (u64, u64) {
     (
         BY_KERNEL.load(Ordering::Relaxed),
@@ -350,27 +351,18 @@ fn trial(device: &Arc<Device>, f: CUfunction) -> Result<Vec<(usize, f64, f64)>> 
         };
         let (dsts, srcs) = (at(dst.device_ptr()), at(src.device_ptr()));
         let lens = vec![size; dsts.len()];
+        let all: Vec<usize> = (0..dsts.len()).collect();
         let mut best = [f64::INFINITY; 2];
         for round in 0..=TRIAL_REPEATS {
             for (way, best) in best.iter_mut().enumerate() {
                 let t = Instant::now();
                 if way == 0 {
-                    let all: Vec<usize> = (0..dsts.len()).collect();
                     // SAFETY: the ranges are in the two live buffers above, which outlive
                     // the wait below; the stream is live, of the bound device.
                     unsafe { launch(f, s, &dsts, &srcs, &lens, &all)? };
                 } else {
                     // SAFETY: as above.
-                    unsafe {
-                        driver_batch(
-                            device,
-                            s,
-                            &dsts,
-                            &srcs,
-                            &lens,
-                            &(0..dsts.len()).collect::<Vec<_>>(),
-                        )?
-                    };
+                    unsafe { driver_batch(device, s, &dsts, &srcs, &lens, &all)? };
                 }
                 done.record(s)?;
                 done.synchronize()?;
@@ -415,9 +407,7 @@ unsafe fn launch(
     // fields; at most TABLE_MAX entries filled); the caller keeps every range live until
     // the kernel has run and made the context current. The driver copies the parameter
     // during the call.
-    unsafe { driver::launch_kernel(f, table.n, BLOCK, stream.cu(), &mut params)? };
-    BY_KERNEL.fetch_add(u64::from(table.n), Ordering::Relaxed);
-    Ok(())
+    unsafe { driver::launch_kernel(f, table.n, BLOCK, stream.cu(), &mut params) }
 }
 
 /// The copies `which` as one driver batch.
@@ -438,7 +428,6 @@ unsafe fn driver_batch(
     let mut d: Vec<u64> = which.iter().map(|&i| dsts[i]).collect();
     let mut s: Vec<u64> = which.iter().map(|&i| srcs[i]).collect();
     let mut n: Vec<usize> = which.iter().map(|&i| lens[i]).collect();
-    BY_DRIVER.fetch_add(d.len() as u64, Ordering::Relaxed);
     // SAFETY: the caller's items 1 and 2.
     unsafe {
         driver::memcpy_batch_async(
@@ -470,17 +459,21 @@ pub(crate) unsafe fn copy_many(
     lens: &[usize],
 ) -> Result<()> {
     driver::same_lengths("copy_many", dsts.len(), srcs.len(), lens.len())?;
-    let limit = tuned(device).kernel_max;
-    let function = limit.and_then(|_| kernel(device));
-    let cap = limit.filter(|_| function.is_some()).unwrap_or(0);
-    let (dsts, srcs, lens) = coalesce(dsts, srcs, lens, cap);
-    let (launches, rest) = plan(&lens, limit.filter(|_| function.is_some()));
-    if let Some(f) = function {
+    // The kernel and its limit (a limit is only measured where the kernel loaded).
+    let engine = tuned(device)
+        .kernel_max
+        .and_then(|limit| Some((kernel(device)?, limit)));
+    let limit = engine.map(|(_, limit)| limit);
+    let (dsts, srcs, lens) = coalesce(dsts, srcs, lens, limit.unwrap_or(0));
+    let (launches, rest) = plan(&lens, limit);
+    if let Some((f, _)) = engine {
         for which in &launches {
             // SAFETY: the caller's items 1 and 2; `plan` gives at most TABLE_MAX a launch.
             unsafe { launch(f, stream, &dsts, &srcs, &lens, which)? };
+            BY_KERNEL.fetch_add(which.len() as u64, Ordering::Relaxed);
         }
     }
+    BY_DRIVER.fetch_add(rest.len() as u64, Ordering::Relaxed);
     // SAFETY: items 1 and 2, for the copies the kernel did not take.
     unsafe { driver_batch(device, stream, &dsts, &srcs, &lens, &rest) }
 }
