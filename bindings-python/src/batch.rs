@@ -195,6 +195,14 @@ pub fn _last_batch_profile(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::Py
     Ok(d)
 }
 
+/// Where a pack places parts of `sizes` bytes (`memarray_cuda::array::pack_layout`): each
+/// part's offset and the pack's length. A host pack (memarray.ray.Bundle) uses the
+/// layout of a device one.
+#[pyfunction]
+pub fn _pack_layout(sizes: Vec<usize>) -> (Vec<usize>, usize) {
+    memarray_cuda::array::pack_layout(&sizes)
+}
+
 /// --
 ///
 /// One uint8 device array holding the bytes of every array in `arrays` (MemArrays whose

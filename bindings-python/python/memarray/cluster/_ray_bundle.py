@@ -17,11 +17,7 @@ import numpy as np
 
 from .. import _memarray
 from .._memarray import MemArray
-
-#: Offsets of a host pack's parts are multiples of this (as a device pack's).
-ALIGN = 256
-
-Entries = list[tuple[str, list[int], int]]
+from ._ray_base import Entries, unpack
 
 
 class Bundle(Sequence[MemArray]):
@@ -73,7 +69,7 @@ class Bundle(Sequence[MemArray]):
     def _all(self) -> list[MemArray]:
         if self._arrays is None:
             if self._pack.on_device:
-                self._arrays = list(_memarray._unpack(self._pack, self._entries))
+                self._arrays = unpack(self._pack, self._entries)
             else:
                 self._arrays = _host_unpack(self._pack, self._entries)
         return self._arrays
@@ -96,23 +92,18 @@ class Bundle(Sequence[MemArray]):
 
 
 def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
-    """Host arrays copied into one new uint8 MemArray at ALIGN-aligned offsets."""
+    """Host arrays copied into one new uint8 MemArray, laid out as a device pack."""
     import memarray
 
-    entries: Entries = []
-    parts = []
-    total = 0
-    for a in arrays:
-        x = np.ascontiguousarray(np.asarray(a))
-        entries.append((str(a.dtype), list(a.shape), total))
-        parts.append((total, x.reshape(-1).view(np.uint8)))
-        total += x.nbytes
-        total = -(-total // ALIGN) * ALIGN
+    raws = [np.ascontiguousarray(np.asarray(a)).reshape(-1).view(np.uint8) for a in arrays]
+    offsets, total = _memarray._pack_layout([r.size for r in raws])
     pack = memarray.empty((total,), "uint8")
     out = np.asarray(pack)
-    for offset, raw in parts:
+    for offset, raw in zip(offsets, raws, strict=True):
         out[offset : offset + raw.size] = raw
-    return pack, entries
+    return pack, [
+        (str(a.dtype), list(a.shape), offset) for a, offset in zip(arrays, offsets, strict=True)
+    ]
 
 
 def _host_unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
