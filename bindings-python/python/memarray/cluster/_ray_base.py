@@ -217,6 +217,18 @@ class Transport(TensorTransportManager):
     object."""
 
     NAME = ""
+    #: Whether the receiver alone moves the data (IPC) or both sides take part (NCCL).
+    ONE_SIDED = False
+
+    @classmethod
+    def is_one_sided(cls) -> bool:  # type: ignore[override]
+        return cls.ONE_SIDED
+
+    @staticmethod
+    def can_abort_transport() -> bool:
+        # Both can: a one-sided receive is one synchronous call with no peer waiting on
+        # it (an error ends it); a two-sided one is freed by aborting the communicator.
+        return True
 
     @property
     def tensor_transport_backend(self) -> str:  # type: ignore[override]

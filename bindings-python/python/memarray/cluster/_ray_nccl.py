@@ -207,14 +207,6 @@ class MemArrayNcclTransport(base.Transport):
 
     NAME = NCCL_TRANSPORT
 
-    @staticmethod
-    def is_one_sided() -> bool:
-        return False
-
-    @staticmethod
-    def can_abort_transport() -> bool:
-        return True
-
     def describe(self, obj_id: str, arrays: list[Any]) -> MemArrayNcclMetadata:
         meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
         entries = base.packs.make(obj_id, arrays)

@@ -140,16 +140,7 @@ class MemArrayTransport(base.Transport):
     store through the sending actor otherwise (see the module's text)."""
 
     NAME = TRANSPORT
-
-    @staticmethod
-    def is_one_sided() -> bool:
-        return True
-
-    @staticmethod
-    def can_abort_transport() -> bool:
-        # A receive is one synchronous call on the receiver with no peer waiting on it:
-        # an error ends it, and nothing is left in flight to interrupt.
-        return True
+    ONE_SIDED = True
 
     def describe(self, obj_id: str, arrays: list[Any]) -> MemArrayTransportMetadata:
         if not arrays:
