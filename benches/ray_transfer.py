@@ -17,7 +17,9 @@ driver times ``ray.get`` of that. Rows:
 - device, two GPUs (one actor on each), one ``--mib`` array and ``--small`` arrays of 4 KiB:
   the ``"memarray"`` transport (actors see every GPU and pick theirs) against
   ``"memarray_nccl"``, then ``"memarray_nccl"`` against torch through Ray's ``nccl``
-  transport (actors see one GPU each), each pair alternating round by round.
+  transport (actors see one GPU each), each pair alternating round by round;
+- ``alone``: one ``--mib`` array by torch's ``nccl`` and by ``"memarray_nccl"``, each in a
+  pair of actors of its own (only its own communicator), pair after pair, twice.
 
 A row whose library or devices are missing prints SKIPPED with the reason.
 """
@@ -254,6 +256,34 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
         ray.kill(r)
 
 
+def alone(args: argparse.Namespace, big: int, torch: Any, row: Any) -> None:
+    """Each library in an actor pair of its own (one GPU each, only its own communicator),
+    one ``--mib`` array: torch's ``nccl``, memarray's, torch's, memarray's, one pair after
+    the other (blocks, not rounds: the two pairs cannot hold the GPUs at once)."""
+    if torch is None:
+        print("SKIPPED pairs alone: torch with CUDA is not importable")
+        return
+    from ray.experimental.collective import create_collective_group
+
+    for turn, transport in enumerate(["nccl", "memarray_nccl"] * 2):
+        s = Sender.options(num_gpus=1).remote()
+        r = Receiver.options(num_gpus=1).remote()
+        if transport == "nccl":
+            create_collective_group([s, r], backend="nccl")
+            kind, name = "torch", "torch, Ray's nccl transport"
+        else:
+            mray.create_nccl_group([s, r], f"alone-{turn}")
+            kind, name = "memarray", "memarray_nccl transport"
+        ray.get(s.make.remote(kind, big, 1, True))
+        case = f"2 GPUs {args.mib} MiB, pair alone {turn // 2 + 1}: {name}"
+        ms = alternate({case: (s, r, kind, transport)}, args.reps)[case]
+        row(case, ms, big, "peer" if kind == "torch" else "")
+        if transport == "memarray_nccl":
+            mray.destroy_nccl_group(f"alone-{turn}")
+        ray.kill(s)
+        ray.kill(r)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mib", type=int, default=256)
@@ -261,7 +291,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", default=None)
     ap.add_argument(
-        "--parts", default="host,1gpu,2gpu", help="which groups of rows, comma-separated"
+        "--parts", default="host,1gpu,2gpu,alone", help="which groups of rows, comma-separated"
     )
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -352,6 +382,8 @@ def main() -> None:
         print(f"SKIPPED two-GPU rows: {gpus} CUDA device(s)")
     elif "2gpu" in parts:
         two_gpus(args, big, small, torch, row)
+    if gpus >= 2 and "alone" in parts:
+        alone(args, big, torch, row)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "host": os.uname().nodename, "gpus": gpus}, f, indent=1)

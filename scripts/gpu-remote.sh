@@ -262,7 +262,9 @@ while [ $# -gt 0 ]; do
       # what small copies cost the calling thread.
       python3 benches/pinned_pool.py --json "$OUT/pinned_pool.json" 2>&1 | tee "$OUT/pinned_pool.log"
       [ "${PIPESTATUS[0]}" = 0 ] || echo "!! pinned pool targets missed"
-      gpu-run/bench/memarray-cuda__small_copy 2>&1 | tee "$OUT/small_copy.log" ;;
+      gpu-run/bench/memarray-cuda__small_copy 2>&1 | tee "$OUT/small_copy.log"
+      # Page-locking a download's destination in place, against the staged download.
+      python3 benches/pin_cost.py 2>&1 | tee "$OUT/pin_cost.log" ;;
     spill-tests)
       log="$LOGS/gpu_spill.log"
       gpu-run/bin/memarray-cuda__gpu_spill --test-threads=1 >"$log" 2>&1 || fail gpu_spill
