@@ -185,14 +185,23 @@ struct Tool {
 }
 
 // NVTX's memory extension (nvToolsExtMem.h, compatibility id 0x0102): module 1, one
-// segment of 63 function slots indexed by callback id.
+// segment of 16 function slots. The segment starts at callback id 1
+// (`NVTX3EXT_MEM_FN_IDX_FIRST`, nvtxExtImplMem_v1.h), so callback id `i` is slot `i - 1`:
+// a tool (compute-sanitizer) fills them so, and reading slot `i` calls the next function
+// (nvtxMemHeapUnregister where nvtxMemHeapRegister was meant).
 const MEM_MODULE: u16 = 1;
 const MEM_COMPAT: u16 = 0x0102;
-const MEM_SLOTS: usize = 63;
-const MEM_HEAP_REGISTER: usize = 1;
-const MEM_HEAP_UNREGISTER: usize = 2;
-const MEM_REGIONS_REGISTER: usize = 4;
-const MEM_REGIONS_UNREGISTER: usize = 6;
+const MEM_SLOTS: usize = 16;
+const MEM_FIRST_CALLBACK: usize = 1;
+const MEM_HEAP_REGISTER: usize = mem_slot(1);
+const MEM_HEAP_UNREGISTER: usize = mem_slot(2);
+const MEM_REGIONS_REGISTER: usize = mem_slot(4);
+const MEM_REGIONS_UNREGISTER: usize = mem_slot(6);
+
+/// The segment slot of the memory extension's callback id `id`.
+const fn mem_slot(id: usize) -> usize {
+    id - MEM_FIRST_CALLBACK
+}
 const MEM_HEAP_USAGE_SUB_ALLOCATOR: u32 = 1;
 const MEM_TYPE_VIRTUAL_ADDRESS: u32 = 1;
 const MEM_REGION_REF_POINTER: u32 = 1;

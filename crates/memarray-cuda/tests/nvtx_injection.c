@@ -116,13 +116,16 @@ static void regions_unregister(void *domain, const unregister_t *u) {
 
 int InitializeInjectionNvtxExtension(module_t *m) {
     if (out == NULL || m->module != 1 || m->compat != 0x0102 || m->segments_count < 1 ||
-        m->segments[0].count < 7)
+        m->segments[0].count < 6)
         return 0;
+    /* As NVTX's header lays the segment out: its slot 0 is callback id 1
+     * (NVTX3EXT_MEM_FN_IDX_FIRST). nvtxMemHeapRegister = 1, nvtxMemHeapUnregister = 2,
+     * nvtxMemRegionsRegister = 4, nvtxMemRegionsUnregister = 6. */
     intptr_t *s = m->segments[0].slots;
-    s[1] = (intptr_t)heap_register;
-    s[2] = (intptr_t)heap_unregister;
-    s[4] = (intptr_t)regions_register;
-    s[6] = (intptr_t)regions_unregister;
+    s[1 - 1] = (intptr_t)heap_register;
+    s[2 - 1] = (intptr_t)heap_unregister;
+    s[4 - 1] = (intptr_t)regions_register;
+    s[6 - 1] = (intptr_t)regions_unregister;
     fprintf(out, "memory extension\n");
     fflush(out);
     return 1;
