@@ -231,8 +231,8 @@ fn pinned_fallbacks(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-/// `device_id`'s (default 0) engine for many small copies on the device (packs, and
-/// gathering many arrays for one download): `{"kernel_max": bytes or None, "source":
+/// `device_id`'s (default 0) engine for many small copies on the device (packing many
+/// arrays into one allocation): `{"kernel_max": bytes or None, "source":
 /// "measured" | "env" | "default" | "no kernel", "trial": [(bytes, kernel_us, driver_us),
 /// ...]}`. The limit is measured on first use per device (a few milliseconds) unless
 /// `MEMARRAY_COPY_KERNEL_MAX` or `MEMARRAY_COPY_KERNEL=0` decide it.

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import _memarray
 from .._memarray import MemArray
+from . import numpy_dtype
 from ._ray_base import Entries, unpack
 
 
@@ -114,19 +115,9 @@ def _host_unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
     raw = np.asarray(pack)
     out = []
     for dtype, shape, offset in entries:
-        dt = _numpy_dtype(dtype)
+        dt = numpy_dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset < 0 or offset + n > raw.size:
             raise ValueError(f"a Bundle entry ({offset} + {n} bytes) lies outside its pack")
         out.append(memarray.asarray(raw[offset : offset + n].view(dt).reshape(shape)))
     return out
-
-
-def _numpy_dtype(name: str) -> np.dtype[Any]:
-    """NumPy's dtype for a MemArray dtype name (bfloat16 through ml_dtypes)."""
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import ml_dtypes
-
-        return np.dtype(getattr(ml_dtypes, name))

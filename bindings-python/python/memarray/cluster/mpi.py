@@ -52,6 +52,7 @@ import numpy as np
 from .. import _memarray
 from .._memarray import MemArray
 from .._memarray import empty as memarray_empty
+from . import numpy_dtype
 
 
 def _import_mpi() -> Any:
@@ -203,12 +204,7 @@ def _check(a: Any, what: str) -> MemArray:
 
 def _typed(raw: np.ndarray, like: MemArray) -> np.ndarray:
     """``raw`` bytes as ``like``'s dtype and shape, for ``read_numpy_array``."""
-    dtype = str(like.dtype)
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return raw.view(ml_dtypes.bfloat16).reshape(tuple(like.shape))
-    return raw.view(np.dtype(dtype)).reshape(tuple(like.shape))
+    return raw.view(numpy_dtype(str(like.dtype))).reshape(tuple(like.shape))
 
 
 class _Buf:

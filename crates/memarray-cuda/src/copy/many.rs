@@ -36,7 +36,7 @@ const PTX: &str = concat!(include_str!("ptx/copy_many.ptx"), "\0");
 /// Copies per launch: the kernel's table (`COPY_MANY_MAX` in `copy_many.cu`).
 pub const TABLE_MAX: usize = 1024;
 
-/// The kernel limit where it cannot be measured (no memory for the trial): copies up to
+/// The kernel limit where the trial fails (no device memory for it, say): copies up to
 /// this many bytes go to the kernel, larger ones to the driver.
 pub const KERNEL_MAX: usize = 64 << 10;
 
@@ -238,7 +238,7 @@ pub enum LimitSource {
     Measured,
     /// [`KERNEL_MAX_ENV`].
     Env,
-    /// [`KERNEL_MAX`]: the trial could not run (no memory for it).
+    /// [`KERNEL_MAX`]: the trial failed (no device memory for it, say).
     Default,
     /// No kernel: [`KERNEL_ENV`] is `0`, or the driver refused the kernel.
     NoKernel,
