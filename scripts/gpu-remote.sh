@@ -77,12 +77,21 @@ sanitize() {
     [ "$t" = gpu-run/bin/memarray-cuda__gpu_nccl ] && continue
     log="$LOGS/sanitize-$(basename "$t").log"
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 --print-limit 20 "$t" --test-threads=1 \
-      >"$log" 2>&1 || fail "memcheck $t"
+      >"$log" 2>&1 || {
+      fail "memcheck $t"
+      # What it reported, each kind once (warnings about NVTX calls included).
+      grep -E '^========= [A-Z]' "$log" | grep -v 'ERROR SUMMARY' | sed 's/ at 0x[0-9a-f]*//' \
+        | sort | uniq -c | sort -rn | head -n 8
+    }
     printf '%-48s %s | %s\n' "$(basename "$t")" \
       "$(grep -E '^test result:' "$log" | tail -n 1)" \
       "$(grep -E 'ERROR SUMMARY' "$log" | tail -n 1)"
   done
-  tail -n +1 "$LOGS"/sanitize-*.log >"$OUT/sanitize.log"
+  # The first 400 lines of each log (one failing binary's log can run to gigabytes).
+  for log in "$LOGS"/sanitize-*.log; do
+    echo "==> $log <=="
+    head -n 400 "$log"
+  done >"$OUT/sanitize.log"
 }
 
 bench() {

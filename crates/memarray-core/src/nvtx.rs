@@ -203,6 +203,8 @@ const fn mem_slot(id: usize) -> usize {
     id - MEM_FIRST_CALLBACK
 }
 const MEM_HEAP_USAGE_SUB_ALLOCATOR: u32 = 1;
+/// `NVTX_MEM_HEAP_HANDLE_NO_TOOL`.
+const MEM_HEAP_NO_TOOL: usize = usize::MAX;
 const MEM_TYPE_VIRTUAL_ADDRESS: u32 = 1;
 const MEM_REGION_REF_POINTER: u32 = 1;
 
@@ -515,7 +517,11 @@ pub fn mem_active() -> bool {
 }
 
 /// Describes `[ptr, ptr + size)` as a sub-allocator's heap; returns its handle for
-/// [`region_register`] and [`heap_unregister`] (0 without a tool that takes heaps).
+/// [`region_register`] and [`heap_unregister`] (0 without a tool that takes heaps, or when
+/// the tool refused the heap).
+///
+/// compute-sanitizer refuses a heap ("the object is not ready") unless a CUDA context is
+/// current on the calling thread: callers bind the memory's device first.
 pub fn heap_register(ptr: usize, size: usize) -> usize {
     let Some((m, domain)) = mem() else {
         return 0;
@@ -537,7 +543,9 @@ pub fn heap_register(ptr: usize, size: usize) -> usize {
         message: c"memarray pool".as_ptr(),
     };
     // SAFETY: the tool's nvtxMemHeapRegister with its domain and a valid description.
-    unsafe { (m.heap_register)(domain, &desc) as usize }
+    let heap = unsafe { (m.heap_register)(domain, &desc) as usize };
+    // A refusal comes back as null, or as NVTX's "no tool" handle (-1).
+    if heap == MEM_HEAP_NO_TOOL { 0 } else { heap }
 }
 
 /// Ends a heap from [`heap_register`] (nothing for 0).
@@ -551,11 +559,11 @@ pub fn heap_unregister(heap: usize) {
     }
 }
 
-/// Describes the block `[ptr, ptr + size)` handed out from `heap` (0: the process-wide
-/// heap) as a region.
+/// Describes the block `[ptr, ptr + size)` handed out from `heap` (a handle from
+/// [`heap_register`]; nothing for 0) as a region.
 #[inline]
 pub fn region_register(heap: usize, ptr: usize, size: usize) {
-    if !off() {
+    if !off() && heap != 0 {
         register_region(heap, ptr, size);
     }
 }

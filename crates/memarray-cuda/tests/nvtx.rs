@@ -2,15 +2,16 @@
 //! `NVTX_INJECTION64_PATH` mechanism, as Nsight uses it) records the `memarray` domain's
 //! ranges; a child process (this binary, running the ignored `child` test) makes ranges
 //! and pool allocations under it. Checks the domain, the names, the byte payloads and the
-//! nesting, the pool's heaps and regions (NVTX's memory extension), and that
-//! `MEMARRAY_NVTX=0` keeps the tool from loading.
+//! nesting, a device pool's heaps and regions (NVTX's memory extension) with a context
+//! current at each, that a host pool describes none, and that `MEMARRAY_NVTX=0` keeps the
+//! tool from loading.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
 use memarray_core::{HostResource, MemoryResource, nvtx};
-use memarray_cuda::resource::CachingPool;
+use memarray_cuda::resource::{CachingPool, DeviceResource};
 
 /// The tool's source, embedded: the test binary may run far from this checkout.
 const TOOL: &str = include_str!("nvtx_injection.c");
@@ -24,6 +25,7 @@ fn build_tool(dir: &Path) -> PathBuf {
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(&lib)
         .arg(&src)
+        .arg("-ldl")
         .output()
         .unwrap_or_else(|e| panic!("the test needs a C compiler ({cc}): {e}"));
     assert!(
@@ -58,73 +60,112 @@ fn run_child(lib: &Path, log: &Path, extra: &[(&str, &str)]) {
     );
 }
 
+/// What the tool logs for the child's ranges and pool allocations; `heaps`: a device
+/// pool's, which NVTX's memory extension describes (a host pool's are no CUDA memory).
+fn expected(heaps: bool) -> Vec<&'static str> {
+    let mut lines = vec![
+        "init 16",
+        "domain memarray",
+        "memory extension",
+        "push 0 memarray memarray.test.outer payload=0:0 size=48",
+        // A 1 MiB block: an upstream allocation of its own, a heap with one region.
+        "push 1 memarray memarray.alloc payload=1:1048576 size=48",
+        "heap + size=1048576 usage=1 type=1 memarray pool ctx=yes",
+        "region + size=1048576 in-heap count=1 ctx=yes",
+        "pop 1 memarray",
+        "push 1 memarray memarray.free payload=0:0 size=48",
+        "region - count=1 ctx=yes",
+        "pop 1 memarray",
+        "push 1 memarray memarray.test.inner payload=1:7 size=48",
+        "pop 1 memarray",
+        // 3 MiB from a pool that keeps nothing: a 4 MiB segment (the heap), a region in
+        // it, and the segment back upstream at the free.
+        "push 1 memarray memarray.alloc payload=1:3145728 size=48",
+        "heap + size=4194304 usage=1 type=1 memarray pool ctx=yes",
+        "region + size=3145728 in-heap count=1 ctx=yes",
+        "pop 1 memarray",
+        "push 1 memarray memarray.free payload=0:0 size=48",
+        "region - count=1 ctx=yes",
+        "heap - known ctx=yes",
+        "pop 1 memarray",
+        "pop 0 memarray",
+        // The first pool, dropped: its cached block goes back upstream.
+        "heap - known ctx=yes",
+    ];
+    if !heaps {
+        lines.retain(|l| !l.starts_with("heap ") && !l.starts_with("region "));
+    }
+    lines
+}
+
+fn log_of(lib: &Path, dir: &Path, pools: &str) -> String {
+    let log = dir.join(format!("{pools}.log"));
+    run_child(lib, &log, &[("MEMARRAY_NVTX_CHILD", pools)]);
+    std::fs::read_to_string(&log).unwrap()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memarray-nvtx-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[test]
 fn a_tool_sees_the_memarray_domains_ranges_named_sized_and_nested() {
-    let dir = std::env::temp_dir().join(format!("memarray-nvtx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("host");
     let lib = build_tool(&dir);
-    let log = dir.join("ranges.log");
-    run_child(&lib, &log, &[]);
-    let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(
-        lines,
-        [
-            "init 16",
-            "domain memarray",
-            "memory extension",
-            "push 0 memarray memarray.test.outer payload=0:0 size=48",
-            // A 1 MiB block: an upstream allocation of its own, a heap with one region.
-            "push 1 memarray memarray.alloc payload=1:1048576 size=48",
-            "heap + size=1048576 usage=1 type=1 memarray pool",
-            "region + size=1048576 in-heap count=1",
-            "pop 1 memarray",
-            "push 1 memarray memarray.free payload=0:0 size=48",
-            "region - count=1",
-            "pop 1 memarray",
-            "push 1 memarray memarray.test.inner payload=1:7 size=48",
-            "pop 1 memarray",
-            // 3 MiB from a pool that keeps nothing: a 4 MiB segment (the heap), a region
-            // in it, and the segment back upstream at the free.
-            "push 1 memarray memarray.alloc payload=1:3145728 size=48",
-            "heap + size=4194304 usage=1 type=1 memarray pool",
-            "region + size=3145728 in-heap count=1",
-            "pop 1 memarray",
-            "push 1 memarray memarray.free payload=0:0 size=48",
-            "region - count=1",
-            "heap - known",
-            "pop 1 memarray",
-            "pop 0 memarray",
-            // The first pool, dropped: its cached block goes back upstream.
-            "heap - known",
-        ],
-        "{text}"
-    );
+    let text = log_of(&lib, &dir, "host");
+    assert_eq!(text.lines().collect::<Vec<_>>(), expected(false), "{text}");
     // Turned off: the tool is never loaded (it would create the log).
     let off = dir.join("off.log");
     run_child(
         &lib,
         &off,
-        &[("MEMARRAY_NVTX", "0"), ("MEMARRAY_NVTX_CHILD_OFF", "1")],
+        &[("MEMARRAY_NVTX", "0"), ("MEMARRAY_NVTX_CHILD", "off")],
     );
     assert!(!off.exists(), "MEMARRAY_NVTX=0 still loaded the tool");
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A device pool's upstream allocations are heaps and its blocks regions, each described
+/// with the device's context current (compute-sanitizer refuses a heap without one, and
+/// memarray leaves no context current between its calls).
 #[test]
-#[ignore = "run in a child process by the test above, under the tool"]
+fn gpu_a_device_pools_heaps_and_regions_are_described_with_its_context_current() {
+    if memarray_testing::gpu::gpu_or_skip().is_none() {
+        return;
+    }
+    let dir = temp_dir("device");
+    let lib = build_tool(&dir);
+    let text = log_of(&lib, &dir, "device");
+    assert_eq!(text.lines().collect::<Vec<_>>(), expected(true), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A pool of the child's kind: `device` over device 0's memory, else over host memory.
+fn pool(keep: usize) -> CachingPool {
+    if std::env::var("MEMARRAY_NVTX_CHILD").is_ok_and(|v| v == "device") {
+        let device = memarray_cuda::Device::get(0).unwrap();
+        CachingPool::new(Arc::new(DeviceResource::new(&device)), &device, keep)
+    } else {
+        CachingPool::host(Arc::new(HostResource), keep)
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by the tests above, under the tool"]
 fn child() {
-    let on = std::env::var_os("MEMARRAY_NVTX_CHILD_OFF").is_none();
+    let on = std::env::var("MEMARRAY_NVTX_CHILD").is_ok_and(|v| v != "off");
     assert_eq!(nvtx::active(), on);
     let outer = nvtx::range(c"memarray.test.outer", None);
-    let pool = CachingPool::host(Arc::new(HostResource), 1 << 30);
-    let p = pool.allocate(1 << 20, 64, None).unwrap();
+    let first = pool(1 << 30);
+    let p = first.allocate(1 << 20, 64, None).unwrap();
     // SAFETY: allocated just above with this size and alignment; not used after.
-    unsafe { pool.deallocate(p, 1 << 20, 64, None) };
+    unsafe { first.deallocate(p, 1 << 20, 64, None) };
     {
         let _inner = nvtx::range(c"memarray.test.inner", Some(7));
     }
-    let keeps_nothing = CachingPool::host(Arc::new(HostResource), 0);
+    let keeps_nothing = pool(0);
     let q = keeps_nothing.allocate(3 << 20, 64, None).unwrap();
     // SAFETY: as above.
     unsafe { keeps_nothing.deallocate(q, 3 << 20, 64, None) };

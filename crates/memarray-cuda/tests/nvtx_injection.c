@@ -1,7 +1,10 @@
 /* A minimal NVTX tool for memarray's NVTX test: it takes the domain functions (callback
  * module CORE2) and the memory extension's heap and region functions, and writes each
- * push, pop, heap and region of any domain to MEMARRAY_NVTX_TEST_LOG. Declarations follow
- * NVTX's documented binary interface (version 3; memory extension 0x0102). */
+ * push, pop, heap and region of any domain to MEMARRAY_NVTX_TEST_LOG, each heap and region
+ * call with whether a CUDA context was current on the calling thread (compute-sanitizer
+ * refuses a heap without one). Declarations follow NVTX's documented binary interface
+ * (version 3; memory extension 0x0102). */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,28 +92,40 @@ typedef struct {
 static const void *heap_base[16];
 static int heaps;
 
+/* "yes" / "no": a CUDA context current on this thread; "-": libcuda not loaded. */
+static const char *context(void) {
+    void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (cuda == NULL) return "-";
+    int (*get)(void **) = (int (*)(void **))dlsym(cuda, "cuCtxGetCurrent");
+    void *ctx = NULL;
+    const char *answer = get == NULL || get(&ctx) != 0 ? "-" : ctx != NULL ? "yes" : "no";
+    dlclose(cuda);
+    return answer;
+}
+
 static void *heap_register(void *domain, const heap_desc_t *d) {
-    fprintf(out, "heap + size=%zu usage=%u type=%u %s\n", d->desc->size, d->usage, d->type,
-            d->message_type == 1 ? d->message : "?");
+    fprintf(out, "heap + size=%zu usage=%u type=%u %s ctx=%s\n", d->desc->size, d->usage,
+            d->type, d->message_type == 1 ? d->message : "?", context());
     fflush(out);
     heap_base[heaps % 16] = d->desc->ptr;
     return (void *)&heap_base[heaps++ % 16];
 }
 
 static void heap_unregister(void *domain, void *heap) {
-    fprintf(out, "heap - %s\n", *(const void **)heap != 0 ? "known" : "?");
+    fprintf(out, "heap - %s ctx=%s\n", *(const void **)heap != 0 ? "known" : "?", context());
     fflush(out);
 }
 
 static void regions_register(void *domain, const regions_t *r) {
     const char *where = r->heap == 0 ? "process"
                         : *(const void **)r->heap <= r->elements[0].ptr ? "in-heap" : "outside";
-    fprintf(out, "region + size=%zu %s count=%zu\n", r->elements[0].size, where, r->count);
+    fprintf(out, "region + size=%zu %s count=%zu ctx=%s\n", r->elements[0].size, where,
+            r->count, context());
     fflush(out);
 }
 
 static void regions_unregister(void *domain, const unregister_t *u) {
-    fprintf(out, "region - count=%zu\n", u->count);
+    fprintf(out, "region - count=%zu ctx=%s\n", u->count, context());
     fflush(out);
 }
 

@@ -284,11 +284,35 @@ impl CachingPool {
             }
             other => other,
         }?;
-        if nvtx::mem_active() {
+        if let Some(_ctx) = self.nvtx_bind() {
             let heap = nvtx::heap_register(p.as_ptr() as usize, size);
-            self.heaps().insert(p.as_ptr() as usize, heap);
+            if heap != 0 {
+                self.heaps().insert(p.as_ptr() as usize, heap);
+            }
         }
         Ok(p)
+    }
+
+    /// With a tool that takes NVTX's memory extension and a pool on a device: the device
+    /// bound for the NVTX memory calls (compute-sanitizer refuses them with no current
+    /// context). None otherwise: a host pool's memory is no CUDA heap, and without a tool
+    /// nothing is described.
+    fn nvtx_bind(&self) -> Option<crate::device::BindGuard> {
+        if !nvtx::mem_active() {
+            return None;
+        }
+        self.device.as_ref().and_then(|d| d.bind().ok())
+    }
+
+    /// The upstream allocation a live block lies in: a small block is one of its own, a
+    /// large one lies in a segment.
+    fn upstream_base(st: &State, addr: usize) -> usize {
+        st.large.get(&addr).map_or(addr, |b| b.segment)
+    }
+
+    /// The NVTX heap of the upstream allocation at `base` (0: none described).
+    fn nvtx_heap(&self, base: usize) -> usize {
+        self.heaps().get(&base).copied().unwrap_or(0)
     }
 
     fn heaps(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
@@ -312,7 +336,7 @@ impl CachingPool {
                 .insert(p.as_ptr() as usize, Live::Passthrough { bytes, align });
             st.stats.upstream_bytes += bytes as u64;
             st.stats.misses += 1;
-            nvtx::region_register(0, p.as_ptr() as usize, bytes);
+            // A whole upstream allocation: the tool sees it as that, no region to add.
             return Ok(p);
         }
         let too_big = || CoreError::OutOfMemory {
@@ -388,12 +412,8 @@ impl CachingPool {
             (addr, st.large.get(&addr).map_or(size, |b| b.size))
         };
         st.stats.used_bytes += block as u64;
-        if nvtx::mem_active() {
-            // A small block is an upstream allocation of its own; a large one lies in a
-            // segment.
-            let base = st.large.get(&addr).map_or(addr, |b| b.segment);
-            let heap = self.heaps().get(&base).copied().unwrap_or(0);
-            nvtx::region_register(heap, addr, block);
+        if let Some(_ctx) = self.nvtx_bind() {
+            nvtx::region_register(self.nvtx_heap(Self::upstream_base(&st, addr)), addr, block);
         }
         NonNull::new(addr as *mut u8).ok_or_else(too_big)
     }
@@ -405,7 +425,12 @@ impl CachingPool {
         let Some(live) = st.live.remove(&addr) else {
             return; // not ours (or freed twice): nothing to do, never a crash
         };
-        nvtx::region_unregister(addr);
+        if !matches!(live, Live::Passthrough { .. })
+            && let Some(_ctx) = self.nvtx_bind()
+            && self.nvtx_heap(Self::upstream_base(&st, addr)) != 0
+        {
+            nvtx::region_unregister(addr);
+        }
         match live {
             Live::Passthrough { bytes, align } => {
                 st.stats.upstream_bytes -= bytes as u64;

@@ -130,6 +130,7 @@ impl CachingPool {
             crate::parked::park_err("waiting before giving pinned blocks back", waited);
         }
         if let Some(heap) = self.heaps().remove(&addr) {
+            let _ctx = self.nvtx_bind();
             memarray_core::nvtx::heap_unregister(heap);
         }
         if let Some(p) = NonNull::new(addr as *mut u8) {
