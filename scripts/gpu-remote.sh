@@ -87,6 +87,17 @@ sanitize() {
       "$(grep -E '^test result:' "$log" | tail -n 1)" \
       "$(grep -E 'ERROR SUMMARY' "$log" | tail -n 1)"
   done
+  # The pool's NVTX regions at work: a write past a pool block but inside its segment is
+  # an invalid write with NVTX on, and invisible with --nvtx no (one cuMemAlloc).
+  local t=gpu-run/bin/memarray-cuda__nvtx seen=() nvtx
+  for nvtx in yes no; do
+    log="$LOGS/sanitize-regions-nvtx-$nvtx.log"
+    compute-sanitizer --tool memcheck --report-api-errors no --nvtx "$nvtx" "$t" --exact \
+      gpu_a_write_past_a_pool_block_inside_its_segment --ignored --test-threads=1 >"$log" 2>&1
+    seen+=("$(grep -c 'Invalid __global__ write' "$log")")
+  done
+  echo "a write past a pool block, inside its segment: invalid writes reported with NVTX on ${seen[0]}, off ${seen[1]}"
+  [ "${seen[0]}" -ge 1 ] && [ "${seen[1]}" = 0 ] || fail "memcheck did not see the pool's regions"
   # The first 400 lines of each log (one failing binary's log can run to gigabytes).
   for log in "$LOGS"/sanitize-*.log; do
     echo "==> $log <=="
