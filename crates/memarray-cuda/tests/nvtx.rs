@@ -193,7 +193,8 @@ const POKE: &str = "
 /// lands inside the pool's 4 MiB segment (one `cuMemAlloc`), so memcheck sees it only
 /// because the pool described the segment as a heap and the block as a region. The
 /// sanitize stage of `scripts/gpu-remote.sh` runs this under memcheck twice and requires
-/// an invalid write with NVTX on and none with `--nvtx no`; on its own it checks nothing.
+/// an invalid write with NVTX on and none with `--nvtx no`; on its own it checks only
+/// that premise.
 #[test]
 #[ignore = "run by the sanitize stage under compute-sanitizer, which must report its write"]
 fn gpu_a_write_past_a_pool_block_inside_its_segment() {
@@ -201,6 +202,10 @@ fn gpu_a_write_past_a_pool_block_inside_its_segment() {
     let device = memarray_cuda::Device::get(0).unwrap();
     let pool = CachingPool::new(Arc::new(DeviceResource::new(&device)), &device, 1 << 30);
     let block = pool.allocate(3 << 20, 256, None).unwrap();
+    // The write's premise: the block starts one 4 MiB upstream allocation, so 4 bytes
+    // past it are inside that allocation (memcheck without regions sees nothing wrong).
+    let stats = pool.statistics();
+    assert_eq!((stats.used_bytes, stats.upstream_bytes), (3 << 20, 4 << 20));
     let module = Module::load(&device, POKE.as_bytes()).unwrap();
     let f = module.function("poke").unwrap();
     let one = LaunchConfig {

@@ -304,15 +304,21 @@ impl CachingPool {
         self.device.as_ref().and_then(|d| d.bind().ok())
     }
 
-    /// The upstream allocation a live block lies in: a small block is one of its own, a
-    /// large one lies in a segment.
-    fn upstream_base(st: &State, addr: usize) -> usize {
-        st.large.get(&addr).map_or(addr, |b| b.segment)
-    }
-
-    /// The NVTX heap of the upstream allocation at `base` (0: none described).
-    fn nvtx_heap(&self, base: usize) -> usize {
-        self.heaps().get(&base).copied().unwrap_or(0)
+    /// Calls `describe` with the NVTX heap of the upstream allocation the live block at
+    /// `addr` lies in (a small block is one of its own, a large one lies in a segment),
+    /// the device bound; nothing without a tool or where that allocation is no heap (a
+    /// pass-through block's, a host pool's, one the tool refused).
+    fn with_nvtx_heap(&self, st: &State, addr: usize, describe: impl FnOnce(usize)) {
+        if !nvtx::mem_active() {
+            return;
+        }
+        let base = st.large.get(&addr).map_or(addr, |b| b.segment);
+        let heap = self.heaps().get(&base).copied().unwrap_or(0);
+        if heap != 0
+            && let Some(_ctx) = self.nvtx_bind()
+        {
+            describe(heap);
+        }
     }
 
     fn heaps(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
@@ -412,9 +418,7 @@ impl CachingPool {
             (addr, st.large.get(&addr).map_or(size, |b| b.size))
         };
         st.stats.used_bytes += block as u64;
-        if let Some(_ctx) = self.nvtx_bind() {
-            nvtx::region_register(self.nvtx_heap(Self::upstream_base(&st, addr)), addr, block);
-        }
+        self.with_nvtx_heap(&st, addr, |heap| nvtx::region_register(heap, addr, block));
         NonNull::new(addr as *mut u8).ok_or_else(too_big)
     }
 
@@ -425,12 +429,7 @@ impl CachingPool {
         let Some(live) = st.live.remove(&addr) else {
             return; // not ours (or freed twice): nothing to do, never a crash
         };
-        if !matches!(live, Live::Passthrough { .. })
-            && let Some(_ctx) = self.nvtx_bind()
-            && self.nvtx_heap(Self::upstream_base(&st, addr)) != 0
-        {
-            nvtx::region_unregister(addr);
-        }
+        self.with_nvtx_heap(&st, addr, |_| nvtx::region_unregister(addr));
         match live {
             Live::Passthrough { bytes, align } => {
                 st.stats.upstream_bytes -= bytes as u64;
