@@ -159,6 +159,9 @@ case "$cmd" in
     ;;
   doc)
     cargo doc --workspace --no-deps --exclude memarray-python
+    # The C ABI crate is left out of plain `cargo doc` (its lib sets doc = false, so
+    # `cargo doc --open` lands on memarray_core, which leads to memarray_cuda); built here.
+    cargo doc -p memarray-c --no-deps
     # cargo makes no workspace landing page: target/doc/index.html leads to every crate.
     {
       echo '<!doctype html><meta charset="utf-8"><title>memarray</title><h1>memarray crates</h1><ul>'
@@ -177,7 +180,7 @@ case "$cmd" in
     "$VENV/bin/maturin" build --release -o dist
     ;;
   *)
-    sed -n '2,9p' "$0"
+    sed -n '2,10p' "$0"
     exit 2
     ;;
 esac

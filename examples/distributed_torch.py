@@ -17,10 +17,14 @@ import memarray
 
 if __name__ == "__main__":
     # One clear line, not a traceback, where the example cannot run.
+    # Exit 77: the examples' status for "this machine lacks what I need".
     if importlib.util.find_spec("torch") is None:
-        sys.exit("distributed_torch needs torch (pip install torch)")
+        print("distributed_torch needs torch (pip install torch)", file=sys.stderr)
+        sys.exit(77)
     if not memarray.cuda.is_available():
-        sys.exit(f"distributed_torch needs a CUDA device: {memarray.cuda.unavailable_reason()}")
+        why = memarray.cuda.unavailable_reason()
+        print(f"distributed_torch needs a CUDA device: {why}", file=sys.stderr)
+        sys.exit(77)
     if "RANK" not in os.environ:
         sys.exit(
             "distributed_torch runs one process per GPU: "

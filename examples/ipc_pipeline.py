@@ -25,6 +25,9 @@ import time
 from multiprocessing.queues import Queue
 from typing import Any
 
+#: The exit status of every example that this machine lacks what it needs for (a GPU).
+NEEDS = 77
+
 
 def producer(
     frames_q: Queue[Any],
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not memarray.cuda.is_available():
         print(f"ipc_pipeline needs a CUDA device: {memarray.cuda.unavailable_reason()}")
-        return 1
+        return NEEDS
     cols = 4096
     rows = max(1, args.mib * (1 << 20) // (4 * cols))
     shape = (rows, cols)

@@ -72,5 +72,5 @@ def missing() -> str | None:
 if __name__ == "__main__":
     if (why := missing()) is not None:
         print(f"one_pool needs {why}")
-        raise SystemExit(1)
+        raise SystemExit(77)  # the examples' status for "this machine lacks what I need"
     main()

@@ -14,6 +14,9 @@ import sys
 
 import numpy as np
 
+#: The exit status of every example that this machine lacks what it needs for (a GPU).
+NEEDS = 77
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -24,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not memarray.cuda.is_available():
         print(f"scatter_gather needs a CUDA device: {memarray.cuda.unavailable_reason()}")
-        return 1
+        return NEEDS
     n = memarray.cuda.device_count()
     devices = list(range(n)) if n > 1 else [0, 0, 0]
     host = np.arange(args.rows * args.cols, dtype=np.float64).reshape(args.rows, args.cols)

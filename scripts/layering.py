@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Bottom up; one inner list is one layer.
 LAYERS = {
     "crates/memarray-core/src": [
-        ["error", "dtype", "fork", "nvtx"],
+        ["error", "dtype", "fork", "env", "nvtx"],
         ["shape", "dtype_lookup", "layout"],
         ["indexer", "lock", "npy"],
         ["resource"],
@@ -69,7 +69,7 @@ LAYERS = {
         ["access", "dlpack", "kernel"],
     ],
     "bindings-python/src": [
-        ["errors", "convert", "once", "held", "gil", "sources"],
+        ["errors", "convert", "once", "held", "gil", "sources", "env"],
         ["dtype"],
         ["device", "fork"],
         ["stream", "foreign"],

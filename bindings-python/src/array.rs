@@ -251,6 +251,22 @@ impl PyMemArray {
     }
 }
 
+/// The hint for data given where a shape belongs (`MemArray([1.5, 2.5])`): a list or
+/// tuple with an entry that is not an integer.
+fn data_for_shape(shape: &Bound<'_, PyAny>) -> Option<PyErr> {
+    let items: Vec<Bound<'_, PyAny>> = shape.try_iter().ok()?.take(33).flatten().collect();
+    let data = items
+        .iter()
+        .any(|x| !x.is_instance_of::<PyInt>() && !x.hasattr("__index__").unwrap_or(false));
+    data.then(|| {
+        PyTypeError::new_err(format!(
+            "MemArray(shape, dtype) makes a zero-filled array of a shape of ints; {} holds \
+             data: memarray.asarray(x) makes a MemArray of it",
+            crate::errors::type_name(shape)
+        ))
+    })
+}
+
 #[pymethods]
 impl PyMemArray {
     /// A zero-filled array on the host. `dtype` is anything NumPy accepts (default
@@ -262,7 +278,8 @@ impl PyMemArray {
     /// `host_resource` / `device_resource` (`memarray.resources`) give this array its own
     /// sources for its host buffer and its device buffers.
     #[new]
-    #[pyo3(signature = (shape, dtype=None, device_id=None, host_memory=None, host_resource=None, device_resource=None))]
+    #[pyo3(signature = (shape, dtype=None, device_id=None, host_memory=None, host_resource=None, device_resource=None, device=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
@@ -271,7 +288,17 @@ impl PyMemArray {
         host_memory: Option<&Bound<'_, PyAny>>,
         host_resource: Option<&Bound<'_, PyAny>>,
         device_resource: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // `device=` is taken only to say where it belongs: the constructor makes a host
+        // array (the seed's), the creation functions make one anywhere.
+        if device.is_some() {
+            return Err(PyTypeError::new_err(
+                "MemArray(shape, dtype) makes a host array and has no device argument: \
+                 memarray.zeros(shape, dtype, device=...) (or empty / full) makes one there; \
+                 a.move_memory(device) moves an array",
+            ));
+        }
         // Data where a shape belongs (`MemArray(np.array([2, 3]))`) would silently become
         // a zero-filled array of that shape.
         for protocol in [
@@ -287,7 +314,7 @@ impl PyMemArray {
                 )));
             }
         }
-        let shape = parse_shape(shape)?;
+        let shape = parse_shape(shape).map_err(|e| data_for_shape(shape).unwrap_or(e))?;
         let dtype = parse_dtype(dtype)?;
         let device_id: u32 = match convert::opt_int(device_id, "device_id")? {
             Some(id) => id,
@@ -321,6 +348,13 @@ impl PyMemArray {
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         numpy_dtype(py, self.layout(py).0)
+    }
+
+    // The dtype's name ("bfloat16", "float32"): what reprs and the package's own modules
+    // read, since `dtype` needs ml_dtypes for bfloat16.
+    #[getter]
+    fn _dtype_name(&self, py: Python<'_>) -> &'static str {
+        self.layout(py).0.name()
     }
 
     /// Number of dimensions.
@@ -403,11 +437,7 @@ impl PyMemArray {
         stream: Option<&Bound<'_, PyAny>>,
         async_copy: bool,
     ) -> PyResult<()> {
-        let target = if device_type.is_instance_of::<PyInt>() || device_type.hasattr("__index__")? {
-            Target::parse_args(device_type, device_id)?
-        } else {
-            Target::from_device_with_id(device_type, device_id)?
-        };
+        let target = Target::from_pair_args(device_type, device_id)?;
         self.move_to(py, target, stream, !async_copy, None)
     }
 
@@ -423,11 +453,12 @@ impl PyMemArray {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let target = crate::device::parse_device(Some(device))?;
+        // Every argument is checked before the early return, as `move_memory` checks it.
+        let stream = parse_move_stream(stream)?;
         let this = slf.get();
         if this.peek(py, |raw| raw.location()) == target {
             return Ok(slf.clone().into_any().unbind());
         }
-        let stream = parse_move_stream(stream)?;
         let copy = this
             .with_detached(py, |raw| raw.copy_to(target, stream, None))
             .py()?;

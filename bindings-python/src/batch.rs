@@ -17,8 +17,6 @@ use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
 
-/// --
-///
 /// Moves every array in `arrays` to `device` ("cpu", "cuda", "cuda:N", an int, a DLPack
 /// pair) in one pass and returns them as MemArrays, in order. MemArrays move in place (and
 /// come back as themselves); NumPy arrays and other DLPack producers are imported without a
@@ -30,7 +28,7 @@ use crate::stream::parse_move_stream;
 /// 64 MiB or more still running after a second shows a progress bar in an interactive
 /// session (`memarray.set_progress`).
 #[pyfunction]
-#[pyo3(signature = (arrays, device, stream=None, _progress=None))]
+#[pyo3(signature = (arrays, device, stream=None, _progress=None), text_signature = "(arrays, device, stream=None)")]
 pub fn move_many<'py>(
     py: Python<'py>,
     arrays: &Bound<'py, PyAny>,
@@ -105,8 +103,6 @@ fn made_hosts(
 /// same floor as its `SMALLEST`, so small calls pay nothing).
 const PROGRESS_FROM: usize = 64 << 20;
 
-/// --
-///
 /// `asarray(x, device=...)`'s fast path for an exact, C-contiguous NumPy array bound for a
 /// CUDA device: a device-born array filled from the NumPy memory in one call (no Python
 /// steps in between); None for anything else (the general path takes it).
@@ -177,8 +173,6 @@ fn import_item(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<RawArray> {
     crate::foreign::import(py, t.into_foreign(), None, Some(StreamRef::legacy()))
 }
 
-/// --
-///
 /// Where the last host-to-device `move_many` batch spent its time (microseconds), and
 /// how many batches the driver took as one call: for benchmarks.
 #[pyfunction]
@@ -203,8 +197,6 @@ pub fn _pack_layout(sizes: Vec<usize>) -> (Vec<usize>, usize) {
     memarray_cuda::array::pack_layout(&sizes)
 }
 
-/// --
-///
 /// One uint8 device array holding the bytes of every array in `arrays` (MemArrays whose
 /// data is on one device), each at a 256-byte aligned offset, filled in one call (small
 /// ones by an SM copy kernel) and waited for; returned with each array's (dtype, shape,
@@ -258,8 +250,6 @@ pub fn _pack<'py>(
     Ok((pack.into(), out))
 }
 
-/// --
-///
 /// The arrays `_pack` packed: one per `(dtype, shape, offset)` entry, each a slice of
 /// `pack`'s device memory (no copy), after `pack`'s pending work. They share its memory:
 /// drop the pack, or leave it unwritten, while they are used.

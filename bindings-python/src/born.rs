@@ -177,8 +177,9 @@ impl Progress {
 #[pymethods]
 impl PyMemArray {
     /// Writes the current data to `path` as a `.npy` file that `numpy.load` reads (read
-    /// back from the device in pieces when it is there). GIL released.
-    #[pyo3(signature = (path, _progress=None))]
+    /// back from the device in pieces when it is there); as `numpy.save`, `.npy` is
+    /// appended to a path that does not end with it. GIL released.
+    #[pyo3(signature = (path, _progress=None), text_signature = "($self, path)")]
     fn save(
         slf: &Bound<'_, Self>,
         path: &Bound<'_, PyAny>,
@@ -196,7 +197,11 @@ impl PyMemArray {
             }
         }
         let this = slf.get();
-        let path = crate::convert::path(path, "path")?;
+        let mut path = crate::convert::path(path, "path")?;
+        // As `np.save`: `.npy` is appended to a name that does not end with it.
+        if !path.as_os_str().as_encoded_bytes().ends_with(b".npy") {
+            path.as_mut_os_string().push(".npy");
+        }
         let done = Progress::counter(_progress);
         this.with_detached(py, |raw| raw.save_npy_counted(&path, None, &done))
             .py()

@@ -134,12 +134,12 @@ fn synchronize(py: Python<'_>, device_id: Option<&Bound<'_, PyAny>>) -> PyResult
 static TYPESTRS: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
 
 /// Whether CUDA Array Interface imports order after the producer's stream
-/// (`MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC`: `0` turns it off; a value that is not UTF-8 is a
-/// ValueError naming the variable, checked at import).
+/// (`MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC`, a switch: an off word turns it off; any value
+/// not understood is a ValueError naming the variable, checked at import).
 pub(crate) fn cai_sync() -> PyResult<bool> {
-    let v = memarray_cuda::env::var("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC")
+    let v = memarray_cuda::env::switch("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC")
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(v.as_deref() != Some("0"))
+    Ok(v.unwrap_or(true))
 }
 
 /// The CUDA Array Interface v3 dict of device-resident data. Keys and typestrs are
@@ -193,8 +193,6 @@ pub fn cuda_array_interface<'py>(
     Ok(d)
 }
 
-/// --
-///
 /// The staged-copy settings for pageable host memory, per direction (`"to_device"`,
 /// `"to_host"`): `threads` (host threads per copy), `chunk_bytes` (pinned slot size),
 /// `direct_below` (smaller copies go straight to the driver), `lane_min` (fewest bytes
@@ -216,8 +214,6 @@ fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
-/// --
-///
 /// How often host buffers that were to be pinned (staging slots, `move_many`'s packing
 /// buffer, automatic host copies, spill copies) came from pageable memory because pinning
 /// failed (the system's limit or `MEMARRAY_PINNED_LIMIT`'s): `{"count": ..., "bytes": ...}`
@@ -268,8 +264,6 @@ const DIRECTIONS: [(&str, memarray_cuda::copy::staged::Direction); 2] = [
     ("to_host", memarray_cuda::copy::staged::Direction::ToHost),
 ];
 
-/// --
-///
 /// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both", the
 /// default);
 /// those not given stay. Out-of-range values raise ValueError and change nothing.

@@ -81,6 +81,21 @@ impl Target {
     }
 
     /// Parses Python's `device_type` and optional `device_id` arguments.
+    /// The target of a `(device_type, device_id)` pair of arguments, as `move_memory` and
+    /// `get_dlpack` take them: a DLPack device type int with an optional id, or any device
+    /// word (`"cpu"`, `"cuda:1"`, a torch.device, a DLPack pair) with an id that must
+    /// agree.
+    pub(crate) fn from_pair_args(
+        device_type: &Bound<'_, PyAny>,
+        device_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        if device_type.is_instance_of::<pyo3::types::PyInt>() || device_type.hasattr("__index__")? {
+            Self::parse_args(device_type, device_id)
+        } else {
+            Self::from_device_with_id(device_type, device_id)
+        }
+    }
+
     pub(crate) fn parse_args(
         device_type: &Bound<'_, PyAny>,
         device_id: Option<&Bound<'_, PyAny>>,
@@ -210,8 +225,6 @@ pub(crate) fn parse_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Location>
     )))
 }
 
-/// --
-///
 /// A `device=` argument ("cpu", "cuda", "cuda:N", an int, a DLPack pair, a torch.device)
 /// as the DLPack pair it names, parsed as `empty(device=...)` parses it.
 #[pyfunction]

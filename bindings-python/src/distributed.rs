@@ -342,8 +342,6 @@ fn group_end(py: Python<'_>) -> PyResult<()> {
     py.detach_section(nccl::group_end).py()
 }
 
-/// --
-///
 /// Splits `array` along its first axis into len(devices) new arrays, part i on
 /// devices[i] (an int or "cuda:N"; sizes as numpy.array_split), by peer copies from device
 /// data or host-to-device copies from host data. The array is left as it was.
@@ -375,8 +373,6 @@ pub fn scatter<'py>(
     Ok(out)
 }
 
-/// --
-///
 /// One new array at `device` ("cpu", "cuda:N", an int; default cuda:0) holding `parts` (MemArrays of one
 /// dtype and trailing shape, anywhere) concatenated along the first axis.
 #[pyfunction]

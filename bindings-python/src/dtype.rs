@@ -47,6 +47,9 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
     if let Some(d) = known_dtype(obj)? {
         return Ok(d);
     }
+    if let Some(d) = torch_dtype(obj)? {
+        return Ok(d);
+    }
     let np = obj.py().import("numpy")?;
     let dt = np
         .getattr("dtype")?
@@ -62,6 +65,21 @@ pub fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
         )));
     }
     DType::from_name(&name).map_err(|_| unsupported(&format!("'{typestr}' ({name})")))
+}
+
+/// A torch dtype (`torch.float32`, `torch.bfloat16`) as the DType of the same name, read
+/// from its text without importing torch; `None` for anything else. One torch has and
+/// memarray does not (`torch.qint8`) is refused naming it.
+fn torch_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
+    let ty = obj.get_type();
+    if ty.module()?.to_cow()? != "torch" || ty.name()?.to_cow()? != "dtype" {
+        return Ok(None);
+    }
+    let text = obj.str()?.to_string();
+    let name = text.strip_prefix("torch.").unwrap_or(&text);
+    DType::from_name(name)
+        .map(Some)
+        .map_err(|_| unsupported(&text))
 }
 
 /// A NumPy type code in native or little-endian order (`"u1"`, `"<f4"`, `"=i8"`, `"|b1"`,

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use crate::array::PyMemArray;
 
 /// Where to compute: a MemArray stores and moves data; libraries compute on it zero-copy.
-const COMPUTE: &str = "a MemArray stores and moves data and has no arithmetic, views or \
-    reductions: compute on it zero-copy with torch.from_dlpack(a), cupy.asarray(a) or \
+const COMPUTE: &str = "a MemArray stores and moves data and has no arithmetic, comparisons, \
+    views or reductions: compute on it zero-copy with torch.from_dlpack(a), cupy.asarray(a) or \
     jax.dlpack.from_dlpack(a) (device data), or np.asarray(a) (host data)";
 
 /// The hint for a familiar name, if it is one.
@@ -38,6 +38,10 @@ fn hint(name: &str) -> Option<&'static str> {
         | "squeeze" | "sum" | "mean" | "max" | "min" | "std" | "var" | "prod" | "any" | "all"
         | "argmax" | "argmin" | "dot" | "matmul" | "cumsum" | "clip" | "round" | "abs"
         | "fill_" | "zero_" | "copy_" => COMPUTE,
+        "fill" => {
+            "memarray.full(shape, value, dtype, device=...) makes a filled array; to fill \
+             this one, a.read_numpy_array(np.full(a.shape, value)) (any device)"
+        }
         _ => return None,
     })
 }
@@ -63,6 +67,34 @@ impl PyMemArray {
                 PyAttributeError::new_err(format!("'MemArray' object has no attribute '{name}'"))
             }
         })
+    }
+
+    // Ordering comparisons get the compute hint; `==` and `!=` are identity, as before
+    // (pyo3 answers NotImplemented for them). Defining any comparison drops the inherited
+    // hash, so identity hashing is restated: MemArrays stay usable as dict keys.
+    fn __lt__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __le__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __gt__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __ge__(&self, _other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Err(PyTypeError::new_err(COMPUTE))
+    }
+
+    fn __hash__(slf: &Bound<'_, Self>) -> isize {
+        // CPython's `object.__hash__`: the address rotated by 4 bits (never -1).
+        let p = slf.as_ptr() as usize;
+        match p.rotate_right(4) as isize {
+            -1 => -2,
+            h => h,
+        }
     }
 
     fn __neg__(&self) -> PyResult<Py<PyAny>> {

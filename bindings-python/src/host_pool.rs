@@ -35,8 +35,8 @@ static POOL: OnceLock<Option<Arc<CachingPool>>> = OnceLock::new();
 /// has already said so; see [`check_env`]).
 pub fn pool() -> Option<&'static Arc<CachingPool>> {
     POOL.get_or_init(|| {
-        let cap = match memarray_cuda::env::var(POOL_ENV) {
-            Ok(Some(v)) => memarray_cuda::spill::parse_bytes(&v).ok()?,
+        let cap = match memarray_cuda::env::bytes(POOL_ENV) {
+            Ok(Some(v)) => v,
             Ok(None) => DEFAULT_CACHE_BYTES,
             // Refused at import (check_env): unreachable unless the value changed since.
             Err(_) => return None,
@@ -55,13 +55,8 @@ pub fn pool() -> Option<&'static Arc<CachingPool>> {
 
 /// Checks `MEMARRAY_NUMPY_POOL` at import, so a bad value is an error naming it.
 pub fn check_env() -> PyResult<()> {
-    let value = memarray_cuda::env::var(POOL_ENV)
+    memarray_cuda::env::bytes(POOL_ENV)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
-    if let Some(v) = value {
-        memarray_cuda::spill::parse_bytes(&v).map_err(|e| {
-            pyo3::exceptions::PyValueError::new_err(format!("{POOL_ENV}={v:?}: {e}"))
-        })?;
-    }
     Ok(())
 }
 
@@ -190,8 +185,6 @@ pub(crate) unsafe fn fill_bytes_view(
     Ok(())
 }
 
-/// --
-///
 /// Hands the NumPy block pool's cached blocks back to the system; returns the bytes
 /// released (0 without a pool).
 #[pyfunction]
@@ -202,8 +195,6 @@ pub fn release_numpy_pool(py: Python<'_>) -> u64 {
     }
 }
 
-/// --
-///
 /// The NumPy block pool's bytes cached (free, faulted in) and used, and its hits and
 /// misses, or None without a pool.
 #[pyfunction]

@@ -17,6 +17,7 @@ mod distributed;
 mod dlpack;
 mod dtype;
 mod element;
+mod env;
 mod errors;
 mod familiar;
 mod foreign;
@@ -55,6 +56,9 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     memarray_cuda::check_env()
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
     cuda::cai_sync()?;
+    m.add_function(wrap_pyfunction!(env::_env_switch, m)?)?;
+    m.add_function(wrap_pyfunction!(env::_env_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(env::_env_text, m)?)?;
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<dlpack::DLPackContext>()?;
     m.add_function(wrap_pyfunction!(dlpack::exchange::from_dlpack, m)?)?;

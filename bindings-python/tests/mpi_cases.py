@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 import memarray
 import memarray.mpi as mm
+from memarray.cluster import _mpi_p2p as wire
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
@@ -132,23 +133,29 @@ def test_gather_allgather_scatter_alltoall(dtype, place):
 def test_cuda_awareness_is_asked_and_can_be_overridden(monkeypatch):
     answer = mm.is_cuda_aware(comm)
     assert isinstance(answer, bool)
-    monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", "0")
-    assert mm.is_cuda_aware() is False
-    monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", "yes")
-    with pytest.raises(ValueError, match="0 or 1"):
+    for off in ("0", "off", "False", "no"):
+        monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", off)
+        assert mm.is_cuda_aware() is False, off
+    monkeypatch.setenv("MEMARRAY_MPI_CUDA_AWARE", "maybe")
+    with pytest.raises(ValueError, match="MEMARRAY_MPI_CUDA_AWARE"):
         mm.is_cuda_aware()
 
 
+def stream_by_hand(raw: np.ndarray, dest: int, tag: int) -> None:
+    """What a chunked device ``send`` puts on the wire (made by hand, so the host-only CI
+    runs it too): the header, then CHUNK-byte messages."""
+    comm.Send([wire._header(raw.nbytes), MPI.BYTE], dest=dest, tag=tag)
+    for off in range(0, raw.nbytes, mm.CHUNK):
+        comm.Send([raw[off : off + mm.CHUNK], MPI.BYTE], dest=dest, tag=tag)
+
+
 def test_recv_takes_a_chunked_send_or_one_message_whatever_the_sizes_agree_on():
-    # 3.5 chunks: the chunked form (what a large device send makes; made by hand here, so
-    # the host-only CI runs it too) and one plain message both arrive bit for bit, with
+    # 3.5 chunks: the chunked form and one plain message both arrive bit for bit, with
     # the whole array's byte count in the status.
     n = (7 * mm.CHUNK // 2) // 8
     want = np.arange(n, dtype=np.float64) * 1.5
     if rank == 0:
-        raw = want.view(np.uint8)
-        for off in range(0, raw.nbytes, mm.CHUNK):
-            comm.Send([raw[off : off + mm.CHUNK], MPI.BYTE], dest=1, tag=3)
+        stream_by_hand(want.view(np.uint8), 1, 3)
         comm.Send([want, MPI.DOUBLE], dest=1, tag=4)  # a plain MPI peer's one message
     else:
         for tag in (3, 4):
@@ -157,6 +164,125 @@ def test_recv_takes_a_chunked_send_or_one_message_whatever_the_sizes_agree_on():
             assert (status.Get_source(), status.Get_tag()) == (0, tag)
             assert status.Get_count(MPI.BYTE) == want.nbytes
             np.testing.assert_array_equal(a.to_numpy(), want)
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_shorter_message_fills_the_front_and_returns_with_its_count(place):
+    # One CHUNK-sized message (a memarray send of 8 MiB, a plain mpi4py Send) into 16 and
+    # 24 MiB arrays, and a two-chunk stream into 20 MiB: each returns with its count, the
+    # rest of the array kept as it was. A receive that guessed a stream's length from its
+    # own array hung here.
+    m = mm.CHUNK // 8
+    first = memarray.full((m,), 1.5, "float64")
+    plain = np.full(m, 2.5)
+    two = np.arange(2 * m, dtype=np.float64)
+    if rank == 0:
+        mm.send(comm, first, dest=1, tag=20)
+        comm.Send([plain, MPI.DOUBLE], dest=1, tag=21)
+        stream_by_hand(two.view(np.uint8), 1, 22)
+        mm.send(comm, first, dest=1, tag=23)
+    else:
+        for tag, size, sent in ((20, 2 * m, np.full(m, 1.5)), (21, 3 * m, plain)):
+            a = make(np.full(size, -1.0), "float64", place)
+            source, anytag = (MPI.ANY_SOURCE, MPI.ANY_TAG) if tag == 21 else (0, tag)
+            status = mm.recv(comm, a, source=source, tag=anytag)
+            assert (status.Get_tag(), status.Get_count(MPI.BYTE)) == (tag, sent.nbytes)
+            got = a.to_numpy()
+            np.testing.assert_array_equal(got[:m], sent)
+            assert (got[m:] == -1.0).all()
+        a = make(np.full(5 * m // 2, -1.0), "float64", place)
+        status = mm.recv(comm, a, source=0, tag=22)
+        assert status.Get_count(MPI.BYTE) == two.nbytes
+        np.testing.assert_array_equal(a.to_numpy()[: 2 * m], two)
+        assert (a.to_numpy()[2 * m :] == -1.0).all()
+        # irecv takes the same shorter message.
+        b = make(np.full(2 * m, -1.0), "float64", place)
+        st = mm.irecv(comm, b, source=0, tag=23).wait()
+        assert st.Get_count(MPI.BYTE) == mm.CHUNK
+        assert (b.to_numpy()[:m] == 1.5).all() and (b.to_numpy()[m:] == -1.0).all()
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_longer_message_is_a_truncate_error_and_leaves_nothing_for_the_next_receive(place):
+    # A 3 x 8 MiB stream (a chunked send of a 24 MiB device array) and a plain 24 MiB
+    # message into 16 MiB: TruncateError, the whole message taken off the queue, and the
+    # next receive from the same source and tag gets the next message, not the rest.
+    m = mm.CHUNK // 8
+    big = np.arange(3 * m, dtype=np.float64)
+    after = np.full(2 * m, 7.0)
+    if rank == 0:
+        stream_by_hand(big.view(np.uint8), 1, 30)
+        comm.Send([after, MPI.DOUBLE], dest=1, tag=30)
+        comm.Send([big, MPI.DOUBLE], dest=1, tag=31)
+        comm.Send([after, MPI.DOUBLE], dest=1, tag=31)
+        stream_by_hand(big.view(np.uint8), 1, 32)
+        comm.Send([after, MPI.DOUBLE], dest=1, tag=32)
+    else:
+        for tag in (30, 31):
+            a = make(np.full(2 * m, -1.0), "float64", place)
+            with pytest.raises(mm.TruncateError) as e:
+                mm.recv(comm, a, source=0, tag=tag)
+            assert isinstance(e.value, ValueError)
+            assert (e.value.message_bytes, e.value.buffer_bytes) == (big.nbytes, a.nbytes)
+            assert (a.to_numpy() == -1.0).all(), "the array is unchanged"
+            status = mm.recv(comm, a, source=0, tag=tag)
+            assert status.Get_count(MPI.BYTE) == after.nbytes
+            np.testing.assert_array_equal(a.to_numpy(), after)
+        # irecv meets the stream's header: the stream is taken whole, then TruncateError.
+        a = make(np.full(2 * m, -1.0), "float64", place)
+        with pytest.raises(mm.TruncateError):
+            mm.irecv(comm, a, source=0, tag=32).wait()
+        mm.recv(comm, a, source=0, tag=32)
+        np.testing.assert_array_equal(a.to_numpy(), after)
+
+
+def test_a_forged_header_is_refused_before_any_chunk_is_taken():
+    head = wire._header(mm.CHUNK * 2)
+    head[24:].view("<u8")[:] = 0  # chunks of 0 bytes
+    if rank == 0:
+        comm.Send([head, MPI.BYTE], dest=1, tag=40)
+    else:
+        a = memarray.zeros((mm.CHUNK // 4,), "float64")
+        with pytest.raises(ValueError, match="announces chunks of 0 bytes"):
+            mm.recv(comm, a, source=0, tag=40)
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_irecv_takes_a_chunked_send_whole(place):
+    n = (5 * mm.CHUNK // 2) // 4
+    want = (np.arange(n) % 977).astype(np.float32)
+    if rank == 0:
+        mm.send(comm, make(want, "float32", PLACES[-1]), dest=1, tag=41)
+    else:
+        a = make(np.zeros(n), "float32", place)
+        status = mm.irecv(comm, a, source=0, tag=41).wait()
+        assert status.Get_count(MPI.BYTE) == want.nbytes
+        np.testing.assert_array_equal(a.to_numpy(), want)
+
+
+@pytest.mark.skipif(not memarray.cuda.is_available(), reason="spilling needs a GPU")
+def test_recv_into_a_spilled_array_writes_its_host_copy_and_it_restores():
+    n = (5 * mm.CHUNK // 2) // 4
+    want = (np.arange(n) % 991).astype(np.float32)
+    if rank == 0:
+        mm.send(comm, make(want, "float32", "cuda"), dest=1, tag=42)
+        comm.Send([want[:1000], MPI.FLOAT], dest=1, tag=43)
+    else:
+        dev = memarray.cuda.current_device()
+        memarray.spill.enable(dev)
+        try:
+            a = make(np.zeros(n), "float32", "cuda")
+            memarray.spill.evict(a)
+            assert a.spilled
+            mm.recv(comm, a, source=0, tag=42)
+            np.testing.assert_array_equal(a.to_numpy(), want)
+            memarray.spill.evict(a)
+            assert a.spilled
+            mm.recv(comm, a, source=0, tag=43)
+            a.prefetch()
+            np.testing.assert_array_equal(a.to_numpy()[:1000], want[:1000])
+        finally:
+            memarray.spill.disable(dev)
 
 
 @pytest.mark.parametrize("place_to", PLACES)

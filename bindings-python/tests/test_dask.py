@@ -583,12 +583,16 @@ print(json.dumps(res))
 
 
 @pytest.mark.gpu
-def test_workers_on_one_gpu_spill_under_a_budget_and_move_device_arrays():
+def test_workers_spill_on_the_gpu_they_serve_under_a_budget_and_move_device_arrays():
+    # Any number of GPUs: each worker serves the device setup chose for it (on two GPUs a
+    # LocalCluster's worker may serve cuda:1), and its spilling shows on that device.
     out = _cluster(
         """
         done = md.setup(client, device_budget="64MiB")
         out["devices"] = sorted(v["devices"] for v in done.values())
         workers = list(client.scheduler_info()["workers"])
+        served = done[workers[0]]["device"]
+        out["served"] = served
         def make(i):
             import memarray
             return memarray.asarray(np.full(4 << 20, i, np.float32), device="cuda")
@@ -596,8 +600,10 @@ def test_workers_on_one_gpu_spill_under_a_budget_and_move_device_arrays():
         fs = [client.submit(make, i, workers=[workers[0]], pure=False) for i in range(24)]
         from distributed import wait
         wait(fs)
-        spilled = md.statistics(client)[workers[0]]["devices"][0]["spill"]["spilled_arrays"]
-        out["spilled"] = spilled
+        stats = md.statistics(client)[workers[0]]["devices"]
+        out["spilled"] = stats[served]["spill"]["spilled_arrays"]
+        out["made_on"] = client.submit(lambda a: a.device_id, fs[0], workers=[workers[0]],
+                                       pure=False).result()
         # Used on worker 1: each arrives on the device, from its host copy if spilled.
         got = client.gather([client.submit(lambda a: (a.device, float(a.to_numpy()[7])), f,
                                            workers=[workers[1]], pure=False) for f in fs])
@@ -605,6 +611,7 @@ def test_workers_on_one_gpu_spill_under_a_budget_and_move_device_arrays():
         """,
     )
     assert out["devices"] == [1, 1] or min(out["devices"]) >= 1, out
+    assert out["made_on"] == out["served"], out
     assert out["spilled"] > 0, out
     assert [g[1] for g in out["got"]] == [float(i) for i in range(24)], out
     assert all(g[0].startswith("cuda") for g in out["got"]), out

@@ -8,7 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
-from . import _hooks, _memarray, _progress, cuda, dlpack, resources, spill
+from . import _env, _hooks, _memarray, _progress, cuda, dlpack, resources, spill
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -31,6 +31,10 @@ from ._memarray import (
 )
 from ._progress import set_progress
 from .cluster import distributed
+
+# Every variable the package reads is checked now (the extension checked its own when it
+# loaded): a value memarray does not understand fails the import, naming the variable.
+_env.check()
 
 
 def load(path, device=None, host_memory=None) -> MemArray:
@@ -94,11 +98,28 @@ _LAZY = frozenset(
 )
 
 
+#: NumPy's and torch's creation functions that memarray spells another way.
+_HINTS = {
+    "ones": "memarray.full(shape, 1, dtype, device=...)",
+    "array": "memarray.asarray(data, device=...)",
+    "arange": "memarray.asarray(np.arange(...), device=...)",
+    "linspace": "memarray.asarray(np.linspace(...), device=...)",
+    "zeros_like": "memarray.zeros(a.shape, a.dtype, device=a.device)",
+    "empty_like": "memarray.empty(a.shape, a.dtype, device=a.device)",
+    "ones_like": "memarray.full(a.shape, 1, a.dtype, device=a.device)",
+    "full_like": "memarray.full(a.shape, value, a.dtype, device=a.device)",
+    "save": "a.save(path) (a method; memarray.load(path) reads the file back)",
+    "copy": "a.copy() (a method), or memarray.asarray(a, copy=True)",
+}
+
+
 def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
+    if name in _HINTS:
+        raise AttributeError(f"module 'memarray' has no attribute {name!r}: use {_HINTS[name]}")
     raise AttributeError(f"module 'memarray' has no attribute {name!r}")
 
 
@@ -110,7 +131,7 @@ def cupy_allocator(nbytes: int):
     return _make()(nbytes)
 
 
-def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
+def asarray(obj, dtype=None, copy: bool | None = None, device=None) -> MemArray:
     """Converts ``obj`` to a MemArray.
 
     A MemArray is returned as is (deep-copied with ``copy=True``). DLPack producers
@@ -123,7 +144,14 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
     straight into a new device-resident array through the staged pinned pipeline (no
     host copy in between); ``copy=False`` with a device other than the data's is a
     ValueError.
+
+    ``dtype`` (anything ``MemArray`` takes, torch dtypes included) casts host data as
+    ``numpy.asarray(obj, dtype)`` does (a copy when the dtype differs, so ``copy=False``
+    then raises ValueError). Data already of that dtype is taken as it is; device data of
+    another dtype is a TypeError (memarray has no arithmetic: cast it in torch or CuPy).
     """
+    if dtype is not None:
+        obj = _cast(obj, dtype, copy)
     if device is None:
         if isinstance(obj, MemArray):
             return obj.copy() if copy else obj
@@ -175,6 +203,38 @@ def asarray(obj, copy: bool | None = None, device=None) -> MemArray:
             a = a.copy()
         a.move_memory(*target)
     return a
+
+
+def _cast(obj, dtype, copy: bool | None):
+    """``obj`` as ``dtype`` for ``asarray``: as it is when its dtype is that already, else a
+    NumPy cast of host data."""
+    want = empty((0,), dtype)._dtype_name  # memarray's reading of any dtype spelling
+    have = None
+    if isinstance(obj, MemArray):
+        have = obj._dtype_name
+    elif hasattr(obj, "dtype"):
+        try:
+            have = empty((0,), obj.dtype)._dtype_name
+        except (TypeError, ValueError):
+            have = None
+    if have == want:
+        return obj
+    if copy is False:
+        raise ValueError(f"copy=False, but the data is {have} and dtype={want} needs a cast")
+    if (isinstance(obj, MemArray) and obj.on_device) or (
+        not isinstance(obj, MemArray) and _on_device(obj)
+    ):
+        raise TypeError(
+            f"asarray(x, dtype={want}) of {have} device data: memarray does not compute; "
+            f"cast on the device first (t.to(...), cupy.asarray(x).astype(...)), or move "
+            f"it to the host"
+        )
+    import numpy as np
+
+    from .cluster import numpy_dtype
+
+    host = obj.to_numpy() if isinstance(obj, MemArray) else np.asarray(obj)
+    return np.asarray(host, dtype=numpy_dtype(want))
 
 
 def _on_device(obj) -> bool:

@@ -41,15 +41,28 @@ def array_html(a: Any) -> str:
     lock = f"locked (token {a.lock_id})" if a.locked else "unlocked"
     rows = [
         ("shape", str(tuple(a.shape))),
-        ("dtype", str(a.dtype)),
+        ("dtype", a._dtype_name),
         ("device", a.device),
         ("data is in", where(a)),
         ("bytes", size_text(int(a.nbytes))),
         ("lock", lock),
         ("pending work", "recorded on a stream, not waited for yet" if a.pending_work else "none"),
     ]
-    values = str(a) if not a.locked else "(locked: values not read)"
+    values = _values(a) if not a.locked else "(locked: values not read)"
     return _table(rows, "memarray.MemArray") + f"<pre>{html.escape(values)}</pre></div>"
+
+
+def _values(a: Any) -> str:
+    """``str(a)``, or, where the values cannot be shown (bfloat16 without ml_dtypes, a
+    device gone), the text repr and why: a notebook cell's repr never raises."""
+    try:
+        return str(a)
+    except Exception as e:  # noqa: BLE001 - shown in the cell instead
+        try:
+            text = repr(a)
+        except Exception:  # noqa: BLE001
+            text = f"memarray.MemArray(shape={tuple(a.shape)}, dtype={a.dtype})"
+        return f"{text}\n(values not shown: {type(e).__name__}: {e})"
 
 
 def resource_html(r: Any) -> str:

@@ -1,8 +1,8 @@
 """Progress bars for long work in an interactive session: `.npy` loads and saves still
 running after about a second show a byte bar (tqdm.auto: a widget in Jupyter, text on a
 terminal). Never in non-interactive output (a log, CI); `memarray.set_progress(False)` or
-``MEMARRAY_PROGRESS=0`` turns them off, ``set_progress(True)`` or ``MEMARRAY_PROGRESS=1``
-on everywhere. Without tqdm nothing is shown.
+``MEMARRAY_PROGRESS=0`` (or ``off``, ``false``, ``no``) turns them off, ``set_progress(True)``
+or ``MEMARRAY_PROGRESS=1`` (``on``, ``true``, ``yes``) on everywhere. Without tqdm nothing is shown.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import _memarray
+from . import _env, _memarray
 
 T = TypeVar("T")
 
@@ -52,8 +52,7 @@ def wanted(nbytes: int, smallest: int = SMALLEST) -> bool:
         return False
     choice = _choice
     if choice is None:
-        env = os.environ.get("MEMARRAY_PROGRESS", "").strip()
-        choice = {"0": False, "1": True}.get(env)
+        choice = _env.switch("MEMARRAY_PROGRESS")
     if choice is False:
         return False
     if choice is None and not _interactive():

@@ -19,6 +19,7 @@ pure halves (one frame of figures, its HTML), usable without a notebook.
 from __future__ import annotations
 
 import html
+import math
 import threading
 import time
 from typing import Any
@@ -191,10 +192,8 @@ class Monitor:
     def __init__(self, devices: list[int] | None, interval: float) -> None:
         import ipywidgets as w
 
-        if interval <= 0:
-            raise ValueError(f"interval must be positive, not {interval!r}")
         self.devices = devices
-        self.interval = float(interval)
+        self.interval = _interval(interval)
         self.view = w.HTML()
         self.button = w.Button(description="save torch snapshot")
         self.status = w.Label()
@@ -282,9 +281,26 @@ class Monitor:
         return {**data, "text/html": self.view.value}, meta
 
 
+def _interval(interval: Any) -> float:
+    """``interval`` as seconds between refreshes: a real number above 0 that the refresh
+    thread can wait (NaN, infinities and more than ``threading.TIMEOUT_MAX`` are
+    ValueError, never a busy loop or a thread that dies)."""
+    if isinstance(interval, bool) or not isinstance(interval, int | float):
+        raise TypeError(f"interval must be a number of seconds, not {type(interval).__name__}")
+    seconds = float(interval)
+    if not (math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX):
+        raise ValueError(
+            f"interval must be a finite number of seconds above 0 (at most "
+            f"{threading.TIMEOUT_MAX:g}), not {interval!r}"
+        )
+    return seconds
+
+
 def monitor(devices: list[int] | None = None, interval: float = 1.0) -> Monitor:
     """A live memory monitor (see the module's docs): every device, or ``devices``,
-    refreshed every ``interval`` seconds while shown. Needs ipywidgets."""
+    refreshed every ``interval`` seconds while shown. Needs ipywidgets. ValueError for an
+    interval that is not a finite number of seconds above 0."""
+    _interval(interval)
     try:
         import ipywidgets  # noqa: F401
     except ImportError as e:

@@ -413,9 +413,29 @@ unsafe extern "C" fn allocator(
 
 // ---- the import entry point and the class's table ----
 
+/// The exchange API skips the producer's `__dlpack__`, and with it torch's refusal of a
+/// tensor that requires grad ("use tensor.detach()"): a writable alias of it would change
+/// a leaf behind autograd. Refused the same way here unless the import copies.
+fn refuse_autograd_leaf(obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<()> {
+    if copy == Some(true) {
+        return Ok(());
+    }
+    let grad = obj
+        .getattr_opt(pyo3::intern!(obj.py(), "requires_grad"))?
+        .is_some_and(|g| g.is_truthy().unwrap_or(false));
+    if grad {
+        return Err(pyo3::exceptions::PyBufferError::new_err(
+            "this tensor requires grad: memarray will not share it writable behind autograd; \
+             pass t.detach() to share its memory, or copy=True for a copy",
+        ));
+    }
+    Ok(())
+}
+
 /// Imports a DLPack producer (or capsule) as a MemArray. `copy=None` shares memory when it
 /// can and copies otherwise; `copy=True` always copies; `copy=False` never copies and
-/// raises BufferError when sharing is impossible (read-only or non-contiguous data).
+/// raises BufferError when sharing is impossible (read-only or non-contiguous data, a torch tensor that
+/// requires grad).
 #[pyfunction]
 #[pyo3(signature = (obj, copy=None))]
 pub fn from_dlpack(
@@ -431,6 +451,7 @@ pub fn from_dlpack(
     // The C exchange API (DLPack 1.3) where the producer's type offers one: no Python
     // `__dlpack__` call; the producer's current work stream orders its work.
     if let Some(api) = api_of(obj)? {
+        refuse_autograd_leaf(obj, copy)?;
         let (t, producer) = take(api, obj)?;
         return crate::foreign::import(py, t.into_foreign(), copy, Some(producer)).map(Into::into);
     }

@@ -482,7 +482,8 @@ pub fn _dlpack_live_exports() -> (usize, usize) {
 // The DLPack protocol of MemArray.
 #[pymethods]
 impl PyMemArray {
-    /// Moves the data to `device_type` (default: where it is) and returns a context manager
+    /// Moves the data to `device_type` (default: where it is; a DLPack device type or any
+    /// device word `move_memory` takes: "cpu", "cuda:1") and returns a context manager
     /// that locks the array for its block and exports it with `__dlpack__`. Entering
     /// moves the data there again if another thread moved it in between.
     #[pyo3(signature = (device_type=None, device_id=None, stream=None))]
@@ -495,7 +496,7 @@ impl PyMemArray {
         let py = slf.py();
         let target = match device_type.filter(|d| !d.is_none()) {
             None => Target::Current,
-            Some(dt) => Target::parse_args(dt, device_id)?,
+            Some(dt) => Target::from_pair_args(dt, device_id)?,
         };
         let this = slf.get();
         // Pin the target down now (the default device is read once, here).

@@ -12,8 +12,9 @@ use super::glue::{BLOCK_ALIGN, raw_stream};
 /// its place cost 1.6x CuPy's own pool per `cupy.empty`. Each call allocates from memarray's
 /// default resource of CuPy's current device, ordered on CuPy's current stream, for the
 /// source "cupy", and returns a `cupy.cuda.MemoryPointer` over an `UnownedMemory` whose
-/// owner (an `Allocation`) frees the block when CuPy lets go. The GIL stays held: a pool
-/// hit costs less than handing it over.
+/// owner (an `Allocation`) frees the block when CuPy lets go; size 0 is the null pointer,
+/// as on CuPy's own allocator. The GIL stays held: a pool hit costs less than handing it
+/// over.
 #[pyclass(module = "memarray._memarray._interop", frozen)]
 pub(super) struct CupyAllocator {
     get_device: Py<PyAny>,
@@ -32,6 +33,14 @@ impl CupyAllocator {
             .call0(py)?
             .getattr(py, pyo3::intern!(py, "ptr"))?
             .extract(py)?;
+        if nbytes == 0 {
+            // CuPy's own allocator gives size 0 the null pointer, and CuPy relies on it
+            // (`a.data.ptr == 0` for an empty array): no block, no owner.
+            let memory = self
+                .unowned_memory
+                .call1(py, (0usize, 0usize, py.None(), device))?;
+            return self.memory_pointer.call1(py, (memory, 0));
+        }
         let dev = Device::get(device).map_err(crate::errors::cuda_err)?;
         let resource = default_resource(&dev).map_err(crate::errors::cuda_err)?;
         let raw = raw_stream(stream);

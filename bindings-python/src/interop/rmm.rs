@@ -189,11 +189,16 @@ pub(super) struct ResourceCallbacks {
 
 #[pymethods]
 impl ResourceCallbacks {
-    /// `size` bytes ordered on `stream`; MemoryError when out of memory (after the shared
-    /// relief steps). The GIL stays held: a pool hit costs less than handing it over.
+    /// `size` bytes ordered on `stream` (size 0: the null pointer, no block); MemoryError
+    /// when out of memory (after the shared relief steps). The GIL stays held: a pool hit costs less than handing it over.
     fn allocate(&self, size: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>) -> PyResult<usize> {
         let size: usize = crate::convert::int(size, "size")?;
         let stream = crate::stream::parse_move_stream(Some(stream))?.map(RawStream::from);
+        if size == 0 {
+            // The null pointer (CuPy's and torch's convention for empty memory); its
+            // deallocate is ignored as any pointer not handed out is.
+            return Ok(0);
+        }
         let p = with_source(self.source, || {
             allocate_with_relief(&*self.resource, size, BLOCK_ALIGN, stream, false)
         })

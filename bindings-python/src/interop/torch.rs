@@ -36,6 +36,10 @@ fn torch_blocks() -> std::sync::MutexGuard<'static, HashMap<usize, TorchBlock>> 
 }
 
 fn torch_alloc(size: usize, device: c_int, stream: usize) -> Result<usize, String> {
+    if size == 0 {
+        // The null pointer, as torch's own allocator gives an empty tensor; free ignores it.
+        return Ok(0);
+    }
     let id = u32::try_from(device).map_err(|_| format!("invalid device index {device}"))?;
     let dev = Device::get(id).map_err(|e| e.to_string())?;
     let resource = default_resource(&dev).map_err(|e| e.to_string())?;

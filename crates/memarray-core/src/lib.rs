@@ -1,7 +1,8 @@
 //! memarray-core: the parts of memarray that need neither CUDA nor Python.
 //!
-//! Most users start in memarray-cuda (`MemArray`), which uses these types; start here to
-//! write a memory resource, or to work with shapes, dtypes and `.npy` headers without a GPU:
+//! **Most users start in [memarray-cuda](../memarray_cuda/index.html)** (`MemArray`, the
+//! crate `cargo doc --open` would best open: it opens this one, the first by name), which
+//! uses these types; start here to write a memory resource, or to work with shapes, dtypes and `.npy` headers without a GPU:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -32,6 +33,7 @@
 
 pub mod dtype;
 mod dtype_lookup;
+pub mod env;
 pub mod error;
 pub mod foreign;
 pub mod fork;

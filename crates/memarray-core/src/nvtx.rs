@@ -8,8 +8,8 @@
 //! callback modules and ids, `nvtxEventAttributes_t` version 3): on first use it reads the
 //! variable, loads the library and lets it fill the slots, then creates the `memarray`
 //! domain. With no tool (the variable unset, the library missing, or its initialisation
-//! refusing) every call is one atomic load and a branch; `MEMARRAY_NVTX=0` turns NVTX off
-//! even under a tool.
+//! refusing) every call is one atomic load and a branch; `MEMARRAY_NVTX=0` (or `off`,
+//! `false`, `no`) turns NVTX off even under a tool.
 //!
 //! With a tool that also takes NVTX's memory extension (`InitializeInjectionNvtxExtension`),
 //! [`heap_register`] / [`region_register`] and their inverses describe a sub-allocator's
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// The environment variable naming the tool's library (NVTX's own name).
 pub const INJECTION_ENV: &str = "NVTX_INJECTION64_PATH";
-/// `MEMARRAY_NVTX=0` keeps NVTX off under a tool.
+/// `MEMARRAY_NVTX=0` (or any off word of [`crate::env`]) keeps NVTX off under a tool.
 pub const ENV: &str = "MEMARRAY_NVTX";
 
 // NVTX's binary interface (nvToolsExt.h, nvtxDetail/nvtxTypes.h, version 3).
@@ -372,10 +372,21 @@ fn load() -> Option<Tool> {
     None
 }
 
+/// Whether [`ENV`] lets a tool load: unset, empty or an on word ([`crate::env`]). An off
+/// word turns NVTX off, and so does a value not understood (not UTF-8 included), which a
+/// front end refuses when it starts (memarray-cuda's `check_env`).
+fn enabled() -> bool {
+    match std::env::var(ENV) {
+        Err(std::env::VarError::NotPresent) => true,
+        Ok(v) => matches!(crate::env::parse_switch(&v), Ok(None | Some(true))),
+        Err(std::env::VarError::NotUnicode(_)) => false,
+    }
+}
+
 /// Loads the tool named by [`INJECTION_ENV`] and lets it fill the slots; None without one.
 #[cfg(unix)]
 fn load() -> Option<Tool> {
-    if std::env::var_os(ENV).is_some_and(|v| v == "0") {
+    if !enabled() {
         return None;
     }
     let path = std::env::var_os(INJECTION_ENV)?;

@@ -11,7 +11,18 @@ use memarray_core::Location;
 use memarray_cuda::MemArray;
 use memarray_cuda::seed;
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    // Errors print with Display (`{e:#}`: the message and its causes), not Debug.
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     // Zero-filled, on the host, in pageable memory; targets device 0 when moved.
     let mut a = MemArray::<f32, 3>::new([2, 4, 7])?;
     println!(

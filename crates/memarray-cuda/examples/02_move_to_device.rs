@@ -1,6 +1,6 @@
 //! 02: move a MemArray to the GPU, run the seed's kernel there, and bring it back.
 //!
-//! On a machine without CUDA this prints why and exits successfully.
+//! On a machine without CUDA this prints why and exits with status 77 (`NEEDS`).
 //!
 //! Run: `cargo run -p memarray-cuda --example 02_move_to_device`
 
@@ -9,7 +9,23 @@ use memarray_core::Location;
 use memarray_cuda::seed;
 use memarray_cuda::{Device, HostKind, MemArray, Stream, device_count};
 
-fn main() -> Result<()> {
+/// The exit status of every memarray example (Rust and Python) when this machine lacks
+/// what it needs (a GPU, NCCL): 77, the "skipped" status of automake's and meson's test
+/// harnesses, so a script tells "not here" from "failed".
+pub const NEEDS: i32 = 77;
+
+fn main() -> std::process::ExitCode {
+    // Errors print with Display (`{e:#}`: the message and its causes), not Debug.
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let count = match device_count() {
         Ok(n) if n > 0 => n,
         other => {
@@ -18,7 +34,7 @@ fn main() -> Result<()> {
                 .map_or("no device is visible".into(), |e| e.to_string());
             println!("This example needs an NVIDIA GPU; none is usable here: {why}");
             println!("(01_host_array shows the host side, which works everywhere.)");
-            return Ok(());
+            std::process::exit(NEEDS);
         }
     };
     let dev = Device::get(0)?;

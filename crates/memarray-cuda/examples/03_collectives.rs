@@ -1,7 +1,7 @@
 //! 03: an NCCL all-reduce over every visible GPU from one process (feature `nccl`), and
 //! scatter / gather of one array across them.
 //!
-//! Without a GPU or without libnccl this prints why and exits successfully. With one GPU
+//! Without a GPU or without libnccl this prints why and exits with status 77 (`NEEDS`). With one GPU
 //! the communicator has one rank (the all-reduce then copies).
 //!
 //! Run: `cargo run -p memarray-cuda --features nccl --example 03_collectives`
@@ -22,7 +22,23 @@ fn i32s(a: &RawArray) -> Result<Vec<i32>> {
         .collect())
 }
 
-fn main() -> Result<()> {
+/// The exit status of every memarray example (Rust and Python) when this machine lacks
+/// what it needs (a GPU, NCCL): 77, the "skipped" status of automake's and meson's test
+/// harnesses, so a script tells "not here" from "failed".
+pub const NEEDS: i32 = 77;
+
+fn main() -> std::process::ExitCode {
+    // Errors print with Display (`{e:#}`: the message and its causes), not Debug.
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let n = match device_count() {
         Ok(n) if n > 0 => n,
         other => {
@@ -30,14 +46,14 @@ fn main() -> Result<()> {
                 .err()
                 .map_or("no device is visible".into(), |e| e.to_string());
             println!("This example needs an NVIDIA GPU; none is usable here: {why}");
-            return Ok(());
+            std::process::exit(NEEDS);
         }
     };
     let info = match nccl::load(None) {
         Ok(info) => info,
         Err(e) => {
             println!("This example needs NCCL: {e}");
-            return Ok(());
+            std::process::exit(NEEDS);
         }
     };
     println!("NCCL {:?} from {}", info.version, info.path.display());

@@ -24,6 +24,50 @@ pub fn var(name: &'static str) -> Result<Option<String>, SettingError> {
     }
 }
 
+/// `name`'s on/off value ([`memarray_core::env`]'s words): `None` when unset or empty.
+///
+/// # Errors
+/// [`SettingError::Env`] for any other value, or one that is not UTF-8.
+pub fn switch(name: &'static str) -> Result<Option<bool>, SettingError> {
+    switch_of(name, var(name)?.as_deref())
+}
+
+/// [`switch`] of a value already read.
+///
+/// # Errors
+/// As [`switch`].
+pub fn switch_of(name: &'static str, value: Option<&str>) -> Result<Option<bool>, SettingError> {
+    let Some(v) = value else { return Ok(None) };
+    memarray_core::env::parse_switch(v).map_err(|_| SettingError::Env {
+        var: name,
+        value: v.to_string(),
+        expected: memarray_core::env::EXPECTED,
+    })
+}
+
+/// `name`'s byte count ([`parse_bytes`]): `None` when unset or empty.
+///
+/// # Errors
+/// [`SettingError::Env`] for a value that is not a byte count, or not UTF-8.
+pub fn bytes(name: &'static str) -> Result<Option<u64>, SettingError> {
+    bytes_of(name, var(name)?.as_deref())
+}
+
+/// [`bytes`] of a value already read.
+///
+/// # Errors
+/// As [`bytes`].
+pub fn bytes_of(name: &'static str, value: Option<&str>) -> Result<Option<u64>, SettingError> {
+    let Some(v) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    parse_bytes(v).map(Some).map_err(|_| SettingError::Env {
+        var: name,
+        value: v.to_string(),
+        expected: "a byte count (for example 64KiB, 4GiB or 4000000000)",
+    })
+}
+
 /// Parses a byte count: digits with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` in powers
 /// of 1000, `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024), spaces and case ignored.
 pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {

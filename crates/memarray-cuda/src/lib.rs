@@ -87,7 +87,8 @@ pub use resource::{
 };
 pub use stream::{Stream, StreamRef};
 
-/// Checks every environment variable memarray-cuda reads (`MEMARRAY_MEMORY_RESOURCE`,
+/// Checks every environment variable memarray-cuda reads (`MEMARRAY_NVTX`,
+/// `MEMARRAY_MEMORY_RESOURCE`,
 /// `MEMARRAY_PINNED_LIMIT`, `MEMARRAY_COPY_KERNEL`, the
 /// staging variables, `MEMARRAY_SPILL` and its budgets), so a front end can refuse a bad
 /// value when it starts (Python's `import memarray` does) instead of at first use.
@@ -96,6 +97,7 @@ pub use stream::{Stream, StreamRef};
 /// [`SettingError::Env`] or, for the spill variables, [`SettingError::Invalid`] naming
 /// the variable: a value that is not UTF-8 or not understood.
 pub fn check_env() -> Result<()> {
+    env::switch(memarray_core::nvtx::ENV)?;
     resource::resource_choice_from_env()?;
     resource::pinned_limit_from_env()?;
     copy::many::kernel_setting_from_env()?;

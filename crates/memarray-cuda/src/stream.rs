@@ -223,6 +223,8 @@ impl Drop for Stream {
 
 /// Whether `addr` could be a `CUstream`: pointer-aligned, below the end of user space, and
 /// in mapped memory (`msync(MS_ASYNC)` checks the page without touching it).
+// Never inlined: scripts/valgrind.supp names this frame (optimised builds too).
+#[inline(never)]
 fn plausible_stream_address(addr: usize) -> bool {
     const PAGE: usize = 4096;
     if !addr.is_multiple_of(std::mem::align_of::<usize>()) || (addr as u64) >= 1 << 57 {

@@ -87,6 +87,10 @@ pub(crate) fn host_range_readable(address: u64, len: u64) -> bool {
 /// byte into a private memory file (the kernel copies from user memory as a load would, so
 /// pinned and managed memory pass too). `true` proves the range readable; `false` proves
 /// nothing (no memory file here), and the mappings decide.
+///
+/// Never inlined: valgrind users suppress the probe's `pwrite` by this frame
+/// (`scripts/valgrind.supp`), and an optimised build would otherwise fold it into its caller.
+#[inline(never)]
 fn probe(address: u64, end: u64) -> bool {
     let Some(fd) = sink() else {
         return false;
@@ -239,6 +243,8 @@ fn covered_readable(maps: &str, address: u64, end: u64) -> bool {
     false
 }
 
+// Never inlined: scripts/valgrind.supp names this frame (optimised builds too).
+#[inline(never)]
 fn msync_mapped(address: u64, end: u64) -> bool {
     let start = address - address % PAGE;
     let Ok(n) = usize::try_from(end - start) else {

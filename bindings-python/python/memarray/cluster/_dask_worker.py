@@ -8,16 +8,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .. import resources, spill
-
-HOOKS = ("torch", "cupy", "rmm", "numba")
+from .. import _env, resources, spill
+from .._env import HOOKS, RESOURCES
 
 
 class _Settings(dict):  # type: ignore[type-arg]
     """What ``setup`` applies on a worker (plain data: it travels to the workers)."""
-
-
-RESOURCES = ("pool", "device", "async", "managed")
 
 
 def _resource(choice: str, device: int) -> resources.Resource:
@@ -49,20 +45,17 @@ def _check(settings: Mapping[str, Any]) -> None:
             raise ValueError(f"hook {hook!r}: {hook} is not installed on this worker")
 
 
-def worker_gpu(name: Any, count: int, chosen: str | None) -> tuple[int, str]:
+def worker_gpu(name: Any, count: int, chosen: int | None) -> tuple[int, str]:
     """The GPU a worker that sees ``count`` devices serves, and why: ``chosen`` (the
-    ``MEMARRAY_DASK_DEVICE`` of its environment) when given; the one device it sees (one
-    GPU per worker, as dask-cuda runs them); else its name modulo ``count`` when the name
-    is a number (a LocalCluster's workers are 0, 1, ...); else device 0, saying so."""
-    if chosen is not None and chosen.strip():
-        try:
-            d = int(chosen)
-        except ValueError:
-            msg = f"MEMARRAY_DASK_DEVICE must be a device number, not {chosen!r}"
-            raise ValueError(msg) from None
-        if not 0 <= d < count:
-            raise ValueError(f"MEMARRAY_DASK_DEVICE={d}, but this worker sees {count} device(s)")
-        return d, f"MEMARRAY_DASK_DEVICE={d}"
+    ``MEMARRAY_DASK_DEVICE`` of its environment, read by ``memarray._env``) when given; the
+    one device it sees (one GPU per worker, as dask-cuda runs them); else its name modulo
+    ``count`` when the name is a number (a LocalCluster's workers are 0, 1, ...); else
+    device 0, saying so."""
+    if chosen is not None:
+        if not 0 <= chosen < count:
+            msg = f"MEMARRAY_DASK_DEVICE={chosen}, but this worker sees {count} device(s)"
+            raise ValueError(msg)
+        return chosen, f"MEMARRAY_DASK_DEVICE={chosen}"
     if count == 1:
         return 0, "the one device this worker sees"
     if isinstance(name, int) and not isinstance(name, bool):
@@ -82,13 +75,15 @@ def _apply(settings: Mapping[str, Any], worker_name: Any = None) -> dict[str, An
     from .. import cuda
 
     _check(settings)
+    # Read before the device check, so a bad value fails on a worker without CUDA too.
+    chosen = _env.device_number("MEMARRAY_DASK_DEVICE")
     done: dict[str, Any] = {"devices": 0, "hooks": []}
     if not cuda.is_available():
         done["skipped"] = f"no CUDA device: {cuda.unavailable_reason()}"
         return done
     n = cuda.device_count()
     done["devices"] = n
-    gpu, why = worker_gpu(worker_name, n, os.environ.get("MEMARRAY_DASK_DEVICE"))
+    gpu, why = worker_gpu(worker_name, n, chosen)
     cuda.set_default_device(gpu)
     done["device"], done["device_reason"] = gpu, why
     choice = settings.get("resource")

@@ -16,60 +16,16 @@ from ray.experimental.rdt.tensor_transport_manager import (
 
 from .. import _memarray, cuda
 from .._memarray import MemArray
-
-_counts_lock = threading.Lock()
-_counts: dict[str, float] = {
-    "ipc_objects": 0,
-    "ipc_arrays": 0,
-    "store_objects": 0,
-    "store_arrays": 0,
-    "nccl_objects": 0,
-    "nccl_arrays": 0,
-    "ipc_open_s": 0.0,
-    "ipc_copy_s": 0.0,
-    "store_s": 0.0,
-    "nccl_s": 0.0,
-    "unpack_s": 0.0,
-    "sent_objects": 0,
-    "packed_objects": 0,
-    "describe_s": 0.0,
-    "pack_s": 0.0,
-    "aborts": 0,
-}
-
-
-def statistics() -> dict[str, float]:
-    """This process's receipts through memarray's transports: objects and arrays that came
-    by CUDA IPC (``ipc_*``), by the sending actor through the object store (``store_*``)
-    and over NCCL (``nccl_*``), and the seconds spent receiving them (``ipc_open_s``:
-    mapping the sender's memory; ``ipc_copy_s``: copying it and waiting for the copies;
-    ``store_s``: the fetch; ``nccl_s``: allocating, receiving and waiting; ``unpack_s``, part
-    of those two: making a pack's arrays). As a sender: objects described for a transport
-    (``sent_objects``, ``describe_s``: the time Ray's call for their metadata took), of
-    which sent as packs (``packed_objects``, ``pack_s``: packing them). ``aborts``: NCCL groups
-    aborted here after a failed transfer (``memarray_nccl``)."""
-    with _counts_lock:
-        return dict(_counts)
-
-
-def count(way: str, arrays: int, **seconds: float) -> None:
-    with _counts_lock:
-        _counts[f"{way}_objects"] += 1
-        _counts[f"{way}_arrays"] += arrays
-        for name, value in seconds.items():
-            _counts[name] += value
-
-
-def count_abort() -> None:
-    with _counts_lock:
-        _counts["aborts"] += 1
-
-
-def count_sent(seconds: float) -> None:
-    with _counts_lock:
-        _counts["sent_objects"] += 1
-        _counts["describe_s"] += seconds
-
+from ._ray_counts import (  # noqa: F401 - the transports' names for them
+    Entries,
+    _counts,
+    _counts_lock,
+    count,
+    count_abort,
+    count_sent,
+    statistics,
+    unpack,
+)
 
 # ---------------------------------------------------------------- which GPU is which
 
@@ -131,9 +87,6 @@ def use_assigned_gpu() -> int:
 #: NCCL message, instead of one handle, event and copy (or message) per array.
 PACK_FROM = 8
 PACK_EACH = 1 << 20
-
-
-Entries = list[tuple[str, list[int], int]]
 
 
 class Packs:
@@ -198,15 +151,6 @@ def check_arrays(transport: str, rdt_object: list[Any]) -> list[MemArray]:
             "one object's MemArrays must all be on devices or all on the host "
             "(move them first, e.g. with memarray.move_many)"
         )
-    return arrays
-
-
-def unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
-    """A pack's arrays (``_memarray._unpack``: waits for the pack's pending work), timed."""
-    start = time.perf_counter()
-    arrays = _memarray._unpack(pack, entries)
-    with _counts_lock:
-        _counts["unpack_s"] += time.perf_counter() - start
     return arrays
 
 

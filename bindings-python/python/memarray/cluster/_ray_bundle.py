@@ -18,7 +18,7 @@ import numpy as np
 from .. import _memarray
 from .._memarray import MemArray
 from . import numpy_dtype
-from ._ray_base import Entries, unpack
+from ._ray_counts import Entries, unpack
 
 
 class Bundle(Sequence[MemArray]):
@@ -52,7 +52,7 @@ class Bundle(Sequence[MemArray]):
     @classmethod
     def _of(cls, pack: MemArray, entries: Entries) -> Bundle:
         b = cls.__new__(cls)
-        b._pack, b._entries, b._arrays = pack, [(d, list(s), o) for d, s, o in entries], None
+        b._pack, b._entries, b._arrays = pack, _checked(pack, entries), None
         return b
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -92,6 +92,41 @@ class Bundle(Sequence[MemArray]):
         return f"memarray.ray.Bundle({len(self)} arrays, {self._pack.nbytes} bytes, {self.device})"
 
 
+def _checked(pack: Any, entries: Any) -> Entries:
+    """A Bundle's table from a pickle, checked before anything is made from it: a 1-d
+    uint8 MemArray pack; each entry a dtype memarray knows, a shape of at most MAX_NDIM
+    non-negative ints, and a non-negative offset, its bytes inside the pack. ValueError
+    naming the entry otherwise (host and device packs alike)."""
+    if not isinstance(pack, MemArray) or pack._dtype_name != "uint8" or pack.ndim != 1:
+        raise ValueError("a Bundle's pack must be a 1-d uint8 MemArray")
+    if not isinstance(entries, list | tuple):
+        raise ValueError(f"a Bundle's table must be a list, not {type(entries).__name__}")
+    out: Entries = []
+    for i, entry in enumerate(entries):
+        try:
+            dtype, shape, offset = entry
+            shape = list(shape)
+        except (TypeError, ValueError):
+            raise ValueError(f"Bundle entry {i} is not (dtype, shape, offset)") from None
+        if not isinstance(dtype, str) or dtype not in _memarray.SUPPORTED_DTYPES:
+            raise ValueError(f"Bundle entry {i}: {dtype!r} is not a memarray dtype")
+        ints = all(isinstance(d, int) and not isinstance(d, bool) for d in [*shape, offset])
+        if not ints or len(shape) > _memarray.MAX_NDIM or min([*shape, offset]) < 0:
+            raise ValueError(
+                f"Bundle entry {i}: shape {shape!r} and offset {offset!r} must be at most "
+                f"{_memarray.MAX_NDIM} non-negative ints and a non-negative int"
+            )
+        itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+        nbytes = itemsize * int(np.prod(shape, dtype=object))
+        if offset + nbytes > pack.nbytes:
+            raise ValueError(
+                f"Bundle entry {i} ({offset} + {nbytes} bytes) lies outside its "
+                f"{pack.nbytes}-byte pack"
+            )
+        out.append((dtype, shape, offset))
+    return out
+
+
 def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
     """Host arrays copied into one new uint8 MemArray, laid out as a device pack."""
     import memarray
@@ -103,7 +138,7 @@ def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
     for offset, raw in zip(offsets, raws, strict=True):
         out[offset : offset + raw.size] = raw
     return pack, [
-        (str(a.dtype), list(a.shape), offset) for a, offset in zip(arrays, offsets, strict=True)
+        (a._dtype_name, list(a.shape), offset) for a, offset in zip(arrays, offsets, strict=True)
     ]
 
 

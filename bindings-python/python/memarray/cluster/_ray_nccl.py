@@ -221,7 +221,7 @@ class MemArrayNcclTransport(base.Transport):
                     "the memarray_nccl transport carries device arrays; send host arrays "
                     "with the memarray transport or as Ray objects"
                 )
-            meta.tensor_meta = [(tuple(a.shape), str(a.dtype)) for a in arrays]
+            meta.tensor_meta = [(tuple(a.shape), a._dtype_name) for a in arrays]
         return meta
 
     def get_communicator_metadata(

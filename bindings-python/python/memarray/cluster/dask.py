@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _memarray, _progress, resources, spill
+from .. import _env, _memarray, _progress, resources, spill
 from .._memarray import MAX_NDIM, SUPPORTED_DTYPES, MemArray
 from ._dask_worker import HOOKS, RESOURCES, _apply, _check, _Settings
 
@@ -121,7 +121,7 @@ def tokenize(a: MemArray) -> tuple[Any, ...]:
     buffer, as for NumPy)."""
     from dask.base import normalize_token
 
-    head = ("memarray.MemArray", str(a.dtype), tuple(a.shape), a.device)
+    head = ("memarray.MemArray", a._dtype_name, tuple(a.shape), a.device)
     if a.nbytes == 0:
         return head
     if a.on_device and not a.spilled:
@@ -262,7 +262,7 @@ def cuda_serialize(a: MemArray) -> tuple[dict[str, Any], list[MemArray]]:
     """distributed's ``"cuda"`` family: the device buffer itself as the frame, its pending
     work complete; host, spilled and bfloat16 arrays are declined (NotImplementedError,
     distributed's signal to try the next family, ``"dask"``)."""
-    if not a.on_device or a.spilled or str(a.dtype) == "bfloat16":
+    if not a.on_device or a.spilled or a._dtype_name == "bfloat16":
         # bfloat16 has no CUDA Array Interface type.
         raise NotImplementedError(
             "a MemArray on the host, spilled or of bfloat16 travels as host frames"
@@ -270,7 +270,7 @@ def cuda_serialize(a: MemArray) -> tuple[dict[str, Any], list[MemArray]]:
     a.synchronize()
     cai = a.__cuda_array_interface__
     header = {
-        "dtype": str(a.dtype),
+        "dtype": a._dtype_name,
         "shape": list(a.shape),
         "typestr": cai["typestr"],
         "device_id": int(a.device_id),
@@ -464,10 +464,9 @@ def dask_setup(worker: Any) -> None:
     environment on ``worker`` (spilling from ``MEMARRAY_SPILL`` and its budgets, read when
     memarray is imported; ``MEMARRAY_DASK_HOOKS`` a comma-separated list of torch, cupy,
     rmm and numba)."""
-    names = os.environ.get("MEMARRAY_DASK_HOOKS", "").split(",")
+    hooks = _env.names("MEMARRAY_DASK_HOOKS", _env.HOOKS)
     # ``MEMARRAY_DASK_RESOURCE``: each device's default resource (pool, device, async,
     # managed).
-    hooks = tuple(h.strip() for h in names if h.strip())
-    resource = os.environ.get("MEMARRAY_DASK_RESOURCE") or None
+    resource = _env.choice("MEMARRAY_DASK_RESOURCE", _env.RESOURCES)
     settings = _settings(None, None, None, resource, hooks, False)
     worker.memarray = _apply(settings, getattr(worker, "name", None))

@@ -38,6 +38,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import _env
 from .._memarray import distributed as _d
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def init(
         device = local if local is not None else rank
     _ensure_loaded()
     if unique_id is None:
-        unique_id = os.environ.get("MEMARRAY_NCCL_ID") or None
+        unique_id = _env.nccl_id("MEMARRAY_NCCL_ID")
     path = None
     if unique_id is None:
         path = id_file if id_file is not None else os.environ.get("MEMARRAY_NCCL_ID_FILE")

@@ -42,8 +42,6 @@ waiting, as in MPI itself.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -51,19 +49,25 @@ import numpy as np
 
 from .. import _memarray
 from .._memarray import MemArray
-from .._memarray import empty as memarray_empty
-from . import numpy_dtype
-
-
-def _import_mpi() -> Any:
-    try:
-        from mpi4py import MPI
-    except ImportError as e:  # the message is the product
-        raise ImportError("memarray.mpi needs mpi4py (and an MPI): pip install mpi4py") from e
-    return MPI
-
-
-MPI = _import_mpi()
+from ._mpi_buffers import (
+    MPI,
+    PIPELINE_FROM,
+    _Buf,
+    _check,
+    _chunk_loop,
+    _finish,
+    _overlapped,
+    _typed,
+    is_cuda_aware,
+)
+from ._mpi_p2p import (
+    Request,
+    irecv,
+    isend,
+    recv,
+    send,
+    waitall,
+)
 
 __all__ = [
     "Request",
@@ -125,149 +129,6 @@ def _check_op(dtype: str, op: Any) -> None:
         raise ValueError(f"MPI cannot reduce {dtype} with this op")
 
 
-# ---------------------------------------------------------------- CUDA awareness
-
-
-def _mpi_library() -> ctypes.CDLL | None:
-    """The MPI library mpi4py loaded, opened again (the same handle) for its extensions."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libmpi" in line and ".so" in line}
-    except OSError:
-        return None
-    for p in sorted(paths, key=len):
-        with contextlib.suppress(OSError):
-            return ctypes.CDLL(p)
-    return None
-
-
-def _ask_library() -> bool:
-    lib = _mpi_library()
-    if lib is None:
-        return False
-    version = MPI.Get_library_version()
-    if "Open MPI" in version:
-        query = getattr(lib, "MPIX_Query_cuda_support", None)
-        if query is None:
-            return False
-        query.restype = ctypes.c_int
-        return bool(query())
-    query = getattr(lib, "MPIX_GPU_query_support", None)  # MPICH 4 and derivatives
-    if query is None:
-        return False
-    supported = ctypes.c_int(0)
-    query.restype = ctypes.c_int
-    cuda = 0  # MPIX_GPU_SUPPORT_CUDA
-    return query(ctypes.c_int(cuda), ctypes.byref(supported)) == 0 and bool(supported.value)
-
-
-_aware: bool | None = None
-
-
-def _env_cuda_aware() -> bool | None:
-    """``MEMARRAY_MPI_CUDA_AWARE``: ``0`` / ``1``, None when unset or empty; any other
-    value (``yes``, bytes that are not UTF-8) is a ValueError naming it."""
-    env = os.environ.get("MEMARRAY_MPI_CUDA_AWARE")
-    if env is None or env.strip() == "":
-        return None
-    if env.strip() not in ("0", "1"):
-        raise ValueError(f"MEMARRAY_MPI_CUDA_AWARE must be 0 or 1, not {env!r}")
-    return env.strip() == "1"
-
-
-_env_cuda_aware()  # a bad value fails the import, as every memarray variable does
-
-
-def is_cuda_aware(comm: Any = None) -> bool:
-    """Whether MPI takes device pointers: ``MEMARRAY_MPI_CUDA_AWARE`` (``0`` or ``1``) if
-    set, else the library's answer (Open MPI's ``MPIX_Query_cuda_support``, MPICH's
-    ``MPIX_GPU_query_support``; any other library: no). ``comm`` is accepted for symmetry
-    with the other calls (the answer is the library's)."""
-    del comm
-    env = _env_cuda_aware()
-    if env is not None:
-        return env
-    global _aware
-    if _aware is None:
-        _aware = _ask_library()
-    return _aware
-
-
-# ---------------------------------------------------------------- buffers
-
-
-def _check(a: Any, what: str) -> MemArray:
-    if not isinstance(a, MemArray):
-        raise TypeError(f"{what} must be a memarray.MemArray, not {type(a).__name__}")
-    return a
-
-
-def _typed(raw: np.ndarray, like: MemArray) -> np.ndarray:
-    """``raw`` bytes as ``like``'s dtype and shape, for ``read_numpy_array``."""
-    return raw.view(numpy_dtype(str(like.dtype))).reshape(tuple(like.shape))
-
-
-class _Buf:
-    """``a``'s bytes as MPI reads or writes them: the device memory itself with a
-    CUDA-aware MPI (its pending work complete first, held in place until ``done``), else
-    host memory: the array's own for host arrays, a download of device data to read, a
-    host landing uploaded by ``done`` to write."""
-
-    def __init__(self, a: MemArray, write: bool) -> None:
-        self.a, self.write = a, write
-        self.scope: Any = None
-        self.landing: np.ndarray | None = None
-        bf16 = str(a.dtype) == "bfloat16"  # no buffer protocol: copied either way
-        if a.nbytes and a.on_device and is_cuda_aware():
-            self.scope = a.device_view()
-            self.mem: Any = self.scope.__enter__()
-            a.synchronize()  # the array's event: nothing queued still reads or writes it
-        elif write and (a.on_device or bf16):
-            self.mem = self.landing = np.empty(a.nbytes, np.uint8)
-        elif a.on_device or bf16:
-            self.mem = np.ascontiguousarray(a.to_numpy()).reshape(-1).view(np.uint8)
-        else:
-            self.mem = np.asarray(a).reshape(-1).view(np.uint8)
-
-    def spec(self, count: int | None = None, mpitype: Any = None) -> list[Any]:
-        """``[memory, count, type]``: bytes unless ``mpitype`` is given."""
-        if mpitype is None:
-            return [self.mem, self.a.nbytes if count is None else count, MPI.BYTE]
-        return [self.mem, self.a.size if count is None else count, mpitype]
-
-    def done(self) -> None:
-        if self.scope is not None:
-            self.scope.__exit__(None, None, None)
-            self.scope = None
-        if self.landing is not None:
-            self.a.read_numpy_array(_typed(self.landing, self.a))
-            self.landing = None
-
-
-@contextlib.contextmanager
-def _bufs(*pairs: tuple[MemArray | None, bool]) -> Iterator[list[_Buf | None]]:
-    """``_Buf``s for (array, write) pairs (None stays None), finished on the way out: a
-    written array gets its data only if MPI returned."""
-    made: list[_Buf | None] = []
-    ok = False
-    try:
-        for a, write in pairs:
-            made.append(_Buf(a, write) if a is not None else None)
-        yield made
-        ok = True
-    finally:
-        _finish(made, ok)
-
-
-def _finish(made: list[_Buf | None], ok: bool) -> None:
-    for b in made:
-        if b is None:
-            continue
-        if not ok:
-            b.landing = None  # nothing arrived: leave the array as it was
-        b.done()
-
-
 def _agree(comm: Any, error: Exception | None) -> None:
     """Every rank learns whether any rank refused, before anything is sent: one
     one-integer ``Allreduce`` when none did. When one did, every rank raises the refusal of
@@ -313,151 +174,10 @@ def _collective(comm: Any, check: Any) -> Iterator[list[_Buf | None]]:
 
 
 def _like(shape: Sequence[int], a: MemArray) -> MemArray:
-    return _memarray.empty(tuple(shape), str(a.dtype), device=a.device)
+    return _memarray.empty(tuple(shape), a._dtype_name, device=a.device)
 
 
-# ---------------------------------------------------------------- point to point
-
-#: Bytes of one message of a chunked device send or receive.
-CHUNK = 8 << 20
-#: Device arrays of this many bytes or more are sent and received in chunks (without a
-#: CUDA-aware MPI).
-PIPELINE_FROM = 2 * CHUNK
-
-
-def _chunked(a: MemArray) -> bool:
-    """Whether ``send`` cuts ``a`` into chunks."""
-    return bool(a.on_device) and a.nbytes >= PIPELINE_FROM and not is_cuda_aware()
-
-
-def _incoming_chunks(comm: Any, a: MemArray, source: int, tag: int) -> Any:
-    """The status of the next message for ``a`` when it is the first of a chunked send
-    (``CHUNK`` bytes of a larger array), else None (one message: receive as it is)."""
-    if a.nbytes < PIPELINE_FROM or is_cuda_aware():
-        return None
-    status = MPI.Status()
-    comm.Probe(source=source, tag=tag, status=status)
-    return status if status.Get_count(MPI.BYTE) == CHUNK else None
-
-
-def _pieces(nbytes: int) -> list[tuple[int, int]]:
-    return [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
-
-
-def _bounce() -> list[np.ndarray]:
-    """Two ``CHUNK``-byte host buffers for a chunked transfer: pinned where CUDA is (the
-    device copies are then the DMA alone, no bounce through the staging slots; memarray's
-    pinned pool keeps them for the next call), else pageable."""
-    try:
-        return [
-            np.asarray(memarray_empty((CHUNK,), "uint8", host_memory="pinned")) for _ in range(2)
-        ]
-    except Exception:  # no CUDA here, or no pinned memory left: pageable works too
-        return [np.empty(CHUNK, np.uint8), np.empty(CHUNK, np.uint8)]
-
-
-def _send_chunks(comm: Any, a: MemArray, dest: int, tag: int) -> None:
-    """Chunk k is copied off the device into one of two host buffers while chunk k - 1's
-    message is in flight from the other."""
-    _chunk_loop(
-        a,
-        lambda buf, off, n: comm.Isend([buf, n, MPI.BYTE], dest=dest, tag=tag),
-        before=True,
-        after=False,
-    )
-
-
-def _recv_chunks(comm: Any, a: MemArray, probed: Any) -> Any:
-    """Every chunk from the probed sender and tag (MPI matches them in posting order), two
-    receives posted at a time, each buffer copied into the array while the other fills.
-    Returns the probed status, counting the whole array's bytes."""
-    source, tag = probed.Get_source(), probed.Get_tag()
-    _chunk_loop(
-        a,
-        lambda buf, off, n: comm.Irecv([buf, n, MPI.BYTE], source=source, tag=tag),
-        before=False,
-        after=True,
-    )
-    probed.Set_elements(MPI.BYTE, a.nbytes)
-    return probed
-
-
-def send(comm: Any, a: MemArray, dest: int, tag: int = 0) -> None:
-    """Sends ``a``'s data to ``dest`` (blocking)."""
-    a = _check(a, "a")
-    if _chunked(a):
-        _send_chunks(comm, a, dest, tag)
-        return
-    with _bufs((a, False)) as (b,):
-        assert b is not None
-        comm.Send(b.spec(), dest=dest, tag=tag)
-
-
-def recv(comm: Any, a: MemArray, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Any:
-    """Receives into ``a`` (its shape and dtype say how much); returns the MPI.Status."""
-    status = MPI.Status()
-    a = _check(a, "a")
-    probed = _incoming_chunks(comm, a, source, tag)
-    if probed is not None:
-        a._read_range(0, np.empty(0, np.uint8))  # a locked array refuses before any chunk
-        return _recv_chunks(comm, a, probed)
-    with _bufs((a, True)) as (b,):
-        assert b is not None
-        comm.Recv(b.spec(), source=source, tag=tag, status=status)
-    return status
-
-
-class Request:
-    """A pending ``isend`` / ``irecv``: ``wait()`` (a received array holds its data after
-    it), ``test()``. Holds the array's memory (or the staged host copy) until done."""
-
-    def __init__(self, request: Any, buf: _Buf) -> None:
-        self._request = request
-        self._buf: _Buf | None = buf
-
-    def _finish(self) -> None:
-        if self._buf is not None:
-            buf, self._buf = self._buf, None
-            buf.done()
-
-    def wait(self) -> Any:
-        status = MPI.Status()
-        self._request.Wait(status)
-        self._finish()
-        return status
-
-    def test(self) -> bool:
-        done = bool(self._request.Test())
-        if done:
-            self._finish()
-        return done
-
-
-def isend(comm: Any, a: MemArray, dest: int, tag: int = 0) -> Request:
-    """Starts sending ``a``; staged data is a snapshot taken now."""
-    b = _Buf(_check(a, "a"), False)
-    try:
-        return Request(comm.Isend(b.spec(), dest=dest, tag=tag), b)
-    except BaseException:
-        b.done()
-        raise
-
-
-def irecv(comm: Any, a: MemArray, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
-    """Starts receiving into ``a``; ``a`` holds the data once the request is waited on."""
-    b = _Buf(_check(a, "a"), True)
-    try:
-        return Request(comm.Irecv(b.spec(), source=source, tag=tag), b)
-    except BaseException:
-        b.landing = None
-        b.done()
-        raise
-
-
-def waitall(requests: Sequence[Request]) -> None:
-    """Waits for every request."""
-    for r in requests:
-        r.wait()
+# ---------------------------------------------------------------- collectives
 
 
 # ---------------------------------------------------------------- collectives
@@ -479,88 +199,6 @@ def _agreed(comm: Any, check: Any) -> None:
     except Exception as e:
         error = e
     _agree(comm, error)
-
-
-def _in_place(a: MemArray) -> np.ndarray | None:
-    """A host array's own bytes, for MPI to read and write in place (None for device
-    data and bfloat16, which has no buffer protocol: those go through bounce buffers)."""
-    if a.on_device or str(a.dtype) == "bfloat16":
-        return None
-    return np.asarray(a).reshape(-1).view(np.uint8)
-
-
-def _chunk_loop(
-    a: MemArray, start: Any, before: bool, after: bool, into: MemArray | None = None
-) -> None:
-    """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking MPI call on the
-    buffer and returns its request) on each chunk of ``a``, two at a time: each chunk is
-    copied into its bounce buffer first when ``before``, and after its call into ``into``
-    (``a`` itself when None) when ``after``, while the other buffer's call runs. Host
-    arrays MPI can use in place (``into`` None) go without copies."""
-    dst = a if into is None else into
-    own = _in_place(a) if into is None else None
-    bufs = _bounce() if own is None else []
-    pending: list[Any] = [None, None]
-
-    def finish(k: int) -> None:
-        req, off, n = pending[k]
-        pending[k] = None
-        req.Wait()
-        if after and own is None:
-            dst._write_range(off, bufs[k][:n])
-
-    pieces = _pieces(a.nbytes)
-    try:
-        for i, (off, n) in enumerate(pieces):
-            k = i % 2
-            if pending[k] is not None:
-                finish(k)
-            if own is not None:
-                buf = own[off : off + n]
-            else:
-                buf = bufs[k][:n]
-                if before:
-                    a._read_range(off, buf)
-            pending[k] = (start(buf, off, n), off, n)
-        for k in (len(pieces) % 2, (len(pieces) + 1) % 2):  # the older chunk first
-            if pending[k] is not None:
-                finish(k)
-    finally:
-        for p in pending:
-            if p is not None:
-                p[0].Wait()  # never leave MPI writing a buffer
-
-
-def _overlapped(a: MemArray, call: Any, after: bool, into: MemArray) -> None:
-    """Runs the blocking ``call(buffer, offset, nbytes)`` on each chunk of ``a`` in turn,
-    each chunk copied into one of two bounce buffers by a helper thread while the call
-    before it blocks in MPI (and, when ``after``, the call's result copied into ``into``
-    the same way). For reductions: Open MPI's blocking ``Reduce`` is tuned where its
-    non-blocking one is not, and a non-blocking collective only moves while its rank is in
-    MPI, not while it copies; copies release the GIL and MPI is only ever called from this
-    thread."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    bufs = _bounce()
-    pieces = _pieces(a.nbytes)
-    with ThreadPoolExecutor(1, thread_name_prefix="memarray-mpi") as copier:
-        off, n = pieces[0]
-        read = copier.submit(a._read_range, off, bufs[0][:n])
-        written = None
-        for i, (off, n) in enumerate(pieces):
-            k = i % 2
-            read.result()  # chunk i is in bufs[k]
-            if written is not None:
-                written.result()  # chunk i - 1 left bufs[1 - k]
-                written = None
-            if i + 1 < len(pieces):
-                noff, nn = pieces[i + 1]
-                read = copier.submit(a._read_range, noff, bufs[1 - k][:nn])
-            call(bufs[k][:n], off, n)
-            if after:
-                written = copier.submit(into._write_range, off, bufs[k][:n])
-        if written is not None:
-            written.result()
 
 
 def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:
@@ -590,7 +228,7 @@ def allreduce(comm: Any, a: MemArray, op: Any = MPI.SUM) -> MemArray:
 
     if _collective_chunked(a):
         _agreed(comm, lambda: (check(), [a])[1])
-        t = TYPES[str(a.dtype)]
+        t = TYPES[a._dtype_name]
         item = a.nbytes // max(a.size, 1)
         _chunk_loop(
             a,
@@ -601,7 +239,7 @@ def allreduce(comm: Any, a: MemArray, op: Any = MPI.SUM) -> MemArray:
         return a
     with _collective(comm, check) as (src,):
         assert src is not None
-        t = TYPES[str(a.dtype)]
+        t = TYPES[a._dtype_name]
         if src.scope is not None:  # device memory itself: in place
             comm.Allreduce(MPI.IN_PLACE, src.spec(mpitype=t), op=op)
             return a
@@ -620,12 +258,12 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
 
         def check_chunked() -> list[MemArray]:
             nonlocal out
-            _check_op(str(a.dtype), op)
+            _check_op(a._dtype_name, op)
             out = _like(a.shape, a) if mine else None
             return [a]
 
         _agreed(comm, check_chunked)
-        t = TYPES[str(a.dtype)]
+        t = TYPES[a._dtype_name]
         item = a.nbytes // max(a.size, 1)
 
         def call(buf: Any, off: int, n: int) -> None:
@@ -645,7 +283,7 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
 
     with _collective(comm, check) as (src, dst):
         assert src is not None
-        t = TYPES[str(a.dtype)]
+        t = TYPES[a._dtype_name]
         comm.Reduce(src.spec(mpitype=t), dst.spec(mpitype=t) if dst else None, op=op, root=root)
     return out
 
@@ -690,12 +328,12 @@ def scatter(comm: Any, a: MemArray | None, out: MemArray, root: int = 0) -> MemA
         if comm.rank != root:
             return [(None, False), (out, True)]
         src_array = _check(a, "a")
-        if tuple(src_array.shape) != (comm.size, *out.shape) or str(src_array.dtype) != str(
-            out.dtype
+        if tuple(src_array.shape) != (comm.size, *out.shape) or (
+            src_array._dtype_name != out._dtype_name
         ):
             raise ValueError(
-                f"scatter's a must be {(comm.size, *out.shape)} of {out.dtype} on root, "
-                f"not {tuple(src_array.shape)} of {src_array.dtype}"
+                f"scatter's a must be {(comm.size, *out.shape)} of {out._dtype_name} on root, "
+                f"not {tuple(src_array.shape)} of {src_array._dtype_name}"
             )
         return [(src_array, False), (out, True)]
 

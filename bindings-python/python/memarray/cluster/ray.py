@@ -159,7 +159,7 @@ class MemArrayTransport(base.Transport):
             shared = [base.packs.get(obj_id)]
         else:
             arrays = base.check_arrays(TRANSPORT, arrays)
-            meta.tensor_meta = [(tuple(a.shape), str(a.dtype)) for a in arrays]
+            meta.tensor_meta = [(tuple(a.shape), a._dtype_name) for a in arrays]
             if not arrays[0].on_device:
                 meta.tensor_device = "cpu"
                 return meta
@@ -274,8 +274,8 @@ def _snapshots(actor: Any, obj_id: str) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = [("in",)] * len(arrays)
     groups: dict[tuple[str, tuple[int, ...], str], list[int]] = {}
     for i, a in enumerate(arrays):
-        if a.on_device and a.ndim >= 1 and str(a.dtype) != "bfloat16":
-            groups.setdefault((str(a.dtype), tuple(a.shape[1:]), a.device), []).append(i)
+        if a.on_device and a.ndim >= 1 and a._dtype_name != "bfloat16":
+            groups.setdefault((a._dtype_name, tuple(a.shape[1:]), a.device), []).append(i)
         else:
             out[i] = _one(a)
     for places in groups.values():

@@ -90,6 +90,8 @@ class MemarrayNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         return device_id
 
     def memalloc(self, size):
+        if size == 0:  # the null pointer, as CuPy's and torch's allocators give
+            return MemoryPointer(self.context, _device_pointer(0), 0)
         allocation = resources._allocate_fn(self._device_id())(size, None, "numba")
         return MemoryPointer(
             self.context,

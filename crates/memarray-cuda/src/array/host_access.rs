@@ -34,7 +34,7 @@ impl RawArray {
     }
 
     /// Writes `bytes` at `[offset, offset + bytes.len())` of the current data, wherever it
-    /// lives (a device range after pending work; the copy becomes the array's pending
+    /// lives (the host copy of a spilled array; a device range after pending work; the copy becomes the array's pending
     /// work, and `bytes` has been read when this returns).
     pub fn write_range(
         &mut self,
@@ -46,10 +46,12 @@ impl RawArray {
         self.check_range(offset, bytes.len())?;
         match self.location {
             Location::Host => {
-                self.host_ready(token)?;
+                // The host copy is current, spilled or not: a spilled array is written
+                // there, as its element writes are, and restored with the new bytes.
+                self.dev.wait_host()?;
                 let host = self.host_buf()?;
                 // SAFETY: the range is inside the host buffer (checked above), pending work
-                // is done (host_ready) and the array is borrowed exclusively.
+                // is done (wait_host) and the array is borrowed exclusively.
                 let dst = unsafe {
                     std::slice::from_raw_parts_mut(host.as_mut_ptr().add(offset), bytes.len())
                 };

@@ -81,27 +81,29 @@ pub const KERNEL_MAX_ENV: &str = "MEMARRAY_COPY_KERNEL_MAX";
 /// The largest kernel limit [`KERNEL_MAX_ENV`] takes (16 MiB).
 pub const KERNEL_MAX_CEILING: usize = 16 << 20;
 
-/// [`KERNEL_MAX_ENV`]'s value: `None` when unset (measure).
+/// [`KERNEL_MAX_ENV`]'s value: `None` when unset (measure). A byte count read as every
+/// byte count is ([`crate::env::bytes`]: `65536`, `64KiB`).
 ///
 /// # Errors
-/// [`SettingError::Env`] unless a whole number of bytes up to [`KERNEL_MAX_CEILING`].
+/// [`SettingError::Env`] unless a byte count up to [`KERNEL_MAX_CEILING`].
 pub fn kernel_max_from_env() -> std::result::Result<Option<usize>, SettingError> {
     kernel_max_setting(crate::env::var(KERNEL_MAX_ENV)?.as_deref())
 }
 
 fn kernel_max_setting(value: Option<&str>) -> std::result::Result<Option<usize>, SettingError> {
-    let Some(v) = value else { return Ok(None) };
-    match v.trim().parse::<usize>() {
-        Ok(n) if n <= KERNEL_MAX_CEILING => Ok(Some(n)),
-        _ => Err(SettingError::Env {
+    match crate::env::bytes_of(KERNEL_MAX_ENV, value)? {
+        None => Ok(None),
+        Some(n) if n <= KERNEL_MAX_CEILING as u64 => Ok(Some(n as usize)),
+        Some(_) => Err(SettingError::Env {
             var: KERNEL_MAX_ENV,
-            value: v.to_string(),
-            expected: "a number of bytes from 0 to 16777216",
+            value: value.unwrap_or_default().to_string(),
+            expected: "a byte count from 0 to 16MiB",
         }),
     }
 }
 
-/// Whether [`KERNEL_ENV`] lets the kernel run: unset or `1` yes, `0` no.
+/// Whether [`KERNEL_ENV`] lets the kernel run: unset or an on word yes, an off word no
+/// ([`crate::env::switch`]).
 ///
 /// # Errors
 /// [`SettingError::Env`] for any other value.
@@ -110,15 +112,7 @@ pub fn kernel_setting_from_env() -> std::result::Result<bool, SettingError> {
 }
 
 fn kernel_setting(value: Option<&str>) -> std::result::Result<bool, SettingError> {
-    match value {
-        None | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(other) => Err(SettingError::Env {
-            var: KERNEL_ENV,
-            value: other.to_string(),
-            expected: "0 or 1",
-        }),
-    }
+    Ok(crate::env::switch_of(KERNEL_ENV, value)?.unwrap_or(true))
 }
 
 fn kernel_enabled() -> bool {
@@ -569,24 +563,31 @@ mod tests {
     }
 
     #[test]
-    fn the_limit_setting_takes_bytes_up_to_the_ceiling() {
+    fn the_limit_setting_reads_byte_counts_as_every_byte_count_up_to_the_ceiling() {
         assert_eq!(kernel_max_setting(None).unwrap(), None);
+        assert_eq!(kernel_max_setting(Some("")).unwrap(), None);
         assert_eq!(kernel_max_setting(Some(" 32768 ")).unwrap(), Some(32768));
+        assert_eq!(kernel_max_setting(Some("64KiB")).unwrap(), Some(65536));
+        assert_eq!(kernel_max_setting(Some("16MiB")).unwrap(), Some(16 << 20));
         assert_eq!(kernel_max_setting(Some("0")).unwrap(), Some(0));
-        for bad in ["64KiB", "-1", "16777217", ""] {
+        for bad in ["-1", "16777217", "17MiB", "lots"] {
             let e = kernel_max_setting(Some(bad)).unwrap_err().to_string();
             assert!(e.contains(KERNEL_MAX_ENV) && e.contains(bad), "{e}");
         }
     }
 
     #[test]
-    fn the_switch_reads_0_and_1_and_refuses_the_rest() {
+    fn the_switch_reads_the_switch_words_and_refuses_the_rest() {
         assert!(kernel_setting(None).unwrap());
-        assert!(kernel_setting(Some("1")).unwrap());
-        assert!(!kernel_setting(Some("0")).unwrap());
-        let e = kernel_setting(Some("yes")).unwrap_err();
+        for on in ["1", "on", "yes", "TRUE"] {
+            assert!(kernel_setting(Some(on)).unwrap(), "{on}");
+        }
+        for off in ["0", "off", "no", "False"] {
+            assert!(!kernel_setting(Some(off)).unwrap(), "{off}");
+        }
+        let e = kernel_setting(Some("maybe")).unwrap_err();
         assert!(
-            e.to_string().contains(KERNEL_ENV) && e.to_string().contains("yes"),
+            e.to_string().contains(KERNEL_ENV) && e.to_string().contains("maybe"),
             "{e}"
         );
     }

@@ -37,15 +37,7 @@ pub fn pinned_limit_from_env() -> std::result::Result<Option<u64>, SettingError>
 }
 
 fn pinned_limit(value: Option<String>) -> std::result::Result<Option<u64>, SettingError> {
-    value
-        .map(|v| {
-            crate::env::parse_bytes(&v).map_err(|_| SettingError::Env {
-                var: PINNED_LIMIT_ENV,
-                value: v,
-                expected: "a byte count such as 2GiB or 2000000000",
-            })
-        })
-        .transpose()
+    crate::env::bytes_of(PINNED_LIMIT_ENV, value.as_deref())
 }
 
 /// The pinned caching pool of `device` (portable pinned memory, [`CachingPool`] over

@@ -45,6 +45,14 @@ const ADD_INDEX_PTX: [&str; 15] = [
     ptx!("c128"),
 ];
 
+/// The seed kernel's PTX for `dtype` (NUL-terminated text, as the driver loads it): a
+/// module any user can load with [`Module::load`](crate::launch::Module::load), for
+/// trying the launch API without a kernel of one's own. Its functions are
+/// `add_index_<dtype>_n1` .. `_n4` and `_nd` (`add_index_f32_n2`: a 2-d f32 array).
+pub fn ptx(dtype: DType) -> &'static [u8] {
+    ADD_INDEX_PTX[dtype_index(dtype)].as_bytes()
+}
+
 /// Position of `dtype` in `DType::ALL` (and so in [`ADD_INDEX_PTX`]).
 fn dtype_index(dtype: DType) -> usize {
     dtype.index()

@@ -23,7 +23,7 @@
 mod host;
 mod kernel;
 
-pub use kernel::add_index_tuple;
+pub use kernel::{add_index_tuple, ptx};
 
 use memarray_core::{Location, LockToken};
 

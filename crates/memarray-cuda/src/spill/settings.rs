@@ -47,12 +47,12 @@ pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, 
         return Ok(None);
     };
     let which = which.trim().to_ascii_lowercase();
-    let devices: Vec<u32> = match which.as_str() {
-        "0" | "off" | "no" | "false" => return Ok(None),
-        "1" | "on" | "all" | "yes" | "true" => {
+    let devices: Vec<u32> = match (memarray_core::env::parse_switch(&which), which.as_str()) {
+        (Ok(Some(false)), _) => return Ok(None),
+        (Ok(Some(true)), _) | (_, "all") => {
             (0..crate::device_count().unwrap_or(0) as u32).collect()
         }
-        list => list
+        (_, list) => list
             .split(',')
             .map(|d| {
                 d.trim()
@@ -60,7 +60,7 @@ pub fn env_settings() -> std::result::Result<Option<(Vec<u32>, SpillSettings)>, 
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(|| {
                         format!(
-                            "MEMARRAY_SPILL={which:?}: expected 1, all, off or devices like cuda:0,cuda:1"
+                            "MEMARRAY_SPILL={which:?}: expected an on word (1, on, true, yes) or all, an off word (0, off, false, no), or devices like cuda:0,cuda:1"
                         )
                     })
             })
