@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi all. `multi` is the 2-GPU check (issue 9): it
+# tests sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -300,8 +300,25 @@ while [ $# -gt 0 ]; do
         2>&1 | grep -v WARNING || fail "tour notebook"
       PYTHONPATH=$PYTHONPATH:/tmp/nb python3 -m pytest -q -p no:cacheprovider \
         bindings-python/tests/test_notebook.py 2>&1 | tail -n 3 || fail "pytest notebook" ;;
+    cupy-tests)
+      # CuPy's own test files (gpu-run/cupy-tests/, taken from CuPy's repository at the
+      # installed version's tag by scripts/test-gpu.sh) on CuPy's pool, then through
+      # memarray's allocator: the two summaries must match.
+      python3 -c 'import cupy; print("cupy", cupy.__version__)'
+      ls gpu-run/cupy-tests/test_*.py >/dev/null 2>&1 || fail "no CuPy tests staged (CUPY_REPO)"
+      for f in gpu-run/cupy-tests/test_*.py; do
+        for way in own memarray; do
+          plugin=(); [ "$way" = memarray ] && plugin=(-p cupy_through_memarray)
+          PYTHONPATH=$PYTHONPATH:bindings-python/tests timeout 900 python3 -m pytest -q -p no:cacheprovider \
+            "${plugin[@]}" "$f" >"$LOGS/cupy-$way.log" 2>&1
+          printf '%-28s %-9s %s\n' "$(basename "$f")" "$way" "$(tail -n 1 "$LOGS/cupy-$way.log")"
+          grep -E '^FAILED' "$LOGS/cupy-$way.log" | head -n 20
+        done
+        [ "$(tail -n 1 "$LOGS/cupy-own.log" | sed 's/ in .*//')" = "$(tail -n 1 "$LOGS/cupy-memarray.log" | sed 's/ in .*//')" ] \
+          || fail "cupy tests differ through memarray: $f"
+      done ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|rust-tests|py-tests|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done

@@ -99,6 +99,19 @@ rm -f "$STAGE"/ray-wheels/ray.part.*
 split -b 40M .ray-wheels/ray-*.whl "$STAGE/ray-wheels/ray.part."
 cp .ray-deps/*.whl "$STAGE/ray-deps/"
 cp .ucx-wheels/*.whl "$STAGE/ucx-wheels/"
+# CuPy's own test files for remote.sh's `cupy-tests` stage, from a clone of cupy/cupy
+# (CUPY_REPO) at the tag of the device's CuPy (CUPY_TAG); none staged without a clone.
+CUPY_TAG=${CUPY_TAG:-v14.2.0}
+CUPY_TESTS=(tests/cupy_tests/creation_tests/test_from_data.py)
+if [ -n "${CUPY_REPO:-}" ] && git -C "$CUPY_REPO" rev-parse -q --verify "$CUPY_TAG^{commit}" >/dev/null; then
+  mkdir -p "$STAGE/cupy-tests"
+  for f in "${CUPY_TESTS[@]}"; do
+    git -C "$CUPY_REPO" show "$CUPY_TAG:$f" >"$STAGE/cupy-tests/$(basename "$f")"
+  done
+  echo "== CuPy's tests at $CUPY_TAG staged: ${CUPY_TESTS[*]}"
+else
+  echo "== no CuPy tests staged (set CUPY_REPO to a clone of cupy/cupy with tag $CUPY_TAG)"
+fi
 du -sh "$STAGE"
 ls "$STAGE"/bin "$STAGE"/bench "$STAGE"/examples "$STAGE"/wheels
 echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run)"

@@ -57,5 +57,18 @@ fi
 grep -E "ERROR SUMMARY|checks passed" target/valgrind-native.out | sed 's/^/valgrind native: /'
 native=$(grep -h "ERROR SUMMARY" target/valgrind-native.out | awk '{s += $5} END {print s + 0}')
 total=$((total + native))
-echo "== valgrind summary: ${#bins[@]} test binaries and $(grep -c "ERROR SUMMARY" target/valgrind-native.out) C/C++ programs, $total errors"
+# The same C/C++ programs against the release library, which C users link: its inlining
+# must still match scripts/valgrind.supp (the probes' frames are kept out of line).
+cargo build -q --release -p memarray-c
+if MEMARRAY_NATIVE_VALGRIND=1 cargo test -q --release -p memarray-c --test native -- --nocapture \
+  --test-threads=1 >target/valgrind-native-release.out 2>&1; then
+  :
+else
+  status=1
+  tail -40 target/valgrind-native-release.out >&2
+fi
+grep -E "ERROR SUMMARY|checks passed" target/valgrind-native-release.out | sed 's/^/valgrind native (release): /'
+release=$(grep -h "ERROR SUMMARY" target/valgrind-native-release.out | awk '{s += $5} END {print s + 0}')
+total=$((total + release))
+echo "== valgrind summary: ${#bins[@]} test binaries and $(grep -c "ERROR SUMMARY" target/valgrind-native.out) C/C++ programs (debug and release), $total errors"
 exit $status

@@ -329,15 +329,13 @@ def test_each_worker_serves_a_gpu_by_its_setting_its_name_or_its_one_device():
     assert worker_gpu(0, 1, None) == (0, "the one device this worker sees")
     assert worker_gpu(5, 1, None)[0] == 0
     assert [worker_gpu(i, 4, None)[0] for i in range(6)] == [0, 1, 2, 3, 0, 1]
-    assert worker_gpu(3, 2, "0") == (0, "MEMARRAY_DASK_DEVICE=0")
-    assert worker_gpu(0, 2, "") == (0, "worker 0 of a cluster on 2 devices")
+    assert worker_gpu(3, 2, 0) == (0, "MEMARRAY_DASK_DEVICE=0")
+    assert worker_gpu(0, 2, None) == (0, "worker 0 of a cluster on 2 devices")
     d, why = worker_gpu("tcp://10.0.0.3:4000", 8, None)
     assert d == 0 and "not a number" in why and "CUDA_VISIBLE_DEVICES" in why
     assert worker_gpu(True, 2, None)[0] == 0 and "not a number" in worker_gpu(True, 2, None)[1]
     with pytest.raises(ValueError, match="sees 2 device"):
-        worker_gpu(0, 2, "2")
-    with pytest.raises(ValueError, match="device number"):
-        worker_gpu(0, 2, "one")
+        worker_gpu(0, 2, 2)
 
 
 # ---------------------------------------------------------------- worker processes

@@ -382,9 +382,11 @@ def test_examples_end_in_one_clear_line_without_a_gpu(example):
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     out = (r.stdout + r.stderr).strip()
     assert "Traceback" not in out, out[-2000:]
-    if r.returncode != 0:
-        last = out.splitlines()[-1]
-        assert "needs" in last or "runs one process per GPU" in last, out[-2000:]
+    # 0: it ran on the host; 77: the examples' one status for "this machine lacks what I
+    # need", after one line saying what (README).
+    assert r.returncode in (0, 77), (r.returncode, out[-2000:])
+    if r.returncode == 77:
+        assert "needs" in out.splitlines()[-1], out[-2000:]
 
 
 # --- item 12: the docs stand alone ------------------------------------------------------

@@ -597,6 +597,11 @@ ENV_VARS = [
     "MEMARRAY_COPY_KERNEL",
     "MEMARRAY_COPY_KERNEL_MAX",
     "MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC",
+    "MEMARRAY_NVTX",
+    "MEMARRAY_PROGRESS",
+    "MEMARRAY_MPI_CUDA_AWARE",
+    "MEMARRAY_DASK_DEVICE",
+    "MEMARRAY_DASK_HOOKS",
 ]
 
 
@@ -623,9 +628,20 @@ def test_an_environment_value_that_is_not_utf8_fails_the_import_naming_it(var):
         ("MEMARRAY_MEMORY_RESOURCE", "lots"),
         ("MEMARRAY_PINNED_LIMIT", "lots"),
         ("MEMARRAY_PINNED_LIMIT", "-1"),
-        ("MEMARRAY_COPY_KERNEL", "yes"),
-        ("MEMARRAY_COPY_KERNEL_MAX", "64KiB"),
+        ("MEMARRAY_COPY_KERNEL", "maybe"),
         ("MEMARRAY_COPY_KERNEL_MAX", "16777217"),
+        ("MEMARRAY_COPY_KERNEL_MAX", "17MiB"),
+        ("MEMARRAY_NVTX", "garbage"),
+        ("MEMARRAY_NVTX", "2"),
+        ("MEMARRAY_PROGRESS", "2"),
+        ("MEMARRAY_PROGRESS", "sometimes"),
+        ("MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC", "maybe"),
+        ("MEMARRAY_MPI_CUDA_AWARE", "perhaps"),
+        ("MEMARRAY_DASK_DEVICE", "garbage"),
+        ("MEMARRAY_DASK_DEVICE", "-1"),
+        ("MEMARRAY_DASK_HOOKS", "torch,tensorflow"),
+        ("MEMARRAY_DASK_RESOURCE", "huge"),
+        ("MEMARRAY_NCCL_ID", "abc"),
     ],
 )
 def test_bad_environment_values_fail_the_import_naming_the_variable(var, value):
@@ -643,8 +659,15 @@ def test_good_environment_values_import_and_a_spill_dir_may_be_any_bytes():
         MEMARRAY_STAGING_THREADS="3",
         MEMARRAY_MEMORY_RESOURCE="device",
         MEMARRAY_PINNED_LIMIT="2 GiB",
-        MEMARRAY_COPY_KERNEL="0",
-        MEMARRAY_COPY_KERNEL_MAX="32768",
+        MEMARRAY_COPY_KERNEL="off",
+        MEMARRAY_COPY_KERNEL_MAX="64KiB",
+        MEMARRAY_NVTX="no",
+        MEMARRAY_PROGRESS="False",
+        MEMARRAY_CUDA_ARRAY_INTERFACE_SYNC="on",
+        MEMARRAY_MPI_CUDA_AWARE="yes",
+        MEMARRAY_DASK_DEVICE="1",
+        MEMARRAY_DASK_HOOKS="torch, cupy",
+        MEMARRAY_DASK_RESOURCE="async",
         MEMARRAY_SPILL_DIR=os.fsdecode(b"/tmp/\xff"),
     )
     r = run_child("import memarray; print('imported')", env=env)
@@ -654,12 +677,81 @@ def test_good_environment_values_import_and_a_spill_dir_may_be_any_bytes():
 
 def test_mpi_cuda_awareness_override_is_checked_at_import():
     pytest.importorskip("mpi4py")
-    for value in ("yes", os.fsdecode(b"\xff")):
+    for value in ("maybe", os.fsdecode(b"\xff")):
         env = dict(_clean_env(), MEMARRAY_MPI_CUDA_AWARE=value)
         r = run_child("import memarray.mpi", env=env)
         assert r.returncode == 1 and "MEMARRAY_MPI_CUDA_AWARE" in r.stderr, r.stderr[-1500:]
     r = run_child("import memarray.mpi", env=dict(_clean_env(), MEMARRAY_MPI_CUDA_AWARE="1"))
     assert_clean(r)
+
+
+@pytest.mark.parametrize(
+    "var, value, expected",
+    [
+        ("MEMARRAY_PROGRESS", "off", False),
+        ("MEMARRAY_PROGRESS", "FALSE", False),
+        ("MEMARRAY_PROGRESS", " no ", False),
+        ("MEMARRAY_PROGRESS", "0", False),
+        ("MEMARRAY_PROGRESS", "on", True),
+        ("MEMARRAY_PROGRESS", "yes", True),
+        ("MEMARRAY_PROGRESS", "true", True),
+        ("MEMARRAY_PROGRESS", "", None),
+        ("MEMARRAY_MPI_CUDA_AWARE", "off", False),
+        ("MEMARRAY_MPI_CUDA_AWARE", "Yes", True),
+    ],
+)
+def test_every_switch_reads_the_same_words_for_on_and_off(var, value, expected):
+    out = run_child(
+        f"import memarray; print(memarray._env.switch({var!r}))",
+        env=dict(_clean_env(), **{var: value}),
+    )
+    assert_clean(out)
+    assert out.stdout.strip() == str(expected), out.stdout
+
+
+def test_progress_off_words_turn_bars_off_even_in_an_interactive_session():
+    r = run_child(
+        """
+        import memarray._progress as p
+        p._interactive = lambda: True  # as in a notebook
+        print(p.wanted(1 << 30))
+        """,
+        env=dict(_clean_env(), MEMARRAY_PROGRESS="off"),
+    )
+    assert_clean(r)
+    assert r.stdout.strip() == "False", r.stdout
+
+
+def test_a_bad_dask_device_fails_on_a_worker_without_cuda():
+    r = run_child(
+        """
+        from memarray.cluster._dask_worker import _apply
+        try:
+            _apply({})
+        except ValueError as e:
+            print("refused:", e)
+        """,
+        env=dict(_clean_env(), MEMARRAY_DASK_DEVICE="1"),
+    )
+    assert_clean(r)
+    assert "refused" not in r.stdout, r.stdout
+    # A good value passes the import; on the worker it is read again before the CUDA
+    # check, so changing it to garbage after import is refused there too.
+    r = run_child(
+        """
+        import os
+        import memarray
+        os.environ["MEMARRAY_DASK_DEVICE"] = "garbage"
+        from memarray.cluster._dask_worker import _apply
+        try:
+            _apply({})
+        except ValueError as e:
+            print("refused:", e)
+        """,
+        env=_clean_env(),
+    )
+    assert_clean(r)
+    assert "refused: MEMARRAY_DASK_DEVICE='garbage'" in r.stdout, r.stdout
 
 
 @pytest.mark.gpu

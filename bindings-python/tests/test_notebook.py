@@ -161,3 +161,29 @@ def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
         # Live: the widget drawn, its stamp moving, the button answered by the kernel.
         assert "live in chromium (voila)" in r.stdout, r.stdout
         assert (tmp_path / "tour-live.png").stat().st_size > 10_000
+
+
+def test_a_finished_progress_bar_leaves_a_line_that_reads_right_in_a_saved_notebook():
+    # Executed by a fresh kernel: the save's widget bar is replaced by its final state as
+    # text, so the saved notebook (no widget state, no kernel) shows "done, ... in ... s",
+    # not an empty widget or tqdm's "0%" fallback.
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("tqdm")
+    code = (
+        "import memarray, memarray._progress as p, tempfile, os\n"
+        "p.AFTER = 0.0\n"
+        "memarray.set_progress(True)\n"
+        "a = memarray.zeros((96 << 20,), 'uint8')\n"
+        "a.save(os.path.join(tempfile.mkdtemp(), 'x'))\n"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    texts = [o.get("data", {}).get("text/plain", "") for o in outputs]
+    assert any("save x: done, 96.0 MiB in" in t for t in texts), outputs
+    assert not any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs
+    ), outputs
+    assert not any("0%" in t for t in texts), outputs

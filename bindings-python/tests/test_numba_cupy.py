@@ -57,6 +57,51 @@ def test_cupy_allocator_hook():
     assert stats.statistics()["current_count"] == 0
 
 
+@pytest.mark.gpu
+def test_cupy_gets_the_null_pointer_for_empty_arrays_through_memarray():
+    # CuPy's own allocator gives size 0 the null pointer and CuPy code relies on it
+    # (its test_with_zero_size_array cases assert `a.data.ptr == 0`).
+    cupy = pytest.importorskip("cupy")
+    before = cupy.cuda.get_allocator()
+    cupy.cuda.set_allocator(memarray.cupy_allocator)
+    try:
+        for shape in [(0,), (2, 0), (0, 3, 4)]:
+            a = cupy.empty(shape, dtype=cupy.float32)
+            assert a.data.ptr == 0, shape
+            assert cupy.asarray(a).size == 0
+        b = cupy.arange(4)
+        assert b.data.ptr != 0 and int(b.sum()) == 6
+    finally:
+        cupy.cuda.set_allocator(before)
+
+
+@pytest.mark.gpu
+def test_numba_gets_the_null_pointer_for_size_zero_through_memarray():
+    pytest.importorskip("numba")
+    code = """
+import numpy as np
+np.row_stack = getattr(np, "row_stack", np.vstack)
+from numba import cuda
+m = cuda.current_context().memalloc(0)
+print("PTR", m.device_ctypes_pointer.value or 0, m.size)
+"""
+    env = dict(os.environ, NUMBA_CUDA_MEMORY_MANAGER="memarray.numba")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert "PTR 0 0" in r.stdout.decode(), r.stdout.decode()
+
+
+def test_torchs_allocation_function_gives_size_zero_the_null_pointer():
+    # The function torch's pluggable allocator calls (no device needed for size 0).
+    import ctypes
+
+    lib = ctypes.CDLL(memarray._memarray.__file__)
+    malloc = lib.memarray_torch_malloc
+    malloc.restype = ctypes.c_void_p
+    malloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    assert malloc(0, 0, None) is None  # NULL
+
+
 def test_plugins_import_lazily_without_their_peers():
     # memarray itself never imports numba or cupy.
     code = "import memarray, sys; print('numba' in sys.modules, 'cupy' in sys.modules)"

@@ -13,6 +13,8 @@ import pytest
 from children import child_stdout
 from test_interop import _peer
 
+import memarray
+
 PRE = {
     "before": "import memarray.torch as mt, torch\nmt.install()\n",
     "after": "import memarray.torch as mt, torch\ntorch.zeros(1, device='cuda')\nmt.install()\n",
@@ -180,3 +182,33 @@ def test_memarray_gets_torchs_cached_segments_back_under_pressure():
     assert r["reserved"] >= 160 << 20, r
     assert r["recovered"] == 1 and r["torch"] >= 160 << 20, r
     assert r["sum"] == 1000.0
+
+
+def test_a_tensor_that_requires_grad_is_not_shared_writable():
+    # torch's own __dlpack__ and np.from_dlpack refuse it ("use tensor.detach()"); the C
+    # exchange API memarray uses skips that check, so memarray makes it.
+    torch = pytest.importorskip("torch")
+    t = torch.ones(4, requires_grad=True)
+    with pytest.raises(BufferError, match="detach"):
+        memarray.asarray(t)
+    with pytest.raises(BufferError, match="detach"):
+        memarray.from_dlpack(t)
+    shared = memarray.asarray(t.detach())
+    shared[0] = 5.0
+    assert float(t[0]) == 5.0, "detach() shares the memory, as torch documents"
+    copy = memarray.asarray(t, copy=True)
+    copy[1] = 7.0
+    assert float(t[1]) == 1.0, "copy=True copies"
+    assert t.requires_grad
+
+
+def test_torch_dtypes_are_taken_as_dtypes():
+    torch = pytest.importorskip("torch")
+    for td, name in [
+        (torch.float32, "float32"),
+        (torch.bfloat16, "bfloat16"),
+        (torch.int8, "int8"),
+    ]:
+        assert memarray.zeros((2,), td)._dtype_name == name
+    with pytest.raises(TypeError, match="qint8"):
+        memarray.zeros((2,), torch.qint8)

@@ -7,9 +7,11 @@ or ``MEMARRAY_PROGRESS=1`` (``on``, ``true``, ``yes``) on everywhere. Without tq
 
 from __future__ import annotations
 
+import html
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -101,15 +103,61 @@ def run(
         from tqdm.auto import tqdm
 
         scale = {"unit_scale": True, "unit_divisor": 1024} if unit == "B" else {}
-        with tqdm(total=total, desc=desc, unit=unit, **scale) as bar:
+        start = time.perf_counter() - AFTER
+        shown = _notebook_bar(total, desc, unit, scale)
+        with tqdm(total=total, desc=desc, unit=unit, **scale) if shown is None else shown[0] as bar:
             while t.is_alive():
                 t.join(0.1)
                 bar.update(counter.done - bar.n)
             bar.update(counter.done - bar.n)
+        if shown is not None:
+            # The widget needs a live kernel; a saved notebook keeps this line instead.
+            _finish(shown[1], desc, counter.done, unit, time.perf_counter() - start, out)
     t.join()
     if "error" in out:
         raise out["error"]
     return out["value"]
+
+
+def _notebook_bar(total: int, desc: str, unit: str, scale: dict[str, Any]) -> Any:
+    """In a Jupyter kernel with ipywidgets: tqdm's widget shown through a display handle,
+    so the finished bar can be replaced by a line of text (``_finish``); None elsewhere
+    (a terminal: tqdm's own text bar)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        shell = get_ipython()
+        if shell is None or "IPKernelApp" not in shell.config:
+            return None
+        from tqdm.notebook import tqdm as widget_bar
+
+        bar = widget_bar(total=total, desc=desc, unit=unit, display=False, **scale)
+        return bar, display(bar.container, display_id=True)
+    except Exception:  # noqa: BLE001 - no widgets here: tqdm.auto decides
+        return None
+
+
+def amount(n: int, unit: str) -> str:
+    """``n`` of ``unit`` for a reader: ``3.0 GiB`` for bytes, ``120 arrays`` otherwise."""
+    if unit != "B":
+        return f"{n:,} {unit}"
+    for name, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {name}"
+    return f"{n} bytes"
+
+
+def _finish(handle: Any, desc: str, done: int, unit: str, seconds: float, out: dict) -> None:
+    """Replaces the widget of ``handle`` with the final state as plain text and HTML."""
+    state = "failed" if "error" in out else "done"
+    text = f"{desc}: {state}, {amount(done, unit)} in {seconds:.2f} s"
+    try:
+        handle.update(
+            {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}, raw=True
+        )
+    except Exception:  # noqa: BLE001 - the work's own result matters more than its bar
+        pass
 
 
 def load(path: Any, device: Any = None, host_memory: Any = None) -> Any:

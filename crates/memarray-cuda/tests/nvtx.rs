@@ -116,14 +116,28 @@ fn a_tool_sees_the_memarray_domains_ranges_named_sized_and_nested() {
     let lib = build_tool(&dir);
     let text = log_of(&lib, &dir, "host");
     assert_eq!(text.lines().collect::<Vec<_>>(), expected(false), "{text}");
-    // Turned off: the tool is never loaded (it would create the log).
-    let off = dir.join("off.log");
+    // Turned off by any off word, or by a value not understood (which a front end
+    // refuses at start-up): the tool is never loaded (it would create the log).
+    for (i, word) in ["0", "off", "false", "no", "OFF", "garbage"]
+        .iter()
+        .enumerate()
+    {
+        let off = dir.join(format!("off-{i}.log"));
+        run_child(
+            &lib,
+            &off,
+            &[("MEMARRAY_NVTX", word), ("MEMARRAY_NVTX_CHILD", "off")],
+        );
+        assert!(!off.exists(), "MEMARRAY_NVTX={word} still loaded the tool");
+    }
+    // An on word is the default: the tool loads.
+    let on = dir.join("on.log");
     run_child(
         &lib,
-        &off,
-        &[("MEMARRAY_NVTX", "0"), ("MEMARRAY_NVTX_CHILD", "off")],
+        &on,
+        &[("MEMARRAY_NVTX", "yes"), ("MEMARRAY_NVTX_CHILD", "host")],
     );
-    assert!(!off.exists(), "MEMARRAY_NVTX=0 still loaded the tool");
+    assert!(on.exists(), "MEMARRAY_NVTX=yes did not load the tool");
     std::fs::remove_dir_all(&dir).ok();
 }
 

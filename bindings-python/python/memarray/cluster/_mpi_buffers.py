@@ -80,8 +80,9 @@ _env_cuda_aware()  # a bad value fails the import, as every memarray variable do
 def is_cuda_aware(comm: Any = None) -> bool:
     """Whether MPI takes device pointers: ``MEMARRAY_MPI_CUDA_AWARE`` (a switch: ``1``,
     ``on``, ... or ``0``, ``off``, ...) if set, else the library's answer (Open MPI's
-    ``MPIX_Query_cuda_support``, MPICH's ``MPIX_GPU_query_support``; any other library: no). ``comm`` is accepted for symmetry
-    with the other calls (the answer is the library's)."""
+    ``MPIX_Query_cuda_support``, MPICH's ``MPIX_GPU_query_support``; any other library:
+    no). ``comm`` is accepted for symmetry with the other calls (the answer is the
+    library's)."""
     del comm
     env = _env_cuda_aware()
     if env is not None:
