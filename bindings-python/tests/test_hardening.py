@@ -28,7 +28,7 @@ def test_file_resource_never_truncates_a_file_in_use(tmp_path):
         f"""
         import memarray
         from memarray import resources as mr
-        p = {str(tmp_path / "f.bin")!r}
+        p = {str(tmp_path / "f.npy")!r}  # .npy: save appends it otherwise, as np.save
         a = memarray.MemArray((1 << 20,), "u1", host_resource=mr.File(p))
         a[100] = 7
         try:
@@ -441,7 +441,7 @@ def test_logging_to_a_full_device_raises_on_flush():
 
 
 def test_fifos_are_refused_at_once(tmp_path):
-    fifo = tmp_path / "fifo"
+    fifo = tmp_path / "fifo.npy"  # .npy: save appends it otherwise, as np.save
     os.mkfifo(fifo)
     r = run_child(
         f"""
@@ -731,7 +731,7 @@ def test_a_bad_dask_device_fails_on_a_worker_without_cuda():
         except ValueError as e:
             print("refused:", e)
         """,
-        env=dict(_clean_env(), MEMARRAY_DASK_DEVICE="1"),
+        env=dict(_clean_env(), MEMARRAY_DASK_DEVICE="0"),
     )
     assert_clean(r)
     assert "refused" not in r.stdout, r.stdout

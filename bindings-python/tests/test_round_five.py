@@ -251,3 +251,26 @@ def test_dev_sh_help_lists_every_command():
     )
     for cmd in ("demo", "test", "lint", "doc", "wheel", "bench", "venv"):
         assert f"./dev.sh {cmd}" in r.stdout, r.stdout
+
+
+def test_mpi_tuning_constants_reach_every_part_of_the_module():
+    pytest.importorskip("mpi4py")
+    import memarray.mpi as mm
+    from memarray.cluster import _mpi_buffers, _mpi_p2p
+
+    before = mm.PIPELINE_FROM, mm.CHUNK
+    try:
+        mm.PIPELINE_FROM, mm.CHUNK = 1 << 62, 1 << 20
+        assert (_mpi_buffers.PIPELINE_FROM, _mpi_buffers.CHUNK) == (1 << 62, 1 << 20)
+        assert _mpi_buffers._pieces(3 << 20) == [
+            (0, 1 << 20),
+            (1 << 20, 1 << 20),
+            (2 << 20, 1 << 20),
+        ]
+        head = _mpi_p2p._header(5 << 20)
+        assert _mpi_p2p._read_header(head) == (5 << 20, 1 << 20)
+    finally:
+        mm.PIPELINE_FROM, mm.CHUNK = before
+    assert mm.TruncateError.__module__ == "memarray.mpi" and issubclass(
+        mm.TruncateError, ValueError
+    )

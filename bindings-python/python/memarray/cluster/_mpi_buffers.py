@@ -179,14 +179,16 @@ def _finish(made: list[_Buf | None], ok: bool) -> None:
         b.done()
 
 
-def _pieces(nbytes: int, chunk: int = CHUNK) -> list[tuple[int, int]]:
+def _pieces(nbytes: int, chunk: int | None = None) -> list[tuple[int, int]]:
+    chunk = CHUNK if chunk is None else chunk
     return [(off, min(chunk, nbytes - off)) for off in range(0, nbytes, chunk)]
 
 
-def _bounce(chunk: int = CHUNK) -> list[np.ndarray]:
+def _bounce(chunk: int | None = None) -> list[np.ndarray]:
     """Two ``chunk``-byte host buffers for a chunked transfer: pinned where CUDA is (the
     device copies are then the DMA alone, no bounce through the staging slots; memarray's
     pinned pool keeps them for the next call), else pageable."""
+    chunk = CHUNK if chunk is None else chunk
     try:
         return [
             np.asarray(memarray_empty((chunk,), "uint8", host_memory="pinned")) for _ in range(2)

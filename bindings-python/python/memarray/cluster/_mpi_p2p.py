@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 
 from .._memarray import MemArray
+from . import _mpi_buffers as _tunables  # CHUNK and PIPELINE_FROM, read at each call
 from ._mpi_buffers import (
-    CHUNK,
     MPI,
-    PIPELINE_FROM,
     _Buf,
     _bufs,
     _check,
@@ -45,6 +44,8 @@ class TruncateError(ValueError):
     the next message; the array is unchanged unless ``irecv``'s own buffer got part of it.
     ``message_bytes``, ``buffer_bytes``, ``source`` and ``tag`` say which."""
 
+    __module__ = "memarray.mpi"
+
     def __init__(self, message_bytes: int | None, buffer_bytes: int, source: int, tag: int) -> None:
         size = "" if message_bytes is None else f"of {message_bytes} bytes "
         fix = "a larger array" if message_bytes is None else f"at least {message_bytes} bytes"
@@ -60,7 +61,7 @@ def _header(total: int) -> np.ndarray:
     """The header of a chunked stream of ``total`` bytes."""
     head = np.zeros(HEADER, np.uint8)
     head[:16] = np.frombuffer(MAGIC, np.uint8)
-    head[16:].view("<u8")[:] = (total, CHUNK)
+    head[16:].view("<u8")[:] = (total, _tunables.CHUNK)
     return head
 
 
@@ -76,7 +77,7 @@ def _read_header(head: np.ndarray) -> tuple[int, int] | None:
 
 def _chunked(a: MemArray) -> bool:
     """Whether ``send`` cuts ``a`` into chunks."""
-    return bool(a.on_device) and a.nbytes >= PIPELINE_FROM and not is_cuda_aware()
+    return bool(a.on_device) and a.nbytes >= _tunables.PIPELINE_FROM and not is_cuda_aware()
 
 
 def _send_chunks(comm: Any, a: MemArray, dest: int, tag: int) -> None:

@@ -42,6 +42,8 @@ waiting, as in MPI itself.
 from __future__ import annotations
 
 import contextlib
+import sys
+import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,9 +51,9 @@ import numpy as np
 
 from .. import _memarray
 from .._memarray import MemArray
+from . import _mpi_buffers
 from ._mpi_buffers import (
     MPI,
-    PIPELINE_FROM,
     _Buf,
     _check,
     _chunk_loop,
@@ -61,7 +63,10 @@ from ._mpi_buffers import (
     is_cuda_aware,
 )
 from ._mpi_p2p import (
+    HEADER,
+    MAGIC,
     Request,
+    TruncateError,
     irecv,
     isend,
     recv,
@@ -70,7 +75,12 @@ from ._mpi_p2p import (
 )
 
 __all__ = [
+    "CHUNK",  # noqa: F822 - a property of the module (_Module)
+    "HEADER",
+    "MAGIC",
+    "PIPELINE_FROM",  # noqa: F822 - a property of the module (_Module)
     "Request",
+    "TruncateError",
     "allgather",
     "allreduce",
     "alltoall",
@@ -186,7 +196,9 @@ def _like(shape: Sequence[int], a: MemArray) -> MemArray:
 def _collective_chunked(a: MemArray) -> bool:
     """Whether a collective over ``a`` goes in chunks: decided by size alone, so every
     rank (whatever its array's placement) cuts the same messages."""
-    return isinstance(a, MemArray) and a.nbytes >= PIPELINE_FROM and not is_cuda_aware()
+    return (
+        isinstance(a, MemArray) and a.nbytes >= _mpi_buffers.PIPELINE_FROM and not is_cuda_aware()
+    )
 
 
 def _agreed(comm: Any, check: Any) -> None:
@@ -360,3 +372,28 @@ def alltoall(comm: Any, a: MemArray) -> MemArray:
         part = a.nbytes // comm.size
         comm.Alltoall(src.spec(part), dst.spec(part))
     return out
+
+
+class _Module(types.ModuleType):
+    """``mm.CHUNK`` and ``mm.PIPELINE_FROM`` read and set the values every part of
+    memarray.mpi reads at each call (they live in ``_mpi_buffers``), so tuning them here
+    tunes point to point and collectives alike."""
+
+    @property
+    def CHUNK(self) -> int:  # noqa: N802 - the documented constant's name
+        return _mpi_buffers.CHUNK
+
+    @CHUNK.setter
+    def CHUNK(self, value: int) -> None:  # noqa: N802
+        _mpi_buffers.CHUNK = value
+
+    @property
+    def PIPELINE_FROM(self) -> int:  # noqa: N802
+        return _mpi_buffers.PIPELINE_FROM
+
+    @PIPELINE_FROM.setter
+    def PIPELINE_FROM(self, value: int) -> None:  # noqa: N802
+        _mpi_buffers.PIPELINE_FROM = value
+
+
+sys.modules[__name__].__class__ = _Module
