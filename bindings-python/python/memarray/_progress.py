@@ -178,7 +178,7 @@ def load(path: Any, device: Any = None, host_memory: Any = None) -> Any:
 def save(a: Any, path: Any) -> None:
     """``a.save(path)`` with a bar when it runs long (called by ``MemArray.save``)."""
     run(
-        lambda p: a.save(path, _progress=p),
+        lambda p: a.save(path, _progress=p),  # type: ignore[call-arg]  # hidden from help()
         int(a.nbytes),
         f"save {os.path.basename(os.fsdecode(os.fspath(path)))}",
     )
@@ -188,7 +188,7 @@ def move_many(arrays: list[Any], device: Any, stream: Any, total: int) -> None:
     """``memarray.move_many`` of a large batch with a bar when it runs long (called by
     ``move_many`` itself, on MemArrays it has already imported)."""
     run(
-        lambda p: _memarray.move_many(arrays, device, stream, _progress=p),
+        lambda p: _memarray.move_many(arrays, device, stream, _progress=p),  # type: ignore[call-arg]
         total,
         f"move {len(arrays)} array{'s' if len(arrays) != 1 else ''}",
     )

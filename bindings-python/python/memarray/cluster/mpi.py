@@ -75,10 +75,10 @@ from ._mpi_p2p import (
 )
 
 __all__ = [
-    "CHUNK",  # noqa: F822 - a property of the module (_Module)
+    "CHUNK",
     "HEADER",
     "MAGIC",
-    "PIPELINE_FROM",  # noqa: F822 - a property of the module (_Module)
+    "PIPELINE_FROM",
     "Request",
     "TruncateError",
     "allgather",
@@ -95,6 +95,12 @@ __all__ = [
     "send",
     "waitall",
 ]
+
+# Bytes of one message of a chunked transfer, and the size from which device arrays go in
+# chunks (without a CUDA-aware MPI). Declared for readers and type checkers; the values
+# live in `_mpi_buffers`, read and set through this module's class (`_Module`, below).
+CHUNK: int
+PIPELINE_FROM: int
 
 #: memarray dtype -> the MPI datatype reductions use (None: MPI has no arithmetic for it).
 TYPES: dict[str, Any] = {
