@@ -272,10 +272,13 @@ def test_recv_into_a_spilled_array_writes_its_host_copy_and_it_restores():
         memarray.spill.enable(dev)
         try:
             a = make(np.zeros(n), "float32", "cuda")
+            a.synchronize()  # an array with work queued on it does not spill
             memarray.spill.evict(a)
             assert a.spilled
             mm.recv(comm, a, source=0, tag=42)
             np.testing.assert_array_equal(a.to_numpy(), want)
+            a.prefetch()
+            a.synchronize()
             memarray.spill.evict(a)
             assert a.spilled
             mm.recv(comm, a, source=0, tag=43)
