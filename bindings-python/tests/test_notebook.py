@@ -187,3 +187,21 @@ def test_a_finished_progress_bar_leaves_a_line_that_reads_right_in_a_saved_noteb
         "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs
     ), outputs
     assert not any("0%" in t for t in texts), outputs
+
+
+def test_a_closed_monitor_leaves_its_last_frame_in_a_saved_notebook():
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipywidgets")
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import memarray.notebook as n\nm = n.monitor()\nm"),
+            nbformat.v4.new_code_cell("m.close()"),
+        ]
+    )
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert len(outputs) == 1, outputs
+    data = outputs[0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" not in data, data.keys()
+    assert "refreshed" in data["text/html"], data

@@ -201,6 +201,7 @@ class Monitor:
         self.widget = w.VBox([self.view, w.HBox([self.button, self.status])])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._handle: Any = None  # the notebook display, once shown there
         self.refresh()
 
     def _devices(self) -> list[int]:
@@ -240,8 +241,15 @@ class Monitor:
             self._thread.start()
 
     def close(self) -> None:
-        """Stops refreshing and closes the widget."""
+        """Stops refreshing and closes the widget. Where the monitor was shown in a
+        notebook, its last frame takes the widget's place (a saved notebook shows it
+        without a kernel)."""
         self._stop.set()
+        if self._handle is not None:
+            self.refresh()
+            frame = self.view.value
+            self._handle.update({"text/html": frame, "text/plain": "memarray monitor"}, raw=True)
+            self._handle = None
         self.widget.close()
 
     def _save(self, _button: Any = None, path: str = "memarray-snapshot.pickle") -> None:
@@ -279,6 +287,14 @@ class Monitor:
         else:
             data, meta = bundle, {}
         return {**data, "text/html": self.view.value}, meta
+
+    def _ipython_display_(self) -> None:
+        """Shown in a notebook: the same bundle under a display id, so ``close()`` can
+        put the last frame in the widget's place."""
+        from IPython.display import display
+
+        data, meta = self._repr_mimebundle_()
+        self._handle = display(data, metadata=meta, raw=True, display_id=True)
 
 
 def _interval(interval: Any) -> float:
