@@ -79,6 +79,7 @@ LAYERS = {
         [
             "element",
             "numpy",
+            "byte_range",
             "buffer",
             "conventions",
             "familiar",

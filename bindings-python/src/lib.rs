@@ -9,6 +9,7 @@ mod array;
 mod batch;
 mod born;
 mod buffer;
+mod byte_range;
 mod conventions;
 mod convert;
 mod cuda;

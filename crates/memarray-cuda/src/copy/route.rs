@@ -1,8 +1,9 @@
 //! The one place that decides how bytes move between host memory and a device:
-//! straight to the driver ([`crate::transfer`]) or through the staged pipeline
-//! ([`crate::copy::staged`]). `sync` (every copy between two kinds of memory, the mirror's
-//! moves included) and `array::batch` (many small arrays at once) ask here; `staging`
-//! itself always stages and never falls back.
+//! straight to the driver ([`crate::copy::direct`]) or through the staged pipeline
+//! ([`crate::copy::staged`]). The copy door (`copy/mod.rs`: `upload`, `download`,
+//! `copy_to` / `copy_from` between any two kinds of memory, the mirror's moves included)
+//! and `array::batch` (many small arrays at once) ask here; the staged pipeline itself
+//! always stages and never falls back.
 
 use memarray_core::MemoryKind;
 
