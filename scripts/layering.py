@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Bottom up; one inner list is one layer.
 LAYERS = {
     "crates/memarray-core/src": [
-        ["error", "dtype", "fork", "env", "nvtx"],
+        ["error", "dtype", "fork", "env"],
         ["shape", "dtype_lookup", "layout"],
         ["indexer", "lock", "npy"],
         ["resource"],
@@ -40,7 +40,7 @@ LAYERS = {
         ["export", "import"],
     ],
     "crates/memarray-cuda/src": [
-        ["error", "driver", "per_device", "parked"],
+        ["error", "driver", "nvtx", "per_device", "parked"],
         ["env", "device"],
         ["stream", "event"],
         ["resource"],

@@ -42,7 +42,6 @@ pub mod indexer;
 pub mod layout;
 pub mod lock;
 pub mod npy;
-pub mod nvtx;
 pub mod resource;
 pub mod shape;
 pub mod spill;

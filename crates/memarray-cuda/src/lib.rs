@@ -37,6 +37,8 @@
 //! - `nccl` (feature `nccl`): NCCL collectives on device arrays, libnccl loaded at run time.
 //! - [`launch`]: your own kernels (PTX, cubin, fatbin, or CUDA C++ through NVRTC) on
 //!   arrays, passed [`Indexer`](memarray_core::Indexer)s by value.
+//! - [`nvtx`]: memarray's NVTX ranges and the pools' memory-extension heaps, for Nsight and
+//!   compute-sanitizer (beside the driver: loaded at run time, off without a tool).
 //! - [`seed`]: the seed's demo operation, `add_index_tuple`, on the host and as a kernel
 //!   (its PTX committed in `src/seed/ptx/`).
 //!
@@ -67,6 +69,7 @@ pub mod ipc;
 pub mod launch;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod nvtx;
 pub mod parked;
 mod per_device;
 pub mod resource;
@@ -97,7 +100,7 @@ pub use stream::{Stream, StreamRef};
 /// [`SettingError::Env`] or, for the spill variables, [`SettingError::Invalid`] naming
 /// the variable: a value that is not UTF-8 or not understood.
 pub fn check_env() -> Result<()> {
-    env::switch(memarray_core::nvtx::ENV)?;
+    env::switch(crate::nvtx::ENV)?;
     resource::resource_choice_from_env()?;
     resource::pinned_limit_from_env()?;
     copy::many::kernel_setting_from_env()?;

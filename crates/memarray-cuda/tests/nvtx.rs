@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use memarray_core::{HostResource, MemoryResource, nvtx};
+use memarray_core::{HostResource, MemoryResource};
+use memarray_cuda::nvtx;
 use memarray_cuda::resource::{CachingPool, DeviceResource};
 
 /// The tool's source, embedded: the test binary may run far from this checkout.

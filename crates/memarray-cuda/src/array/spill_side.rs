@@ -33,7 +33,7 @@ impl RawArray {
     ) -> Result<()> {
         self.check(token)?;
         if self.spilled {
-            let _nvtx = memarray_core::nvtx::range(c"memarray.restore", Some(self.nbytes as u64));
+            let _nvtx = crate::nvtx::range(c"memarray.restore", Some(self.nbytes as u64));
             let start = std::time::Instant::now();
             let host = self.host.clone().ok_or(ArrayError::NoHostCopy)?;
             self.dev
@@ -104,7 +104,7 @@ impl RawArray {
         stream: StreamRef,
         new_host: &dyn Fn(usize) -> Result<HostBuffer>,
     ) -> Result<usize> {
-        let _nvtx = memarray_core::nvtx::range(c"memarray.spill", Some(self.nbytes as u64));
+        let _nvtx = crate::nvtx::range(c"memarray.spill", Some(self.nbytes as u64));
         let Location::Device(device) = self.location else {
             return Err(ArrayError::NotSpillable {
                 reason: "its data is not on a device",

@@ -28,7 +28,7 @@ pub(crate) mod route;
 pub mod staged;
 pub(crate) mod threads;
 
-use memarray_core::nvtx;
+use crate::nvtx;
 use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;

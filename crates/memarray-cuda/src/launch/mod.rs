@@ -81,7 +81,7 @@ pub fn launch(
     stream: Option<StreamRef>,
     args: &mut [Arg<'_>],
 ) -> Result<()> {
-    let _nvtx = memarray_core::nvtx::range(c"memarray.launch", None);
+    let _nvtx = crate::nvtx::range(c"memarray.launch", None);
     let mut operands = Vec::with_capacity(args.len());
     let mut params = Vec::with_capacity(args.len());
     for a in args.iter_mut() {
@@ -252,7 +252,7 @@ pub fn launch_shared(
     stream: Option<StreamRef>,
     args: &[SharedArg<'_>],
 ) -> Result<()> {
-    let _nvtx = memarray_core::nvtx::range(c"memarray.launch", None);
+    let _nvtx = crate::nvtx::range(c"memarray.launch", None);
     struct Use<'a> {
         array: &'a SharedArray,
         write: bool,

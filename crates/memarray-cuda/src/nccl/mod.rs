@@ -467,7 +467,7 @@ impl Comm {
         call: &'static str,
         f: impl FnOnce(&lib::Lib, ncclComm_t) -> c_int,
     ) -> Result<()> {
-        let _nvtx = memarray_core::nvtx::range(nvtx_name(call), None);
+        let _nvtx = crate::nvtx::range(nvtx_name(call), None);
         let lib = lib::load(None)?;
         let _ctx = self.device.bind()?;
         let comm = self.raw.lock().unwrap_or_else(PoisonError::into_inner);

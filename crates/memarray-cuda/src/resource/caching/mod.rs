@@ -21,7 +21,7 @@
 //! - **Out of memory**: the pool gives its cache back and retries once before failing.
 //! - Alignments above [`POOL_ALIGN`] pass straight through to the upstream.
 
-use memarray_core::nvtx;
+use crate::nvtx;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -131,7 +131,7 @@ impl CachingPool {
         }
         if let Some(heap) = self.heaps().remove(&addr) {
             let _ctx = self.nvtx_bind();
-            memarray_core::nvtx::heap_unregister(heap);
+            crate::nvtx::heap_unregister(heap);
         }
         if let Some(p) = NonNull::new(addr as *mut u8) {
             // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed

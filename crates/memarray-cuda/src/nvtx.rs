@@ -23,7 +23,7 @@
 //! # Example
 //!
 //! ```
-//! use memarray_core::nvtx;
+//! use memarray_cuda::nvtx;
 //!
 //! {
 //!     let _r = nvtx::range(c"memarray.example", Some(4096));
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// The environment variable naming the tool's library (NVTX's own name).
 pub const INJECTION_ENV: &str = "NVTX_INJECTION64_PATH";
-/// `MEMARRAY_NVTX=0` (or any off word of [`crate::env`]) keeps NVTX off under a tool.
+/// `MEMARRAY_NVTX=0` (or any off word of [`memarray_core::env`]) keeps NVTX off under a tool.
 pub const ENV: &str = "MEMARRAY_NVTX";
 
 // NVTX's binary interface (nvToolsExt.h, nvtxDetail/nvtxTypes.h, version 3).
@@ -372,13 +372,13 @@ fn load() -> Option<Tool> {
     None
 }
 
-/// Whether [`ENV`] lets a tool load: unset, empty or an on word ([`crate::env`]). An off
+/// Whether [`ENV`] lets a tool load: unset, empty or an on word ([`memarray_core::env`]). An off
 /// word turns NVTX off, and so does a value not understood (not UTF-8 included), which a
 /// front end refuses when it starts (memarray-cuda's `check_env`).
 fn enabled() -> bool {
     match std::env::var(ENV) {
         Err(std::env::VarError::NotPresent) => true,
-        Ok(v) => matches!(crate::env::parse_switch(&v), Ok(None | Some(true))),
+        Ok(v) => matches!(memarray_core::env::parse_switch(&v), Ok(None | Some(true))),
         Err(std::env::VarError::NotUnicode(_)) => false,
     }
 }
