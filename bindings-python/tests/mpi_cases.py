@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 import memarray
 import memarray.mpi as mm
-from memarray.cluster import _mpi_p2p as wire
+from memarray.cluster.mpi import _p2p as wire
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size

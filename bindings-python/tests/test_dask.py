@@ -324,7 +324,7 @@ def test_setup_checks_its_settings_before_any_worker_changes():
 
 
 def test_each_worker_serves_a_gpu_by_its_setting_its_name_or_its_one_device():
-    from memarray.cluster._dask_worker import worker_gpu
+    from memarray.cluster.dask._worker import worker_gpu
 
     assert worker_gpu(0, 1, None) == (0, "the one device this worker sees")
     assert worker_gpu(5, 1, None)[0] == 0
@@ -482,7 +482,7 @@ def test_setup_with_a_spill_dir_no_worker_has_changes_no_worker(tmp_path):
 
 
 def test_a_worker_checks_everything_before_changing_anything(tmp_path):
-    from memarray.cluster._dask_worker import _check
+    from memarray.cluster.dask._worker import _check
 
     _check({"spill": True, "spill_dir": str(tmp_path), "hooks": []})
     for settings, match in (

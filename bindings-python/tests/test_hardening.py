@@ -725,7 +725,7 @@ def test_progress_off_words_turn_bars_off_even_in_an_interactive_session():
 def test_a_bad_dask_device_fails_on_a_worker_without_cuda():
     r = run_child(
         """
-        from memarray.cluster._dask_worker import _apply
+        from memarray.cluster.dask._worker import _apply
         try:
             _apply({})
         except ValueError as e:
@@ -742,7 +742,7 @@ def test_a_bad_dask_device_fails_on_a_worker_without_cuda():
         import os
         import memarray
         os.environ["MEMARRAY_DASK_DEVICE"] = "garbage"
-        from memarray.cluster._dask_worker import _apply
+        from memarray.cluster.dask._worker import _apply
         try:
             _apply({})
         except ValueError as e:

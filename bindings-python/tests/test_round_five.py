@@ -256,7 +256,8 @@ def test_dev_sh_help_lists_every_command():
 def test_mpi_tuning_constants_reach_every_part_of_the_module():
     pytest.importorskip("mpi4py")
     import memarray.mpi as mm
-    from memarray.cluster import _mpi_buffers, _mpi_p2p
+    from memarray.cluster.mpi import _buffers as _mpi_buffers
+    from memarray.cluster.mpi import _p2p as _mpi_p2p
 
     before = mm.PIPELINE_FROM, mm.CHUNK
     try:

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._memarray import MemArray
-from . import _mpi_buffers as _tunables  # CHUNK and PIPELINE_FROM, read at each call
-from ._mpi_buffers import (
+from ..._memarray import MemArray
+from . import _buffers as _tunables  # CHUNK and PIPELINE_FROM, read at each call
+from ._buffers import (
     MPI,
     _Buf,
     _bufs,

@@ -1,6 +1,6 @@
 """memarray.mpi's lower half: mpi4py itself, whether MPI takes device pointers, and a
 MemArray's bytes as MPI reads and writes them (``_Buf``; the two-buffer chunk loops that
-overlap device copies with messages). ``mpi.py`` (collectives) and ``_mpi_p2p.py``
+overlap device copies with messages). ``__init__.py`` (collectives) and ``_p2p.py``
 (point to point) build on it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _env
-from .._memarray import MemArray
-from .._memarray import empty as memarray_empty
-from . import numpy_dtype
+from ... import _env
+from ..._memarray import MemArray
+from ..._memarray import empty as memarray_empty
+from .. import numpy_dtype
 
 
 def _import_mpi() -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ._dask_worker import _apply
+from ._worker import _apply
 
 
 class MemarrayPlugin(WorkerPlugin):  # type: ignore[misc]

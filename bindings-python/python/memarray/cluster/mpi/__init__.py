@@ -49,10 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _memarray
-from .._memarray import MemArray
-from . import _mpi_buffers
-from ._mpi_buffers import (
+from ... import _memarray
+from ..._memarray import MemArray
+from . import _buffers
+from ._buffers import (
     MPI,
     _Buf,
     _check,
@@ -62,7 +62,7 @@ from ._mpi_buffers import (
     _typed,
     is_cuda_aware,
 )
-from ._mpi_p2p import (
+from ._p2p import (
     HEADER,
     MAGIC,
     Request,
@@ -98,7 +98,7 @@ __all__ = [
 
 # Bytes of one message of a chunked transfer, and the size from which device arrays go in
 # chunks (without a CUDA-aware MPI). Declared for readers and type checkers; the values
-# live in `_mpi_buffers`, read and set through this module's class (`_Module`, below).
+# live in `_buffers`, read and set through this module's class (`_Module`, below).
 CHUNK: int
 PIPELINE_FROM: int
 
@@ -202,9 +202,7 @@ def _like(shape: Sequence[int], a: MemArray) -> MemArray:
 def _collective_chunked(a: MemArray) -> bool:
     """Whether a collective over ``a`` goes in chunks: decided by size alone, so every
     rank (whatever its array's placement) cuts the same messages."""
-    return (
-        isinstance(a, MemArray) and a.nbytes >= _mpi_buffers.PIPELINE_FROM and not is_cuda_aware()
-    )
+    return isinstance(a, MemArray) and a.nbytes >= _buffers.PIPELINE_FROM and not is_cuda_aware()
 
 
 def _agreed(comm: Any, check: Any) -> None:
@@ -382,24 +380,24 @@ def alltoall(comm: Any, a: MemArray) -> MemArray:
 
 class _Module(types.ModuleType):
     """``mm.CHUNK`` and ``mm.PIPELINE_FROM`` read and set the values every part of
-    memarray.mpi reads at each call (they live in ``_mpi_buffers``), so tuning them here
+    memarray.mpi reads at each call (they live in ``_buffers``), so tuning them here
     tunes point to point and collectives alike."""
 
     @property
     def CHUNK(self) -> int:  # noqa: N802 - the documented constant's name
-        return _mpi_buffers.CHUNK
+        return _buffers.CHUNK
 
     @CHUNK.setter
     def CHUNK(self, value: int) -> None:  # noqa: N802
-        _mpi_buffers.CHUNK = value
+        _buffers.CHUNK = value
 
     @property
     def PIPELINE_FROM(self) -> int:  # noqa: N802
-        return _mpi_buffers.PIPELINE_FROM
+        return _buffers.PIPELINE_FROM
 
     @PIPELINE_FROM.setter
     def PIPELINE_FROM(self, value: int) -> None:  # noqa: N802
-        _mpi_buffers.PIPELINE_FROM = value
+        _buffers.PIPELINE_FROM = value
 
 
 sys.modules[__name__].__class__ = _Module

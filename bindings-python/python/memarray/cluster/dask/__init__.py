@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _env, _memarray, _progress, resources, spill
-from .._memarray import MAX_NDIM, SUPPORTED_DTYPES, MemArray
-from ._dask_worker import HOOKS, RESOURCES, _apply, _check, _Settings
+from ... import _env, _memarray, _progress, resources, spill
+from ..._memarray import MAX_NDIM, SUPPORTED_DTYPES, MemArray
+from ._worker import HOOKS, RESOURCES, _apply, _check, _Settings
 
 __all__ = ["dask_setup", "deserialize", "serialize", "setup", "statistics", "tokenize"]
 
@@ -91,7 +91,7 @@ def _hash_fn(device: int) -> Any:
     with _hash_lock:
         f = _hash_fns.get(device)
         if f is None:
-            from ..cuda import Module
+            from ...cuda import Module
 
             mod = Module.from_source(_HASH_SRC, "memarray_hash.cu", device_id=device)
             f = _hash_fns[device] = mod.function("memarray_hash")
@@ -102,7 +102,7 @@ def _device_digest(a: MemArray) -> tuple[int, int]:
     """(sum, xor) of position-keyed hashes of the array's device bytes, computed on its
     device; the array's pending work is ordered first (the CUDA Array Interface export
     completes it on the legacy default stream, where the kernel runs)."""
-    from ..cuda import In, _Memory, from_cuda_array_interface
+    from ...cuda import In, _Memory, from_cuda_array_interface
 
     device = a.device_id
     f = _hash_fn(device)
@@ -216,7 +216,7 @@ def _device_frame(frame: object) -> tuple[int, int, bool]:
 
 def serialize(a: MemArray) -> tuple[dict[str, Any], list[memoryview]]:
     """distributed's ``"dask"`` family: ``(header, [one host frame])``."""
-    from .._pickle import Snapshot
+    from ..._pickle import Snapshot
 
     snap = Snapshot.of(a)
     frame = snap.data.raw() if hasattr(snap.data, "raw") else memoryview(snap.data)
@@ -234,7 +234,7 @@ def serialize(a: MemArray) -> tuple[dict[str, Any], list[memoryview]]:
 def deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     """The inverse of ``serialize``: a new, writable MemArray; a malformed header or a
     frame of the wrong size is a ValueError."""
-    from .._pickle import rebuild
+    from ..._pickle import rebuild
 
     h = _check_header(header, ("dtype", "shape", "device", "device_id", "host_memory"))
     if not isinstance(frames, list | tuple) or len(frames) != 1:
@@ -285,7 +285,7 @@ def cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     alive. The frame's own interface is checked before it is viewed: dense C-order memory
     of at least the header's ``nbytes``; a read-only frame gives a copy. Anything else is
     a ValueError."""
-    from ..cuda import _Memory, from_cuda_array_interface
+    from ...cuda import _Memory, from_cuda_array_interface
 
     h = _check_header(header, ("dtype", "shape", "typestr", "nbytes"))
     if not isinstance(frames, list | tuple) or len(frames) != 1:
@@ -397,7 +397,7 @@ def setup(
     worker changes: values are checked on the client, and what only a worker can answer
     (``spill_dir`` is a writable directory there, each hook's library is installed there)
     on every worker first; a worker that joins later checks before it changes anything."""
-    from ._dask_plugin import MemarrayPlugin
+    from ._plugin import MemarrayPlugin
 
     settings = _settings(device_budget, host_budget, spill_dir, resource, tuple(hooks), spilling)
     workers = len(client.scheduler_info().get("workers", {}))
@@ -432,7 +432,7 @@ def _worker_state(dask_worker: Any) -> Any:
 
 
 def _worker_statistics() -> dict[str, Any]:
-    from .. import cuda
+    from ... import cuda
 
     out: dict[str, Any] = {"pressure": resources.pressure_statistics(), "devices": {}}
     if cuda.is_available():

@@ -8,8 +8,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .. import _env, resources, spill
-from .._env import HOOKS, RESOURCES
+from ... import _env, resources, spill
+from ..._env import HOOKS, RESOURCES
 
 
 class _Settings(dict):  # type: ignore[type-arg]
@@ -72,7 +72,7 @@ def _apply(settings: Mapping[str, Any], worker_name: Any = None) -> dict[str, An
     (``cuda.set_default_device``); device settings apply to every device the process
     sees; without a device they are recorded as skipped (a CPU worker still serialises
     and sizes MemArrays). Checks first (``_check``): a refusal changes nothing."""
-    from .. import cuda
+    from ... import cuda
 
     _check(settings)
     # Read before the device check, so a bad value fails on a worker without CUDA too.
@@ -99,24 +99,24 @@ def _apply(settings: Mapping[str, Any], worker_name: Any = None) -> dict[str, An
             )
     for hook in settings.get("hooks", ()):
         if hook == "torch":
-            from ..interop import torch as torch_glue
+            from ...interop import torch as torch_glue
 
             torch_glue.install()
         elif hook == "cupy":
             import cupy
 
-            from ..interop import cupy as cupy_glue
+            from ...interop import cupy as cupy_glue
 
             cupy.cuda.set_allocator(cupy_glue.allocator)
         elif hook == "rmm":
-            from ..interop import rmm as rmm_glue
+            from ...interop import rmm as rmm_glue
 
             for d in range(n):
                 rmm_glue.set_current(d)
         elif hook == "numba":
             from numba import cuda as ncuda
 
-            from ..interop import numba as numba_glue
+            from ...interop import numba as numba_glue
 
             ncuda.set_memory_manager(numba_glue.MemarrayNumbaManager)
         else:
