@@ -559,7 +559,7 @@ def test_the_nccl_transport_refuses_what_it_cannot_carry():
 def test_an_aborted_nccl_group_is_refused_by_name_until_made_again():
     out = _ray(
         """
-        from memarray.cluster import _ray_nccl as rn
+        from memarray.cluster.ray import _nccl as rn
 
         class Comm:  # the communicator's part the transport uses
             aborted = False

@@ -28,9 +28,8 @@ def test_a_bundle_unpickled_before_ray_is_imported_leaves_rays_registration_work
         import pickle, sys, warnings
         warnings.simplefilter("error", RuntimeWarning)
         import memarray
-        from memarray.cluster._ray_bundle import Bundle
-        data = pickle.dumps(Bundle([memarray.full((3,), 2.0, "float32")]))
-        for m in [m for m in sys.modules if m.startswith("memarray.cluster._ray")]:
+        data = pickle.dumps(memarray.Bundle([memarray.full((3,), 2.0, "float32")]))
+        for m in [m for m in sys.modules if m.startswith(("memarray.cluster.ray", "memarray._b"))]:
             del sys.modules[m]
         b = pickle.loads(data)
         assert "ray" not in sys.modules, "unpickling a Bundle imported Ray"
@@ -64,7 +63,7 @@ FORGED = [
 
 @pytest.mark.parametrize("table", FORGED, ids=range(len(FORGED)))
 def test_a_forged_bundle_table_is_a_value_error(table):
-    from memarray.cluster._ray_bundle import Bundle
+    from memarray import Bundle
 
     pack = memarray.zeros((64,), "uint8")
     with pytest.raises(ValueError):
@@ -75,7 +74,7 @@ def test_a_forged_bundle_table_is_a_value_error(table):
 
 
 def test_a_good_bundle_table_round_trips_through_pickle():
-    from memarray.cluster._ray_bundle import Bundle
+    from memarray import Bundle
 
     b = Bundle([memarray.full((2, 3), 1.5, "float64"), memarray.zeros((0,), "int8")])
     c = pickle.loads(pickle.dumps(b))

@@ -9,6 +9,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 from __future__ import annotations
 
 from . import _env, _hooks, _memarray, _progress, cuda, dlpack, resources, spill
+from ._bundle import Bundle
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
@@ -54,6 +55,7 @@ __all__ = [
     "__version__",
     "MAX_NDIM",
     "SUPPORTED_DTYPES",
+    "Bundle",
     "CudaUnavailableError",
     "DLPackContext",
     "IpcHandle",

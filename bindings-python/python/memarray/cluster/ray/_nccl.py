@@ -33,7 +33,7 @@ from ray.experimental.rdt.tensor_transport_manager import (
 
 import memarray
 
-from . import _ray_base as base
+from . import _base as base
 
 #: The transport's name in ``@ray.method(tensor_transport=...)``.
 NCCL_TRANSPORT = "memarray_nccl"
@@ -73,13 +73,13 @@ _aborted: set[str] = set()
 
 
 def _new_id(actor: Any) -> bytes:
-    from . import distributed
+    from .. import distributed
 
     return distributed.unique_id()
 
 
 def _join(actor: Any, name: str, rank: int, size: int, uid: bytes) -> int:
-    from . import distributed
+    from .. import distributed
 
     device = base.home()
     comm = distributed.init(rank, size, device, unique_id=uid)
@@ -177,7 +177,7 @@ def _stream(device: int) -> Any:
     with _streams_lock:
         stream = _streams.get(device)
         if stream is None:
-            from .. import cuda
+            from ... import cuda
 
             stream = _streams[device] = cuda.Stream(device)
         return stream
@@ -189,7 +189,7 @@ def _each(call: Any, arrays: list[Any], peer: int, stream: Any) -> None:
     if len(arrays) == 1:
         call(arrays[0], peer, stream)
         return
-    from . import distributed
+    from .. import distributed
 
     with distributed.group():
         for a in arrays:

@@ -14,9 +14,9 @@ from ray.experimental.rdt.tensor_transport_manager import (
     TensorTransportMetadata,
 )
 
-from .. import _memarray, cuda
-from .._memarray import MemArray
-from ._ray_counts import (  # noqa: F401 - the transports' names for them
+from ... import _memarray, cuda
+from ..._memarray import MemArray
+from ._counts import (  # noqa: F401 - the transports' names for them
     Entries,
     _counts,
     _counts_lock,

@@ -1,14 +1,13 @@
-"""What memarray's Ray support keeps without Ray itself: the receipt counters
-(``statistics``) and a pack's timed unpack, so a ``Bundle`` unpickled before Ray is
-imported (a task's argument, a file) does not import Ray from inside its own import."""
+"""The Ray transports' receipt counters (``statistics``) and their timed unpack: what
+both transports and the serializer count, apart from the transports' classes."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from .. import _memarray
-from .._memarray import MemArray
+from ... import _memarray
+from ..._memarray import MemArray
 
 #: A pack's table: each array's dtype, shape and byte offset in the pack.
 Entries = list[tuple[str, list[int], int]]

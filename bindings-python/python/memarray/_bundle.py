@@ -1,8 +1,9 @@
-"""``memarray.ray.Bundle``: many arrays that Ray handles as one.
+"""``memarray.Bundle`` (also ``memarray.ray.Bundle``): many arrays carried as one.
 
-Ray pays for every array in an object: a direct-transport object of 1,000 small arrays
-costs Ray several times what one array costs, whatever the transport does with their
-bytes (docs/benchmarks.md). A Bundle packs its arrays into one allocation (one SM copy
+Engines pay per array: a Ray direct-transport object of 1,000 small arrays costs Ray
+several times what one array costs, whatever the transport does with their bytes
+(docs/benchmarks.md); a pickle, a Dask task or an MPI message pays per array too. A
+Bundle packs its arrays into one allocation (one SM copy
 kernel launch on a device, one memcpy per array on the host) and pickles as that one
 MemArray and a table of where each array sits, so Ray lifts, sends and stores one array.
 The receiver's Bundle hands out its arrays as slices of its one copy (no copy each).
@@ -15,10 +16,12 @@ from typing import Any, overload
 
 import numpy as np
 
-from .. import _memarray
-from .._memarray import MemArray
-from . import numpy_dtype
-from ._ray_counts import Entries, unpack
+from . import _memarray
+from ._memarray import MemArray
+from .cluster import numpy_dtype
+
+#: A pack's table: each array's dtype, shape and byte offset in the pack.
+Entries = list[tuple[str, list[int], int]]
 
 
 class Bundle(Sequence[MemArray]):
@@ -70,7 +73,7 @@ class Bundle(Sequence[MemArray]):
     def _all(self) -> list[MemArray]:
         if self._arrays is None:
             if self._pack.on_device:
-                self._arrays = unpack(self._pack, self._entries)
+                self._arrays = _memarray._unpack(self._pack, self._entries)
             else:
                 self._arrays = _host_unpack(self._pack, self._entries)
         return self._arrays
@@ -89,7 +92,7 @@ class Bundle(Sequence[MemArray]):
         return iter(self._all())
 
     def __repr__(self) -> str:
-        return f"memarray.ray.Bundle({len(self)} arrays, {self._pack.nbytes} bytes, {self.device})"
+        return f"memarray.Bundle({len(self)} arrays, {self._pack.nbytes} bytes, {self.device})"
 
 
 def _checked(pack: Any, entries: Any) -> Entries:
@@ -129,11 +132,9 @@ def _checked(pack: Any, entries: Any) -> Entries:
 
 def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
     """Host arrays copied into one new uint8 MemArray, laid out as a device pack."""
-    import memarray
-
     raws = [np.ascontiguousarray(np.asarray(a)).reshape(-1).view(np.uint8) for a in arrays]
     offsets, total = _memarray._pack_layout([r.size for r in raws])
-    pack = memarray.empty((total,), "uint8")
+    pack = _memarray.empty((total,), "uint8")
     out = np.asarray(pack)
     for offset, raw in zip(offsets, raws, strict=True):
         out[offset : offset + raw.size] = raw
@@ -145,7 +146,6 @@ def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
 def _host_unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
     """Views of a host pack's bytes as the entries' arrays (zero-copy imports: each holds
     the pack's buffer)."""
-    import memarray
 
     raw = np.asarray(pack)
     out = []
@@ -154,5 +154,5 @@ def _host_unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         if offset < 0 or offset + n > raw.size:
             raise ValueError(f"a Bundle entry ({offset} + {n} bytes) lies outside its pack")
-        out.append(memarray.asarray(raw[offset : offset + n].view(dt).reshape(shape)))
+        out.append(_memarray.from_dlpack(raw[offset : offset + n].view(dt).reshape(shape)))
     return out

@@ -31,10 +31,10 @@ one pack: the sender copies them into one allocation (one SM copy kernel launch)
 publishes its one handle; the receiver copies it once and gets slices of its copy.
 
 The ``"memarray_nccl"`` transport carries device MemArrays over NCCL, actor to actor on
-any nodes, once :func:`create_nccl_group` joined the actors (see ``_ray_nccl``'s text).
+any nodes, once :func:`create_nccl_group` joined the actors (see ``_nccl``'s text).
 
 Ray itself pays per array in an object; :class:`Bundle` makes many arrays one for Ray (see
-``_ray_bundle``'s text).
+``memarray._bundle``'s text).
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ from ray.experimental.rdt.tensor_transport_manager import (
 
 import memarray
 
-from .. import _memarray, cuda
-from .._memarray import IpcHandle, MemArray
-from .._pickle import Snapshot, rebuild
-from . import _ray_base as base
-from ._ray_base import statistics, use_assigned_gpu
-from ._ray_bundle import Bundle
-from ._ray_nccl import (
+from ... import _memarray, cuda
+from ..._bundle import Bundle
+from ..._memarray import IpcHandle, MemArray
+from ..._pickle import Snapshot, rebuild
+from . import _base as base
+from ._base import statistics, use_assigned_gpu
+from ._nccl import (
     NCCL_TRANSPORT,
     MemArrayNcclTransport,
     create_nccl_group,
