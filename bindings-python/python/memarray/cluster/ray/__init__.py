@@ -51,9 +51,8 @@ from ray.experimental.rdt.tensor_transport_manager import (
     TensorTransportMetadata,
 )
 
-import memarray
-
 from ... import _memarray, cuda
+from ..._asarray import asarray
 from ..._bundle import Bundle
 from ..._memarray import IpcHandle, MemArray
 from ..._pickle import Snapshot, rebuild
@@ -246,7 +245,7 @@ class MemArrayTransport(base.Transport):
         arrays = _unpack(ray.get(ref))
         if meta.tensor_device == "cuda" and cuda.is_available():
             return _memarray.move_many(arrays, device=f"cuda:{base.home()}")
-        return [a if isinstance(a, MemArray) else memarray.asarray(a) for a in arrays]
+        return [a if isinstance(a, MemArray) else asarray(a) for a in arrays]
 
     def send_multiple_tensors(
         self,

@@ -31,8 +31,7 @@ from ray.experimental.rdt.tensor_transport_manager import (
     TensorTransportMetadata,
 )
 
-import memarray
-
+from ... import _memarray
 from . import _base as base
 
 #: The transport's name in ``@ray.method(tensor_transport=...)``.
@@ -276,12 +275,12 @@ class MemArrayNcclTransport(base.Transport):
         where = f"cuda:{comm.device_id}"
         stream = _stream(comm.device_id)
         if meta.packed is not None:
-            pack = memarray.empty((meta.pack_bytes,), "uint8", device=where)
+            pack = _memarray.empty((meta.pack_bytes,), "uint8", device=where)
             comm.recv(pack, cm.src_rank, stream)
             arrays = base.unpack(pack, meta.packed)  # waits for the receive
         else:
             arrays = [
-                memarray.empty(shape, dtype, device=where) for shape, dtype in meta.tensor_meta
+                _memarray.empty(shape, dtype, device=where) for shape, dtype in meta.tensor_meta
             ]
             _each(comm.recv, [a for a in arrays if a.nbytes], cm.src_rank, stream)
         stream.synchronize()
