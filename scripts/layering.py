@@ -88,6 +88,8 @@ LAYERS = {
             "born",
             "distributed",
             "cuda",
+            "cai",
+            "copy_settings",
             "launch",
             "spill",
         ],

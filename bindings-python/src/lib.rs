@@ -10,8 +10,10 @@ mod batch;
 mod born;
 mod buffer;
 mod byte_range;
+mod cai;
 mod conventions;
 mod convert;
+mod copy_settings;
 mod cuda;
 mod device;
 mod distributed;
@@ -56,7 +58,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     host_pool::check_env()?;
     memarray_cuda::check_env()
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
-    cuda::cai_sync()?;
+    cai::cai_sync()?;
     m.add_function(wrap_pyfunction!(env::_env_switch, m)?)?;
     m.add_function(wrap_pyfunction!(env::_env_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(env::_env_text, m)?)?;
