@@ -8,12 +8,18 @@ import html
 from typing import Any
 
 
-def size_text(n: int) -> str:
-    """Bytes for a reader: ``4.0 MiB (4,194,304 bytes)``."""
+def size_short(n: int) -> str:
+    """Bytes in a few characters: ``4.0 MiB``, ``512 bytes``."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return f"{n / size:.1f} {unit} ({n:,} bytes)"
+            return f"{n / size:.1f} {unit}"
     return f"{n:,} bytes"
+
+
+def size_text(n: int) -> str:
+    """Bytes for a reader: ``4.0 MiB (4,194,304 bytes)``."""
+    short = size_short(n)
+    return short if n < 1 << 10 else f"{short} ({n:,} bytes)"
 
 
 def where(a: Any) -> str:

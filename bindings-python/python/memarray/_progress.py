@@ -140,12 +140,9 @@ def _notebook_bar(total: int, desc: str, unit: str, scale: dict[str, Any]) -> An
 
 def amount(n: int, unit: str) -> str:
     """``n`` of ``unit`` for a reader: ``3.0 GiB`` for bytes, ``120 arrays`` otherwise."""
-    if unit != "B":
-        return f"{n:,} {unit}"
-    for name, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {name}"
-    return f"{n} bytes"
+    from ._html import size_short
+
+    return size_short(n) if unit == "B" else f"{n:,} {unit}"
 
 
 def _finish(handle: Any, desc: str, done: int, unit: str, seconds: float, out: dict) -> None:

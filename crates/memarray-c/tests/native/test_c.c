@@ -259,6 +259,29 @@ static void guard_delete(struct DLManagedTensorVersioned* self) {
     free(self);
 }
 
+/* A 2 x 3 int32 tensor whose shape (field 0), strides (field 1) or data (field 2) is `bad`;
+   the rest in one block its deleter frees. */
+static struct DLManagedTensorVersioned* forged_tensor(int field, int64_t* bad) {
+    struct DLManagedTensorVersioned* f = calloc(1, sizeof *f);
+    int64_t* block = calloc(8, sizeof(int64_t));
+    f->version.major = 1;
+    f->manager_ctx = block;
+    f->deleter = guard_delete;
+    f->dl_tensor.device.device_type = kDLCPU;
+    f->dl_tensor.ndim = 2;
+    f->dl_tensor.dtype.code = kDLInt;
+    f->dl_tensor.dtype.bits = 32;
+    f->dl_tensor.dtype.lanes = 1;
+    f->dl_tensor.shape = field == 0 ? bad : block;
+    f->dl_tensor.strides = field == 1 ? bad : block + 2;
+    f->dl_tensor.data = field == 2 ? (void*)bad : (void*)(block + 4);
+    block[0] = 2;
+    block[1] = 3;
+    block[2] = 3;
+    block[3] = 1;
+    return f;
+}
+
 static void unreadable_tensors_are_refused(void) {
     long page = 4096;
     char* m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -272,26 +295,8 @@ static void unreadable_tensors_are_refused(void) {
     CHECK(a == NULL);
 
     for (int field = 0; field < 3; ++field) {
-        /* A 2 x 3 int32 tensor; its shape, strides and data in one block. */
-        struct DLManagedTensorVersioned* f = calloc(1, sizeof *f);
-        int64_t* block = calloc(8, sizeof(int64_t));
-        f->version.major = 1;
-        f->manager_ctx = block;
-        f->deleter = guard_delete;
-        f->dl_tensor.device.device_type = kDLCPU;
-        f->dl_tensor.ndim = 2;
-        f->dl_tensor.dtype.code = kDLInt;
-        f->dl_tensor.dtype.bits = 32;
-        f->dl_tensor.dtype.lanes = 1;
-        f->dl_tensor.shape = field == 0 ? guard : block;
-        f->dl_tensor.strides = field == 1 ? guard : block + 2;
-        f->dl_tensor.data = field == 2 ? (void*)guard : (void*)(block + 4);
-        block[0] = 2;
-        block[1] = 3;
-        block[2] = 3;
-        block[3] = 1;
-        FAILS(memarray_array_from_dlpack(f, NULL, &a), MEMARRAY_STATUS_INVALID_ARGUMENT,
-              "readable");
+        FAILS(memarray_array_from_dlpack(forged_tensor(field, guard), NULL, &a),
+              MEMARRAY_STATUS_INVALID_ARGUMENT, "readable");
         CHECK(a == NULL && guard_deleted == field + 1);
     }
     CHECK(munmap(m, 2 * page) == 0);
@@ -300,26 +305,9 @@ static void unreadable_tensors_are_refused(void) {
        unmapped): the readability probe hands the kernel those addresses, which valgrind
        reports unless scripts/valgrind.supp names the probe's frame, in the release
        library too (the valgrind stage runs this program against both). */
-    int64_t* gone = (int64_t*)m;
     for (int field = 0; field < 3; ++field) {
-        struct DLManagedTensorVersioned* f = calloc(1, sizeof *f);
-        int64_t* block = calloc(8, sizeof(int64_t));
-        f->version.major = 1;
-        f->manager_ctx = block;
-        f->deleter = guard_delete;
-        f->dl_tensor.device.device_type = kDLCPU;
-        f->dl_tensor.ndim = 2;
-        f->dl_tensor.dtype.code = kDLInt;
-        f->dl_tensor.dtype.bits = 32;
-        f->dl_tensor.dtype.lanes = 1;
-        f->dl_tensor.shape = field == 0 ? gone : block;
-        f->dl_tensor.strides = field == 1 ? gone : block + 2;
-        f->dl_tensor.data = field == 2 ? (void*)gone : (void*)(block + 4);
-        block[0] = 2;
-        block[1] = 3;
-        block[2] = 3;
-        block[3] = 1;
-        CHECK(memarray_array_from_dlpack(f, NULL, &a) == MEMARRAY_STATUS_INVALID_ARGUMENT);
+        CHECK(memarray_array_from_dlpack(forged_tensor(field, (int64_t*)m), NULL, &a) ==
+              MEMARRAY_STATUS_INVALID_ARGUMENT);
         CHECK(a == NULL && guard_deleted == 3 + field + 1);
     }
 }
