@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check (issue 9): it
+# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check (issue 9): it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -63,6 +63,42 @@ py_tests() {
   echo "== pytest"
   python3 -m pytest bindings-python/tests -q -rs --durations=8 -p no:cacheprovider >"$OUT/pytest.log" 2>&1 || fail pytest
   tail -n 25 "$OUT/pytest.log"
+  doc_blocks
+}
+
+# The Python suite in concurrent groups (one pytest per group, each file whole in one group):
+# run serially it no longer fits one 600 s device call (four groups on two H100s: 166 s
+# for the longest). MEMARRAY_PY_GROUPS sets the count (default 3).
+py_parallel() {
+  local groups=${MEMARRAY_PY_GROUPS:-3} g pids=()
+  echo "== pytest in $groups concurrent groups"
+  python3 - "$groups" >"$LOGS/py-groups" <<'PY'
+import pathlib, sys
+# Rough seconds per file on an H100 (the rest weigh their line count / 40).
+known = {"test_transfer.py": 20, "test_torch_route.py": 150, "test_interop.py": 90,
+         "test_numba_cupy.py": 80, "test_spill.py": 60, "test_dask.py": 60, "test_mpi.py": 60}
+files = sorted(pathlib.Path("bindings-python/tests").glob("test_*.py"))
+weight = {f: known.get(f.name, len(f.read_text().splitlines()) / 40) for f in files}
+n = int(sys.argv[1]); load = [0.0] * n; out = [[] for _ in range(n)]
+for f in sorted(files, key=lambda f: -weight[f]):
+    i = load.index(min(load)); load[i] += weight[f]; out[i].append(str(f))
+for g in out:
+    print(" ".join(g))
+PY
+  g=0
+  while read -r files; do
+    # shellcheck disable=SC2086
+    python3 -m pytest $files -q -rs --durations=5 -p no:cacheprovider >"$OUT/pytest-$g.log" 2>&1 &
+    pids+=($!); g=$((g + 1))
+  done <"$LOGS/py-groups"
+  for g in "${!pids[@]}"; do
+    wait "${pids[$g]}" || fail "pytest group $g"
+    echo "-- group $g: $(tail -n 1 "$OUT/pytest-$g.log")"
+    grep -E '^(FAILED|ERROR) ' "$OUT/pytest-$g.log" | head -n 20
+  done
+}
+
+doc_blocks() {
   echo "== doc blocks (GPU ones included)"
   python3 scripts/doc_blocks.py 2>&1 | tail -n 30 || fail "doc blocks"
   python3 scripts/doc_blocks_c.py 2>&1 | tail -n 10 || fail "C/C++ doc blocks"
@@ -255,6 +291,8 @@ while [ $# -gt 0 ]; do
     tests) tests ;;
     rust-tests) rust_tests ;;
     py-tests) py_tests ;;
+    py-parallel) py_parallel ;;
+    doc-blocks) doc_blocks ;;
     sanitize) sanitize ;;
     bench) bench ;;
     demo) demo ;;
@@ -318,7 +356,7 @@ while [ $# -gt 0 ]; do
           || fail "cupy tests differ through memarray: $f"
       done ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|rust-tests|py-tests|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args]"; exit 2 ;;
   esac
   shift
 done
