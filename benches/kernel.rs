@@ -4,7 +4,7 @@
 //! - Subject: `RawArray::add_index_tuple_device` (through `MemArray<f32, 1>`) on arrays
 //!   of 256 MiB and 1 GiB already on the device: the launch plus the mirror's
 //!   bookkeeping (early-return move check, stream choice, ordering, event record).
-//! - Peer: `direct::copy_dtod` (`cuMemcpyDtoDAsync`) of the same number of bytes
+//! - Peer: `copy::copy_dtod` (`cuMemcpyDtoDAsync`) of the same number of bytes
 //!   between two device buffers.
 //! - Also shown: the bare `kernel::add_index_tuple` launch on a device buffer, which
 //!   separates the kernel's own bandwidth from the mirror's overhead.
@@ -31,7 +31,7 @@ use std::time::Duration;
 use common::{Mode, Timer, configure, gbps, label, median, throughput_line};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use memarray_core::{DType, Location};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::resource::default_resource;
 use memarray_cuda::seed;
 use memarray_cuda::{Device, DeviceBuffer, MemArray, Result, Stream};
@@ -89,7 +89,7 @@ impl Rig {
     fn copy(&mut self) -> Result<Duration> {
         let s = self.stream.as_ref();
         self.timer.time(s, || {
-            direct::copy_dtod(&self.dst, 0, &self.src, 0, self.bytes, s).map(drop)
+            copy::copy_dtod(&self.dst, 0, &self.src, 0, self.bytes, s).map(drop)
         })
     }
 }

@@ -18,7 +18,7 @@
 use std::time::Instant;
 
 use memarray_core::HostBuffer;
-use memarray_cuda::copy::{direct, staged};
+use memarray_cuda::copy;
 use memarray_cuda::{DeviceBuffer, Event, Stream, resource};
 
 const CALLS: usize = 500;
@@ -74,7 +74,7 @@ fn main() -> memarray_cuda::Result<()> {
             "H2D driver, pageable",
             per_call_us(
                 // SAFETY: a pageable source is read before the call returns.
-                |_| drop(unsafe { direct::copy_htod_raw(&d, 0, pageable.as_ptr(), n, s) }),
+                |_| drop(unsafe { copy::copy_htod_raw(&d, 0, pageable.as_ptr(), n, s) }),
                 sync,
             ),
         );
@@ -82,7 +82,7 @@ fn main() -> memarray_cuda::Result<()> {
             "H2D driver, pinned",
             per_call_us(
                 // SAFETY: the pinned source is unchanged until the loop's sync.
-                |_| drop(unsafe { direct::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }),
+                |_| drop(unsafe { copy::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }),
                 sync,
             ),
         );
@@ -91,7 +91,7 @@ fn main() -> memarray_cuda::Result<()> {
             per_call_us(
                 |_| {
                     // SAFETY: as above.
-                    unsafe { direct::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }
+                    unsafe { copy::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }
                         .unwrap()
                         .record(&event)
                         .unwrap()
@@ -108,7 +108,7 @@ fn main() -> memarray_cuda::Result<()> {
                     // SAFETY: `slot` has n bytes, distinct from the source.
                     unsafe { std::ptr::copy_nonoverlapping(pageable.as_ptr(), slot, n) };
                     // SAFETY: the slot is unchanged until the loop's sync.
-                    unsafe { direct::copy_htod_raw(&d, 0, slot, n, s) }
+                    unsafe { copy::copy_htod_raw(&d, 0, slot, n, s) }
                         .unwrap()
                         .record(&event)
                         .unwrap()
@@ -118,21 +118,21 @@ fn main() -> memarray_cuda::Result<()> {
         );
         row(
             "D2H driver, pageable, waited",
-            per_call_us(
-                |_| direct::copy_dtoh(&mut pageable, &d, 0, s).unwrap(),
-                || {},
-            ),
+            per_call_us(|_| copy::copy_dtoh(&mut pageable, &d, 0, s).unwrap(), || {}),
         );
         row(
             "D2H staged (short path), waited",
-            per_call_us(|_| staged::to_host(&mut pageable, &d, 0, s).unwrap(), || {}),
+            per_call_us(
+                |_| copy::staged_to_host(&mut pageable, &d, 0, s).unwrap(),
+                || {},
+            ),
         );
         row(
             "D2H pinned, waited, memcpy out",
             per_call_us(
                 |_| {
                     // SAFETY: the pinned buffer is only read after the copy is waited for.
-                    unsafe { direct::copy_dtoh_raw(pinned.as_mut_ptr(), &d, 0, n, s) }
+                    unsafe { copy::copy_dtoh_raw(pinned.as_mut_ptr(), &d, 0, n, s) }
                         .unwrap()
                         .synchronize()
                         .unwrap();

@@ -2,7 +2,7 @@
 //! without Python, each followed by a stream sync, medians of 300 calls. Per size and
 //! direction: the DMA alone (pinned source or destination), the driver's own pageable
 //! copy, staging by hand (one memcpy into a pinned buffer, one DMA) and
-//! `staged::to_device` / `to_host` with 1 to 16 lanes on both paths (lane streams, and
+//! `copy::staged_to_device` / `staged_to_host` with 1 to 16 lanes on both paths (lane streams, and
 //! the short path below `short_below`).
 //!
 //!     cargo bench -p memarray-cuda --bench staging_cost
@@ -12,8 +12,7 @@
 use std::time::Instant;
 
 use memarray_core::HostBuffer;
-use memarray_cuda::copy::direct;
-use memarray_cuda::copy::staged::{self, Direction, StagingConfig};
+use memarray_cuda::copy::{self, Direction, StagingConfig};
 use memarray_cuda::{DeviceBuffer, Stream, resource};
 
 const REPS: usize = 300;
@@ -87,7 +86,7 @@ fn main() -> memarray_cuda::Result<()> {
     };
     let stream = Stream::new(&device)?;
     let s = stream.as_ref();
-    let before = [Direction::ToDevice, Direction::ToHost].map(|d| staged::config(d).unwrap());
+    let before = [Direction::ToDevice, Direction::ToHost].map(|d| copy::staging_config(d).unwrap());
     for n in [1usize << 20, 2 << 20, 4 << 20] {
         let pool = resource::default_resource(&device)?;
         let d = DeviceBuffer::zeroed(&device, n, pool, s)?;
@@ -106,7 +105,7 @@ fn main() -> memarray_cuda::Result<()> {
             "H2D pinned DMA",
             median_us(|| {
                 // SAFETY: pinned source alive and unchanged until the sync below.
-                unsafe { direct::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }
+                unsafe { copy::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }
                     .unwrap()
                     .synchronize()
                     .unwrap();
@@ -120,7 +119,7 @@ fn main() -> memarray_cuda::Result<()> {
                     for k in 0..pieces {
                         // SAFETY: pinned source alive and unchanged until the sync below.
                         let _queued = unsafe {
-                            direct::copy_htod_raw(
+                            copy::copy_htod_raw(
                                 &d,
                                 k * piece,
                                 pinned.as_ptr().add(k * piece),
@@ -144,7 +143,7 @@ fn main() -> memarray_cuda::Result<()> {
             "H2D driver pageable",
             median_us(|| {
                 // Waits for the copy itself.
-                let _done = direct::copy_htod(&d, 0, &pageable, s).unwrap();
+                let _done = copy::copy_htod(&d, 0, &pageable, s).unwrap();
             }),
         );
         report(
@@ -162,14 +161,14 @@ fn main() -> memarray_cuda::Result<()> {
                 unsafe { std::slice::from_raw_parts_mut(pinned.as_mut_ptr(), n) }
                     .copy_from_slice(&pageable);
                 // SAFETY: as above.
-                unsafe { direct::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }
+                unsafe { copy::copy_htod_raw(&d, 0, pinned.as_ptr(), n, s) }
                     .unwrap()
                     .synchronize()
                     .unwrap();
             }),
         );
         let cells = [1, 2, 4, 8].map(|lanes| (lanes, 256 << 10, 0)).into_iter();
-        let short = [1, 2, 4, 8, 16].map(|lanes| (lanes, 256 << 10, staged::MAX_SHORT));
+        let short = [1, 2, 4, 8, 16].map(|lanes| (lanes, 256 << 10, copy::MAX_SHORT));
         for (lanes, chunk, short_below) in cells.chain(short) {
             let path = if short_below > 0 { "short" } else { "lanes" };
             let cfg = StagingConfig {
@@ -179,19 +178,19 @@ fn main() -> memarray_cuda::Result<()> {
                 lane_min: 0,
                 short_below,
             };
-            staged::set_config(Direction::ToDevice, cfg)?;
-            staged::set_config(Direction::ToHost, cfg)?;
+            copy::set_staging_config(Direction::ToDevice, cfg)?;
+            copy::set_staging_config(Direction::ToHost, cfg)?;
             report(
                 &format!("H2D {path} {lanes} lanes"),
                 median_us(|| {
-                    let _queued = staged::to_device(&d, 0, &pageable, s).unwrap();
+                    let _queued = copy::staged_to_device(&d, 0, &pageable, s).unwrap();
                     sync();
                 }),
             );
             report(
                 &format!("D2H {path} {lanes} lanes"),
                 median_us(|| {
-                    staged::to_host(&mut pageable, &d, 0, s).unwrap();
+                    copy::staged_to_host(&mut pageable, &d, 0, s).unwrap();
                 }),
             );
         }
@@ -200,7 +199,7 @@ fn main() -> memarray_cuda::Result<()> {
             "D2H pinned DMA",
             median_us(|| {
                 // SAFETY: nothing reads `pinned` until the sync below.
-                unsafe { direct::copy_dtoh_raw(pinned.as_mut_ptr(), &d, 0, n, s) }
+                unsafe { copy::copy_dtoh_raw(pinned.as_mut_ptr(), &d, 0, n, s) }
                     .unwrap()
                     .synchronize()
                     .unwrap();
@@ -209,14 +208,14 @@ fn main() -> memarray_cuda::Result<()> {
         report(
             "D2H driver pageable",
             median_us(|| {
-                direct::copy_dtoh(&mut pageable, &d, 0, s).unwrap();
+                copy::copy_dtoh(&mut pageable, &d, 0, s).unwrap();
             }),
         );
         report(
             "D2H by hand (DMA + memcpy)",
             median_us(|| {
                 // SAFETY: nothing reads `pinned` until the sync below.
-                unsafe { direct::copy_dtoh_raw(pinned.as_mut_ptr(), &d, 0, n, s) }
+                unsafe { copy::copy_dtoh_raw(pinned.as_mut_ptr(), &d, 0, n, s) }
                     .unwrap()
                     .synchronize()
                     .unwrap();
@@ -224,7 +223,7 @@ fn main() -> memarray_cuda::Result<()> {
             }),
         );
     }
-    staged::set_config(Direction::ToDevice, before[0])?;
-    staged::set_config(Direction::ToHost, before[1])?;
+    copy::set_staging_config(Direction::ToDevice, before[0])?;
+    copy::set_staging_config(Direction::ToHost, before[1])?;
     Ok(())
 }

@@ -42,7 +42,7 @@ def gbps(fn, n) -> float:
 
 
 def lanes(n: int, threads: int, chunk: int) -> int:
-    """The lanes a copy of n bytes uses (memarray_cuda::copy::staged::StagingConfig::plan with
+    """The lanes a copy of n bytes uses (memarray_cuda::copy::StagingConfig::plan with
     lane_min 0): each lane gets at least two chunks of 64 KiB to `chunk` bytes."""
     per_lane = -(-n // (threads * 2))
     c = min(max(per_lane, 64 * KiB), chunk)

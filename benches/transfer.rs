@@ -4,7 +4,7 @@
 //! - Subject: `MemArray<u8, 1>` with `HostKind::Pinned`, host -> device (H2D) and
 //!   device -> host (D2H), at 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB and 1 GiB; and with
 //!   `HostKind::Pageable` at 16 MiB and 1 GiB.
-//! - Peer: `direct::copy_htod_raw` / `copy_dtoh_raw` (`cuMemcpyHtoDAsync` /
+//! - Peer: `copy::copy_htod_raw` / `copy_dtoh_raw` (`cuMemcpyHtoDAsync` /
 //!   `cuMemcpyDtoHAsync`) between a host buffer of the same kind and size and a device
 //!   buffer, on the same owned stream.
 //!
@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use common::{Mode, Timer, configure, label, median, throughput_line};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use memarray_core::{HostBuffer, HostResource, Location, MemoryResource};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::resource::default_resource;
 use memarray_cuda::{Device, DeviceBuffer, HostKind, MemArray, PinnedResource, Result, Stream};
 
@@ -182,7 +182,7 @@ impl Rig {
         // SAFETY: the host buffer lives in the rig and nothing writes it while copies
         // are in flight: every round trip synchronizes before the next one starts.
         unsafe {
-            direct::copy_htod_raw(
+            copy::copy_htod_raw(
                 &self.buf,
                 0,
                 self.host.as_ptr(),
@@ -196,7 +196,7 @@ impl Rig {
         // SAFETY: as in raw_htod; nothing reads the host buffer before the copy is
         // synchronized.
         unsafe {
-            direct::copy_dtoh_raw(
+            copy::copy_dtoh_raw(
                 self.host.as_mut_ptr(),
                 &self.buf,
                 0,

@@ -6,7 +6,11 @@ and no file imports itself back through others.
    (and `tests.rs` files, test modules of their own) in each crate's sources names a
    module of its own layer or below. The layers are the ones docs/architecture.md
    ("Layers inside the crates") lists; keep the two in step.
-2. Circles, file by file: every `crate::`, `super::` and `self::` path (in `use` trees
+2. Doors: a wing with one door (`DOORS`: the copy wing) is entered through its
+   `mod.rs` alone. No file of its crate outside the wing names one of its rooms
+   (`copy::direct`, `copy::{self, staged}`) or a driver call that moves bytes
+   (`driver::memcpy_*`, `driver::memset_*`), but the few `allowed`, each with its reason.
+3. Circles, file by file: every `crate::`, `super::` and `self::` path (in `use` trees
    too) is resolved to the file that defines what it names, through `pub use`
    re-exports (`crate::MemArray` is `array/mod.rs`'s re-export of `array/raw.rs`'s type:
    an edge to `raw.rs`). Any cycle among a crate's files fails, as does one among the
@@ -56,9 +60,10 @@ LAYERS = {
     ],
     # A wing's rooms, bottom up (paths `crate::copy::<room>`).
     "crates/memarray-cuda/src/copy": [
-        ["threads", "direct", "many"],
+        ["threads", "direct", "many", "pack"],
         ["staged"],
         ["route"],
+        ["batch"],
     ],
     "crates/memarray-c/src": [
         ["error"],
@@ -420,8 +425,53 @@ def python_circles() -> list[str]:
     return [f"{PY_PACKAGE}: import circle {' -> '.join(c)}" for c in cycles(edges)]
 
 
+# ---------------------------------------------------------------- the copy wing's door
+
+#: Each wing with one door: its directory, and what only its own files (and `allowed`
+#: ones, each with its reason) may name: its rooms (`copy::<room>`, however reached) and
+#: the driver calls that move bytes.
+DOORS = {
+    "crates/memarray-cuda/src/copy": {
+        "rooms": ["batch", "direct", "many", "pack", "route", "staged", "threads"],
+        "calls": re.compile(r"\bdriver::(?:\{[^}]*\b)?(memcpy\w*|memset\w*)"),
+        "allowed": {
+            "driver": "the driver's own wrappers",
+            "resource/mod.rs": "zeroed allocations: resources sit below the copy wing",
+        },
+    },
+}
+
+
+def side_doors(wing: str, door: dict) -> list[str]:
+    """Files of the wing's crate outside the wing that name one of its rooms or a driver
+    copy call (outside comments and test modules): each is a side door."""
+    base = ROOT / wing
+    src = base.parent
+    name = base.name
+    room = re.compile(
+        rf"\b{name}::(?:\{{[^}}]*\b)?({'|'.join(door['rooms'])})\b"
+    )
+    errors = []
+    for path in sorted(src.rglob("*.rs")):
+        rel = path.relative_to(src)
+        if path.name == "tests.rs" or rel.parts[0] == name:
+            continue
+        if any(str(rel) == a or rel.parts[0] == a for a in door["allowed"]):
+            continue
+        code = code_of(path.read_text())
+        for what, pattern in (("a room behind the door", room), ("the driver's copy call", door["calls"])):
+            for m in pattern.finditer(code):
+                errors.append(
+                    f"{src.relative_to(ROOT)}/{rel}: names {what} `{m.group(0)}`; "
+                    f"go through `{name}::`'s own calls"
+                )
+    return errors
+
+
 def main() -> int:
     errors = []
+    for wing, door in DOORS.items():
+        errors += side_doors(wing, door)
     for src, layers in LAYERS.items():
         print(f"{src}:")
         errors += check(src, layers)

@@ -189,18 +189,18 @@ pub fn _last_batch_profile(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::Py
     Ok(d)
 }
 
-/// Where a pack places parts of `sizes` bytes (`memarray_cuda::array::pack_layout`): each
-/// part's offset and the pack's length. A host pack (memarray.ray.Bundle) uses the
-/// layout of a device one.
+/// Where a pack places parts of `sizes` bytes (`memarray_cuda::copy::pack_layout`): each
+/// part's offset and the pack's length, the same for host and device packs.
 #[pyfunction]
 pub fn _pack_layout(sizes: Vec<usize>) -> (Vec<usize>, usize) {
-    memarray_cuda::array::pack_layout(&sizes)
+    memarray_cuda::copy::pack_layout(&sizes)
 }
 
-/// One uint8 device array holding the bytes of every array in `arrays` (MemArrays whose
-/// data is on one device), each at a 256-byte aligned offset, filled in one call (small
-/// ones by an SM copy kernel) and waited for; returned with each array's (dtype, shape,
-/// offset) for `_unpack`. One transfer of the pack then carries them all (memarray.ray).
+/// One uint8 array holding the bytes of every array in `arrays` (MemArrays whose data is
+/// on one device, or all on the host), each at a 256-byte aligned offset, there; on a
+/// device filled in one call (small ones by an SM copy kernel) and waited for; returned
+/// with each array's (dtype, shape, offset) for `_unpack`. One transfer of the pack then
+/// carries them all (memarray.Bundle).
 /// With `max_each`, an array of more bytes is a ValueError before anything is copied.
 #[pyfunction]
 #[pyo3(signature = (arrays, max_each=None))]
@@ -214,13 +214,8 @@ pub fn _pack<'py>(
         refs.push(PyMemArray::arg(&a?, "_pack")?.clone());
     }
     let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
-    let device = match parts.first().map(|p| p.peek(py, |raw| raw.location())) {
-        Some(Location::Device(d)) => d,
-        Some(Location::Host) => {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "_pack takes arrays on one CUDA device; the first is on the host",
-            ));
-        }
+    let at = match parts.first().map(|p| p.peek(py, |raw| raw.location())) {
+        Some(at) => at,
         None => {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "_pack needs at least one array",
@@ -240,7 +235,7 @@ pub fn _pack<'py>(
                     detail: format!("part {i} is {} bytes, more than max_each {max}", r.nbytes()),
                 });
             }
-            RawArray::pack(&raws, device)
+            RawArray::pack(&raws, at)
         })
         .py()?;
     let out = PyList::empty(py);
@@ -251,7 +246,7 @@ pub fn _pack<'py>(
 }
 
 /// The arrays `_pack` packed: one per `(dtype, shape, offset)` entry, each a slice of
-/// `pack`'s device memory (no copy), after `pack`'s pending work. They share its memory:
+/// `pack`'s memory (no copy; device or host), after `pack`'s pending work. They share its memory:
 /// drop the pack, or leave it unwritten, while they are used.
 #[pyfunction]
 pub fn _unpack<'py>(

@@ -20,7 +20,7 @@ use crate::fork::Detach;
 pub(crate) fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     for (name, dir) in DIRECTIONS {
-        let c = memarray_cuda::copy::staged::config(dir).py()?;
+        let c = memarray_cuda::copy::staging_config(dir).py()?;
         let d = PyDict::new(py);
         d.set_item("threads", c.threads)?;
         d.set_item("chunk_bytes", c.chunk_bytes)?;
@@ -56,7 +56,7 @@ pub(crate) fn copy_engine<'py>(
     py: Python<'py>,
     device_id: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use memarray_cuda::copy::many::{LimitSource, tuning};
+    use memarray_cuda::copy::{LimitSource, tuning};
     let d = device_of(device_id)?;
     let t = py.detach_section(|| tuning(&d)).py()?;
     let out = PyDict::new(py);
@@ -74,12 +74,9 @@ pub(crate) fn copy_engine<'py>(
     Ok(out)
 }
 
-const DIRECTIONS: [(&str, memarray_cuda::copy::staged::Direction); 2] = [
-    (
-        "to_device",
-        memarray_cuda::copy::staged::Direction::ToDevice,
-    ),
-    ("to_host", memarray_cuda::copy::staged::Direction::ToHost),
+const DIRECTIONS: [(&str, memarray_cuda::copy::Direction); 2] = [
+    ("to_device", memarray_cuda::copy::Direction::ToDevice),
+    ("to_host", memarray_cuda::copy::Direction::ToHost),
 ];
 
 /// Changes the staged-copy settings of `direction` ("to_device", "to_host" or "both", the
@@ -95,7 +92,9 @@ pub(crate) fn set_staging_config(
     lane_min: Option<&Bound<'_, PyAny>>,
     short_below: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    use memarray_cuda::copy::staged::{Direction, StagingConfig, config, set_config};
+    use memarray_cuda::copy::{
+        Direction, StagingConfig, set_staging_config as set_config, staging_config as config,
+    };
     let direction = match direction.filter(|d| !d.is_none()) {
         Some(d) => convert::text(d, "direction")?,
         None => "both".into(),

@@ -84,6 +84,31 @@ def test_a_wings_rooms_are_layered_from_its_door(monkeypatch, tmp_path):
     ], errors
 
 
+def test_a_side_door_into_the_copy_wing_is_caught(monkeypatch, tmp_path):
+    # House round four: only the copy wing names its rooms and the driver's copy calls.
+    src = tmp_path / "src"
+    files = {
+        "copy/mod.rs": "mod direct;\npub use direct::copy_htod;\n",
+        "copy/direct.rs": "use crate::driver::memcpy_htod_async;\n",
+        "array/good.rs": "use crate::copy::{self, Span};\n// copy::direct in a comment\n"
+        "fn f() { copy::copy_htod(); copy::pack_layout(); }\n",
+        "array/side.rs": "use crate::copy::{self, direct};\n",
+        "array/batch.rs": "fn f() { unsafe { driver::memcpy_batch_async() } }\n",
+        "array/inline.rs": "fn f() { crate::copy::staged::to_device(); }\n",
+        "resource/mod.rs": "fn z() { driver::memset_d8_async() }\n",
+        "driver/mod.rs": "pub fn memcpy_htod_async() {}\n",
+        "array/tested.rs": "fn f() {}\n#[cfg(test)]\nmod tests { use crate::copy::direct; }\n",
+    }
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    monkeypatch.setattr(layering, "ROOT", tmp_path)
+    errors = layering.side_doors("src/copy", layering.DOORS["crates/memarray-cuda/src/copy"])
+    caught = sorted(e.split(":")[0] for e in errors)
+    assert caught == ["src/array/batch.rs", "src/array/inline.rs", "src/array/side.rs"], errors
+    assert "`driver::memcpy_batch_async`" in " ".join(errors)
+
+
 def test_the_repository_has_no_climb_and_no_circle():
     r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:]

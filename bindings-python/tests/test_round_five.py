@@ -84,6 +84,24 @@ def test_a_good_bundle_table_round_trips_through_pickle():
         Bundle._of(memarray.zeros((8,), "float32"), [])
 
 
+def test_a_host_bundle_is_packed_by_the_one_layout_and_its_arrays_are_views():
+    # House round four: host packs come from the same RawArray::pack as device ones.
+    from memarray import Bundle
+
+    parts = [memarray.asarray(np.arange(n, dtype=np.int16)) for n in (3, 200, 0, 7)]
+    b = Bundle(parts)
+    offsets, total = memarray._memarray._pack_layout([p.nbytes for p in parts])
+    assert b.pack.nbytes == total and [e[2] for e in b._entries] == offsets
+    raw = np.asarray(b.pack)
+    for p, off in zip(parts, offsets, strict=True):
+        np.testing.assert_array_equal(raw[off : off + p.nbytes].view(np.int16), p.to_numpy())
+    np.asarray(b[1])[0] = 99  # a view of the pack: writing it writes the pack
+    assert raw[offsets[1] : offsets[1] + 2].view(np.int16)[0] == 99
+    assert parts[1].to_numpy()[0] == 0, "the caller's arrays were copied in, not shared"
+    with pytest.raises(TypeError, match="item 1"):
+        Bundle([parts[0], np.zeros(2)])
+
+
 # ---- the monitor ----
 
 

@@ -18,7 +18,6 @@ import numpy as np
 
 from . import _memarray
 from ._memarray import MemArray
-from .cluster import numpy_dtype
 
 #: A pack's table: each array's dtype, shape and byte offset in the pack.
 Entries = list[tuple[str, list[int], int]]
@@ -47,10 +46,10 @@ class Bundle(Sequence[MemArray]):
                 f"a Bundle's arrays must share one device; these are on {sorted(where)}"
             )
         self._arrays: list[MemArray] | None = None
-        if arrays and arrays[0].on_device:
+        if arrays:
             self._pack, self._entries = _memarray._pack(arrays)
         else:
-            self._pack, self._entries = _host_pack(arrays)
+            self._pack, self._entries = _memarray.empty((0,), "uint8"), []
 
     @classmethod
     def _of(cls, pack: MemArray, entries: Entries) -> Bundle:
@@ -72,10 +71,7 @@ class Bundle(Sequence[MemArray]):
 
     def _all(self) -> list[MemArray]:
         if self._arrays is None:
-            if self._pack.on_device:
-                self._arrays = _memarray._unpack(self._pack, self._entries)
-            else:
-                self._arrays = _host_unpack(self._pack, self._entries)
+            self._arrays = _memarray._unpack(self._pack, self._entries)
         return self._arrays
 
     def __len__(self) -> int:
@@ -127,32 +123,4 @@ def _checked(pack: Any, entries: Any) -> Entries:
                 f"{pack.nbytes}-byte pack"
             )
         out.append((dtype, shape, offset))
-    return out
-
-
-def _host_pack(arrays: list[MemArray]) -> tuple[MemArray, Entries]:
-    """Host arrays copied into one new uint8 MemArray, laid out as a device pack."""
-    raws = [np.ascontiguousarray(np.asarray(a)).reshape(-1).view(np.uint8) for a in arrays]
-    offsets, total = _memarray._pack_layout([r.size for r in raws])
-    pack = _memarray.empty((total,), "uint8")
-    out = np.asarray(pack)
-    for offset, raw in zip(offsets, raws, strict=True):
-        out[offset : offset + raw.size] = raw
-    return pack, [
-        (a._dtype_name, list(a.shape), offset) for a, offset in zip(arrays, offsets, strict=True)
-    ]
-
-
-def _host_unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
-    """Views of a host pack's bytes as the entries' arrays (zero-copy imports: each holds
-    the pack's buffer)."""
-
-    raw = np.asarray(pack)
-    out = []
-    for dtype, shape, offset in entries:
-        dt = numpy_dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        if offset < 0 or offset + n > raw.size:
-            raise ValueError(f"a Bundle entry ({offset} + {n} bytes) lies outside its pack")
-        out.append(_memarray.from_dlpack(raw[offset : offset + n].view(dt).reshape(shape)))
     return out

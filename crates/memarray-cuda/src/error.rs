@@ -45,7 +45,7 @@ pub enum CudaError {
     },
     /// Two operands live on different devices where one device is required.
     #[error(
-        "{what} needs cuda:{expected} but got cuda:{got}; copy between devices with copy::direct::copy_peer"
+        "{what} needs cuda:{expected} but got cuda:{got}; copy between devices with copy::copy_peer"
     )]
     WrongDevice {
         /// The operation, in words.

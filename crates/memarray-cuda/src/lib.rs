@@ -32,7 +32,8 @@
 //! - [`copy`]: every copy: one bounds-checked copy between any two kinds of memory
 //!   ([`copy::copy_to`], umem's `sync_to` / `sync_from`), the one
 //!   [`copy::upload`] / [`copy::download`] pair, the driver's direct copies and memsets
-//!   ([`copy::direct`]), and pageable host memory at pinned speed ([`copy::staged`]).
+//!   ([`copy::copy_htod`] and kin), and pageable host memory at pinned speed (the
+//!   staged pipeline behind `upload` / `download`).
 //! - [`ipc`]: device memory shared between processes ([`ipc::IpcHandle`]).
 //! - `nccl` (feature `nccl`): NCCL collectives on device arrays, libnccl loaded at run time.
 //! - [`launch`]: your own kernels (PTX, cubin, fatbin, or CUDA C++ through NVRTC) on
@@ -103,9 +104,9 @@ pub fn check_env() -> Result<()> {
     env::switch(crate::nvtx::ENV)?;
     resource::resource_choice_from_env()?;
     resource::pinned_limit_from_env()?;
-    copy::many::kernel_setting_from_env()?;
-    copy::many::kernel_max_from_env()?;
-    copy::staged::config(copy::staged::Direction::ToDevice)?;
+    copy::kernel_setting_from_env()?;
+    copy::kernel_max_from_env()?;
+    copy::staging_config(copy::Direction::ToDevice)?;
     spill::env_settings().map_err(|detail| SettingError::Invalid {
         what: "the spill environment",
         detail,

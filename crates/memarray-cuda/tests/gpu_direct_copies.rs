@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::random_bytes;
 use memarray_core::{CoreError, HostBuffer, MemoryResource};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::{
     AsyncPoolResource, CudaError, DeviceBuffer, DeviceResource, ManagedResource, PinnedResource,
     Stream, StreamRef,
@@ -32,10 +32,10 @@ fn gpu_htod_dtod_dtoh_round_trip() {
                 let data = random_bytes(n, (k * 31 + o1) as u64 + 1);
                 let a = DeviceBuffer::zeroed(&dev, n + o1, r.clone(), s.as_ref()).unwrap();
                 let b = DeviceBuffer::zeroed(&dev, n + o2 + 9, r.clone(), s.as_ref()).unwrap();
-                let _ = direct::copy_htod(&a, o1, &data, s.as_ref()).unwrap();
-                let _ = direct::copy_dtod(&b, o2, &a, o1, n, s.as_ref()).unwrap();
+                let _ = copy::copy_htod(&a, o1, &data, s.as_ref()).unwrap();
+                let _ = copy::copy_dtod(&b, o2, &a, o1, n, s.as_ref()).unwrap();
                 let mut out = vec![0u8; n + o2 + 9];
-                direct::copy_dtoh(&mut out, &b, 0, s.as_ref()).unwrap();
+                copy::copy_dtoh(&mut out, &b, 0, s.as_ref()).unwrap();
                 assert!(out[..o2].iter().all(|&x| x == 0), "{} n={n}", r.name());
                 assert_eq!(
                     &out[o2..o2 + n],
@@ -46,9 +46,9 @@ fn gpu_htod_dtod_dtoh_round_trip() {
                 assert!(out[o2 + n..].iter().all(|&x| x == 0));
                 // memset a middle range back to zero.
                 if n > 2 {
-                    let _ = direct::memset_zero(&b, o2 + 1, n - 2, s.as_ref()).unwrap();
+                    let _ = copy::memset_zero(&b, o2 + 1, n - 2, s.as_ref()).unwrap();
                     let mut mid = vec![1u8; n - 2];
-                    direct::copy_dtoh(&mut mid, &b, o2 + 1, s.as_ref()).unwrap();
+                    copy::copy_dtoh(&mut mid, &b, o2 + 1, s.as_ref()).unwrap();
                     assert!(mid.iter().all(|&x| x == 0));
                 }
             }
@@ -67,8 +67,8 @@ fn gpu_raw_copies_from_and_to_pinned_memory() {
     let d = DeviceBuffer::zeroed(&dev, n, Arc::new(DeviceResource::new(&dev)), s.as_ref()).unwrap();
     // SAFETY: both host buffers live and are untouched until the event below completes.
     let ev = unsafe {
-        let _ = direct::copy_htod_raw(&d, 0, src.as_ptr(), n, s.as_ref()).unwrap();
-        direct::copy_dtoh_raw(dst.as_mut_ptr(), &d, 0, n, s.as_ref()).unwrap()
+        let _ = copy::copy_htod_raw(&d, 0, src.as_ptr(), n, s.as_ref()).unwrap();
+        copy::copy_dtoh_raw(dst.as_mut_ptr(), &d, 0, n, s.as_ref()).unwrap()
     }
     .into_event()
     .unwrap();
@@ -84,22 +84,22 @@ fn gpu_out_of_range_copies_are_refused() {
     let a = DeviceBuffer::zeroed(&dev, 100, r.clone(), s).unwrap();
     let b = DeviceBuffer::zeroed(&dev, 50, r, s).unwrap();
     let oob = |e: CudaError| matches!(e, CudaError::Core(CoreError::CopyOutOfRange { .. }));
-    assert!(oob(direct::copy_htod(&a, 1, &[0u8; 100], s).unwrap_err()));
+    assert!(oob(copy::copy_htod(&a, 1, &[0u8; 100], s).unwrap_err()));
     assert!(oob(
-        direct::copy_htod(&a, usize::MAX, &[0u8; 2], s).unwrap_err()
+        copy::copy_htod(&a, usize::MAX, &[0u8; 2], s).unwrap_err()
     ));
-    assert!(oob(direct::copy_dtoh(&mut [0u8; 60], &b, 0, s).unwrap_err()));
-    assert!(oob(direct::copy_dtod(&b, 0, &a, 0, 51, s).unwrap_err()));
-    assert!(oob(direct::copy_dtod(&a, 0, &b, 49, 2, s).unwrap_err()));
-    assert!(oob(direct::memset_zero(&b, 50, 1, s).unwrap_err()));
-    let e = direct::copy_htod(&b, 40, &[0u8; 20], s).unwrap_err();
+    assert!(oob(copy::copy_dtoh(&mut [0u8; 60], &b, 0, s).unwrap_err()));
+    assert!(oob(copy::copy_dtod(&b, 0, &a, 0, 51, s).unwrap_err()));
+    assert!(oob(copy::copy_dtod(&a, 0, &b, 49, 2, s).unwrap_err()));
+    assert!(oob(copy::memset_zero(&b, 50, 1, s).unwrap_err()));
+    let e = copy::copy_htod(&b, 40, &[0u8; 20], s).unwrap_err();
     assert_eq!(
         e.to_string(),
         "copy of 20 bytes at offset 40 overruns a buffer of 50 bytes"
     );
     // Edges are fine, including empty ranges at the end.
-    let _ = direct::copy_htod(&b, 50, &[], s).unwrap();
-    let _ = direct::copy_dtod(&a, 50, &b, 0, 50, s).unwrap();
+    let _ = copy::copy_htod(&b, 50, &[], s).unwrap();
+    let _ = copy::copy_dtod(&a, 50, &b, 0, 50, s).unwrap();
 }
 
 #[test]
@@ -113,7 +113,7 @@ fn gpu_peer_copies_between_devices() {
     let a = DeviceBuffer::zeroed(d0, n, Arc::new(DeviceResource::new(d0)), s0.as_ref()).unwrap();
     let b =
         DeviceBuffer::zeroed(d1, n + 5, Arc::new(DeviceResource::new(d1)), s1.as_ref()).unwrap();
-    let ev = direct::copy_htod(&a, 0, &data, s0.as_ref())
+    let ev = copy::copy_htod(&a, 0, &data, s0.as_ref())
         .unwrap()
         .into_event()
         .unwrap();
@@ -122,12 +122,12 @@ fn gpu_peer_copies_between_devices() {
         if enable && d1.can_access_peer(d0).unwrap() {
             d1.enable_peer_access(d0).unwrap();
         }
-        let _ = direct::copy_peer(&b, 5, &a, 0, n, s1.as_ref()).unwrap();
+        let _ = copy::copy_peer(&b, 5, &a, 0, n, s1.as_ref()).unwrap();
         let mut out = vec![0u8; n];
-        direct::copy_dtoh(&mut out, &b, 5, s1.as_ref()).unwrap();
+        copy::copy_dtoh(&mut out, &b, 5, s1.as_ref()).unwrap();
         assert_eq!(out, data, "peer access enabled: {enable}");
     }
-    let e = direct::copy_dtod(&b, 0, &a, 0, 1, s1.as_ref()).unwrap_err();
+    let e = copy::copy_dtod(&b, 0, &a, 0, 1, s1.as_ref()).unwrap_err();
     assert!(
         matches!(
             e,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::bytes_of;
 use memarray_core::{Complex32, Complex64, DType, Element, HostBuffer, bf16, f16, shape};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::seed;
 use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream};
 use memarray_testing::gpu::gpu_or_skip;
@@ -109,10 +109,10 @@ fn check<T: Pattern>(dev: &Arc<Device>, s: &Stream) {
             .collect();
         let nbytes = std::mem::size_of_val(&input[..]);
         let buf = DeviceBuffer::zeroed(dev, nbytes, res.clone(), s.as_ref()).unwrap();
-        let _ = direct::copy_htod(&buf, 0, bytes_of(&input), s.as_ref()).unwrap();
+        let _ = copy::copy_htod(&buf, 0, bytes_of(&input), s.as_ref()).unwrap();
         let _ = seed::add_index_tuple(T::DTYPE, &buf, sh, s.as_ref()).unwrap();
         let mut out = HostBuffer::zeroed(nbytes).unwrap();
-        direct::copy_dtoh(out.as_mut_slice(), &buf, 0, s.as_ref()).unwrap();
+        copy::copy_dtoh(out.as_mut_slice(), &buf, 0, s.as_ref()).unwrap();
         if out.as_slice() != bytes_of(&expected) {
             let size = T::DTYPE.size();
             let first = (0..n as usize)
@@ -182,7 +182,7 @@ fn gpu_add_index_tuple_refuses_bad_input() {
     sh[31] = 25;
     let _ = seed::add_index_tuple(DType::U8, &buf, &sh, s.as_ref()).unwrap();
     let mut out = [0u8; 100];
-    direct::copy_dtoh(&mut out, &buf, 0, s.as_ref()).unwrap();
+    copy::copy_dtoh(&mut out, &buf, 0, s.as_ref()).unwrap();
     assert_eq!(out[26], 1 + 1, "index (1, 0, .., 0, 1)");
 }
 
@@ -215,7 +215,7 @@ fn gpu_add_index_tuple_over_2_pow_32_elements() {
     starts.extend((1..64).map(|k| k * (n / 64) - 7));
     for start in starts {
         let mut got = vec![0u8; 4096];
-        direct::copy_dtoh(&mut got, &buf, start, s.as_ref()).unwrap();
+        copy::copy_dtoh(&mut got, &buf, start, s.as_ref()).unwrap();
         for (k, &g) in got.iter().enumerate() {
             let p = start + k;
             assert_eq!(g, expected(p), "position {p}");

@@ -152,7 +152,7 @@ fn pack_move_unpack(to: u32) {
         })
         .collect();
     let refs: Vec<&RawArray> = parts.iter().collect();
-    let (mut pack, entries) = RawArray::pack(&refs, 0).unwrap();
+    let (mut pack, entries) = RawArray::pack(&refs, Location::Device(0)).unwrap();
     assert!(!pack.has_pending_work());
     assert_eq!(entries.len(), parts.len());
     for (e, p) in entries.iter().zip(&parts) {
@@ -176,7 +176,7 @@ fn pack_move_unpack(to: u32) {
     out[0].read_all(&mut got, None).unwrap();
     assert_eq!(got, expected[0]);
     // A range outside the pack is refused.
-    let (pack, _) = RawArray::pack(&[&out[0]], to).unwrap();
+    let (pack, _) = RawArray::pack(&[&out[0]], Location::Device(to)).unwrap();
     let too_far = memarray_cuda::array::Packed {
         dtype: DType::I32,
         shape: vec![1000],
@@ -184,7 +184,7 @@ fn pack_move_unpack(to: u32) {
     };
     assert!(pack.unpack(&[too_far], None).is_err());
     // Parts on another device than the pack's are refused by name.
-    let e = RawArray::pack(&[&out[0]], to + 1).unwrap_err();
+    let e = RawArray::pack(&[&out[0]], Location::Device(to + 1)).unwrap_err();
     assert!(e.to_string().contains("part 0"), "{e}");
 }
 
@@ -202,7 +202,7 @@ fn gpu_pack_and_unpack_on_one_device() {
 #[test]
 fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_driver() {
     let Some(dev) = gpu_or_skip() else { return };
-    use memarray_cuda::copy::many::{KERNEL_MAX, TABLE_MAX, copies_made, tuning};
+    use memarray_cuda::copy::{KERNEL_MAX, TABLE_MAX, copies_made, tuning};
     let limit = tuning(&dev).unwrap().kernel_max;
     let n = TABLE_MAX + 76;
     let mut parts: Vec<RawArray> = Vec::new();
@@ -226,7 +226,7 @@ fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_d
     expected.push(big);
     let (kernel0, driver0) = copies_made();
     let refs: Vec<&RawArray> = parts.iter().collect();
-    let (pack, entries) = RawArray::pack(&refs, 0).unwrap();
+    let (pack, entries) = RawArray::pack(&refs, Location::Device(0)).unwrap();
     let (kernel1, driver1) = copies_made();
     if limit.is_some_and(|l| l >= 300) {
         // Parts that continue each other on both sides are merged first: at most n copies.
@@ -255,7 +255,7 @@ fn gpu_pack_takes_many_odd_parts_through_the_kernel_and_large_ones_through_the_d
         .collect();
     let views = pack.unpack(&odd, None).unwrap();
     let refs: Vec<&RawArray> = views.iter().collect();
-    let (again, entries2) = RawArray::pack(&refs, 0).unwrap();
+    let (again, entries2) = RawArray::pack(&refs, Location::Device(0)).unwrap();
     let back = again.unpack(&entries2, None).unwrap();
     let mut host = vec![0u8; pack.nbytes()];
     pack.read_all(&mut host, None).unwrap();
@@ -281,7 +281,7 @@ fn gpu_pack_and_unpack_across_two_devices() {
 #[test]
 fn gpu_the_copy_engine_measures_its_limit_once_per_device() {
     let Some(dev) = gpu_or_skip() else { return };
-    use memarray_cuda::copy::many::{LimitSource, tuning};
+    use memarray_cuda::copy::{LimitSource, tuning};
     let t = tuning(&dev).unwrap();
     eprintln!("copy engine on cuda:0: {t:?}");
     if std::env::var_os("MEMARRAY_COPY_KERNEL").is_some_and(|v| v == "0") {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use memarray_core::{MemoryResource, RawStream, StatisticsAdaptor};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::resource::CachingPool;
 use memarray_cuda::{DeviceBuffer, DeviceResource, ManagedResource, PinnedResource, Stream};
 use memarray_testing::conformance;
@@ -47,7 +47,7 @@ fn gpu_pool_reuses_across_streams_only_after_the_work_completed() {
         // Keep stream a busy for many milliseconds: 1 GiB memsets, queued.
         let big = DeviceBuffer::zeroed(&dev, 1 << 30, upstream.clone(), a.as_ref()).unwrap();
         for _ in 0..40 {
-            let _ = direct::memset_zero(&big, 0, 1 << 30, a.as_ref()).unwrap();
+            let _ = copy::memset_zero(&big, 0, 1 << 30, a.as_ref()).unwrap();
         }
         // SAFETY: p came from the pool with these arguments; its last use is on a.
         unsafe { pool.deallocate(p, bytes, 256, Some(raw(&a))) };
@@ -95,11 +95,11 @@ fn gpu_pool_zeroes_device_memory_and_device_buffers_use_it() {
     for round in 0..3 {
         let buf = DeviceBuffer::zeroed(&dev, 5 << 20, pool.clone(), s.as_ref()).unwrap();
         let mut host = vec![1u8; 5 << 20];
-        direct::copy_dtoh(&mut host, &buf, 0, s.as_ref()).unwrap();
+        copy::copy_dtoh(&mut host, &buf, 0, s.as_ref()).unwrap();
         assert!(host.iter().all(|&x| x == 0), "round {round}: not zeroed");
         // Dirty it so the next round's reuse must zero again.
         let ones = vec![0xFFu8; 5 << 20];
-        let _ = direct::copy_htod(&buf, 0, &ones, s.as_ref()).unwrap();
+        let _ = copy::copy_htod(&buf, 0, &ones, s.as_ref()).unwrap();
     }
 }
 
@@ -126,7 +126,7 @@ fn gpu_pool_waits_for_an_export_consumer_before_reuse() {
     // The consumer queues long work, then releases the export; the array goes too.
     let big = DeviceBuffer::zeroed(&dev, 1 << 30, upstream, consumer.as_ref()).unwrap();
     for _ in 0..40 {
-        let _ = direct::memset_zero(&big, 0, 1 << 30, consumer.as_ref()).unwrap();
+        let _ = copy::memset_zero(&big, 0, 1 << 30, consumer.as_ref()).unwrap();
     }
     drop(export);
     drop(a);
@@ -229,7 +229,7 @@ fn gpu_pool_frees_on_memarrays_own_streams_record_no_event_and_still_order_reuse
     let p = pool.allocate(bytes, 256, Some(raw(&a))).unwrap();
     let big = DeviceBuffer::zeroed(&dev, 1 << 30, upstream.clone(), a.as_ref()).unwrap();
     for _ in 0..40 {
-        let _ = direct::memset_zero(&big, 0, 1 << 30, a.as_ref()).unwrap();
+        let _ = copy::memset_zero(&big, 0, 1 << 30, a.as_ref()).unwrap();
     }
     // SAFETY: freed once, on a, its last use.
     unsafe { pool.deallocate(p, bytes, 256, Some(raw(&a))) };

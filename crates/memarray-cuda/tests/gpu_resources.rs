@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use memarray_core::{HostBuffer, HostResource, MemoryKind, MemoryResource};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::resource::default_resource;
 use memarray_cuda::{
     AsyncPoolResource, CudaError, DEVICE_ALIGN, DeviceBuffer, DeviceResource, ManagedResource,
@@ -74,7 +74,7 @@ fn gpu_device_buffers_from_every_resource_are_zeroed_and_aligned() {
             assert_eq!(b.device_ptr() % DEVICE_ALIGN as u64, 0);
             assert_eq!(b.kind(), r.kind());
             let mut out = vec![0xFFu8; len];
-            direct::copy_dtoh(&mut out, &b, 0, s.as_ref()).unwrap();
+            copy::copy_dtoh(&mut out, &b, 0, s.as_ref()).unwrap();
             assert!(out.iter().all(|&x| x == 0), "{} len {len}", r.name());
         }
         // Zero-byte buffers still get unique addresses.
@@ -128,8 +128,8 @@ fn gpu_pinned_host_buffers_round_trip() {
     let s = Stream::new(&dev).unwrap();
     let d =
         DeviceBuffer::zeroed(&dev, 10_000, default_resource(&dev).unwrap(), s.as_ref()).unwrap();
-    let _ = direct::copy_htod(&d, 0, src.as_slice(), s.as_ref()).unwrap();
-    direct::copy_dtoh(dst.as_mut_slice(), &d, 0, s.as_ref()).unwrap();
+    let _ = copy::copy_htod(&d, 0, src.as_slice(), s.as_ref()).unwrap();
+    copy::copy_dtoh(dst.as_mut_slice(), &d, 0, s.as_ref()).unwrap();
     assert_eq!(src.as_slice(), dst.as_slice());
 }
 
@@ -151,7 +151,7 @@ fn gpu_foreign_device_memory_is_wrapped_and_released_with_its_owner() {
     let owned =
         DeviceBuffer::zeroed(&dev, 1000, Arc::new(DeviceResource::new(&dev)), s.as_ref()).unwrap();
     let addr = owned.device_ptr();
-    let _ = direct::copy_htod(&owned, 0, &[3u8; 1000], s.as_ref()).unwrap();
+    let _ = copy::copy_htod(&owned, 0, &[3u8; 1000], s.as_ref()).unwrap();
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     struct Owner(
         #[allow(dead_code)] DeviceBuffer,
@@ -169,18 +169,18 @@ fn gpu_foreign_device_memory_is_wrapped_and_released_with_its_owner() {
     assert_eq!(wrapped.device_ptr(), addr + 10);
     assert_eq!(wrapped.kind(), MemoryKind::Device);
     let mut out = vec![0u8; 990];
-    direct::copy_dtoh(&mut out, &wrapped, 0, s.as_ref()).unwrap();
+    copy::copy_dtoh(&mut out, &wrapped, 0, s.as_ref()).unwrap();
     assert!(out.iter().all(|&x| x == 3));
     // A copy through the wrapper's resource is a fresh device allocation.
     let copy = DeviceBuffer::zeroed(&dev, 990, wrapped.resource().clone(), s.as_ref()).unwrap();
-    let _ = direct::copy_dtod(&copy, 0, &wrapped, 0, 990, s.as_ref()).unwrap();
+    let _ = copy::copy_dtod(&copy, 0, &wrapped, 0, 990, s.as_ref()).unwrap();
     s.synchronize().unwrap();
     drop(wrapped);
     assert!(
         dropped.load(std::sync::atomic::Ordering::SeqCst),
         "the owner was released"
     );
-    direct::copy_dtoh(&mut out, &copy, 0, s.as_ref()).unwrap();
+    copy::copy_dtoh(&mut out, &copy, 0, s.as_ref()).unwrap();
     assert!(out.iter().all(|&x| x == 3));
 }
 

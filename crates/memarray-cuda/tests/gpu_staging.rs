@@ -6,7 +6,7 @@ mod common;
 use common::random_bytes;
 use memarray_core::{DType, Location};
 use memarray_cuda::array::Fill;
-use memarray_cuda::copy::staged::{self, Direction, StagingConfig};
+use memarray_cuda::copy::{self, Direction, StagingConfig};
 use memarray_cuda::seed;
 use memarray_cuda::{DeviceBuffer, HostKind, RawArray, Stream, resource};
 use memarray_testing::gpu::gpu_or_skip;
@@ -33,7 +33,7 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
     let Some(dev) = gpu_or_skip() else { return };
     let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let dirs = [Direction::ToDevice, Direction::ToHost];
-    let before = dirs.map(|d| staged::config(d).unwrap());
+    let before = dirs.map(|d| copy::staging_config(d).unwrap());
     let s = Stream::new(&dev).unwrap();
     let pool = resource::default_resource(&dev).unwrap();
     for cfg in [
@@ -44,7 +44,7 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
         }),
         Some(StagingConfig {
             threads: 3,
-            chunk_bytes: staged::MIN_CHUNK,
+            chunk_bytes: copy::MIN_CHUNK,
             direct_below: 0,
             lane_min: 0,
             short_below: 0,
@@ -53,29 +53,29 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
         Some(StagingConfig {
             threads: 1,
             direct_below: 0,
-            short_below: staged::MAX_SHORT,
+            short_below: copy::MAX_SHORT,
             ..before[0]
         }),
         Some(StagingConfig {
             threads: 3,
-            chunk_bytes: staged::MIN_CHUNK,
+            chunk_bytes: copy::MIN_CHUNK,
             direct_below: 0,
             lane_min: 0,
-            short_below: staged::MAX_SHORT,
+            short_below: copy::MAX_SHORT,
         }),
     ] {
         for (d, b) in dirs.iter().zip(before) {
-            staged::set_config(*d, cfg.unwrap_or(b)).unwrap();
+            copy::set_staging_config(*d, cfg.unwrap_or(b)).unwrap();
         }
         for (k, &n) in SIZES.iter().enumerate() {
             for off in [0usize, 3] {
                 // Unaligned host ranges: a slice starting `off` bytes into a vector.
                 let data = random_bytes(n + off, k as u64 * 7 + off as u64 + 1);
                 let d = DeviceBuffer::zeroed(&dev, n + 64, pool.clone(), s.as_ref()).unwrap();
-                let up = staged::to_device(&d, 32, &data[off..], s.as_ref()).unwrap();
+                let up = copy::staged_to_device(&d, 32, &data[off..], s.as_ref()).unwrap();
                 drop(up);
                 let mut back = vec![0u8; n + off];
-                staged::to_host(&mut back[off..], &d, 32, s.as_ref()).unwrap();
+                copy::staged_to_host(&mut back[off..], &d, 32, s.as_ref()).unwrap();
                 assert!(back[off..] == data[off..], "{cfg:?} n={n} off={off}");
                 assert!(
                     back[..off].iter().all(|&b| b == 0),
@@ -83,13 +83,13 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
                 );
                 // The bytes around the range on the device are untouched.
                 let mut edges = vec![1u8; 32];
-                staged::to_host(&mut edges, &d, 0, s.as_ref()).unwrap();
+                copy::staged_to_host(&mut edges, &d, 0, s.as_ref()).unwrap();
                 assert!(edges.iter().all(|&b| b == 0));
             }
         }
     }
     for (d, b) in dirs.iter().zip(before) {
-        staged::set_config(*d, b).unwrap();
+        copy::set_staging_config(*d, b).unwrap();
     }
 }
 
@@ -101,22 +101,22 @@ fn gpu_staged_copies_out_of_range_are_refused() {
     let pool = resource::default_resource(&dev).unwrap();
     let d = DeviceBuffer::zeroed(&dev, 1 << 20, pool, s.as_ref()).unwrap();
     let big = vec![0u8; (1 << 20) + 1];
-    assert!(staged::to_device(&d, 0, &big, s.as_ref()).is_err());
+    assert!(copy::staged_to_device(&d, 0, &big, s.as_ref()).is_err());
     let mut out = vec![0u8; 1 << 20];
-    assert!(staged::to_host(&mut out, &d, 1, s.as_ref()).is_err());
+    assert!(copy::staged_to_host(&mut out, &d, 1, s.as_ref()).is_err());
 }
 
 #[test]
 fn gpu_staged_fill_errors_and_panics_end_the_copy_on_both_paths() {
     let Some(dev) = gpu_or_skip() else { return };
     let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
-    let before = staged::config(Direction::ToDevice).unwrap();
+    let before = copy::staging_config(Direction::ToDevice).unwrap();
     let s = Stream::new(&dev).unwrap();
     let pool = resource::default_resource(&dev).unwrap();
     let n = 6 << 20;
     let d = DeviceBuffer::zeroed(&dev, n, pool, s.as_ref()).unwrap();
-    for short_below in [0, staged::MAX_SHORT] {
-        staged::set_config(
+    for short_below in [0, copy::MAX_SHORT] {
+        copy::set_staging_config(
             Direction::ToDevice,
             StagingConfig {
                 threads: 4,
@@ -137,14 +137,14 @@ fn gpu_staged_fill_errors_and_panics_end_the_copy_on_both_paths() {
             buf.fill(1);
             Ok(())
         };
-        let e = staged::to_device_with(&d, 0, n, &fails, s.as_ref()).unwrap_err();
+        let e = copy::staged_to_device_with(&d, 0, n, &fails, s.as_ref()).unwrap_err();
         assert!(e.to_string().contains("refused at"), "{e}");
         let panics = |off: usize, buf: &mut [u8]| {
             assert!(off < n / 2, "fill panics");
             buf.fill(2);
             Ok(())
         };
-        let e = staged::to_device_with(&d, 0, n, &panics, s.as_ref()).unwrap_err();
+        let e = copy::staged_to_device_with(&d, 0, n, &panics, s.as_ref()).unwrap_err();
         assert!(e.to_string().contains("panicked"), "{e}");
         // The pipeline still works afterwards, with every byte in place.
         let fill = |off: usize, buf: &mut [u8]| {
@@ -153,12 +153,12 @@ fn gpu_staged_fill_errors_and_panics_end_the_copy_on_both_paths() {
             }
             Ok(())
         };
-        drop(staged::to_device_with(&d, 0, n, &fill, s.as_ref()).unwrap());
+        drop(copy::staged_to_device_with(&d, 0, n, &fill, s.as_ref()).unwrap());
         let mut back = vec![0u8; n];
-        staged::to_host(&mut back, &d, 0, s.as_ref()).unwrap();
+        copy::staged_to_host(&mut back, &d, 0, s.as_ref()).unwrap();
         assert!(back.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
     }
-    staged::set_config(Direction::ToDevice, before).unwrap();
+    copy::set_staging_config(Direction::ToDevice, before).unwrap();
 }
 
 #[test]
@@ -175,9 +175,9 @@ fn gpu_staged_copies_from_many_threads_stay_correct() {
                     let n = (3 << 20) + (t * 4099 + i) as usize;
                     let data = random_bytes(n, t * 100 + i + 1);
                     let d = DeviceBuffer::zeroed(&dev, n, pool.clone(), s.as_ref()).unwrap();
-                    drop(staged::to_device(&d, 0, &data, s.as_ref()).unwrap());
+                    drop(copy::staged_to_device(&d, 0, &data, s.as_ref()).unwrap());
                     let mut back = vec![0u8; n];
-                    staged::to_host(&mut back, &d, 0, s.as_ref()).unwrap();
+                    copy::staged_to_host(&mut back, &d, 0, s.as_ref()).unwrap();
                     assert!(back == data, "thread {t} copy {i}");
                 }
             });
@@ -355,7 +355,9 @@ fn gpu_small_pageable_uploads_may_reuse_their_source_at_once() {
     // the uploaded bytes.
     let Some(dev) = gpu_or_skip() else { return };
     let _g = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
-    let below = staged::config(Direction::ToDevice).unwrap().direct_below;
+    let below = copy::staging_config(Direction::ToDevice)
+        .unwrap()
+        .direct_below;
     let other = Stream::new(&dev).unwrap();
     for (k, n) in [1usize, 7, 4096, below.saturating_sub(1).max(1)]
         .into_iter()

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use memarray_core::{DType, HostBuffer};
-use memarray_cuda::copy::direct;
+use memarray_cuda::copy;
 use memarray_cuda::seed;
 use memarray_cuda::{DeviceBuffer, DeviceResource, Event, PinnedResource, Stream, StreamRef};
 use memarray_testing::gpu::gpu_or_skip;
@@ -25,16 +25,16 @@ fn gpu_record_on_a_wait_on_b_orders_the_work() {
     b.synchronize().unwrap();
 
     // On A: upload, then a kernel over it, then record. On B: wait, copy, download.
-    let _ = direct::copy_htod(&buf1, 0, src.as_slice(), a.as_ref()).unwrap();
+    let _ = copy::copy_htod(&buf1, 0, src.as_slice(), a.as_ref()).unwrap();
     let ev = Event::new(&dev).unwrap();
     seed::add_index_tuple(DType::U8, &buf1, &[n], a.as_ref())
         .unwrap()
         .record(&ev)
         .unwrap();
     b.wait(&ev).unwrap();
-    let _ = direct::copy_dtod(&buf2, 0, &buf1, 0, n, b.as_ref()).unwrap();
+    let _ = copy::copy_dtod(&buf2, 0, &buf1, 0, n, b.as_ref()).unwrap();
     let mut out = vec![0u8; n];
-    direct::copy_dtoh(&mut out, &buf2, 0, b.as_ref()).unwrap();
+    copy::copy_dtoh(&mut out, &buf2, 0, b.as_ref()).unwrap();
     for (i, (&got, &s)) in out.iter().zip(src.as_slice()).enumerate() {
         assert_eq!(got, s.wrapping_add(i as u8), "byte {i}");
     }
@@ -76,14 +76,14 @@ fn gpu_default_streams_and_enqueued_helpers() {
     let res = Arc::new(DeviceResource::new(&dev));
     for s in [StreamRef::legacy(), StreamRef::per_thread()] {
         let buf = DeviceBuffer::zeroed(&dev, 4096, res.clone(), s).unwrap();
-        let ev = direct::copy_htod(&buf, 0, &[9u8; 4096], s)
+        let ev = copy::copy_htod(&buf, 0, &[9u8; 4096], s)
             .unwrap()
             .into_event()
             .unwrap();
         s.wait(&ev).unwrap();
         s.synchronize(&dev).unwrap();
         let mut out = [0u8; 4096];
-        direct::copy_dtoh(&mut out, &buf, 0, s).unwrap();
+        copy::copy_dtoh(&mut out, &buf, 0, s).unwrap();
         assert!(out.iter().all(|&x| x == 9));
     }
 }

@@ -208,7 +208,7 @@ impl RawArray {
 
     /// Overwrites the whole array with `bytes` (C order, exactly `nbytes`) where the data
     /// lives: on the host a memcpy, on a device a staged copy (pageable `bytes` at the
-    /// pinned rate; [`crate::copy::staged`]) after pending work. Returns once `bytes` has
+    /// pinned rate; the copy wing's staged pipeline) after pending work. Returns once `bytes` has
     /// been read. A wrong length changes nothing.
     pub fn write_all(&mut self, bytes: &[u8], token: Option<LockToken>) -> Result<()> {
         self.check(token)?;

@@ -164,7 +164,7 @@ fn import_strided(
             reason: "cannot stage the strided device tensor through host memory".into(),
         })?;
     staging.resize(span, 0);
-    crate::copy::direct::copy_dtoh(&mut staging, &foreign, 0, stream)?;
+    crate::copy::download(&mut staging, &foreign, 0, None, stream)?;
     drop(foreign);
     let mut raw = RawArray::zeros(dtype, &shape, device.id())?;
     let out = raw.host_bytes_mut(None)?;

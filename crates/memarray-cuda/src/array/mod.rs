@@ -23,14 +23,15 @@ mod shared;
 mod spill_side;
 mod typed;
 
-pub use batch::{BATCH_BELOW, BatchProfile, last_batch_profile};
+pub use crate::copy::{BatchProfile, PACK_ALIGN, last_batch_profile, pack_layout};
+pub use batch::BATCH_BELOW;
 pub use born::Fill;
 pub use device_side::Consumer;
 pub use host_kind::{AUTO_PIN_BYTES, HostKind};
 pub use import::CopyPolicy;
 pub use memarray_core::foreign::ExportBuffer;
 pub use multi::split_rows;
-pub use packed::{PACK_ALIGN, Packed, pack_layout};
+pub use packed::Packed;
 pub use raw::RawArray;
 pub use shared::{SharedArray, StateGuard};
 pub use typed::MemArray;

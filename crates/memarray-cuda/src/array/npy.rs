@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memarray_core::npy::{parse_header, write_header};
 use memarray_core::{CoreError, FileMode, FileResource, Location, LockToken, open_regular};
 
-use crate::copy::staged;
+use crate::copy;
 
 /// Bytes one thread reads per `pread` when loading: large enough that the call is cheap,
 /// small enough that a piece spreads over the staging threads.
@@ -175,8 +175,8 @@ fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8], done: &Atomic
     }
     let base = dst.as_mut_ptr() as usize;
     let len = dst.len();
-    let threads = pieces.min(staged::MAX_THREADS).min(READ_THREADS);
-    crate::copy::threads::parallel(threads, &|t| {
+    let threads = pieces.min(copy::MAX_THREADS).min(READ_THREADS);
+    copy::parallel(threads, &|t| {
         for k in (t..pieces).step_by(threads) {
             let at = k * READ_PIECE;
             let n = READ_PIECE.min(len - at);

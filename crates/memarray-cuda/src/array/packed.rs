@@ -1,10 +1,11 @@
-//! Many device arrays as one allocation and back, so one transfer (CUDA IPC, NCCL, a peer
-//! copy) carries them all: [`RawArray::pack`] copies arrays of one device into one new
-//! byte array, each at an aligned offset, in one call ([`copy::many`](crate::copy::many): an SM copy kernel
-//! for the small ones); [`RawArray::unpack`]
-//! makes arrays that are slices of a packed array's device memory, with no copy.
+//! Many arrays as one allocation and back, so one transfer (CUDA IPC, NCCL, a peer copy,
+//! a pickle, a file) carries them all: [`RawArray::pack`] copies arrays of one device, or
+//! of the host, into one new byte array there, each at the offset the copy wing's
+//! `pack_layout` gives (on a device in one call of the many-copies engine: an SM copy
+//! kernel for the small ones); [`RawArray::unpack`] makes arrays that are slices of a
+//! pack's memory, with no copy.
 
-use memarray_core::{DType, Location, LockToken, shape};
+use memarray_core::{DType, HostBuffer, Location, LockToken, shape};
 
 use super::device_side::DeviceSide;
 use super::raw::RawArray;
@@ -14,24 +15,6 @@ use crate::device::Device;
 use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::stream::Stream;
-
-/// Each part of a pack starts at a multiple of this many bytes (what `cudaMalloc` aligns
-/// to), so every unpacked array is as aligned as a fresh one.
-pub const PACK_ALIGN: usize = 256;
-
-/// The offset of each of `sizes` in a pack, and the pack's length in bytes.
-pub fn pack_layout(sizes: &[usize]) -> (Vec<usize>, usize) {
-    let mut total = 0usize;
-    let offsets = sizes
-        .iter()
-        .map(|&n| {
-            let at = total;
-            total = (total + n).next_multiple_of(PACK_ALIGN);
-            at
-        })
-        .collect();
-    (offsets, total)
-}
 
 /// One array of a pack: its dtype, shape and byte offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,19 +28,20 @@ pub struct Packed {
 }
 
 impl RawArray {
-    /// A new 1-d `u8` array on device `device` holding every part's bytes at the offsets
-    /// [`pack_layout`] gives (returned with it as [`Packed`] entries), filled by
-    /// [`copy::many`](crate::copy::many)'s one call after each part's pending work. Every part's data must be on
-    /// `device`. Returns once the copies are done: the parts may be written or freed at
-    /// once, and the pack has no pending work.
-    pub fn pack(parts: &[&RawArray], device: u32) -> Result<(RawArray, Vec<Packed>)> {
+    /// A new 1-d `u8` array at `at` (a device, or the host) holding every part's bytes at
+    /// the offsets [`pack_layout`](crate::copy::pack_layout) gives (returned with it as
+    /// [`Packed`] entries). Every part's data must be at `at`. On a device the copy wing's
+    /// one many-copies call fills it after each part's pending work; on the host the parts'
+    /// bytes are copied after theirs. Returns once the copies are done: the parts may be
+    /// written or freed at once, and the pack has no pending work.
+    pub fn pack(parts: &[&RawArray], at: Location) -> Result<(RawArray, Vec<Packed>)> {
         for (i, p) in parts.iter().enumerate() {
             p.check(None)?;
-            if p.location != Location::Device(device) || p.spilled {
+            if p.location != at || p.spilled {
                 return Err(CudaError::InvalidArgument {
                     what: "pack",
                     detail: format!(
-                        "part {i} is on {}{}; every part must be on cuda:{device}",
+                        "part {i} is on {}{}; every part must be on {at}",
                         p.location,
                         if p.spilled { " (spilled)" } else { "" }
                     ),
@@ -65,7 +49,47 @@ impl RawArray {
             }
         }
         let sizes: Vec<usize> = parts.iter().map(|p| p.nbytes).collect();
-        let (offsets, total) = pack_layout(&sizes);
+        let (offsets, total) = copy::pack_layout(&sizes);
+        let out = match at {
+            Location::Device(device) => Self::pack_device(parts, device, &offsets, total)?,
+            Location::Host => Self::pack_host(parts, &offsets, total)?,
+        };
+        let packed = parts
+            .iter()
+            .zip(offsets)
+            .map(|(p, offset)| Packed {
+                dtype: p.dtype,
+                shape: p.shape.clone(),
+                offset,
+            })
+            .collect();
+        Ok((out, packed))
+    }
+
+    fn pack_host(parts: &[&RawArray], offsets: &[usize], total: usize) -> Result<RawArray> {
+        let mut out = RawArray::empty_on(DType::U8, &[total], Location::Host, None, None)?;
+        let base = out.host_bytes_mut(None)?.as_mut_ptr() as usize;
+        let mut pieces = Vec::with_capacity(parts.len());
+        for (p, &off) in parts.iter().zip(offsets) {
+            if p.nbytes > 0 {
+                // A download in flight may still write the part's host copy.
+                p.dev.wait_host()?;
+                pieces.push((p.host_buf()?.as_ptr() as usize, base + off, p.nbytes));
+            }
+        }
+        // SAFETY: sources are the parts' live host buffers of `nbytes` each (the parts are
+        // borrowed for this call, their pending work waited for); destinations are
+        // disjoint ranges of the new pack (`pack_layout` places each inside `total`).
+        unsafe { copy::host_pieces(&pieces)? };
+        Ok(out)
+    }
+
+    fn pack_device(
+        parts: &[&RawArray],
+        device: u32,
+        offsets: &[usize],
+        total: usize,
+    ) -> Result<RawArray> {
         let dev = Device::get(device)?;
         let _ctx = dev.bind()?;
         let stream = Stream::new(&dev)?;
@@ -76,7 +100,8 @@ impl RawArray {
         let mut srcs = Vec::with_capacity(parts.len());
         let mut lens = Vec::with_capacity(parts.len());
         let mut keep: Vec<std::sync::Arc<DeviceBuffer>> = Vec::with_capacity(parts.len());
-        for ((p, &off), &n) in parts.iter().zip(&offsets).zip(&sizes) {
+        for (p, &off) in parts.iter().zip(offsets) {
+            let n = p.nbytes;
             if n == 0 {
                 continue;
             }
@@ -91,37 +116,25 @@ impl RawArray {
         // until the wait below), ordered after their pending work; destinations are
         // disjoint ranges of the new block (`pack_layout` places each inside `total`);
         // the stream is a live non-default stream of the bound device.
-        unsafe { copy::many::copy_many(&dev, s, &dsts, &srcs, &lens)? };
+        unsafe { copy::copy_many(&dev, s, &dsts, &srcs, &lens)? };
         let done = Event::new(&dev)?;
         done.record(s)?;
         done.synchronize()?;
         drop(keep);
         // The copies are complete: the pack's data needs no ordering.
         out.dev.wait_host()?;
-        let packed = parts
-            .iter()
-            .zip(offsets)
-            .map(|(p, offset)| Packed {
-                dtype: p.dtype,
-                shape: p.shape.clone(),
-                offset,
-            })
-            .collect();
-        Ok((out, packed))
+        Ok(out)
     }
 
-    /// Arrays that are slices of this array's device memory, one per entry (dtype, shape,
-    /// byte offset; as [`RawArray::pack`] returns them), with no copy. Waits for this
-    /// array's pending work first. The slices share its memory, which is freed when it and
-    /// every slice are gone: write neither while the other is used (a pack is usually
-    /// dropped at once).
+    /// Arrays that are slices of this array's memory (a pack on a device or the host), one
+    /// per entry (dtype, shape, byte offset; as [`RawArray::pack`] returns them), with no
+    /// copy. Waits for this array's pending work first. The slices share its memory, which
+    /// is freed when it and every slice are gone: write neither while the other is used (a
+    /// pack is usually dropped at once).
     pub fn unpack(&self, entries: &[Packed], token: Option<LockToken>) -> Result<Vec<RawArray>> {
         self.check(token)?;
         let Location::Device(device) = self.location else {
-            return Err(CudaError::InvalidArgument {
-                what: "unpack",
-                detail: format!("the pack is on {}; it must be on a device", self.location),
-            });
+            return self.unpack_host(entries);
         };
         if self.spilled {
             return Err(CudaError::InvalidArgument {
@@ -134,18 +147,7 @@ impl RawArray {
         entries
             .iter()
             .map(|e| {
-                let nbytes = shape::validate(&e.shape, e.dtype.size())?;
-                if e.offset % e.dtype.size() != 0 {
-                    return Err(CudaError::InvalidArgument {
-                        what: "unpack",
-                        detail: format!(
-                            "offset {} is not a multiple of {}'s size {}",
-                            e.offset,
-                            e.dtype,
-                            e.dtype.size()
-                        ),
-                    });
-                }
+                let nbytes = entry_bytes(e)?;
                 if nbytes == 0 {
                     // Nothing to share: an empty array as any other is made.
                     return RawArray::empty_on(
@@ -168,37 +170,114 @@ impl RawArray {
     }
 }
 
+impl RawArray {
+    fn unpack_host(&self, entries: &[Packed]) -> Result<Vec<RawArray>> {
+        self.dev.wait_host()?;
+        let block = self.host_buf()?.clone();
+        entries
+            .iter()
+            .map(|e| {
+                let nbytes = entry_bytes(e)?;
+                if e.offset
+                    .checked_add(nbytes)
+                    .is_none_or(|end| end > block.len())
+                {
+                    return Err(memarray_core::CoreError::CopyOutOfRange {
+                        offset: e.offset,
+                        len: nbytes,
+                        capacity: block.len(),
+                    }
+                    .into());
+                }
+                let Some(ptr) = std::ptr::NonNull::new(block.as_mut_ptr().wrapping_add(e.offset))
+                else {
+                    return RawArray::empty_on(e.dtype, &e.shape, Location::Host, None, None);
+                };
+                // SAFETY: the range lies inside the pack's live host buffer (checked above),
+                // which the slice's owner (a handle on that buffer) keeps alive.
+                let host = unsafe {
+                    HostBuffer::from_foreign(ptr, nbytes, block.kind(), Box::new(block.clone()))
+                };
+                RawArray::from_host_buffer(e.dtype, &e.shape, host, 0)
+            })
+            .collect()
+    }
+}
+
+/// The bytes of a pack entry's array, after checking its offset suits its dtype.
+fn entry_bytes(e: &Packed) -> Result<usize> {
+    let nbytes = shape::validate(&e.shape, e.dtype.size())?;
+    if !e.offset.is_multiple_of(e.dtype.size()) {
+        return Err(CudaError::InvalidArgument {
+            what: "unpack",
+            detail: format!(
+                "offset {} is not a multiple of {}'s size {}",
+                e.offset,
+                e.dtype,
+                e.dtype.size()
+            ),
+        });
+    }
+    Ok(nbytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn layout_aligns_every_part_and_covers_them() {
-        let (offsets, total) = pack_layout(&[4096, 1, 0, 300, 256]);
-        assert_eq!(offsets, vec![0, 4096, 4352, 4352, 4864]);
-        assert_eq!(total, 5120);
-        for (off, n) in offsets.iter().zip([4096, 1, 0, 300, 256]) {
-            assert_eq!(off % PACK_ALIGN, 0);
-            assert!(off + n <= total);
-        }
-        assert_eq!(pack_layout(&[]), (vec![], 0));
+    fn host_packs_hold_every_part_at_the_layout_and_unpack_without_a_copy() {
+        let a = RawArray::from_bytes(DType::U8, &[3], &[1, 2, 3], 0).unwrap();
+        let b = RawArray::from_bytes(DType::U16, &[2], &[4, 0, 5, 0], 0).unwrap();
+        let empty = RawArray::from_bytes(DType::F32, &[0], &[], 0).unwrap();
+        let (pack, entries) = RawArray::pack(&[&a, &empty, &b], Location::Host).unwrap();
+        let (offsets, total) = copy::pack_layout(&[3, 0, 4]);
+        assert_eq!(pack.nbytes, total);
+        assert_eq!(
+            entries.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            offsets
+        );
+        let bytes = pack.host_bytes(None).unwrap();
+        assert_eq!(&bytes[offsets[0]..offsets[0] + 3], &[1, 2, 3]);
+        assert_eq!(&bytes[offsets[2]..offsets[2] + 4], &[4, 0, 5, 0]);
+        let parts = pack.unpack(&entries, None).unwrap();
+        assert_eq!(parts[0].host_bytes(None).unwrap(), &[1, 2, 3]);
+        assert_eq!(parts[1].shape, vec![0]);
+        assert_eq!(
+            (parts[2].dtype, parts[2].host_bytes(None).unwrap()),
+            (DType::U16, &[4, 0, 5, 0][..])
+        );
+        // No copy: the slice is the pack's memory.
+        assert_eq!(
+            parts[2].host_bytes(None).unwrap().as_ptr(),
+            bytes[offsets[2]..].as_ptr()
+        );
+        drop(pack);
+        assert_eq!(
+            parts[0].host_bytes(None).unwrap(),
+            &[1, 2, 3],
+            "a slice keeps the pack alive"
+        );
     }
 
     #[test]
-    fn host_arrays_are_refused_by_pack_and_unpack() {
+    fn parts_elsewhere_and_entries_outside_the_pack_are_refused() {
         let a = RawArray::from_bytes(DType::U8, &[3], &[1, 2, 3], 0).unwrap();
-        let e = RawArray::pack(&[&a], 0).unwrap_err();
+        let e = RawArray::pack(&[&a], Location::Device(0)).unwrap_err();
         assert!(e.to_string().contains("part 0 is on host"), "{e}");
-        let e = a
-            .unpack(
-                &[Packed {
-                    dtype: DType::U8,
-                    shape: vec![3],
-                    offset: 0,
-                }],
-                None,
-            )
-            .unwrap_err();
-        assert!(e.to_string().contains("must be on a device"), "{e}");
+        let (pack, _) = RawArray::pack(&[&a], Location::Host).unwrap();
+        let outside = Packed {
+            dtype: DType::U8,
+            shape: vec![4],
+            offset: pack.nbytes - 1,
+        };
+        assert!(pack.unpack(&[outside], None).is_err());
+        let misaligned = Packed {
+            dtype: DType::U16,
+            shape: vec![1],
+            offset: 1,
+        };
+        let e = pack.unpack(&[misaligned], None).unwrap_err();
+        assert!(e.to_string().contains("not a multiple"), "{e}");
     }
 }

@@ -1,42 +1,73 @@
-//! Moving bytes: every copy memarray makes, in one wing.
+//! Moving bytes: every copy memarray makes, in one wing with one door: this module.
+//! Nothing outside the wing names a room behind it or the driver's copy calls (the
+//! layering check enforces it); the rooms are private and the door re-exports what
+//! users, bindings and benches name.
 //!
-//! - This module's door: [`copy_to`] / [`copy_from`] (one bounds-checked, waited-for copy
-//!   between any two kinds of memory, umem's `sync_to` / `sync_from`), [`enqueue`] (the
-//!   same copy without the wait, for callers that order host access with events: the
+//! - The door's own calls: [`copy_to`] / [`copy_from`] (one bounds-checked, waited-for
+//!   copy between any two kinds of memory, umem's `sync_to` / `sync_from`), [`enqueue`]
+//!   (the same copy without the wait, for callers that order host access with events: the
 //!   MemArray mirror moves array data through it), and the one [`upload`] / [`download`]
 //!   pair (host bytes to and from a device buffer by the route `route` picks), with
-//!   [`upload_with`] for bytes produced while they are copied (a file read).
-//! - [`direct`]: the driver's own copies and memsets on a stream (host to device, device
-//!   to host, device to device, peer), bounds-checked.
-//! - [`staged`]: pageable host memory to and from devices at pinned speed (several host
-//!   threads, pinned slots), with its settings.
-//! - [`many`]: many small device-to-device copies in one call (an SM copy kernel for
-//!   small ones, one driver batch for the rest): packs use it.
-//! - `route`: which of the two a host copy takes (the driver's direct copy for pinned
-//!   memory and small copies, the staged pipeline above its direct-copy size).
-//! - `threads`: the host thread pool that staged copies, `.npy` reads, `move_many`'s
-//!   packing and large host copies share; it owns its own limits, which staging's
-//!   settings pass in.
+//!   [`upload_with`] for bytes produced while they are copied (a file read). The host
+//!   route is decided in one place, `host_route`.
+//! - `direct`: the driver's own copies and memsets on a stream (host to device, device
+//!   to host, device to device, peer), bounds-checked: [`copy_htod`], [`copy_dtoh`],
+//!   [`copy_dtod`], [`copy_peer`], [`memset`], [`memset_zero`] and the `_raw` forms.
+//! - `staged`: pageable host memory to and from devices at pinned speed (several host
+//!   threads, pinned slots), with its settings ([`StagingConfig`], [`staging_config`],
+//!   [`set_staging_config`]); [`staged_to_device`] / [`staged_to_host`] always stage.
+//! - `many`: many small device-to-device copies in one call (an SM copy kernel for small
+//!   ones, one driver batch for the rest): device packs use it; its settings and
+//!   per-device [`tuning`].
+//! - `batch`: many small host-device copies as one (one staging pass, one driver batch,
+//!   one wait): `RawArray::move_many`'s bytes; [`last_batch_profile`].
+//! - `pack`: the one layout of many arrays in one allocation ([`pack_layout`]), for device
+//!   packs, host packs and the batch's staging buffer.
+//! - `route`: which way a host copy goes (the driver's direct copy for pinned memory and
+//!   small copies, the staged pipeline above its direct-copy size).
+//! - `threads`: the host thread pool that staged copies, `.npy` reads, the batch's packing
+//!   and large host copies share; it owns its own limits, which staging's settings pass in.
 //!
 //! A [`Span`] is a byte range of host-reachable memory (a [`HostBuffer`] from a host,
 //! pinned, managed or file resource) or of device memory (a [`DeviceBuffer`]); both ranges
 //! of a copy are checked ([`CoreError::CopyOutOfRange`]).
 
-pub mod direct;
-pub mod many;
-pub(crate) mod route;
-pub mod staged;
-pub(crate) mod threads;
+mod batch;
+mod direct;
+mod many;
+mod pack;
+mod route;
+mod staged;
+mod threads;
+
+pub use batch::{BatchProfile, last_batch_profile};
+pub(crate) use batch::{download_many, host_pieces, upload_many};
+pub use direct::{
+    copy_dtod, copy_dtoh, copy_dtoh_raw, copy_htod, copy_htod_raw, copy_peer, memset, memset_zero,
+};
+pub(crate) use many::copy_many;
+pub use many::{
+    KERNEL_ENV, KERNEL_MAX, KERNEL_MAX_CEILING, KERNEL_MAX_ENV, LimitSource, TABLE_MAX, Tuning,
+    copies_made, kernel_max_from_env, kernel_setting_from_env, tuning,
+};
+pub use pack::{PACK_ALIGN, pack_layout};
+pub use staged::{
+    Direction, MAX_SHORT, MAX_THREADS, MIN_CHUNK, StagingConfig, config as staging_config,
+    set_config as set_staging_config, to_device as staged_to_device,
+    to_device_with as staged_to_device_with, to_host as staged_to_host,
+};
+pub(crate) use threads::parallel;
+pub use threads::{MAX_LANES, PARALLEL_HOST_COPY, copy_host};
 
 use crate::nvtx;
 use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;
+use crate::device::Device;
 use crate::error::Result;
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
 use route::Route;
-use staged::Direction;
 
 /// Copies the host bytes `src` into `dst` (equal lengths, checked), on several of the
 /// pool's threads from [`threads::PARALLEL_HOST_COPY`] bytes up, at most staging's
@@ -109,44 +140,19 @@ pub unsafe fn enqueue(
             unsafe { std::ptr::copy(s.as_ptr().add(soff), d.as_mut_ptr().add(doff), len) };
             None
         }
-        (Span::Device(d, doff), Span::Host(s, soff))
-            if route::host(
-                d.device(),
-                Direction::ToDevice,
-                Some(s.kind()),
-                s.as_ptr().wrapping_add(soff),
-                len,
-            )? == Route::Staged =>
-        {
-            // SAFETY: the range was checked against the live buffer; the staged copy has
-            // read it when it returns.
-            let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(soff), len) };
-            staged::to_device(d, doff, src, stream)?
-        }
         (Span::Device(d, doff), Span::Host(s, soff)) => {
-            // SAFETY: the source range is checked and kept by the caller until the copy
-            // has run (item 1).
-            Some(unsafe { direct::copy_htod_raw(d, doff, s.as_ptr().add(soff), len, stream) }?)
-        }
-        (Span::Host(d, doff), Span::Device(s, soff))
-            if route::host(
-                s.device(),
-                Direction::ToHost,
-                Some(d.kind()),
-                d.as_ptr().wrapping_add(doff),
-                len,
-            )? == Route::Staged =>
-        {
             // SAFETY: the range was checked against the live buffer, which the caller
-            // keeps from host access until the copy is done (item 1); the staged copy has
-            // written it when it returns.
-            let dst = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr().add(doff), len) };
-            staged::to_host(dst, s, soff, stream)?;
-            Some(Enqueued::new(stream, s.device().clone()))
+            // keeps, unwritten, until the returned operation has completed (item 1).
+            let src = unsafe { std::slice::from_raw_parts(s.as_ptr().add(soff), len) };
+            // SAFETY: as above: kept until the operation completes.
+            unsafe { up(d, doff, src, Some(s.kind()), stream, Keep::UntilDone) }?
         }
         (Span::Host(d, doff), Span::Device(s, soff)) => {
-            // SAFETY: as above, for the destination range.
-            Some(unsafe { direct::copy_dtoh_raw(d.as_mut_ptr().add(doff), s, soff, len, stream) }?)
+            // SAFETY: the range was checked against the live buffer, which the caller
+            // keeps from host access until the returned operation has completed (item 1).
+            let dst = unsafe { std::slice::from_raw_parts_mut(d.as_mut_ptr().add(doff), len) };
+            // SAFETY: as above.
+            unsafe { down(dst, s, soff, Some(d.kind()), stream, Keep::UntilDone) }?
         }
         (Span::Device(d, doff), Span::Device(s, soff)) => {
             Some(direct::copy_peer(d, doff, s, soff, len, stream)?)
@@ -154,41 +160,69 @@ pub unsafe fn enqueue(
     })
 }
 
-/// Copies the host bytes `src` to `dst[dst_offset..]`, after the work queued on `stream`,
-/// by the route `route` picks: staged, or the driver's copy of pageable memory (both
-/// return once `src` has been read, with the operation to record), or the driver's copy
-/// of memory it knows (returns once the copy has completed, `None`). `kind` is the source
-/// buffer's resource kind, where known.
-pub fn upload(
+/// How long the caller keeps the host side of a copy untouched.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Until the copy's operation has completed ([`enqueue`]): every route may run on
+    /// after the call.
+    UntilDone,
+    /// Until the call returns ([`upload`], [`download`]): a copy that reads or writes the
+    /// host memory in place completes before it.
+    UntilReturn,
+}
+
+/// The way a host copy of `len` bytes at `ptr` to (`ToDevice`) or from (`ToHost`)
+/// `device` goes: the one place the host route is decided (`kind`: the host buffer's
+/// resource kind, where known).
+fn host_route(
+    device: &Device,
+    dir: Direction,
+    kind: Option<MemoryKind>,
+    ptr: *const u8,
+    len: usize,
+) -> Result<Route> {
+    route::host(device, dir, kind, ptr, len)
+}
+
+/// Host bytes `src` to `dst[dst_offset..]` after the work queued on `stream`, by the
+/// route [`host_route`] picks.
+///
+/// # Safety
+/// 1. With [`Keep::UntilDone`], `src` stays allocated and unwritten until the returned
+///    operation has completed.
+unsafe fn up(
     dst: &DeviceBuffer,
     dst_offset: usize,
     src: &[u8],
     kind: Option<MemoryKind>,
     stream: StreamRef,
+    keep: Keep,
 ) -> Result<Option<Enqueued>> {
-    let _nvtx = nvtx::range(c"memarray.upload", Some(src.len() as u64));
     dst.range(dst_offset, src.len())?;
-    match route::host(
+    match host_route(
         dst.device(),
         Direction::ToDevice,
         kind,
         src.as_ptr(),
         src.len(),
     )? {
+        // Returns once `src` has been read.
         Route::Staged => staged::to_device(dst, dst_offset, src, stream),
-        // What the route learned is not asked again.
+        // Pageable memory: the driver has copied every byte of `src` into its own staging
+        // memory when the call returns (CUDA's memcpy synchronisation rules), so the DMA
+        // may run on while the caller reuses `src`; the caller orders later work after
+        // the returned copy. Memory the driver knows is read in place: the copy may run
+        // on only while the caller keeps `src` (item 1).
         Route::Direct { known }
-            if !src.is_empty()
-                && !match known {
-                    Some(k) => k,
-                    None => route::driver_knows(dst.device(), src.as_ptr())?,
-                } =>
+            if keep == Keep::UntilDone
+                || (!src.is_empty()
+                    && !match known {
+                        Some(k) => k,
+                        None => route::driver_knows(dst.device(), src.as_ptr())?,
+                    }) =>
         {
-            // Pageable memory: the driver has copied every byte of `src` into its own
-            // staging memory when the call returns (CUDA's memcpy synchronisation rules),
-            // so the DMA may run on while the caller reuses `src`; the caller orders
-            // later work after the returned copy. (A known pointer is read in place.)
-            // SAFETY: `src` is read before the call returns (above), while borrowed.
+            // SAFETY: `src` is read before the call returns, or kept until the copy is
+            // done (item 1), as the arm's condition says.
             let op =
                 unsafe { direct::copy_htod_raw(dst, dst_offset, src.as_ptr(), src.len(), stream) }?;
             Ok(Some(op))
@@ -199,6 +233,65 @@ pub fn upload(
             Ok(None)
         }
     }
+}
+
+/// `src[src_offset..]` into the host bytes `dst` after the work queued on `stream`, by
+/// the route `host_route` picks. With [`Keep::UntilReturn`] the bytes are in `dst` when
+/// it returns (`None`).
+///
+/// # Safety
+/// 1. With [`Keep::UntilDone`], `dst` stays allocated and untouched by the host until
+///    the returned operation has completed.
+unsafe fn down(
+    dst: &mut [u8],
+    src: &DeviceBuffer,
+    src_offset: usize,
+    kind: Option<MemoryKind>,
+    stream: StreamRef,
+    keep: Keep,
+) -> Result<Option<Enqueued>> {
+    src.range(src_offset, dst.len())?;
+    match host_route(
+        src.device(),
+        Direction::ToHost,
+        kind,
+        dst.as_ptr(),
+        dst.len(),
+    )? {
+        Route::Staged => {
+            // Returns once the bytes are in `dst`.
+            staged::to_host(dst, src, src_offset, stream)?;
+            Ok((keep == Keep::UntilDone).then(|| Enqueued::new(stream, src.device().clone())))
+        }
+        Route::Direct { .. } if keep == Keep::UntilDone => {
+            // SAFETY: `dst` is kept from host access until the copy is done (item 1).
+            let op = unsafe {
+                direct::copy_dtoh_raw(dst.as_mut_ptr(), src, src_offset, dst.len(), stream)
+            }?;
+            Ok(Some(op))
+        }
+        Route::Direct { .. } => {
+            direct::copy_dtoh(dst, src, src_offset, stream)?;
+            Ok(None)
+        }
+    }
+}
+
+/// Copies the host bytes `src` to `dst[dst_offset..]`, after the work queued on `stream`,
+/// by the route `host_route` picks: staged, or the driver's copy of pageable memory
+/// (both return once `src` has been read, with the operation to record), or the driver's
+/// copy of memory it knows (returns once the copy has completed, `None`). `kind` is the
+/// source buffer's resource kind, where known.
+pub fn upload(
+    dst: &DeviceBuffer,
+    dst_offset: usize,
+    src: &[u8],
+    kind: Option<MemoryKind>,
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
+    let _nvtx = nvtx::range(c"memarray.upload", Some(src.len() as u64));
+    // SAFETY: Keep::UntilReturn: `src` is not used after the call returns.
+    unsafe { up(dst, dst_offset, src, kind, stream, Keep::UntilReturn) }
 }
 
 /// As [`upload`], for `len` bytes that `fill(offset, buf)` produces (a file read): staged,
@@ -226,7 +319,7 @@ pub fn upload_with(
 }
 
 /// Copies `src[src_offset..]` into the host bytes `dst`, after the work queued on
-/// `stream`, by the route `route` picks; returns once the bytes are in `dst`.
+/// `stream`, by the route `host_route` picks; returns once the bytes are in `dst`.
 pub fn download(
     dst: &mut [u8],
     src: &DeviceBuffer,
@@ -235,17 +328,8 @@ pub fn download(
     stream: StreamRef,
 ) -> Result<()> {
     let _nvtx = nvtx::range(c"memarray.download", Some(dst.len() as u64));
-    src.range(src_offset, dst.len())?;
-    match route::host(
-        src.device(),
-        Direction::ToHost,
-        kind,
-        dst.as_ptr(),
-        dst.len(),
-    )? {
-        Route::Staged => staged::to_host(dst, src, src_offset, stream),
-        Route::Direct { .. } => direct::copy_dtoh(dst, src, src_offset, stream),
-    }
+    // SAFETY: Keep::UntilReturn: `dst` holds the bytes when the call returns.
+    unsafe { down(dst, src, src_offset, kind, stream, Keep::UntilReturn) }.map(drop)
 }
 
 /// [`copy_to`] with the arguments the other way round: fills `dst` from `src`.

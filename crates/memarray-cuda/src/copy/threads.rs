@@ -13,7 +13,7 @@ use crate::error::{CudaError, Result};
 /// Host copies of at least this many bytes are split across threads ([`copy_host`]).
 pub const PARALLEL_HOST_COPY: usize = 8 << 20;
 
-/// The most lanes one call of [`parallel`] may ask for (staging's thread setting is
+/// The most lanes one call of `parallel` may ask for (staging's thread setting is
 /// bounded by it).
 pub const MAX_LANES: usize = 64;
 

@@ -100,8 +100,8 @@ class Packs:
         """Packs `arrays` under `key` and returns their entries for ``_memarray._unpack``;
         None, with nothing copied, unless they are PACK_FROM or more MemArrays of at most
         PACK_EACH bytes each, all on one device (one pass in Rust checks them)."""
-        if len(arrays) < PACK_FROM:
-            return None
+        if len(arrays) < PACK_FROM or not getattr(arrays[0], "on_device", False):
+            return None  # host objects go by Ray's store as they are
         start = time.perf_counter()
         try:
             pack, entries = _memarray._pack(arrays, PACK_EACH)

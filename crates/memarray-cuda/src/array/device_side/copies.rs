@@ -2,7 +2,6 @@
 //! writes, the seed kernel, exports and clones, each ordered by the rules in `mod.rs`.
 
 use crate::buffer::DeviceBuffer;
-use crate::copy::direct;
 use crate::copy::{self, Span};
 use crate::device::Device;
 use crate::error::{ArrayError, Result};
@@ -58,15 +57,15 @@ impl DeviceSide {
         let op = match fill {
             None => None,
             Some(pattern) if pattern.iter().all(|&b| b == pattern[0]) => {
-                Some(direct::memset(&dst, 0, nbytes, pattern[0], stream)?)
+                Some(copy::memset(&dst, 0, nbytes, pattern[0], stream)?)
             }
             Some(pattern) => {
                 let seed = pattern.len().min(nbytes);
-                let mut op = direct::copy_htod(&dst, 0, &pattern[..seed], stream)?;
+                let mut op = copy::copy_htod(&dst, 0, &pattern[..seed], stream)?;
                 let mut done = seed;
                 while done < nbytes {
                     let n = done.min(nbytes - done);
-                    op = direct::copy_dtod(&dst, done, &dst, 0, n, stream)?;
+                    op = copy::copy_dtod(&dst, done, &dst, 0, n, stream)?;
                     done += n;
                 }
                 Some(op)
@@ -254,7 +253,7 @@ impl DeviceSide {
             let dst = unsafe {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
             };
-            let op = direct::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            let op = copy::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
             self.record_read(&op)?;
             let event = op.into_event()?;
             match consumer {
@@ -307,7 +306,7 @@ impl DeviceSide {
             let dst = unsafe {
                 DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
             };
-            let op = direct::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+            let op = copy::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
             self.record_read(&op)?;
             out.buffer = Some(Arc::new(dst));
             out.record(op, None)?;

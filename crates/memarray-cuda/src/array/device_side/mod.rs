@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use memarray_core::MemoryResource;
 
 use crate::buffer::DeviceBuffer;
-use crate::copy::direct;
 use crate::device::Device;
 use crate::error::Result;
 use crate::event::{Enqueued, Event};
@@ -232,7 +231,7 @@ impl DeviceSide {
             // The producer's stream may be gone when the copy is freed.
             dst.set_free_stream(StreamRef::legacy());
         }
-        direct::copy_dtod(&dst, 0, src, 0, nbytes, stream)?.synchronize()?;
+        crate::copy::copy_dtod(&dst, 0, src, 0, nbytes, stream)?.synchronize()?;
         let mut out = Self::new();
         out.buffer = Some(Arc::new(dst));
         Ok(out)
