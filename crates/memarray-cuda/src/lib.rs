@@ -68,6 +68,7 @@ pub mod error;
 pub mod event;
 pub mod ipc;
 pub mod launch;
+mod module;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod nvtx;

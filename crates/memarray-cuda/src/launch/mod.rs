@@ -36,10 +36,8 @@ use std::sync::Arc;
 
 use memarray_core::LockToken;
 
-pub(crate) mod module;
-mod nvrtc;
-
-pub use module::{Function, LaunchConfig, Module};
+// The loader sits lower (`crate::module`), where the copy wing and the seed reach it too.
+pub use crate::module::{Function, LaunchConfig, Module};
 
 use crate::array::{RawArray, SharedArray};
 use crate::device::Device;
@@ -351,7 +349,7 @@ pub fn end_access(
 
 #[cfg(test)]
 mod tests {
-    use super::module::{MAX_GRID_X, covering, grid_stride};
+    use crate::module::{MAX_GRID_X, covering, grid_stride};
 
     #[test]
     fn the_default_grid_gives_every_element_a_thread() {

@@ -15,7 +15,7 @@ use crate::device::Device;
 use crate::driver;
 use crate::error::{CudaError, Result};
 use crate::event::Enqueued;
-use crate::launch::module::{Function, Module};
+use crate::module::{Function, Module};
 use crate::per_device::PerDevice;
 use crate::stream::StreamRef;
 
@@ -323,7 +323,7 @@ mod tests {
     /// resident at once (`Function::config_grid_stride` with these numbers).
     fn launch_config(n: u64, block: u32, sms: u32, blocks_per_sm: u32) -> (u32, u32) {
         let resident = u64::from(sms.max(1)) * u64::from(blocks_per_sm.max(1));
-        let c = crate::launch::module::grid_stride(n, block, resident);
+        let c = crate::module::grid_stride(n, block, resident);
         (c.grid[0], c.block[0])
     }
 

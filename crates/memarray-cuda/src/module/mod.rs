@@ -1,7 +1,10 @@
 //! [`Module`] and [`Function`]: a loaded kernel image (PTX text, a cubin or a fatbin, or
-//! CUDA C++ through NVRTC) and a kernel in it with its occupancy-derived launch shapes.
-//! The one way memarray loads kernels: users' kernels (`launch`) and the seed's demo
-//! kernel (`seed`) both load through it.
+//! CUDA C++ through NVRTC, `nvrtc.rs`) and a kernel in it with its occupancy-derived
+//! launch shapes. The one way memarray loads kernels, low enough for every user: the copy
+//! wing's small-copy kernel (`copy`), users' kernels (`launch`, which re-exports these)
+//! and the seed's demo kernel (`seed`).
+
+mod nvrtc;
 
 use std::ffi::CString;
 use std::sync::Arc;
@@ -89,7 +92,7 @@ impl Module {
         name: &str,
         options: &[&str],
     ) -> Result<Arc<Module>> {
-        let ptx = super::nvrtc::compile_to_ptx(source, name, options, device.compute_capability())?;
+        let ptx = nvrtc::compile_to_ptx(source, name, options, device.compute_capability())?;
         Module::load(device, &ptx)
     }
 
