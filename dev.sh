@@ -130,11 +130,11 @@ case "$cmd" in
   lint)
     cargo clippy --workspace --all-targets --features memarray-cuda/nccl -- -D warnings
     # Without the nccl feature too (the Python crate turns it on for the whole workspace).
-    cargo clippy -p memarray-core -p memarray-cuda -p memarray-dlpack -p memarray-c --all-targets -- -D warnings
+    cargo clippy -p memarray-core -p memarray-cuda -p memarray-seed -p memarray-dlpack -p memarray-c --all-targets -- -D warnings
     cargo fmt --all --check
     python3 scripts/layering.py
     # Intra-doc links resolve and the docs build warning-free with every feature.
-    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p memarray-core -p memarray-cuda -p memarray-dlpack -p memarray-c \
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q -p memarray-core -p memarray-cuda -p memarray-seed -p memarray-dlpack -p memarray-c \
       --features memarray-cuda/nccl
     [ -x "$VENV/bin/ruff" ] || venv
     "$VENV/bin/ruff" check bindings-python examples benches scripts

@@ -20,7 +20,7 @@ lint:
 doc:
     ./dev.sh doc
 
-# Regenerate crates/memarray-cuda/src/seed/ptx from the .cu sources (needs nvcc 13.0).
+# Regenerate crates/memarray-seed/src/ptx and crates/memarray-cuda/src/copy/ptx from the .cu sources (needs nvcc 13.0).
 kernels:
     ./kernels-cuda/build.sh
 

@@ -33,8 +33,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use memarray_core::{DType, Location};
 use memarray_cuda::copy;
 use memarray_cuda::resource::default_resource;
-use memarray_cuda::seed;
 use memarray_cuda::{Device, DeviceBuffer, MemArray, Result, Stream};
+use memarray_seed as seed;
 
 const SIZES: [usize; 2] = [256 << 20, 1 << 30];
 

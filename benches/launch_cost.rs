@@ -8,7 +8,7 @@
 //!
 //! Prints SKIPPED without a CUDA device.
 
-use std::ffi::{CString, c_void};
+use std::ffi::{CStr, CString, c_void};
 use std::time::Instant;
 
 use cudarc::driver::sys;
@@ -29,19 +29,15 @@ fn main() -> memarray_cuda::Result<()> {
     let Some(device) = memarray_testing::gpu_or_skip() else {
         return Ok(());
     };
-    let ptx = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/seed/ptx/add_index_f32.ptx"
-    ))
-    .expect("the crate's PTX");
-    let f = Module::load(&device, &ptx)?.function("add_index_f32_n1")?;
+    let ptx = memarray_seed::ptx(memarray_core::DType::F32);
+    let f = Module::load(&device, ptx)?.function("add_index_f32_n1")?;
     let stream = Stream::new(&device)?;
     let s = stream.as_ref();
     let cu_stream = s.raw() as sys::CUstream;
 
     // By hand: the same PTX loaded through cudarc, a buffer of its own, an event.
     let _ctx = device.bind()?;
-    let ptx_c = CString::new(ptx.clone()).expect("PTX without NUL");
+    let ptx_c = CStr::from_bytes_with_nul(ptx).expect("the seed's PTX ends with its NUL");
     let (mut module, mut func, mut event) = (
         std::ptr::null_mut(),
         std::ptr::null_mut(),

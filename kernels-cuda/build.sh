@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates crates/memarray-cuda/src/seed/ptx/*.ptx and src/copy/ptx/*.ptx (shipped inside
+# Regenerates crates/memarray-seed/src/ptx/*.ptx and crates/memarray-cuda/src/copy/ptx/*.ptx (shipped inside
 # the crate that loads them) from kernels-cuda/src/*.cu (`just kernels`).
 #
 # The PTX is committed so a fresh clone builds without nvcc. It must load on NVIDIA
@@ -11,12 +11,12 @@
 # python3 and network). MEMARRAY_NVCC_NO_INSTALL=1 forbids that and exits 3 instead.
 #
 # Usage: kernels-cuda/build.sh [OUT_DIR [COPY_OUT_DIR]]
-#        (defaults crates/memarray-cuda/src/seed/ptx and crates/memarray-cuda/src/copy/ptx)
+#        (defaults crates/memarray-seed/src/ptx and crates/memarray-cuda/src/copy/ptx)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-out="${1:-$root/crates/memarray-cuda/src/seed/ptx}"
+out="${1:-$root/crates/memarray-seed/src/ptx}"
 copy_out="${2:-$root/crates/memarray-cuda/src/copy/ptx}"
 pinned="13.0.88"
 venv="$root/.venv-nvcc"

@@ -109,7 +109,7 @@ sanitize() {
   # the event tests an invalid handle on purpose. Every memory access is checked.
   echo "== compute-sanitizer memcheck over the Rust GPU tests"
   # gpu_nccl is left out: its kernels are NCCL's, not memarray's.
-  for t in gpu-run/bin/memarray-cuda__gpu_* gpu-run/bin/memarray-cuda__mirror_gpu; do
+  for t in gpu-run/bin/memarray-cuda__gpu_* gpu-run/bin/memarray-seed__gpu_* gpu-run/bin/memarray-cuda__mirror_gpu; do
     [ "$t" = gpu-run/bin/memarray-cuda__gpu_nccl ] && continue
     log="$LOGS/sanitize-$(basename "$t").log"
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 --print-limit 20 "$t" --test-threads=1 \

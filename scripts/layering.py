@@ -53,7 +53,10 @@ LAYERS = {
         ["ipc", "spill"],
         ["array"],
         ["nccl", "launch"],
-        ["seed"],
+    ],
+    "crates/memarray-seed/src": [
+        ["element"],
+        ["host", "kernel"],
     ],
     "crates/memarray-testing/src": [
         ["conformance", "gpu"],

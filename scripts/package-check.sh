@@ -15,8 +15,8 @@ mkdir -p target
 export CARGO_TARGET_DIR=target/package-check
 rm -rf "$CARGO_TARGET_DIR"
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
-rm -rf "$cargo_home"/registry/src/*/memarray-{core,cuda,dlpack}-* \
-  "$cargo_home"/registry/cache/*/memarray-{core,cuda,dlpack}-*
+rm -rf "$cargo_home"/registry/src/*/memarray-{core,cuda,seed,dlpack}-* \
+  "$cargo_home"/registry/cache/*/memarray-{core,cuda,seed,dlpack}-*
 # memarray-cuda is verified with its optional `nccl` feature on (libloading + cudarc/nccl).
 if ! cargo package --workspace --exclude memarray-python --allow-dirty --features memarray-cuda/nccl >target/package.log 2>&1; then
   cat target/package.log >&2

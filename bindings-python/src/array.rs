@@ -472,9 +472,9 @@ impl PyMemArray {
         let stream = parse_move_stream(stream)?;
         self.with_detached(py, |raw| {
             if memarray_cuda::is_available() || matches!(raw.location(), Location::Device(_)) {
-                memarray_cuda::seed::add_index_tuple_device(raw, stream, None)
+                memarray_seed::add_index_tuple_device(raw, stream, None)
             } else {
-                memarray_cuda::seed::add_index_tuple_host(raw, None)
+                memarray_seed::add_index_tuple_host(raw, None)
             }
         })
         .py()

@@ -16,7 +16,7 @@ import memarray
 import memarray.cuda as mc
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PTX = (ROOT / "crates/memarray-cuda/src/seed/ptx/add_index_f32.ptx").read_bytes()
+PTX = (ROOT / "crates/memarray-seed/src/ptx/add_index_f32.ptx").read_bytes()
 INCLUDE = str(ROOT / "kernels-cuda/include")
 
 # y = a * x + y over 1-d float32 arrays, with the Indexer of memarray/indexer.cuh.

@@ -107,7 +107,7 @@ fn run_with(exe: &Path, env: &[(&str, &str)], valgrind_allowed: bool) {
     cmd.envs(env.iter().copied());
     cmd.env(
         "MEMARRAY_TEST_PTX",
-        crate_dir().join("../memarray-cuda/src/seed/ptx/add_index_f32.ptx"),
+        crate_dir().join("../memarray-seed/src/ptx/add_index_f32.ptx"),
     );
     let r = cmd.output().expect("the test program starts");
     let stdout = String::from_utf8_lossy(&r.stdout);

@@ -293,14 +293,10 @@ pub unsafe trait Element:
 
     /// The element as `f64`, for host reference computations (complex: the real part).
     fn to_f64(self) -> f64;
-
-    /// Adds `delta`, wrapping for integers (as a CUDA kernel does), to the real part for
-    /// complex, and as logical or for bool (any nonzero sum gives true).
-    fn add_u64(self, delta: u64) -> Self;
 }
 
 macro_rules! element {
-    ($t:ty, $d:ident, |$x:ident| $to:expr, |$s:ident, $delta:ident| $add:expr) => {
+    ($t:ty, $d:ident, |$x:ident| $to:expr) => {
         impl sealed::Sealed for $t {}
         // SAFETY: $t is plain data without padding whose every bit pattern is valid.
         unsafe impl Element for $t {
@@ -309,40 +305,24 @@ macro_rules! element {
                 let $x = self;
                 $to
             }
-            fn add_u64(self, $delta: u64) -> Self {
-                let $s = self;
-                $add
-            }
         }
     };
 }
 
-element!(i8, I8, |x| x as f64, |s, d| s.wrapping_add(d as i8));
-element!(i16, I16, |x| x as f64, |s, d| s.wrapping_add(d as i16));
-element!(i32, I32, |x| x as f64, |s, d| s.wrapping_add(d as i32));
-element!(i64, I64, |x| x as f64, |s, d| s.wrapping_add(d as i64));
-element!(u8, U8, |x| x as f64, |s, d| s.wrapping_add(d as u8));
-element!(u16, U16, |x| x as f64, |s, d| s.wrapping_add(d as u16));
-element!(u32, U32, |x| x as f64, |s, d| s.wrapping_add(d as u32));
-element!(u64, U64, |x| x as f64, |s, d| s.wrapping_add(d));
-element!(f16, F16, |x| x.to_f64(), |s, d| f16::from_f32(
-    s.to_f32() + d as f32
-));
-element!(bf16, BF16, |x| x.to_f64(), |s, d| bf16::from_f32(
-    s.to_f32() + d as f32
-));
-element!(f32, F32, |x| x as f64, |s, d| s + d as f32);
-element!(f64, F64, |x| x, |s, d| s + d as f64);
-element!(
-    Complex32,
-    Complex64,
-    |x| x.re as f64,
-    |s, d| Complex32::new(s.re + d as f32, s.im)
-);
-element!(Complex64, Complex128, |x| x.re, |s, d| Complex64::new(
-    s.re + d as f64,
-    s.im
-));
+element!(i8, I8, |x| x as f64);
+element!(i16, I16, |x| x as f64);
+element!(i32, I32, |x| x as f64);
+element!(i64, I64, |x| x as f64);
+element!(u8, U8, |x| x as f64);
+element!(u16, U16, |x| x as f64);
+element!(u32, U32, |x| x as f64);
+element!(u64, U64, |x| x as f64);
+element!(f16, F16, |x| x.to_f64());
+element!(bf16, BF16, |x| x.to_f64());
+element!(f32, F32, |x| x as f64);
+element!(f64, F64, |x| x);
+element!(Complex32, Complex64, |x| x.re as f64);
+element!(Complex64, Complex128, |x| x.re);
 
 impl sealed::Sealed for bool {}
 // SAFETY: bool is one byte; `load` reads the byte and maps nonzero to true, so bytes other
@@ -355,9 +335,6 @@ unsafe impl Element for bool {
     }
     fn to_f64(self) -> f64 {
         f64::from(u8::from(self))
-    }
-    fn add_u64(self, delta: u64) -> Self {
-        self || delta != 0
     }
 }
 
@@ -434,18 +411,5 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(crate::with_dtype!(d, T => T::DTYPE), d);
         }
-    }
-
-    #[test]
-    fn add_wraps_like_the_kernel() {
-        assert_eq!(250u8.add_u64(10), 4);
-        assert_eq!((-128i8).add_u64(1), -127);
-        assert_eq!(1.5f32.add_u64(2), 3.5);
-        assert!(false.add_u64(3));
-        assert!(!false.add_u64(0));
-        assert_eq!(
-            Complex32::new(1.0, 2.0).add_u64(3),
-            Complex32::new(4.0, 2.0)
-        );
     }
 }

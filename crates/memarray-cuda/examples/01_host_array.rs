@@ -9,7 +9,7 @@
 use anyhow::Result;
 use memarray_core::Location;
 use memarray_cuda::MemArray;
-use memarray_cuda::seed;
+use memarray_seed as seed;
 
 fn main() -> std::process::ExitCode {
     // Errors print with Display (`{e:#}`: the message and its causes), not Debug.

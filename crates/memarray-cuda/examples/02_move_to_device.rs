@@ -6,8 +6,8 @@
 
 use anyhow::{Context, Result, ensure};
 use memarray_core::Location;
-use memarray_cuda::seed;
 use memarray_cuda::{Device, HostKind, MemArray, Stream, device_count};
+use memarray_seed as seed;
 
 /// The exit status of every memarray example (Rust and Python) when this machine lacks
 /// what it needs (a GPU, NCCL): 77, the "skipped" status of automake's and meson's test

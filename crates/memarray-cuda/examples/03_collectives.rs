@@ -10,8 +10,8 @@
 use anyhow::{Result, ensure};
 use memarray_core::{DType, Location};
 use memarray_cuda::nccl::{self, Comm, ReduceOp, group};
-use memarray_cuda::seed;
 use memarray_cuda::{RawArray, device_count};
+use memarray_seed as seed;
 
 fn i32s(a: &RawArray) -> Result<Vec<i32>> {
     let mut out = vec![0u8; a.nbytes()];

@@ -153,7 +153,9 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    pub(crate) fn new(stream: StreamRef, device: Arc<Device>) -> Self {
+    /// The work queued on `stream` (of `device`) so far, as an operation to record or wait
+    /// for: what a call that enqueued nothing returns.
+    pub fn new(stream: StreamRef, device: Arc<Device>) -> Self {
         Enqueued { stream, device }
     }
 

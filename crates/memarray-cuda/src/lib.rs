@@ -40,8 +40,9 @@
 //!   arrays, passed [`Indexer`](memarray_core::Indexer)s by value.
 //! - [`nvtx`]: memarray's NVTX ranges and the pools' memory-extension heaps, for Nsight and
 //!   compute-sanitizer (beside the driver: loaded at run time, off without a tool).
-//! - [`seed`]: the seed's demo operation, `add_index_tuple`, on the host and as a kernel
-//!   (its PTX committed in `src/seed/ptx/`).
+//!
+//! The seed's demo operation, `add_index_tuple`, lives above this crate in
+//! `memarray-seed`, a user of the public API like any other.
 //!
 //! What it checks: byte ranges of every copy, buffer sizes against shapes, device
 //! identity of operands, stream handle 0 (refused), alignments. What it leaves to its
@@ -75,7 +76,6 @@ pub mod nvtx;
 pub mod parked;
 mod per_device;
 pub mod resource;
-pub mod seed;
 pub mod spill;
 pub mod stream;
 

@@ -5,8 +5,9 @@
 mod common;
 
 use common::{bytes_of, val};
-use memarray_core::{DType, Element, Location, with_dtype};
+use memarray_core::{DType, Location, with_dtype};
 use memarray_cuda::{CudaError, HostKind, RawArray, is_available};
+use memarray_seed::AddIndex;
 use memarray_testing::gpu::gpu_or_skip;
 
 fn elements(a: &RawArray) -> Vec<u8> {
@@ -15,7 +16,7 @@ fn elements(a: &RawArray) -> Vec<u8> {
     out
 }
 
-fn value_bytes<T: Element>(k: u64) -> Vec<u8> {
+fn value_bytes<T: AddIndex>(k: u64) -> Vec<u8> {
     bytes_of(&[val::<T>(k)]).to_vec()
 }
 

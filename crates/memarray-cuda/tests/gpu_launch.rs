@@ -8,7 +8,10 @@ use memarray_cuda::launch::{Arg, Module, launch};
 use memarray_cuda::{CudaError, RawArray, Stream};
 use memarray_testing::gpu::gpu_or_skip;
 
-const PTX: &str = include_str!("../src/seed/ptx/add_index_f32.ptx");
+/// The seed kernel's f32 module (memarray-seed), standing in for a user's PTX.
+fn ptx() -> &'static [u8] {
+    memarray_seed::ptx(memarray_core::DType::F32)
+}
 
 fn ramp(shape: &[usize]) -> RawArray {
     let n: usize = shape.iter().product();
@@ -29,7 +32,7 @@ fn a_user_kernel_runs_on_arrays_and_orders_itself_across_streams() {
     let Some(device) = gpu_or_skip() else {
         return;
     };
-    let module = Module::load(&device, PTX.as_bytes()).unwrap();
+    let module = Module::load(&device, ptx()).unwrap();
     let f = module.function("add_index_f32_n2").unwrap();
     assert_eq!(f.param_sizes(), &[8 + 16]);
     let (rows, cols) = (513, 77);
@@ -65,7 +68,7 @@ fn bad_launches_are_refused_before_anything_moves() {
     let Some(device) = gpu_or_skip() else {
         return;
     };
-    let module = Module::load(&device, PTX.as_bytes()).unwrap();
+    let module = Module::load(&device, ptx()).unwrap();
     let f = module.function("add_index_f32_n2").unwrap();
     let mut a = ramp(&[3, 4, 5]);
     let msg = |e: CudaError| e.to_string();

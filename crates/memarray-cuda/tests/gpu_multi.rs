@@ -6,8 +6,8 @@ mod common;
 
 use common::i32s;
 use memarray_core::{DType, Location};
-use memarray_cuda::seed;
 use memarray_cuda::{RawArray, Stream};
+use memarray_seed as seed;
 use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip};
 
 fn ramp(rows: usize, cols: usize) -> RawArray {

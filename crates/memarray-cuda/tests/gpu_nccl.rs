@@ -7,8 +7,8 @@ mod common;
 use common::i32s;
 use memarray_core::{DType, Location};
 use memarray_cuda::nccl::{Comm, NcclError, ReduceOp, group};
-use memarray_cuda::seed;
 use memarray_cuda::{ArrayError, CudaError, RawArray, Stream, device_count};
+use memarray_seed as seed;
 use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip, nccl_or_skip};
 
 fn on(device: u32, values: &[i32]) -> RawArray {

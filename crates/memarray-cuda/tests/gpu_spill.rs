@@ -9,9 +9,9 @@ use memarray_core::resource::LimitingAdaptor;
 use memarray_core::{DType, Location, MemoryResource};
 use memarray_cuda::array::{Consumer, SharedArray};
 use memarray_cuda::resource::{default_resource, set_default_resource};
-use memarray_cuda::seed;
 use memarray_cuda::spill::{self, SpillSettings};
 use memarray_cuda::{ArrayError, CudaError, RawArray};
+use memarray_seed as seed;
 use memarray_testing::gpu::gpu_or_skip;
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -7,8 +7,8 @@ use common::random_bytes;
 use memarray_core::{DType, Location};
 use memarray_cuda::array::Fill;
 use memarray_cuda::copy::{self, Direction, StagingConfig};
-use memarray_cuda::seed;
 use memarray_cuda::{DeviceBuffer, HostKind, RawArray, Stream, resource};
+use memarray_seed as seed;
 use memarray_testing::gpu::gpu_or_skip;
 
 /// Sizes around the direct threshold, the minimum chunk and the plans' edges.

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use memarray_core::{DType, HostBuffer};
 use memarray_cuda::copy;
-use memarray_cuda::seed;
 use memarray_cuda::{DeviceBuffer, DeviceResource, Event, PinnedResource, Stream, StreamRef};
+use memarray_seed as seed;
 use memarray_testing::gpu::gpu_or_skip;
 
 #[test]

@@ -8,12 +8,12 @@ mod common;
 use std::sync::Arc;
 
 use common::{index_of, random_bytes, val};
-use memarray_core::{CoreError, DType, Element, Location, LockToken, with_dtype};
+use memarray_core::{CoreError, DType, Location, LockToken, with_dtype};
 use memarray_cuda::array::Consumer;
-use memarray_cuda::seed;
 use memarray_cuda::{
     ArrayError, CudaError, Device, HostKind, MemArray, Stream, StreamRef, device_of_pointer,
 };
+use memarray_seed::{self as seed, AddIndex};
 use memarray_testing::gpu::{gpu_or_skip, gpus_or_skip};
 
 const DEV0: Location = Location::Device(0);
@@ -27,7 +27,7 @@ fn locked(held: LockToken, requested: Option<LockToken>) -> CudaError {
 
 /// The seed's C++ test: write 2 everywhere, run add_index_tuple on the device, read
 /// elements from the device without moving, then move home and compare everything.
-fn seed_flow<T: Element, const N: usize>(shape: [usize; N]) {
+fn seed_flow<T: AddIndex, const N: usize>(shape: [usize; N]) {
     let mut a = MemArray::<T, N>::new(shape).unwrap();
     let n = a.size();
     let two = val::<T>(2);
@@ -66,7 +66,7 @@ fn seed_flow<T: Element, const N: usize>(shape: [usize; N]) {
     }
 }
 
-fn seed_flow_ndim_1_to_4<T: Element>() {
+fn seed_flow_ndim_1_to_4<T: AddIndex>() {
     seed_flow::<T, 1>([7]);
     seed_flow::<T, 1>([1000]);
     seed_flow::<T, 2>([3, 5]);

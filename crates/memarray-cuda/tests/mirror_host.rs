@@ -6,9 +6,9 @@
 mod common;
 
 use common::{bytes_of, index_of, random_bytes, val};
-use memarray_core::{CoreError, DType, Element, Location, LockToken, MAX_NDIM, shape, with_dtype};
-use memarray_cuda::seed;
+use memarray_core::{CoreError, DType, Location, LockToken, MAX_NDIM, shape, with_dtype};
 use memarray_cuda::{CudaError, HostKind, MemArray, RawArray, is_available};
+use memarray_seed::{self as seed, AddIndex};
 use memarray_testing::gpu::report_skip;
 use ndarray::{Array2, Array3, s};
 
@@ -31,7 +31,7 @@ fn shapes_of<const N: usize>() -> Vec<[usize; N]> {
     out
 }
 
-fn check_zeros<T: Element, const N: usize>(shape: [usize; N])
+fn check_zeros<T: AddIndex, const N: usize>(shape: [usize; N])
 where
     [usize; N]: ndarray::IntoDimension<Dim = ndarray::Dim<[usize; N]>>,
     ndarray::Dim<[usize; N]>: ndarray::Dimension,
@@ -55,7 +55,7 @@ where
     }
 }
 
-fn zeros_every_ndim<T: Element>() {
+fn zeros_every_ndim<T: AddIndex>() {
     check_zeros::<T, 0>([]);
     shapes_of::<1>().into_iter().for_each(check_zeros::<T, 1>);
     shapes_of::<2>().into_iter().for_each(check_zeros::<T, 2>);
@@ -416,7 +416,7 @@ fn indexer_offsets_match_shape_offset_of() {
 }
 
 /// add_index_tuple_host against `initial + sum(unravel(linear))` via `Element::add_u64`.
-fn check_add_index<T: Element>(shape: &[usize]) {
+fn check_add_index<T: AddIndex>(shape: &[usize]) {
     let n = shape::checked_len(shape).unwrap();
     let initial: Vec<T> = (0..n).map(|i| val::<T>(i % 5)).collect();
     let mut r = RawArray::from_bytes(T::DTYPE, shape, bytes_of(&initial), 0).unwrap();

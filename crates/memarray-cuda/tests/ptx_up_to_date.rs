@@ -1,4 +1,5 @@
-//! The committed PTX (`src/seed/ptx/`, `src/copy/ptx/`) is what `kernels-cuda/build.sh`
+//! The committed PTX (memarray-seed's `src/ptx/`, this crate's `src/copy/ptx/`) is what
+//! `kernels-cuda/build.sh`
 //! makes from the committed sources.
 //! Needs the pinned nvcc (13.0.88) on PATH, in /usr/local/cuda/bin, in `$NVCC` or in
 //! ./.venv-nvcc; otherwise prints `SKIPPED: ...` and passes. Comment lines (`//`, which
@@ -49,8 +50,11 @@ fn committed_ptx_matches_a_fresh_build() {
         "kernels-cuda/build.sh failed:\n{stderr}"
     );
     let mut compared = 0;
-    for (fresh_dir, committed) in [(&out, "seed/ptx"), (&copy_out, "copy/ptx")] {
-        let committed_dir = root.join("crates/memarray-cuda/src").join(committed);
+    for (fresh_dir, committed) in [
+        (&out, "crates/memarray-seed/src/ptx"),
+        (&copy_out, "crates/memarray-cuda/src/copy/ptx"),
+    ] {
+        let committed_dir = root.join(committed);
         for entry in std::fs::read_dir(fresh_dir).unwrap() {
             let fresh_path = entry.unwrap().path();
             if fresh_path.is_dir() {
@@ -63,7 +67,7 @@ fn committed_ptx_matches_a_fresh_build() {
             let (a, b) = (code_lines(&committed_text), code_lines(&fresh));
             if let Some(k) = (0..a.len().max(b.len())).find(|&k| a.get(k) != b.get(k)) {
                 panic!(
-                    "crates/memarray-cuda/src/{committed}/{} is stale at code line {k}: \
+                    "{committed}/{} is stale at code line {k}: \
                      committed {:?}, fresh {:?}; run kernels-cuda/build.sh",
                     name.to_string_lossy(),
                     a.get(k),

@@ -30,8 +30,10 @@ impl RawArray {
 
     /// The device buffer a kernel on `device` and `stream` uses: the data moved there
     /// first (restored if spilled; on `stream`, no host wait), `stream` ordered after the
-    /// array's pending work. Checks the lock first.
-    pub(crate) fn kernel_operand(
+    /// array's pending work. Checks the lock first. For a kernel launched outside
+    /// [`launch`](crate::launch::launch) (`Function::launch_raw`, another library's
+    /// launcher): call [`RawArray::wrote`] or [`RawArray::was_read`] with the launch after.
+    pub fn kernel_operand(
         &mut self,
         device: u32,
         stream: StreamRef,
@@ -45,17 +47,17 @@ impl RawArray {
 
     /// The stream an operation on `device` uses: `stream`, else the array's last stream on
     /// that device, else the legacy default stream.
-    pub(crate) fn stream_for(&self, stream: Option<StreamRef>, device: u32) -> StreamRef {
+    pub fn stream_for(&self, stream: Option<StreamRef>, device: u32) -> StreamRef {
         self.dev.pick(stream, device)
     }
 
     /// Makes `op`, which wrote the array's device data, its pending work.
-    pub(crate) fn wrote(&mut self, op: Enqueued) -> Result<()> {
+    pub fn wrote(&mut self, op: Enqueued) -> Result<()> {
         self.dev.record(op, None)
     }
 
     /// Records `op`, which only read the array's device data, so later writes wait for it.
-    pub(crate) fn was_read(&self, op: &Enqueued) -> Result<()> {
+    pub fn was_read(&self, op: &Enqueued) -> Result<()> {
         self.dev.record_read(op)
     }
 }

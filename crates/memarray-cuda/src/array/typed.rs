@@ -20,11 +20,10 @@ use crate::stream::StreamRef;
 ///
 /// ```
 /// use memarray_core::Location;
-/// use memarray_cuda::{MemArray, seed};
+/// use memarray_cuda::MemArray;
 ///
-/// let mut a = MemArray::<f32, 3>::new([2, 4, 7])?;
-/// a.set([1, 3, 6], 5.0)?;
-/// seed::add_index_tuple_host(&mut a, None)?; // each element += the sum of its indices
+/// let mut a = MemArray::<f32, 3>::new([2, 4, 7])?; // zeroed
+/// a.set([1, 3, 6], 15.0)?;
 /// assert_eq!(a.get([1, 3, 6])?, 15.0);
 /// if memarray_cuda::is_available() {
 ///     a.move_memory(Location::Device(0), None, true, None)?;
@@ -323,7 +322,7 @@ impl<T: Element, const N: usize> std::ops::Deref for MemArray<T, N> {
     }
 }
 
-/// The untyped array underneath, for functions over any array (`seed`'s, say).
+/// The untyped array underneath, for functions over any array (memarray-seed's, say).
 impl<T: Element, const N: usize> AsMut<RawArray> for MemArray<T, N> {
     fn as_mut(&mut self) -> &mut RawArray {
         &mut self.raw

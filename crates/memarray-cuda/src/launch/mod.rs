@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use memarray_core::LockToken;
 
-// The loader sits lower (`crate::module`), where the copy wing and the seed reach it too.
+// The loader sits lower (`crate::module`), where the copy wing reaches it too.
 pub use crate::module::{Function, LaunchConfig, Module};
 
 use crate::array::{RawArray, SharedArray};

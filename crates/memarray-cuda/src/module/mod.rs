@@ -2,16 +2,18 @@
 //! CUDA C++ through NVRTC, `nvrtc.rs`) and a kernel in it with its occupancy-derived
 //! launch shapes. The one way memarray loads kernels, low enough for every user: the copy
 //! wing's small-copy kernel (`copy`), users' kernels (`launch`, which re-exports these)
-//! and the seed's demo kernel (`seed`).
+//! and the seed's demo kernel (the memarray-seed crate, through `launch`).
 
 mod nvrtc;
 
-use std::ffi::CString;
+use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
 use crate::device::Device;
 use crate::driver::{self, CUfunction, CUmodule};
 use crate::error::{CudaError, LaunchError, Result};
+use crate::event::Enqueued;
+use crate::stream::StreamRef;
 
 /// A loaded module (PTX, cubin or fatbin) of one device; unloaded when the last
 /// [`Function`] of it and the module itself are gone.
@@ -179,6 +181,48 @@ impl Function {
             * u64::from(self.blocks_per_sm.max(1));
         grid_stride(n, self.block, resident)
     }
+
+    /// Launches the kernel with `cfg` on `stream` with `params` (one pointer to each
+    /// argument's bytes, as `cuLaunchKernel` takes them), binding its device for the call;
+    /// returns the launch as an operation to record or wait for. No array is ordered or
+    /// recorded: for arrays, [`launch`](crate::launch::launch) does that, or
+    /// `RawArray::kernel_operand` and `RawArray::wrote` around this call.
+    ///
+    /// # Safety
+    /// 1. `params` has one pointer per kernel parameter, each to a live value laid out as
+    ///    that parameter (the driver copies them during the call).
+    /// 2. Every address the arguments carry is valid for what the kernel does with it until
+    ///    the kernel has run; `stream` is a live stream of the function's device.
+    pub unsafe fn launch_raw(
+        &self,
+        cfg: LaunchConfig,
+        stream: StreamRef,
+        params: &mut [*mut c_void],
+    ) -> Result<Enqueued> {
+        if params.len() != self.params.len() {
+            return Err(CudaError::from(LaunchError::Arguments {
+                detail: format!(
+                    "{} takes {} parameters, {} given",
+                    self.name,
+                    self.params.len(),
+                    params.len()
+                ),
+            }));
+        }
+        let _ctx = self.module.device.bind()?;
+        // SAFETY: items 1 and 2; the function is of this live module, its context bound.
+        unsafe {
+            driver::launch_kernel_3d(
+                self.raw,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_bytes,
+                stream.cu(),
+                params,
+            )
+        }?;
+        Ok(Enqueued::new(stream, self.module.device.clone()))
+    }
 }
 
 /// The largest grid x-dimension CUDA launches.
@@ -211,4 +255,25 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Bytes of dynamic shared memory per block.
     pub shared_bytes: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seed kernel's shape for `n` elements: covering `n`, capped at the blocks
+    /// resident at once (`Function::config_grid_stride` with these numbers).
+    fn launch_config(n: u64, block: u32, sms: u32, blocks_per_sm: u32) -> (u32, u32) {
+        let resident = u64::from(sms.max(1)) * u64::from(blocks_per_sm.max(1));
+        let c = grid_stride(n, block, resident);
+        (c.grid[0], c.block[0])
+    }
+
+    #[test]
+    fn launch_config_caps_the_grid_at_resident_blocks() {
+        assert_eq!(launch_config(1, 256, 132, 8), (1, 256));
+        assert_eq!(launch_config(256 * 10 + 1, 256, 132, 8), (11, 256));
+        assert_eq!(launch_config(1 << 40, 256, 132, 8), (132 * 8, 256));
+        assert_eq!(launch_config((1 << 31) + 1000, 1024, 132, 2), (264, 1024));
+    }
 }

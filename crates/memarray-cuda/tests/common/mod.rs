@@ -25,7 +25,7 @@ pub fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
 
 /// The `k`-th test value of any element type: `0 + k` with the element's own addition
 /// (wraps for small integers; bool: `k != 0`).
-pub fn val<T: Element>(k: u64) -> T {
+pub fn val<T: memarray_seed::AddIndex>(k: u64) -> T {
     T::default().add_u64(k)
 }
 

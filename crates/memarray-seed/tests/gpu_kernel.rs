@@ -1,20 +1,17 @@
-//! add_index_tuple against a host reference built from memarray-core's `Element::add_u64`
+//! add_index_tuple against a host reference built from the seed's `AddIndex::add_u64`
 //! and `shape::unravel`, bit for bit, for every dtype and ndim 0..=5 and 7; and an array
 //! of more than 2^32 one-byte elements.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::bytes_of;
 use memarray_core::{Complex32, Complex64, DType, Element, HostBuffer, bf16, f16, shape};
 use memarray_cuda::copy;
-use memarray_cuda::seed;
 use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream};
+use memarray_seed::{self as seed, AddIndex};
 use memarray_testing::gpu::gpu_or_skip;
 
 /// A deterministic, finite (no NaN: GPUs canonicalise NaN payloads) test value per index.
-trait Pattern: Element {
+trait Pattern: AddIndex {
     fn make(i: u64) -> Self;
 }
 
@@ -221,4 +218,11 @@ fn gpu_add_index_tuple_over_2_pow_32_elements() {
             assert_eq!(g, expected(p), "position {p}");
         }
     }
+}
+
+/// The bytes of a slice of elements.
+fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: Element types are plain data of DTYPE.size() bytes without padding (the
+    // trait's contract), so every byte is initialised; the length is exact.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }

@@ -1,15 +1,17 @@
 //! Host-side element work on type-erased bytes: the reference `add_index_tuple`.
 
-use memarray_core::{DType, Element, with_dtype};
+use memarray_core::{DType, with_dtype};
+
+use crate::AddIndex;
 
 /// Adds the sum of each element's indices to it, in place, over a C-contiguous buffer of
-/// `shape`. Same arithmetic as the CUDA kernel (see [`Element::add_u64`]), so results
+/// `shape`. Same arithmetic as the CUDA kernel (see [`AddIndex::add_u64`]), so results
 /// match bit for bit.
 pub(crate) fn add_index_tuple(dtype: DType, shape: &[usize], bytes: &mut [u8]) {
     with_dtype!(dtype, T => add_index_typed::<T>(shape, bytes))
 }
 
-fn add_index_typed<T: Element>(shape: &[usize], bytes: &mut [u8]) {
+fn add_index_typed<T: AddIndex>(shape: &[usize], bytes: &mut [u8]) {
     let n = bytes.len() / std::mem::size_of::<T>();
     debug_assert_eq!(
         n as u64,
