@@ -460,7 +460,7 @@ impl PyMemArray {
             return Ok(slf.clone().into_any().unbind());
         }
         let copy = this
-            .with_detached(py, |raw| raw.copy_to(target, stream, None))
+            .with_detached(py, |raw| raw.copied_to(target, stream, None))
             .py()?;
         Ok(Bound::new(py, Self::from(copy))?.into_any().unbind())
     }

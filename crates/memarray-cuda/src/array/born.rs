@@ -1,4 +1,5 @@
-//! Arrays born where they are used: `empty_on`, `zeros_on`, `full_on`, and `copy_to` (an
+//! Arrays born where they are used: `empty_on`, `zeros_on`, `full_on` (`copied_to`, in
+//! `moves.rs`, makes a new array at a target through them: an
 //! array's data born again elsewhere).
 //!
 //! An array born on a device has a device buffer only; its host buffer is made on its
@@ -7,7 +8,7 @@
 
 use std::sync::Arc;
 
-use memarray_core::{CoreError, DType, HostBuffer, Location, LockToken, shape};
+use memarray_core::{CoreError, DType, HostBuffer, Location, shape};
 
 use super::device_side::DeviceSide;
 use super::host_kind::{HostKind, host_buffer};
@@ -38,34 +39,6 @@ impl RawArray {
         stream: Option<StreamRef>,
     ) -> Result<Self> {
         Self::born_with(dtype, shape, location, Fill::Unset, host_kind, None, stream)
-    }
-
-    /// A new array holding this one's data at `target` (the Array API's `to_device`):
-    /// host data bound for a device goes straight into an array born there (one staged
-    /// upload, no host copy in between); anything else is a clone moved to `target` on
-    /// `stream`, waited for.
-    pub fn copy_to(
-        &self,
-        target: Location,
-        stream: Option<StreamRef>,
-        token: Option<LockToken>,
-    ) -> Result<Self> {
-        self.check(token)?;
-        if self.location == Location::Host && !self.spilled && target != Location::Host {
-            self.dev.wait_host()?;
-            let mut out = Self::empty_on(
-                self.dtype,
-                &self.shape,
-                target,
-                Some(self.host_kind),
-                stream,
-            )?;
-            out.write_all(self.host_buf()?.as_slice(), None)?;
-            return Ok(out);
-        }
-        let mut out = self.try_clone(token)?;
-        out.move_memory(target, stream, true, None)?;
-        Ok(out)
     }
 
     /// A zero-filled array whose data lives at `location` only (a memset on a device,

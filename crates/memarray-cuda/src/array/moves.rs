@@ -1,5 +1,6 @@
 //! [`RawArray`]'s moves: the data to another location (host or a device, on a stream,
-//! ordered by events), a deep copy, and a swap of contents.
+//! ordered by events), a new array holding the data elsewhere (`copied_to`), a deep copy,
+//! and a swap of contents.
 
 use std::sync::Arc;
 
@@ -11,6 +12,35 @@ use crate::spill::SpillNote;
 use crate::stream::StreamRef;
 
 impl RawArray {
+    /// A new array holding this one's data at `target` (the Array API's `to_device`; this
+    /// array is left as it is, unlike [`RawArray::move_memory`]):
+    /// host data bound for a device goes straight into an array born there (one staged
+    /// upload, no host copy in between); anything else is a clone moved to `target` on
+    /// `stream`, waited for.
+    pub fn copied_to(
+        &self,
+        target: Location,
+        stream: Option<StreamRef>,
+        token: Option<LockToken>,
+    ) -> Result<Self> {
+        self.check(token)?;
+        if self.location == Location::Host && !self.spilled && target != Location::Host {
+            self.dev.wait_host()?;
+            let mut out = Self::empty_on(
+                self.dtype,
+                &self.shape,
+                target,
+                Some(self.host_kind),
+                stream,
+            )?;
+            out.write_all(self.host_buf()?.as_slice(), None)?;
+            return Ok(out);
+        }
+        let mut out = self.try_clone(token)?;
+        out.move_memory(target, stream, true, None)?;
+        Ok(out)
+    }
+
     /// Copies the current data to `target` on `stream` (the array's last stream, or the
     /// legacy default stream, when `None`) and records an event. Returns at once when the
     /// data is already there. `sync` only decides whether the call waits for the copy.

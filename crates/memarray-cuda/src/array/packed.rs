@@ -146,8 +146,9 @@ impl RawArray {
         let block = self.dev.current()?;
         entries
             .iter()
-            .map(|e| {
-                let nbytes = entry_bytes(e)?;
+            .enumerate()
+            .map(|(i, e)| {
+                let nbytes = entry_bytes(i, e, self.nbytes)?;
                 if nbytes == 0 {
                     // Nothing to share: an empty array as any other is made.
                     return RawArray::empty_on(
@@ -158,7 +159,6 @@ impl RawArray {
                         None,
                     );
                 }
-                // `slice_of` refuses a range outside the pack.
                 let side = DeviceSide::holding(std::sync::Arc::new(DeviceBuffer::slice_of(
                     &block, e.offset, nbytes,
                 )?));
@@ -176,19 +176,9 @@ impl RawArray {
         let block = self.host_buf()?.clone();
         entries
             .iter()
-            .map(|e| {
-                let nbytes = entry_bytes(e)?;
-                if e.offset
-                    .checked_add(nbytes)
-                    .is_none_or(|end| end > block.len())
-                {
-                    return Err(memarray_core::CoreError::CopyOutOfRange {
-                        offset: e.offset,
-                        len: nbytes,
-                        capacity: block.len(),
-                    }
-                    .into());
-                }
+            .enumerate()
+            .map(|(i, e)| {
+                let nbytes = entry_bytes(i, e, self.nbytes)?;
                 let Some(ptr) = std::ptr::NonNull::new(block.as_mut_ptr().wrapping_add(e.offset))
                 else {
                     return RawArray::empty_on(e.dtype, &e.shape, Location::Host, None, None);
@@ -204,9 +194,22 @@ impl RawArray {
     }
 }
 
-/// The bytes of a pack entry's array, after checking its offset suits its dtype.
-fn entry_bytes(e: &Packed) -> Result<usize> {
+/// The bytes of pack entry `i`'s array, after checking its offset suits its dtype and its
+/// bytes lie inside the `pack_len`-byte pack.
+fn entry_bytes(i: usize, e: &Packed, pack_len: usize) -> Result<usize> {
     let nbytes = shape::validate(&e.shape, e.dtype.size())?;
+    if e.offset
+        .checked_add(nbytes)
+        .is_none_or(|end| end > pack_len)
+    {
+        return Err(CudaError::InvalidArgument {
+            what: "unpack",
+            detail: format!(
+                "entry {i} ({} + {nbytes} bytes) lies outside the {pack_len}-byte pack",
+                e.offset
+            ),
+        });
+    }
     if !e.offset.is_multiple_of(e.dtype.size()) {
         return Err(CudaError::InvalidArgument {
             what: "unpack",
@@ -271,7 +274,8 @@ mod tests {
             shape: vec![4],
             offset: pack.nbytes - 1,
         };
-        assert!(pack.unpack(&[outside], None).is_err());
+        let e = pack.unpack(&[outside], None).unwrap_err().to_string();
+        assert!(e.contains("entry 0") && e.contains("256-byte pack"), "{e}");
         let misaligned = Packed {
             dtype: DType::U16,
             shape: vec![1],

@@ -5,7 +5,7 @@ use crate::buffer::DeviceBuffer;
 use crate::copy::{self, Span};
 use crate::device::Device;
 use crate::error::{ArrayError, Result};
-use crate::event::Enqueued;
+use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use memarray_core::{HostBuffer, Location};
 use std::sync::Arc;
@@ -207,20 +207,6 @@ impl DeviceSide {
         }
     }
 
-    /// As [`Self::record`], except that a copy on the legacy default stream with nothing
-    /// pending before it is kept as [`Self::lazy`] ordering: the event is recorded on
-    /// first use (a small upload then costs no event).
-    fn record_legacy_lazily(&mut self, op: Enqueued) -> Result<()> {
-        let lazy = self.lazy.get_mut().unwrap_or_else(|e| e.into_inner());
-        let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
-        if op.stream() != StreamRef::legacy() || pending.is_some() || lazy.is_some() {
-            return self.record(op, None);
-        }
-        *lazy = Some(op.device().clone());
-        self.last_stream = None;
-        Ok(())
-    }
-
     /// Writes `len` bytes that `fill(offset, buf)` produces at `offset` of the device copy,
     /// through the staged pipeline (each lane fills its pinned slot directly).
     pub(crate) fn write_with(
@@ -277,22 +263,6 @@ impl DeviceSide {
         Ok((buf.device_ptr(), Box::new(ExportOwner { buf, consumer })))
     }
 
-    /// The stream work is pending on, if any (for the CUDA Array Interface `stream`). A
-    /// foreign stream cannot be named after the call that gave it (it may be gone), nor can
-    /// another process's (an IPC import's event): the host waits for that work instead and
-    /// `None` is returned.
-    pub(crate) fn pending_stream(&self) -> Result<Option<StreamRef>> {
-        let pending = self.pending().as_ref().map(|p| p.stream);
-        match pending {
-            // Another process's work, or a foreign stream: wait here instead of naming it.
-            Some(s) if s.is_none_or(|s| !s.is_persistent()) => {
-                self.wait_host()?;
-                Ok(None)
-            }
-            other => Ok(other.flatten()),
-        }
-    }
-
     /// A deep copy of the device side: a new device buffer holding the current data when
     /// the data is on a device, nothing otherwise.
     pub(crate) fn try_clone(&self, location: Location, nbytes: usize) -> Result<Self> {
@@ -312,5 +282,77 @@ impl DeviceSide {
             out.record(op, None)?;
         }
         Ok(out)
+    }
+
+    /// A device side holding a new copy of `src`, made after the producer's work; `src`
+    /// (and its owner) is released once the copy is done.
+    pub(crate) fn copy_of(
+        src: &DeviceBuffer,
+        nbytes: usize,
+        producer: Option<StreamRef>,
+    ) -> Result<Self> {
+        let device = src.device().clone();
+        let stream = producer.unwrap_or(StreamRef::legacy());
+        let resource = default_resource(&device)?;
+        // SAFETY: written in full by the copy below before anyone reads it.
+        let mut dst = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        if !stream.is_persistent() {
+            // The producer's stream may be gone when the copy is freed.
+            dst.set_free_stream(StreamRef::legacy());
+        }
+        crate::copy::copy_dtod(&dst, 0, src, 0, nbytes, stream)?.synchronize()?;
+        let mut out = Self::new();
+        out.buffer = Some(Arc::new(dst));
+        Ok(out)
+    }
+
+    /// The device buffer on `device_id`: the existing one, or a new uninitialised one
+    /// that the caller fills and then [`Self::install`]s once its copy is enqueued.
+    ///
+    /// # Safety
+    /// 1. A new buffer is written in full before any read.
+    pub(in crate::array) unsafe fn buffer_on(
+        &self,
+        device_id: u32,
+        nbytes: usize,
+        stream: StreamRef,
+    ) -> Result<Arc<DeviceBuffer>> {
+        if let Some(b) = &self.buffer
+            && b.device().id() == device_id
+        {
+            return Ok(b.clone());
+        }
+        let device = Device::get(device_id)?;
+        let resource = self.resource_for(&device)?;
+        // SAFETY: item 1.
+        let mut b = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        if !stream.is_persistent() {
+            // A foreign stream may be gone when the buffer is freed.
+            b.set_free_stream(StreamRef::legacy());
+        }
+        Ok(Arc::new(b))
+    }
+
+    /// Whether a copy to `device_id` would allocate a new buffer from the device's default
+    /// resource (no buffer there yet, no resource of the array's own).
+    pub(in crate::array) fn takes_default_buffer_on(&self, device_id: u32) -> bool {
+        self.resource.is_none()
+            && self
+                .buffer
+                .as_ref()
+                .is_none_or(|b| b.device().id() != device_id)
+    }
+
+    /// Makes `b` the device copy (a no-op if it already is).
+    pub(in crate::array) fn install(&mut self, b: Arc<DeviceBuffer>) {
+        if self.buffer.as_ref().is_some_and(|old| Arc::ptr_eq(old, &b)) {
+            return;
+        }
+        if let Some(old) = self.buffer.replace(b) {
+            // The old buffer may still be read by queued work: keep it until that is done.
+            if let Some(p) = self.pending().as_mut() {
+                p.keep_alive.push(old);
+            }
+        }
     }
 }
