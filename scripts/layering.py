@@ -451,9 +451,7 @@ def side_doors(wing: str, door: dict) -> list[str]:
     base = ROOT / wing
     src = base.parent
     name = base.name
-    room = re.compile(
-        rf"\b{name}::(?:\{{[^}}]*\b)?({'|'.join(door['rooms'])})\b"
-    )
+    room = re.compile(rf"\b{name}::(?:\{{[^}}]*\b)?({'|'.join(door['rooms'])})\b")
     errors = []
     for path in sorted(src.rglob("*.rs")):
         rel = path.relative_to(src)
@@ -462,7 +460,10 @@ def side_doors(wing: str, door: dict) -> list[str]:
         if any(str(rel) == a or rel.parts[0] == a for a in door["allowed"]):
             continue
         code = code_of(path.read_text())
-        for what, pattern in (("a room behind the door", room), ("the driver's copy call", door["calls"])):
+        for what, pattern in (
+            ("a room behind the door", room),
+            ("the driver's copy call", door["calls"]),
+        ):
             for m in pattern.finditer(code):
                 errors.append(
                     f"{src.relative_to(ROOT)}/{rel}: names {what} `{m.group(0)}`; "
