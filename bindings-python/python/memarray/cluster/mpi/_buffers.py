@@ -207,86 +207,86 @@ def _in_place(a: MemArray) -> np.ndarray | None:
 
 def _chunk_loop(
     a: MemArray | None,
-    step: Any,
+    start: Any,
     before: bool,
     after: bool,
     into: MemArray | None = None,
     pieces: list[tuple[int, int]] | None = None,
     check: Any = None,
-    blocking: bool = False,
 ) -> None:
-    """The one chunk pipeline. ``step(buffer, offset, nbytes)`` runs MPI on one of
-    ``pieces`` (``a``'s chunks when None): a non-blocking call returning its request, or
-    (``blocking``) a blocking call. Two bounce buffers: while chunk i is in MPI, a helper
-    thread copies chunk i - 1 out into ``into`` (``a`` when None) when ``after``, then
-    chunk i + 1 in from ``a`` when ``before``. Non-blocking calls keep two chunks in MPI at
-    once (chunk i starts before chunk i - 1 is waited for; ``check(k, offset, nbytes,
-    status)`` sees each one's status); a blocking call returns complete, so the copies for
-    its neighbours are queued before it. Open MPI's blocking ``Reduce`` is tuned where its
-    non-blocking one is not, hence both kinds. Host arrays MPI can use in place (``into``
-    None) go without copies; ``a`` None (a stream received only to drop it) goes through
-    the bounce buffers. MPI is only ever called from the calling thread; the copies release
-    the GIL."""
-    from concurrent.futures import Future, ThreadPoolExecutor
-
+    """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking MPI call on the
+    buffer and returns its request) on each of ``pieces`` (``a``'s chunks when None), two
+    at a time: each chunk is copied into its bounce buffer first when ``before``, and
+    after its call into ``into`` (``a`` itself when None) when ``after``, while the other
+    buffer's call runs; ``check(k, offset, nbytes, status)`` sees each call's status.
+    Host arrays MPI can use in place (``into`` None) go without copies; ``a`` None (a
+    stream received only to drop it) goes through the bounce buffers."""
     dst = a if into is None else into
     own = _in_place(a) if into is None and a is not None else None
     if pieces is None:
         assert a is not None
         pieces = _pieces(a.nbytes)
-    if not pieces:
-        return
-    bufs = _bounce(max(n for _, n in pieces)) if own is None else []
-    copy_in = before and own is None and a is not None
-    copy_out = after and own is None and dst is not None
+    bufs = _bounce(max((n for _, n in pieces), default=0)) if own is None else []
+    pending: list[Any] = [None, None]
 
-    def view(i: int) -> np.ndarray:
-        off, n = pieces[i]
-        return own[off : off + n] if own is not None else bufs[i % 2][:n]
+    def finish(k: int) -> None:
+        req, i, off, n = pending[k]
+        pending[k] = None
+        status = MPI.Status()
+        req.Wait(status)
+        if check is not None:
+            check(i, off, n, status)
+        if after and own is None and dst is not None:
+            dst._write_range(off, bufs[k][:n])
 
+    try:
+        for i, (off, n) in enumerate(pieces):
+            k = i % 2
+            if pending[k] is not None:
+                finish(k)
+            if own is not None:
+                buf = own[off : off + n]
+            else:
+                buf = bufs[k][:n]
+                if before and a is not None:
+                    a._read_range(off, buf)
+            pending[k] = (start(buf, off, n), i, off, n)
+        for k in (len(pieces) % 2, (len(pieces) + 1) % 2):  # the older chunk first
+            if pending[k] is not None:
+                finish(k)
+    finally:
+        for p in pending:
+            if p is not None:
+                p[0].Wait()  # never leave MPI writing a buffer
+
+
+def _overlapped(a: MemArray, call: Any, after: bool, into: MemArray) -> None:
+    """Runs the blocking ``call(buffer, offset, nbytes)`` on each chunk of ``a`` in turn,
+    each chunk copied into one of two bounce buffers by a helper thread while the call
+    before it blocks in MPI (and, when ``after``, the call's result copied into ``into``
+    the same way). For reductions: Open MPI's blocking ``Reduce`` is tuned where its
+    non-blocking one is not, and a non-blocking collective only moves while its rank is in
+    MPI, not while it copies; copies release the GIL and MPI is only ever called from this
+    thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bufs = _bounce()
+    pieces = _pieces(a.nbytes)
     with ThreadPoolExecutor(1, thread_name_prefix="memarray-mpi") as copier:
-        # One helper thread runs the copies in order: a buffer is written out before refilled.
-        copies: list[Future[Any]] = []
-
-        def fill(i: int) -> Future[Any] | None:
-            if not copy_in or i >= len(pieces):
-                return None
-            assert a is not None
-            return copier.submit(a._read_range, pieces[i][0], view(i))
-
-        def finish(req: Any, i: int) -> None:
-            if req is not None:
-                status = MPI.Status()
-                req.Wait(status)
-                if check is not None:
-                    check(i, pieces[i][0], pieces[i][1], status)
-            if copy_out:
-                assert dst is not None
-                copies.append(copier.submit(dst._write_range, pieces[i][0], view(i)))
-
-        filled = fill(0)
-        before_i: tuple[Any, int] | None = None  # the chunk before, not yet finished
-        try:
-            for i, (off, n) in enumerate(pieces):
-                if filled is not None:
-                    filled.result()  # chunk i is in its buffer
-                if blocking:
-                    if before_i is not None:
-                        finish(*before_i)
-                    filled = fill(i + 1)
-                    step(view(i), off, n)
-                    before_i = (None, i)
-                else:
-                    req = step(view(i), off, n)
-                    if before_i is not None:
-                        finish(*before_i)
-                    before_i = (req, i)
-                    filled = fill(i + 1)
-            last, before_i = before_i, None
-            if last is not None:
-                finish(*last)
-            for c in copies:
-                c.result()
-        finally:
-            if before_i is not None and before_i[0] is not None:
-                before_i[0].Wait()  # never leave MPI writing a buffer
+        off, n = pieces[0]
+        read = copier.submit(a._read_range, off, bufs[0][:n])
+        written = None
+        for i, (off, n) in enumerate(pieces):
+            k = i % 2
+            read.result()  # chunk i is in bufs[k]
+            if written is not None:
+                written.result()  # chunk i - 1 left bufs[1 - k]
+                written = None
+            if i + 1 < len(pieces):
+                noff, nn = pieces[i + 1]
+                read = copier.submit(a._read_range, noff, bufs[1 - k][:nn])
+            call(bufs[k][:n], off, n)
+            if after:
+                written = copier.submit(into._write_range, off, bufs[k][:n])
+        if written is not None:
+            written.result()
