@@ -166,6 +166,11 @@ transfer() {
 }
 
 multi() {
+  multi_rust
+  multi_py
+}
+
+multi_rust() {
   export MEMARRAY_REQUIRE_PEER=1
   nvidia-smi topo -m 2>/dev/null | head -n 4
   echo "== 2-GPU Rust tests"
@@ -176,6 +181,11 @@ multi() {
     grep -E '^(SKIPPED|NCCL|---- |thread .* panicked)' "$log" | head -n 20
   done
   tail -n +1 "$LOGS"/multi-*.log >"$OUT/multi-cargo.log"
+}
+
+# The Python half of `multi` (no test binaries to carry).
+multi_py() {
+  export MEMARRAY_REQUIRE_PEER=1
   echo "== 2-GPU pytest"
   python3 -m pytest bindings-python/tests/test_distributed.py bindings-python/tests/test_ipc.py \
     bindings-python/tests/test_cuda.py -q -rs -p no:cacheprovider >"$OUT/multi-pytest.log" 2>&1 || fail "multi pytest"
@@ -298,6 +308,11 @@ while [ $# -gt 0 ]; do
     demo) demo ;;
     capi) capi ;;
     multi) multi ;;
+    multi-rust) multi_rust ;;
+    multi-py) multi_py ;;
+    py-files) shift; echo "== pytest $*"
+      python3 -m pytest -q -rs -p no:cacheprovider "$@" >"$OUT/pytest-files.log" 2>&1 || fail "pytest $*"
+      tail -n 15 "$OUT/pytest-files.log"; break ;;
     transfer) shift; transfer "$@"; break ;;
     npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
     interop) interop ;;
@@ -356,7 +371,7 @@ while [ $# -gt 0 ]; do
           || fail "cupy tests differ through memarray: $f"
       done ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args]"; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|multi-rust|multi-py|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args] | py-files FILE..."; exit 2 ;;
   esac
   shift
 done

@@ -9,7 +9,7 @@
 //!   MemArray mirror moves array data through it), and the one [`upload`] / [`download`]
 //!   pair (host bytes to and from a device buffer by the route `route` picks), with
 //!   [`upload_with`] for bytes produced while they are copied (a file read). The host
-//!   route is decided in one place, `host_route`.
+//!   route is decided in one place, `route::host`.
 //! - `direct`: the driver's own copies and memsets on a stream (host to device, device
 //!   to host, device to device, peer), bounds-checked: [`copy_htod`], [`copy_dtoh`],
 //!   [`copy_dtod`], [`copy_peer`], [`memset`], [`memset_zero`] and the `_raw` forms.
@@ -63,7 +63,6 @@ use crate::nvtx;
 use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;
-use crate::device::Device;
 use crate::error::Result;
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
@@ -171,21 +170,8 @@ enum Keep {
     UntilReturn,
 }
 
-/// The way a host copy of `len` bytes at `ptr` to (`ToDevice`) or from (`ToHost`)
-/// `device` goes: the one place the host route is decided (`kind`: the host buffer's
-/// resource kind, where known).
-fn host_route(
-    device: &Device,
-    dir: Direction,
-    kind: Option<MemoryKind>,
-    ptr: *const u8,
-    len: usize,
-) -> Result<Route> {
-    route::host(device, dir, kind, ptr, len)
-}
-
 /// Host bytes `src` to `dst[dst_offset..]` after the work queued on `stream`, by the
-/// route [`host_route`] picks.
+/// route [`route::host`] picks.
 ///
 /// # Safety
 /// 1. With [`Keep::UntilDone`], `src` stays allocated and unwritten until the returned
@@ -199,7 +185,7 @@ unsafe fn up(
     keep: Keep,
 ) -> Result<Option<Enqueued>> {
     dst.range(dst_offset, src.len())?;
-    match host_route(
+    match route::host(
         dst.device(),
         Direction::ToDevice,
         kind,
@@ -236,7 +222,7 @@ unsafe fn up(
 }
 
 /// `src[src_offset..]` into the host bytes `dst` after the work queued on `stream`, by
-/// the route `host_route` picks. With [`Keep::UntilReturn`] the bytes are in `dst` when
+/// the route `route::host` picks. With [`Keep::UntilReturn`] the bytes are in `dst` when
 /// it returns (`None`).
 ///
 /// # Safety
@@ -251,7 +237,7 @@ unsafe fn down(
     keep: Keep,
 ) -> Result<Option<Enqueued>> {
     src.range(src_offset, dst.len())?;
-    match host_route(
+    match route::host(
         src.device(),
         Direction::ToHost,
         kind,
@@ -278,7 +264,7 @@ unsafe fn down(
 }
 
 /// Copies the host bytes `src` to `dst[dst_offset..]`, after the work queued on `stream`,
-/// by the route `host_route` picks: staged, or the driver's copy of pageable memory
+/// by the route `route::host` picks: staged, or the driver's copy of pageable memory
 /// (both return once `src` has been read, with the operation to record), or the driver's
 /// copy of memory it knows (returns once the copy has completed, `None`). `kind` is the
 /// source buffer's resource kind, where known.
@@ -319,7 +305,7 @@ pub fn upload_with(
 }
 
 /// Copies `src[src_offset..]` into the host bytes `dst`, after the work queued on
-/// `stream`, by the route `host_route` picks; returns once the bytes are in `dst`.
+/// `stream`, by the route `route::host` picks; returns once the bytes are in `dst`.
 pub fn download(
     dst: &mut [u8],
     src: &DeviceBuffer,
