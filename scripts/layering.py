@@ -46,7 +46,7 @@ LAYERS = {
     "crates/memarray-cuda/src": [
         ["error", "driver", "nvtx", "per_device", "parked"],
         ["env", "device"],
-        ["stream", "event", "module"],
+        ["stream", "event", "module", "graph"],
         ["resource"],
         ["buffer"],
         ["copy"],

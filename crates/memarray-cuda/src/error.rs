@@ -105,6 +105,22 @@ pub enum CudaError {
         /// What is wrong and what is accepted.
         detail: String,
     },
+    /// Work that cannot be captured into a CUDA graph, asked of a stream being captured
+    /// (a host wait, host threads reading pageable memory, a spill). Refused before
+    /// anything was enqueued: the capture stays valid.
+    #[error(
+        "{what} cannot be captured into a CUDA graph: stream {stream:#x} is being captured \
+         (capture {id}); do it before the capture begins or after it ends (the capture is \
+         still valid)"
+    )]
+    Captured {
+        /// The refused operation.
+        what: &'static str,
+        /// The stream's handle.
+        stream: usize,
+        /// The driver's id of the capture.
+        id: u64,
+    },
     /// A setting memarray was given (a call or an environment variable) that it refuses.
     #[error(transparent)]
     Setting(#[from] SettingError),

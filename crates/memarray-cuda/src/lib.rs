@@ -26,6 +26,8 @@
 //!   PyTorch, CuPy), cached per ordinal; [`is_available`], [`device_count`].
 //! - [`Stream`] (owned) and [`StreamRef`] (borrowed, `Copy`, possibly foreign); [`Event`],
 //!   and [`Enqueued`], the `#[must_use]` result of every asynchronous operation.
+//! - [`graph`]: CUDA graphs: whether a stream is being captured, a capture scope that
+//!   yields a graph, and launching it.
 //! - [`DeviceBuffer`]: owned device-accessible memory from a memory resource.
 //! - [`resource`]: device, stream-ordered pool, pinned and managed implementations of
 //!   memarray-core's [`MemoryResource`](memarray_core::MemoryResource).
@@ -67,6 +69,7 @@ pub mod device;
 pub mod env;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod ipc;
 pub mod launch;
 mod module;

@@ -10,6 +10,7 @@
 //! context is undefined behaviour in the driver, not an error.
 
 mod exec;
+mod graph;
 mod memory;
 
 use std::ffi::{CStr, c_char, c_int};
@@ -20,6 +21,7 @@ use cudarc::driver::sys;
 use crate::error::{CudaError, Result};
 
 pub(crate) use exec::*;
+pub(crate) use graph::*;
 pub(crate) use memory::*;
 
 pub(crate) use sys::{CUcontext, CUdevice, CUevent, CUfunction, CUmemoryPool, CUmodule, CUstream};
