@@ -102,7 +102,8 @@ cp .ucx-wheels/*.whl "$STAGE/ucx-wheels/"
 # CuPy's own test files for remote.sh's `cupy-tests` stage, from a clone of cupy/cupy
 # (CUPY_REPO) at the tag of the device's CuPy (CUPY_TAG); none staged without a clone.
 CUPY_TAG=${CUPY_TAG:-v14.2.0}
-CUPY_TESTS=(tests/cupy_tests/creation_tests/test_from_data.py)
+CUPY_TESTS=(tests/cupy_tests/creation_tests/test_from_data.py tests/cupy_tests/cuda_tests/test_graph.py
+  tests/cupy_tests/cuda_tests/test_stream.py)
 if [ -n "${CUPY_REPO:-}" ] && git -C "$CUPY_REPO" rev-parse -q --verify "$CUPY_TAG^{commit}" >/dev/null; then
   mkdir -p "$STAGE/cupy-tests"
   for f in "${CUPY_TESTS[@]}"; do
