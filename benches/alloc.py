@@ -1,4 +1,4 @@
-"""Allocation from Python against torch and CuPy, one process, medians (issue 7 targets).
+"""Allocation from Python against torch and CuPy, one process, medians.
 
 - 1 MiB float32 device array: memarray.empty / zeros(device="cuda") with the default
   resource (cuMemAlloc) and with resources.Pool(Device(0)) as the default, against

@@ -1,4 +1,4 @@
-"""Issue 27, item 3's target: a cuda.core Buffer through memarray costs at most what it
+"""The targets: a cuda.core Buffer through memarray costs at most what it
 costs from cuda.core's own DeviceMemoryResource.
 
     python3 benches/cuda_core_alloc.py [--json out.json]

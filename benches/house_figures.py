@@ -1,4 +1,4 @@
-"""The figures a restructuring must leave unchanged (issue 49), for two builds of memarray
+"""The figures a restructuring must leave unchanged, for two builds of memarray
 on one GPU, alternating: each round runs this script once per build in a fresh process.
 
     python3 benches/house_figures.py --builds OLD_SITE NEW_SITE [--rounds 3] [--json out.json]

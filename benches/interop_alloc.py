@@ -1,4 +1,4 @@
-"""Issue 15's targets: torch, RMM, CuPy and Numba allocating through memarray against
+"""The targets: torch, RMM, CuPy and Numba allocating through memarray against
 their own allocators, a torch training loop on either, and the tracking adaptor's cost.
 
     python3 benches/interop_alloc.py [--json out.json]

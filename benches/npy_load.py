@@ -1,5 +1,5 @@
 """`.npy` of 1 GiB onto the device: memarray.load against torch's usual path, one process,
-file in the page cache, medians of 5 (issue 7 target: at least as fast as
+file in the page cache, medians of 5 (target: at least as fast as
 torch.from_numpy(np.load(path)).cuda()). Run on the GPU machine: python3 benches/npy_load.py
 """
 

@@ -1,4 +1,4 @@
-"""Issue 27, item 4: three overheads measured again, each in one run against its baseline.
+"""Three overheads measured again, each in one run against its baseline.
 
     python3 benches/overheads.py [--json out.json]
 

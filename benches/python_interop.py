@@ -2,7 +2,7 @@
 
     python3 benches/python_interop.py
 
-Targets (issue 3): a.__dlpack__() <= 1 us; torch.from_dlpack(a) at least 2x faster than
+Targets: a.__dlpack__() <= 1 us; torch.from_dlpack(a) at least 2x faster than
 torch.from_dlpack(cupy_array); a.__cuda_array_interface__ <= 0.6 us.
 """
 

@@ -1,4 +1,4 @@
-//! Allocation benchmarks (issue 7): allocate + free of one block, median of repeated
+//! Allocation benchmarks: allocate + free of one block, median of repeated
 //! batches, for the caching pool against the resources it is compared with.
 //!
 //! - Host (always): `CachingPool::host(HostResource)` against `HostResource` itself, and

@@ -1,4 +1,4 @@
-"""Issue 16's targets: an iterative workload over chunks past a device budget.
+"""The targets: an iterative workload over chunks past a device budget.
 
     python3 benches/spill.py [--chunk-mib 128] [--chunks 64] [--passes 10]
                              [--factors 1,2,3,4] [--json out.json]

@@ -1,4 +1,4 @@
-"""torch through memarray against torch's own allocator (issue 27, item 1): per call of
+"""torch through memarray against torch's own allocator: per call of
 `torch.empty` (1 MiB), per MLP training step and per CUDA-graph replay, each measured in
 a fresh process per allocator, the two alternating, medians. Targets: empty <= 1.2x,
 step and replay within 2%.

@@ -14,7 +14,7 @@ Rows (GB/s, medians; "ratio" is memarray over the best peer of the same row):
   with non_blocking copies / CuPy from cupyx pinned arrays
 plus the 1 MiB default round trip, 1,000 arrays of 4 KiB to the device (MemArrays, and
 NumPy arrays end to end), small-call costs, DLPack exchange latencies and the cold first
-to_numpy() of 1 GiB. Issue 18's targets are checked and reported, not asserted.
+to_numpy() of 1 GiB. The targets are checked and reported, not asserted.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def main() -> int:
         f"(ratio {rt_t / rt_m:.2f})"
     )
 
-    # Small calls (issue 18): per-call costs against torch's, in the same process.
+    # Small calls: per-call costs against torch's, in the same process.
     x4 = rng.integers(0, 255, 4 * KiB, dtype=np.uint8)
     small = {
         "memarray.asarray(4 KiB, device='cuda')": per_call_us(
@@ -412,7 +412,7 @@ def main() -> int:
         ("D2H pageable existing", "D2H pinned"),
         ("D2H pageable new", "D2H pinned"),
     )
-    # Issue 18: 1 and 4 MiB at least 2x torch and CuPy; 64 MiB and 1 GiB at least 0.85x
+    # 1 and 4 MiB at least 2x torch and CuPy; 64 MiB and 1 GiB at least 0.85x
     # the pinned copy of the same size.
     for kind, pinned in pairs:
         for n in (MiB, 4 * MiB):

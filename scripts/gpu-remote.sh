@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check (issue 9): it
+# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -161,7 +161,7 @@ bench() {
 }
 
 transfer() {
-  # memarray, torch and CuPy side by side (issue 8); the JSON feeds benches/plot_transfer.py.
+  # memarray, torch and CuPy side by side; the JSON feeds benches/plot_transfer.py.
   python3 benches/transfer.py --json "$OUT/transfer.json" "$@" 2>&1 | tee "$OUT/transfer.log"
 }
 
@@ -202,7 +202,7 @@ multi_py() {
 }
 
 interop() {
-  # Issue 15: torch, RMM, CuPy and Numba through memarray (targets), and Numba's driver and
+  # Torch, RMM, CuPy and Numba through memarray (targets), and Numba's driver and
   # array tests under the plugin against Numba's own manager.
   echo "== interop tests"
   python3 -m pytest bindings-python/tests/test_interop.py bindings-python/tests/test_numba_cupy.py \
@@ -217,7 +217,7 @@ interop() {
 }
 
 capi() {
-  # Issue 17: the C++/CUDA particle step built with CMake + nvcc against libmemarray.so,
+  # The C++/CUDA particle step built with CMake + nvcc against libmemarray.so,
   # checked against NumPy, and run under compute-sanitizer memcheck (a smaller case).
   echo "== C/C++ examples (CMake, nvcc)"
   rm -rf /tmp/memarray-cpp && mkdir -p /tmp/memarray-cpp/out
@@ -319,13 +319,13 @@ while [ $# -gt 0 ]; do
     ray) ray_stage ;;
     ucx) ucx_stage ;;
     dask)
-      # Issue 28: Dask figures against CuPy, the pipeline and halo examples.
+      # Dask figures against CuPy, the pipeline and halo examples.
       python3 benches/dask_transfer.py --json "$OUT/dask_transfer.json" 2>&1 | tee "$OUT/dask_transfer.log"
       python3 examples/dask_pipeline.py || fail dask_pipeline
       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 python3 examples/mpi_halo.py \
         || fail mpi_halo ;;
     overheads)
-      # Issue 27: items 3 and 4's targets (a benchmark's miss is a figure, not a failure).
+      # The overhead targets (a benchmark's miss is a figure, not a failure).
       python3 benches/overheads.py --json "$OUT/overheads.json" 2>&1 | tee "$OUT/overheads.log"
       [ "${PIPESTATUS[0]}" = 0 ] || echo "!! overhead targets missed"
       python3 benches/cuda_core_alloc.py --json "$OUT/cuda_core_alloc.json" 2>&1 \

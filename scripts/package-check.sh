@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Publishability (issue 6): every library crate packages and verifies on its own (as
+# Publishability: every library crate packages and verifies on its own (as
 # crates.io would build it), and the Python sdist builds, installs and imports in a fresh
 # venv with nothing from this checkout on its path.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the CPU test binaries of memarray-core and memarray-dlpack, and the C ABI's C and
-# C++ tests (issue 17), under valgrind memcheck (issue 6): zero errors required, definite leaks counted as errors. Installs valgrind
+# C++ tests, under valgrind memcheck: zero errors required, definite leaks counted as errors. Installs valgrind
 # from Debian when missing (CI runs as root). Prints each binary's ERROR SUMMARY line.
 #   MEMARRAY_FUZZ_CASES   DLPack fuzz cases under valgrind (default 5000; 100,000 in
 #                         the plain cargo test run)
@@ -44,7 +44,7 @@ for b in "${bins[@]}"; do
   total=$((total + ${n:-1}))
   echo "valgrind $(basename "$b"): $summary; $(grep -h '^test result' "$log.out" | tail -1)"
 done
-# The C ABI's C and C++ tests (issue 17), compiled by tests/native.rs and run under
+# The C ABI's C and C++ tests, compiled by tests/native.rs and run under
 # valgrind there (each program's ERROR SUMMARY is printed; any error fails the test).
 cargo build -q -p memarray-c
 if MEMARRAY_NATIVE_VALGRIND=1 cargo test -q -p memarray-c --test native -- --nocapture \

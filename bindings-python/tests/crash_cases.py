@@ -1,4 +1,4 @@
-"""The crash-proof suite's child process (issue 13): runs one group of adversarial cases
+"""The crash-proof suite's child process: runs one group of adversarial cases
 and prints ``CASES <n>`` when every case came back as an ordinary exception or a result.
 
 Run by ``test_crashproof.py`` in a subprocess, so a signal (SIGSEGV, SIGBUS) or a Rust
@@ -52,7 +52,7 @@ def dlpack(seed):
         if m is not None and m.device == "cpu" and hostile.honest(m):
             case(f"capsule {i} read", lambda m=m: np.asarray(m).sum())
         del m
-    # The two reported in issue 13 and their neighbours, both kinds.
+    # The two first reported and their neighbours, both kinds.
     for versioned in (True, False):
         for off in (2**63, 2**62, 2**57, 2**47, 2**64 - 8):
             cap = hostile.capsule(versioned=versioned, byte_offset=off)

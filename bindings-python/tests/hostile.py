@@ -1,4 +1,4 @@
-"""Hostile inputs for the hardening tests (issue 13): hand-made DLPack capsules, ndarray
+"""Hostile inputs for the hardening tests: hand-made DLPack capsules, ndarray
 subclasses that lie about themselves, hostile pickles. Imported by the tests and by
 ``crash_cases.py``, which runs them in subprocesses.
 

@@ -1,4 +1,4 @@
-"""memarray.empty / zeros / full (issue 7): arrays born where they are used."""
+"""memarray.empty / zeros / full: arrays born where they are used."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_bad_devices_are_typed_errors(device, exc):
 def test_bad_fill_values_and_shapes():
     with pytest.raises((TypeError, OverflowError, ValueError)):
         memarray.full((2,), 300, np.uint8)
-    # As np.full: NumPy's own refusal (issue 26, item 9).
+    # As np.full: NumPy's own refusal.
     with pytest.raises(ValueError, match="could not convert string to float: 'x'"):
         memarray.full((2,), "x", np.float32)
     with pytest.raises(ValueError):

@@ -1,5 +1,5 @@
-"""A C++ extension built on memarray's C ABI returns arrays to Python through DLPack
-(issue 17): examples/cpp/memarray_ext.cpp is compiled here with the system's C++
+"""A C++ extension built on memarray's C ABI returns arrays to Python through DLPack:
+examples/cpp/memarray_ext.cpp is compiled here with the system's C++
 compiler against libmemarray.so (MEMARRAY_C_LIB_DIR; `./dev.sh test` and the device run
 set it) and imported in a child process, so a crash fails the test."""
 

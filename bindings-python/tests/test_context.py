@@ -1,4 +1,4 @@
-"""The locked get_dlpack context (issue 6, point 2): every way out of a block releases
+"""The locked get_dlpack context: every way out of a block releases
 the lock, and no path leaves an array locked with no live holder."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A MemArray follows NumPy's conventions where a user would expect it (issue 14, point 5):
+"""A MemArray follows NumPy's conventions where a user would expect it:
 repr, iteration, truth value, scalar conversion, equality, device spellings in
 move_memory, __version__."""
 

@@ -1,4 +1,4 @@
-"""The crash-proof suite (issue 13, point 5): adversarial cases run in subprocesses
+"""The crash-proof suite: adversarial cases run in subprocesses
 (``crash_cases.py``), so a signal or a Rust panic fails a test instead of ending the
 run. Each group reports its case count; the total goes to ``target/crashproof.txt``,
 which ``./dev.sh test`` prints after pytest's summary."""

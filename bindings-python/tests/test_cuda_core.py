@@ -1,4 +1,4 @@
-"""cuda.core and memarray both ways (issue 27, item 3): a memarray resource as cuda.core's
+"""cuda.core and memarray both ways: a memarray resource as cuda.core's
 device memory resource, cuda.core Buffers and StridedMemoryViews into memarray zero-copy,
 memarray arrays as cuda.core Buffers."""
 

@@ -1,4 +1,4 @@
-"""MemArrays in Dask (issue 28): sizes, tokens, both serializer families, worker set-up
+"""MemArrays in Dask: sizes, tokens, both serializer families, worker set-up
 and statistics, a LocalCluster of worker processes over TCP (host arrays here, device
 arrays on the GPU machine), and dask-cuda's spilling leaving memarray's to memarray."""
 

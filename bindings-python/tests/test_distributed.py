@@ -1,4 +1,4 @@
-"""Beyond one GPU (issue 9): memarray.distributed (NCCL through the Rust layer),
+"""Beyond one GPU: memarray.distributed (NCCL through the Rust layer),
 torch.distributed on MemArrays, memarray.scatter / gather, the IPC pipeline example.
 
 Tests needing two GPUs skip on one with the reason, and fail instead with

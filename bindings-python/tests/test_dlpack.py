@@ -225,7 +225,7 @@ def test_from_dlpack_reads_ndarrays_as_their_capsules_say(case):
         np.testing.assert_array_equal(memarray.from_dlpack(x).to_numpy(), x)
     elif capsule_way is BufferError and fields_way is TypeError:
         # A dtype memarray does not hold is the TypeError every dtype argument gives,
-        # naming it, where NumPy's capsule says BufferError (issue 26, item 13).
+        # naming it, where NumPy's capsule says BufferError.
         holdable = x.dtype.isnative and x.dtype.name in memarray.SUPPORTED_DTYPES
         assert not holdable, x.dtype
     else:

@@ -1,5 +1,4 @@
-"""Every public callable raises only the exception types docs/python-guide.md names
-(issue 13, item 14, point 2).
+"""Every public callable raises only the exception types docs/python-guide.md names.
 
 ``walk()`` calls each public function, class and method with out-of-range integers,
 wrong types, surrogate strings and hostile ``__index__`` / ``__len__`` / ``__iter__``

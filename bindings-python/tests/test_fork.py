@@ -1,4 +1,4 @@
-"""Fork safety (issue 26, item 1): a process forked while other threads are inside memarray
+"""Fork safety: a process forked while other threads are inside memarray
 (releasing the NumPy block pool, copying arrays out, allocating through Tracking, filling
 the dtype table) gets a child whose memarray works: no lock, once-cell or worker thread is
 inherited half-held. Each scenario runs in a fresh interpreter; each child has an alarm, so

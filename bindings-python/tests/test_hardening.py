@@ -1,4 +1,4 @@
-"""Regression tests for issue 13, one per item (named ``test_itemN_...``).
+"""Hardening regression tests, one per reported item (named ``test_itemN_...``).
 Cases that crashed the process run in a subprocess, so a regression fails the test
 instead of ending the run."""
 

@@ -1,4 +1,4 @@
-"""memarray as the process's one memory manager (issue 15): sources, shared pressure,
+"""memarray as the process's one memory manager: sources, shared pressure,
 tracking with stacks and plots on the CPU; torch, CuPy, Numba and RMM through memarray on
 the GPU. Process-wide switches (torch's allocator, RMM's resource, Numba's manager) are
 made in subprocesses, so each test starts from a clean process and a crash fails the
@@ -94,8 +94,8 @@ def test_an_out_of_memory_runs_the_relief_steps_and_counts_them():
     assert after["events"] == before["events"] + 1
     assert after["failed"] == before["failed"] + 1
     assert after["recovered"] == before["recovered"]
-    # Host memory (no device): no library is asked, loaded or not (issue 26, item 13:
-    # a library that is not loaded, or memory it cannot hold, is not a call).
+    # Host memory (no device): no library is asked, loaded or not (a library that is not
+    # loaded, or memory it cannot hold, is not a call).
     for lib in ("torch", "cupy", "rmm"):
         assert after["libraries"][lib]["calls"] == before["libraries"][lib]["calls"]
     with pytest.raises(MemoryError):

@@ -1,4 +1,4 @@
-"""Device arrays across processes (issue 7): a.ipc_handle() in one process,
+"""Device arrays across processes: a.ipc_handle() in one process,
 memarray.from_ipc_handle(h) in another, handles pickled through multiprocessing; memory
 that cannot be shared and handles of dead processes are clear errors."""
 

@@ -1,4 +1,4 @@
-"""Users' kernels on MemArrays (issue 17): memarray.cuda.Module / Function / In / Out.
+"""Users' kernels on MemArrays: memarray.cuda.Module / Function / In / Out.
 GPU tests launch on streams other than the arrays' and read the results from torch on a
 third stream with no manual event; bad input is refused with messages naming it."""
 

@@ -1,4 +1,4 @@
-"""scripts/layering.py (issue 29, point 6): paths resolve through `super::` and `pub use`
+"""scripts/layering.py: paths resolve through `super::` and `pub use`
 re-exports to the file that defines them, a circle among a crate's files or the Python
 package's modules fails, and the repository has none."""
 

@@ -1,4 +1,4 @@
-"""memarray.mpi (issue 28): mpi_cases.py under ``mpirun -np 2`` (CI: MPICH from the package
+"""memarray.mpi: mpi_cases.py under ``mpirun -np 2`` (CI: MPICH from the package
 index, not CUDA-aware; the GPU machine: its Open MPI, not CUDA-aware, so device arrays take
 the staging path), the halo example checked bit for bit, and NCCL bootstrapped from MPI."""
 

@@ -1,4 +1,4 @@
-"""No Rust panic reaches Python (issue 6, point 3).
+"""No Rust panic reaches Python.
 
 A panic surfaces as ``pyo3_runtime.PanicException``, a BaseException: these tests call
 every public entry point with a battery of bad arguments, on arrays in every state

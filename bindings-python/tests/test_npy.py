@@ -1,4 +1,4 @@
-"""`.npy` save and load (issue 7): readable by numpy.load, every dtype NumPy has, bad
+"""`.npy` save and load: readable by numpy.load, every dtype NumPy has, bad
 files refused with typed errors."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_load_numpy_written_files(tmp_path, dtype):
 
 
 def test_bad_files_are_typed_errors(tmp_path):
-    # As `open` raises (issue 26, item 13): FileNotFoundError with its errno and path.
+    # As `open` raises: FileNotFoundError with its errno and path.
     with pytest.raises(FileNotFoundError) as e:
         memarray.load(tmp_path / "missing.npy")
     assert e.value.errno == errno.ENOENT and e.value.filename == str(tmp_path / "missing.npy")

@@ -1,9 +1,9 @@
-"""`.npy` header parsing agrees with NumPy's (issue 13, item 8, point 4): generated
+"""`.npy` header parsing agrees with NumPy's: generated
 headers (duplicate keys, spacing, comments, versions 1.0/2.0/3.0 and others, every descr
 NumPy writes and some it does not, shapes as tuples, ints, lists) are loaded by both
 ``np.load`` and ``memarray.load``. Where NumPy refuses, memarray refuses (ValueError);
 where NumPy accepts, memarray gives the same values at the same indices (Fortran order and
-big-endian files included, issue 26 item 8, in native byte order and C order), or refuses
+big-endian files included, in native byte order and C order), or refuses
 a dtype it cannot hold (strings, objects, long double, structured) with a ValueError
 saying so."""
 
@@ -46,7 +46,7 @@ DESCRS = [
     "[('a', '<f8')]",
     "3",
     "'xyz'",
-    # Issue 26, item 8: descriptors NumPy reads.
+    # Descriptors NumPy reads.
     "'<q'",
     "'<l'",
     "'d'",
@@ -161,7 +161,7 @@ def test_generated_headers_agree_with_numpy(tmp_path):
             continue
         native = want.dtype.newbyteorder("=")
         holdable = native.name in memarray.SUPPORTED_DTYPES
-        # Fortran order and big-endian data load too (issue 26, item 8).
+        # Fortran order and big-endian data load too.
         fortran_or_swapped = (want.ndim > 1 and np.isfortran(want)) or not want.dtype.isnative
         refused_before += fortran_or_swapped
         if isinstance(got, ValueError):

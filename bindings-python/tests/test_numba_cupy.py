@@ -1,4 +1,4 @@
-"""Allocating for others (issue 7): the Numba EMM plugin (NBEP 7) and the CuPy allocator
+"""Allocating for others: the Numba EMM plugin (NBEP 7) and the CuPy allocator
 hook draw from memarray's default resource, which a Statistics adaptor watches.
 
 Numba runs in a subprocess (the plugin must be chosen before Numba's context exists) with

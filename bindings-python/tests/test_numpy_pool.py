@@ -1,5 +1,5 @@
 """New NumPy arrays from to_numpy() of 1 MiB and more come from a pool of faulted-in host
-memory (issue 18, item 2): the same values and flags users rely on, the block back in the
+memory: the same values and flags users rely on, the block back in the
 pool when the array is collected, reuse on the next call, and MEMARRAY_NUMPY_POOL to size
 or turn off the pool."""
 

@@ -1,4 +1,4 @@
-"""Pickling (issue 6, point 5): every dtype and ndim, protocol-5 out-of-band buffers
+"""Pickling: every dtype and ndim, protocol-5 out-of-band buffers
 without a copy, deepcopy, multiprocessing, locked arrays refused."""
 
 from __future__ import annotations

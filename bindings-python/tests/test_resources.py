@@ -1,4 +1,4 @@
-"""memarray.resources (issue 7): composition, statistics, limits, the CSV log, files,
+"""memarray.resources: composition, statistics, limits, the CSV log, files,
 allocations, bad input; on the GPU the default device resource that arrays use."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Spilling (issue 16): the Python surface on the CPU, and on the GPU workloads past a
+"""Spilling: the Python surface on the CPU, and on the GPU workloads past a
 device budget, exports that pin, restores on every path, CuPy and torch pressure. GPU
 scenarios run in child processes: spill settings are per process."""
 

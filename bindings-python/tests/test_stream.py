@@ -1,4 +1,4 @@
-"""Stream arguments (issue 6, point 6): ints, stream objects and the CUDA stream protocol
+"""Stream arguments: ints, stream objects and the CUDA stream protocol
 ``__cuda_stream__`` -> (version, handle)."""
 
 from __future__ import annotations

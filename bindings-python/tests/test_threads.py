@@ -1,4 +1,4 @@
-"""Thread stress (issue 6): many threads on shared and private arrays.
+"""Thread stress: many threads on shared and private arrays.
 
 Every thread runs a fixed number of random operations. The run asserts: the only
 exception ever raised is ``memarray.LockError`` (never ``PanicException`` or anything
@@ -261,7 +261,7 @@ def test_copies_release_the_gil(op):
     print(f"{op}: copy {one:.4f} s, {wakeups} wake-ups in {busy:.4f} s, worst {worst:.4f} s")
     # A copy holding the GIL would allow about one wake-up per copy and delay one by a
     # whole copy. Released, this thread wakes every few milliseconds at worst; the bounds
-    # leave room for a 2-core machine whose copy threads take both cores (issue 26, item
-    # 14: a single copy as the yardstick and a 5 ms floor failed 1 run in 15 there).
+    # leave room for a 2-core machine whose copy threads take both cores (a single copy
+    # as the yardstick and a 5 ms floor failed 1 run in 15 there).
     assert wakeups >= busy / 0.004, f"{op}: {wakeups} wake-ups in {busy:.4f} s"
     assert worst < max(one, 0.02), f"{op}: wake-up delayed {worst:.4f} s, copy {one:.4f} s"

@@ -1,4 +1,4 @@
-"""torch keeps every feature while memarray allocates for it (issue 27, item 1):
+"""torch keeps every feature while memarray allocates for it:
 `memarray.torch.install()` routes each device's allocations to a MemPool over memarray, so
 torch's caching allocator stays on top. Each feature runs in a fresh process, installed
 before and after torch's first CUDA use; a small CNN trains with cuDNN autotuning to the

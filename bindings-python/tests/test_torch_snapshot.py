@@ -1,4 +1,4 @@
-"""Tracking snapshots in torch's memory-snapshot format (issue 27, item 2): the structure
+"""Tracking snapshots in torch's memory-snapshot format: the structure
 here, without torch; on the device, torch's own `_memory_viz` reads and renders them and
 the rendered page carries memarray's allocation sites."""
 

@@ -1,4 +1,4 @@
-//! CUDA graphs from memarray (issue 50): a capture records memarray's launches and copies
+//! CUDA graphs from memarray: a capture records memarray's launches and copies
 //! instead of running them, its graph replays them bit for bit, a refusal leaves the
 //! capture valid, an abandoned or invalidated capture leaves the stream usable.
 

@@ -379,7 +379,7 @@ static void launch_a_user_kernel(void) {
     OK(memarray_array_move(a, 0, s1, false, 0));
     memarray_launch_config cfg;
     OK(memarray_function_config_for(fn, R * C, &cfg));
-    /* Issue 26 item 2: the default covers every element; grid-stride is capped by name. */
+    /* The default covers every element; grid-stride is capped by name. */
     memarray_launch_config big, stride;
     OK(memarray_function_config_for(fn, 2100000, &big));
     CHECK((uint64_t)big.grid[0] * big.block[0] >= 2100000);
@@ -466,7 +466,7 @@ static void device_calls(void) {
     FAILS(memarray_module_load(0, "not ptx", 7, &m), MEMARRAY_STATUS_INVALID_ARGUMENT, "kernel module");
     launch_a_user_kernel();
     FAILS(memarray_stream_create(n + 3, &s), MEMARRAY_STATUS_INVALID_ARGUMENT, "");
-    /* Issue 26 item 3: refusing a host resource as a device's default, and as an array's
+    /* Refusing a host resource as a device's default, and as an array's
      * device resource, is INVALID_ARGUMENT (it was OUT_OF_MEMORY and FAILED). */
     memarray_resource* host = NULL;
     OK(memarray_resource_host(&host));
