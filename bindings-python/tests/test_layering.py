@@ -85,7 +85,7 @@ def test_a_wings_rooms_are_layered_from_its_door(monkeypatch, tmp_path):
 
 
 def test_a_side_door_into_the_copy_wing_is_caught(monkeypatch, tmp_path):
-    # House round four: only the copy wing names its rooms and the driver's copy calls.
+    # Only the copy wing names its rooms and the driver's copy calls.
     src = tmp_path / "src"
     files = {
         "copy/mod.rs": "mod direct;\npub use direct::copy_htod;\n",

@@ -85,7 +85,7 @@ def test_a_good_bundle_table_round_trips_through_pickle():
 
 
 def test_a_host_bundle_is_packed_by_the_one_layout_and_its_arrays_are_views():
-    # House round four: host packs come from the same RawArray::pack as device ones.
+    # Host packs come from the same RawArray::pack as device ones.
     from memarray import Bundle
 
     parts = [memarray.asarray(np.arange(n, dtype=np.int16)) for n in (3, 200, 0, 7)]

@@ -90,6 +90,7 @@ pub use device::{
 };
 pub use error::{ArrayError, CudaError, IpcError, LaunchError, Result, SettingError};
 pub use event::{Enqueued, Event};
+pub use per_device::PerDevice;
 pub use resource::{
     AsyncPoolResource, DeviceResource, ManagedResource, PinnedFlags, PinnedResource,
 };

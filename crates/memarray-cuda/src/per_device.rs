@@ -1,6 +1,7 @@
 //! [`PerDevice`]: state a feature keeps for each device, beside (not inside) [`Device`]:
-//! the kernel modules a device has loaded live in `kernel`, its default
-//! resource in `resource`, its idle streams in `stream`. `Device` stays a leaf that knows
+//! the small-copy kernel and its tuning live in `copy`, a device's default resource in
+//! `resource`, its idle streams in `stream`, and crates above keep theirs the same way
+//! (memarray-seed's kernel modules). `Device` stays a leaf that knows
 //! nothing above it, as RMM keeps `per_device_resource` beside `cuda_device`.
 //!
 //! [`Device`]: crate::Device
@@ -12,14 +13,14 @@ const FIXED: usize = 64;
 
 /// One `T` per device ordinal, made with `T::default()` on first use and kept for the
 /// life of the process (as devices are).
-pub(crate) struct PerDevice<T: 'static> {
+pub struct PerDevice<T: 'static> {
     fixed: [OnceLock<T>; FIXED],
     more: Mutex<Vec<(u32, &'static T)>>,
 }
 
 impl<T: Default + Send + Sync + 'static> PerDevice<T> {
     /// An empty table (a `static` initialiser).
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
             fixed: [const { OnceLock::new() }; FIXED],
             more: Mutex::new(Vec::new()),
@@ -27,7 +28,7 @@ impl<T: Default + Send + Sync + 'static> PerDevice<T> {
     }
 
     /// Device `id`'s entry.
-    pub(crate) fn get(&self, id: u32) -> &T {
+    pub fn get(&self, id: u32) -> &T {
         if let Some(slot) = self.fixed.get(id as usize) {
             return slot.get_or_init(T::default);
         }
@@ -38,6 +39,18 @@ impl<T: Default + Send + Sync + 'static> PerDevice<T> {
         let t: &'static T = Box::leak(Box::new(T::default()));
         more.push((id, t));
         t
+    }
+}
+
+impl<T: Default + Send + Sync + 'static> Default for PerDevice<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: 'static> std::fmt::Debug for PerDevice<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PerDevice")
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use memarray_core::{CoreError, DType, Indexer, MAX_NDIM, shape};
 use memarray_cuda::launch::{Function, LaunchConfig, Module};
-use memarray_cuda::{CudaError, Device, DeviceBuffer, Enqueued, Result, StreamRef};
+use memarray_cuda::{CudaError, Device, DeviceBuffer, Enqueued, PerDevice, Result, StreamRef};
 
 /// `src/ptx/add_index_<dtype>.ptx` (inside this crate, so it packages), NUL-terminated for `cuModuleLoadData`, in
 /// `DType::ALL` order. One module per dtype: the driver JIT-compiles only the dtypes a
@@ -123,27 +123,14 @@ fn unsupported(dtype: DType) -> CudaError {
 }
 
 /// Each device's `add_index` modules, one per dtype (`DType::ALL` order), each loaded on
-/// the first launch of that dtype; one slot array per device, made on first use.
-static MODULES: OnceLock<Vec<[OnceLock<Seed>; 15]>> = OnceLock::new();
+/// the first launch of that dtype.
+static MODULES: PerDevice<[OnceLock<Seed>; 15]> = PerDevice::new();
 
 /// The device's seed kernels for `dtype`, loading them on first use. Loaded once per
 /// device and dtype: a thread that loses a race to load drops its copy (the module is
 /// unloaded with its last function).
 fn module(device: &Arc<Device>, dtype: DType) -> Result<&'static Seed> {
-    let per_device = MODULES.get_or_init(|| {
-        let n = memarray_cuda::device_count().unwrap_or(0) as usize;
-        (0..n)
-            .map(|_| std::array::from_fn(|_| OnceLock::new()))
-            .collect()
-    });
-    let slot = per_device
-        .get(device.id() as usize)
-        .ok_or_else(|| CudaError::NoSuchDevice {
-            id: device.id(),
-            count: per_device.len() as u32,
-        })?
-        .get(dtype_index(dtype))
-        .ok_or_else(|| unsupported(dtype))?;
+    let slot = &MODULES.get(device.id())[dtype_index(dtype)];
     if let Some(m) = slot.get() {
         return Ok(m);
     }

@@ -133,9 +133,6 @@ impl RawArray {
     /// pack is usually dropped at once).
     pub fn unpack(&self, entries: &[Packed], token: Option<LockToken>) -> Result<Vec<RawArray>> {
         self.check(token)?;
-        let Location::Device(device) = self.location else {
-            return self.unpack_host(entries);
-        };
         if self.spilled {
             return Err(CudaError::InvalidArgument {
                 what: "unpack",
@@ -143,7 +140,15 @@ impl RawArray {
             });
         }
         self.dev.wait_host()?;
-        let block = self.dev.current()?;
+        // The pack's memory, where it is.
+        enum Block {
+            Device(std::sync::Arc<DeviceBuffer>, u32),
+            Host(std::sync::Arc<HostBuffer>),
+        }
+        let block = match self.location {
+            Location::Device(d) => Block::Device(self.dev.current()?, d),
+            Location::Host => Block::Host(self.host_buf()?.clone()),
+        };
         entries
             .iter()
             .enumerate()
@@ -151,44 +156,34 @@ impl RawArray {
                 let nbytes = entry_bytes(i, e, self.nbytes)?;
                 if nbytes == 0 {
                     // Nothing to share: an empty array as any other is made.
-                    return RawArray::empty_on(
-                        e.dtype,
-                        &e.shape,
-                        Location::Device(device),
-                        None,
-                        None,
-                    );
+                    return RawArray::empty_on(e.dtype, &e.shape, self.location, None, None);
                 }
-                let side = DeviceSide::holding(std::sync::Arc::new(DeviceBuffer::slice_of(
-                    &block, e.offset, nbytes,
-                )?));
-                Ok(RawArray::on_device_only(
-                    e.dtype, &e.shape, nbytes, device, side,
-                ))
-            })
-            .collect()
-    }
-}
-
-impl RawArray {
-    fn unpack_host(&self, entries: &[Packed]) -> Result<Vec<RawArray>> {
-        self.dev.wait_host()?;
-        let block = self.host_buf()?.clone();
-        entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let nbytes = entry_bytes(i, e, self.nbytes)?;
-                let Some(ptr) = std::ptr::NonNull::new(block.as_mut_ptr().wrapping_add(e.offset))
-                else {
-                    return RawArray::empty_on(e.dtype, &e.shape, Location::Host, None, None);
-                };
-                // SAFETY: the range lies inside the pack's live host buffer (checked above),
-                // which the slice's owner (a handle on that buffer) keeps alive.
-                let host = unsafe {
-                    HostBuffer::from_foreign(ptr, nbytes, block.kind(), Box::new(block.clone()))
-                };
-                RawArray::from_host_buffer(e.dtype, &e.shape, host, 0)
+                match &block {
+                    Block::Device(block, device) => {
+                        let slice = DeviceBuffer::slice_of(block, e.offset, nbytes)?;
+                        let side = DeviceSide::holding(std::sync::Arc::new(slice));
+                        Ok(RawArray::on_device_only(
+                            e.dtype, &e.shape, nbytes, *device, side,
+                        ))
+                    }
+                    Block::Host(block) => {
+                        // A live buffer's address plus an offset inside it (entry_bytes
+                        // checked) is never null.
+                        let ptr = std::ptr::NonNull::new(block.as_mut_ptr().wrapping_add(e.offset))
+                            .ok_or(CudaError::Array(crate::error::ArrayError::NoHostCopy))?;
+                        // SAFETY: the range lies inside the pack's live host buffer, which
+                        // the slice's owner (a handle on that buffer) keeps alive.
+                        let host = unsafe {
+                            HostBuffer::from_foreign(
+                                ptr,
+                                nbytes,
+                                block.kind(),
+                                Box::new(block.clone()),
+                            )
+                        };
+                        RawArray::from_host_buffer(e.dtype, &e.shape, host, 0)
+                    }
+                }
             })
             .collect()
     }
