@@ -58,7 +58,6 @@ from ._buffers import (
     _check,
     _chunk_loop,
     _finish,
-    _overlapped,
     _typed,
     is_cuda_aware,
 )
@@ -288,7 +287,9 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
             else:
                 comm.Reduce([buf, n // item, t], None, op=op, root=root)
 
-        _overlapped(a, call, after=mine, into=out if out is not None else a)
+        _chunk_loop(
+            a, call, before=True, after=mine, into=out if out is not None else a, blocking=True
+        )
         return out
 
     def check() -> list[tuple[MemArray | None, bool]]:

@@ -1,6 +1,6 @@
 """memarray.mpi's lower half: mpi4py itself, whether MPI takes device pointers, and a
-MemArray's bytes as MPI reads and writes them (``_Buf``; the two-buffer chunk loops that
-overlap device copies with messages). ``__init__.py`` (collectives) and ``_p2p.py``
+MemArray's bytes as MPI reads and writes them (``_Buf``; the one two-buffer chunk pipeline
+that overlaps device copies with messages). ``__init__.py`` (collectives) and ``_p2p.py``
 (point to point) build on it."""
 
 from __future__ import annotations
@@ -213,80 +213,96 @@ def _chunk_loop(
     into: MemArray | None = None,
     pieces: list[tuple[int, int]] | None = None,
     check: Any = None,
+    blocking: bool = False,
 ) -> None:
-    """Runs ``start(buffer, offset, nbytes)`` (which starts a non-blocking MPI call on the
-    buffer and returns its request) on each of ``pieces`` (``a``'s chunks when None), two
-    at a time: each chunk is copied into its bounce buffer first when ``before``, and
-    after its call into ``into`` (``a`` itself when None) when ``after``, while the other
-    buffer's call runs; ``check(k, offset, nbytes, status)`` sees each call's status.
-    Host arrays MPI can use in place (``into`` None) go without copies; ``a`` None (a
-    stream received only to drop it) goes through the bounce buffers."""
+    """The one chunk pipeline. ``start(buffer, offset, nbytes)`` runs MPI on each of
+    ``pieces`` (``a``'s chunks when None), in order, through two bounce buffers: a
+    non-blocking call returning its request (two chunks in MPI at once; ``check(k, offset,
+    nbytes, status)`` sees each one's status), or (``blocking``) a blocking call (Open
+    MPI's blocking ``Reduce`` is tuned where its non-blocking one is not). One helper
+    thread copies: chunk i in from ``a`` before its call when ``before``, out into
+    ``into`` (``a`` when None) after it when ``after``, each queued as soon as its buffer
+    is free, so the copies run while MPI works on the other buffer. A buffer is handed to
+    MPI only once the helper's last copy on it is done, and refilled only once MPI's call
+    on it is complete. MPI is only ever called from the calling thread; the copies release
+    the GIL. Host arrays MPI can use in place (``into`` None) go without copies; ``a`` None
+    (a stream received only to drop it) goes through the bounce buffers."""
     dst = a if into is None else into
     own = _in_place(a) if into is None and a is not None else None
     if pieces is None:
         assert a is not None
         pieces = _pieces(a.nbytes)
-    bufs = _bounce(max((n for _, n in pieces), default=0)) if own is None else []
-    pending: list[Any] = [None, None]
+    if not pieces:
+        return
+    copy_in = before and own is None and a is not None
+    copy_out = after and own is None and dst is not None
+    bufs = _bounce(max(n for _, n in pieces)) if own is None else []
 
-    def finish(k: int) -> None:
-        req, i, off, n = pending[k]
+    def view(i: int) -> np.ndarray:
+        off, n = pieces[i]
+        return own[off : off + n] if own is not None else bufs[i % 2][:n]
+
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    copier = (
+        ThreadPoolExecutor(1, thread_name_prefix="memarray-mpi") if copy_in or copy_out else None
+    )
+    pending: list[tuple[Any, int] | None] = [None, None]  # per buffer: its call, its chunk
+    busy: list[Future[Any] | None] = [None, None]  # per buffer: the helper's last copy on it
+    loaded = [-1, -1]  # per buffer: the chunk whose copy in is queued
+
+    def settle(k: int, block: bool) -> bool:
+        """Buffer k's call complete (waited for, or only tested when not ``block``) and
+        its copy out queued; False when a test finds it still running."""
+        p = pending[k]
+        if p is None:
+            return True
+        req, i = p
+        if req is not None:
+            status = MPI.Status()
+            if block:
+                req.Wait(status)
+            elif not req.Test(status):
+                return False
+            if check is not None:
+                check(i, pieces[i][0], pieces[i][1], status)
         pending[k] = None
-        status = MPI.Status()
-        req.Wait(status)
-        if check is not None:
-            check(i, off, n, status)
-        if after and own is None and dst is not None:
-            dst._write_range(off, bufs[k][:n])
+        if copy_out:
+            assert copier is not None and dst is not None
+            busy[k] = copier.submit(dst._write_range, pieces[i][0], view(i))
+        return True
+
+    def load(i: int, block: bool) -> None:
+        """Chunk i's buffer freed by its last call and chunk i's copy in queued."""
+        k = i % 2
+        if not settle(k, block):
+            return
+        if copy_in:
+            assert copier is not None and a is not None
+            busy[k] = copier.submit(a._read_range, pieces[i][0], view(i))
+        loaded[k] = i
 
     try:
         for i, (off, n) in enumerate(pieces):
             k = i % 2
-            if pending[k] is not None:
-                finish(k)
-            if own is not None:
-                buf = own[off : off + n]
-            else:
-                buf = bufs[k][:n]
-                if before and a is not None:
-                    a._read_range(off, buf)
-            pending[k] = (start(buf, off, n), i, off, n)
-        for k in (len(pieces) % 2, (len(pieces) + 1) % 2):  # the older chunk first
-            if pending[k] is not None:
-                finish(k)
+            if loaded[k] != i:
+                load(i, True)
+            if i + 1 < len(pieces):
+                load(i + 1, False)  # the next copy in starts now if its buffer is free
+            job, busy[k] = busy[k], None
+            if job is not None:
+                job.result()  # the helper is done with this buffer
+            req = start(view(i), off, n)
+            pending[k] = (None if blocking else req, i)
+        last = (len(pieces) - 1) % 2
+        for k in (1 - last, last):  # the older chunk first
+            settle(k, True)
+        for job in busy:
+            if job is not None:
+                job.result()
     finally:
         for p in pending:
-            if p is not None:
+            if p is not None and p[0] is not None:
                 p[0].Wait()  # never leave MPI writing a buffer
-
-
-def _overlapped(a: MemArray, call: Any, after: bool, into: MemArray) -> None:
-    """Runs the blocking ``call(buffer, offset, nbytes)`` on each chunk of ``a`` in turn,
-    each chunk copied into one of two bounce buffers by a helper thread while the call
-    before it blocks in MPI (and, when ``after``, the call's result copied into ``into``
-    the same way). For reductions: Open MPI's blocking ``Reduce`` is tuned where its
-    non-blocking one is not, and a non-blocking collective only moves while its rank is in
-    MPI, not while it copies; copies release the GIL and MPI is only ever called from this
-    thread."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    bufs = _bounce()
-    pieces = _pieces(a.nbytes)
-    with ThreadPoolExecutor(1, thread_name_prefix="memarray-mpi") as copier:
-        off, n = pieces[0]
-        read = copier.submit(a._read_range, off, bufs[0][:n])
-        written = None
-        for i, (off, n) in enumerate(pieces):
-            k = i % 2
-            read.result()  # chunk i is in bufs[k]
-            if written is not None:
-                written.result()  # chunk i - 1 left bufs[1 - k]
-                written = None
-            if i + 1 < len(pieces):
-                noff, nn = pieces[i + 1]
-                read = copier.submit(a._read_range, noff, bufs[1 - k][:nn])
-            call(bufs[k][:n], off, n)
-            if after:
-                written = copier.submit(into._write_range, off, bufs[k][:n])
-        if written is not None:
-            written.result()
+        if copier is not None:
+            copier.shutdown(wait=True)  # nor the helper copying one

@@ -152,10 +152,10 @@ class MemArrayTransport(base.Transport):
             pid=os.getpid(),
             source=_current_actor(),
         )
-        entries = base.packs.make(obj_id, arrays)
+        entries = self.packs.make(obj_id, arrays)
         if entries is not None:
             meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
-            shared = [base.packs.get(obj_id)]
+            shared = [self.packs.get(obj_id)]
         else:
             arrays = base.check_arrays(TRANSPORT, arrays)
             meta.tensor_meta = [(tuple(a.shape), a._dtype_name) for a in arrays]

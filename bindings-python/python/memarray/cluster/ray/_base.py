@@ -90,7 +90,12 @@ PACK_EACH = 1 << 20
 
 
 class Packs:
-    """Packs a sending actor keeps until Ray collects their object (``garbage_collect``)."""
+    """The packs one transport made in this process, each held from its object's
+    ``describe`` until Ray collects the object (``garbage_collect``) or aborts its
+    transfer: the IPC receiver maps the pack's memory, the NCCL ``send`` sends it. Ray
+    hands ``send`` and ``garbage_collect`` only the object's id and a copy of the metadata
+    made at ``describe``, so the id is the pack's key; each transport (one per process,
+    made by Ray) keeps its own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -132,9 +137,6 @@ class Packs:
             return len(self._held)
 
 
-packs = Packs()
-
-
 def tensor_meta(entries: Entries) -> list[tuple[tuple[int, ...], str]]:
     """Each packed array's shape and dtype, as the transports' metadata lists them."""
     return [(tuple(shape), dtype) for dtype, shape, _ in entries]
@@ -163,6 +165,10 @@ class Transport(TensorTransportManager):
     NAME = ""
     #: Whether the receiver alone moves the data (IPC) or both sides take part (NCCL).
     ONE_SIDED = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packs = Packs()
 
     @classmethod
     def is_one_sided(cls) -> bool:  # type: ignore[override]
@@ -196,4 +202,4 @@ class Transport(TensorTransportManager):
         self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
     ) -> None:
         # Ray's store drops the sender's arrays after this; receivers hold their own.
-        packs.drop(obj_id)
+        self.packs.drop(obj_id)

@@ -208,10 +208,10 @@ class MemArrayNcclTransport(base.Transport):
 
     def describe(self, obj_id: str, arrays: list[Any]) -> MemArrayNcclMetadata:
         meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
-        entries = base.packs.make(obj_id, arrays)
+        entries = self.packs.make(obj_id, arrays)
         if entries is not None:
             meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
-            meta.pack_bytes = base.packs.get(obj_id).nbytes
+            meta.pack_bytes = self.packs.get(obj_id).nbytes
             meta.pack_key = obj_id
         else:
             arrays = base.check_arrays(NCCL_TRANSPORT, arrays)
@@ -250,7 +250,7 @@ class MemArrayNcclTransport(base.Transport):
             return  # the receiver raises why; a raise here would make Ray kill both actors
         comm = _comm(cm.group)
         if meta.pack_key is not None:
-            out = [base.packs.get(meta.pack_key)]
+            out = [self.packs.get(meta.pack_key)]
         else:
             out = [a for a in tensors if a.nbytes]
         stream = _stream(comm.device_id)
@@ -299,7 +299,7 @@ class MemArrayNcclTransport(base.Transport):
             comm = _comms.pop(name, None)
             if comm is not None:
                 _aborted.add(name)
-        base.packs.drop(obj_id)
+        self.packs.drop(obj_id)
         if comm is not None:
             comm.abort()
             base.count_abort()

@@ -34,8 +34,11 @@ use super::zero_device_memory;
 use crate::device::Device;
 use crate::event::Event;
 
+mod heaps;
 mod streams;
 mod trim;
+
+use heaps::NvtxHeaps;
 
 /// Alignment of every pooled block (the driver's natural alignment).
 pub const POOL_ALIGN: usize = 256;
@@ -136,9 +139,8 @@ pub struct CachingPool {
     release_threshold: usize,
     name: String,
     state: Mutex<State>,
-    /// Upstream allocation -> its NVTX heap, while a tool takes NVTX's memory extension
-    /// (each block handed out is a region in its allocation's heap).
-    nvtx_heaps: Mutex<HashMap<usize, usize>>,
+    /// The pool as a tool taking NVTX's memory extension sees it.
+    heaps: NvtxHeaps,
 }
 
 impl CachingPool {
@@ -168,7 +170,7 @@ impl CachingPool {
             device,
             release_threshold,
             state: Mutex::new(State::default()),
-            nvtx_heaps: Mutex::new(HashMap::new()),
+            heaps: NvtxHeaps::default(),
         }
     }
 
@@ -284,47 +286,15 @@ impl CachingPool {
             }
             other => other,
         }?;
-        if let Some(_ctx) = self.nvtx_bind() {
-            let heap = nvtx::heap_register(p.as_ptr() as usize, size);
-            if heap != 0 {
-                self.heaps().insert(p.as_ptr() as usize, heap);
-            }
-        }
+        self.heaps
+            .allocation_added(self.device.as_ref(), p.as_ptr() as usize, size);
         Ok(p)
     }
 
-    /// With a tool that takes NVTX's memory extension and a pool on a device: the device
-    /// bound for the NVTX memory calls (compute-sanitizer refuses them with no current
-    /// context). None otherwise: a host pool's memory is no CUDA heap, and without a tool
-    /// nothing is described.
-    fn nvtx_bind(&self) -> Option<crate::device::BindGuard> {
-        if !nvtx::mem_active() {
-            return None;
-        }
-        self.device.as_ref().and_then(|d| d.bind().ok())
-    }
-
-    /// Calls `describe` with the NVTX heap of the upstream allocation the live block at
-    /// `addr` lies in (a small block is one of its own, a large one lies in a segment),
-    /// the device bound; nothing without a tool or where that allocation is no heap (a
-    /// pass-through block's, a host pool's, one the tool refused).
-    fn with_nvtx_heap(&self, st: &State, addr: usize, describe: impl FnOnce(usize)) {
-        if !nvtx::mem_active() {
-            return;
-        }
-        let base = st.large.get(&addr).map_or(addr, |b| b.segment);
-        let heap = self.heaps().get(&base).copied().unwrap_or(0);
-        if heap != 0
-            && let Some(_ctx) = self.nvtx_bind()
-        {
-            describe(heap);
-        }
-    }
-
-    fn heaps(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
-        self.nvtx_heaps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// The upstream allocation the block at `addr` lies in (a small block is one of its
+    /// own, a large one lies in a segment).
+    fn allocation_of(st: &State, addr: usize) -> usize {
+        st.large.get(&addr).map_or(addr, |b| b.segment)
     }
 
     fn alloc(&self, bytes: usize, align: usize, stream: Option<RawStream>) -> Result<NonNull<u8>> {
@@ -418,7 +388,9 @@ impl CachingPool {
             (addr, st.large.get(&addr).map_or(size, |b| b.size))
         };
         st.stats.used_bytes += block as u64;
-        self.with_nvtx_heap(&st, addr, |heap| nvtx::region_register(heap, addr, block));
+        let base = || Self::allocation_of(&st, addr);
+        self.heaps
+            .block_out(self.device.as_ref(), base, addr, block);
         NonNull::new(addr as *mut u8).ok_or_else(too_big)
     }
 
@@ -429,7 +401,8 @@ impl CachingPool {
         let Some(live) = st.live.remove(&addr) else {
             return; // not ours (or freed twice): nothing to do, never a crash
         };
-        self.with_nvtx_heap(&st, addr, |_| nvtx::region_unregister(addr));
+        let base = || Self::allocation_of(&st, addr);
+        self.heaps.block_back(self.device.as_ref(), base, addr);
         match live {
             Live::Passthrough { bytes, align } => {
                 st.stats.upstream_bytes -= bytes as u64;

@@ -129,10 +129,7 @@ impl CachingPool {
             let waited = StreamRef::legacy().synchronize(device);
             crate::parked::park_err("waiting before giving pinned blocks back", waited);
         }
-        if let Some(heap) = self.heaps().remove(&addr) {
-            let _ctx = self.nvtx_bind();
-            crate::nvtx::heap_unregister(heap);
-        }
+        self.heaps.allocation_removed(self.device.as_ref(), addr);
         if let Some(p) = NonNull::new(addr as *mut u8) {
             // SAFETY: (addr, size, POOL_ALIGN) came from upstream.allocate and is freed
             // once; its last uses are ordered before the legacy default stream's position
