@@ -342,6 +342,9 @@ pub struct Allocation {
     stream: Option<RawStream>,
     source: Option<Source>,
     freed: AtomicBool,
+    /// The Python object that owns `stream` (a CuPy `Stream`), kept until the memory is
+    /// freed: the free is ordered on that stream, which must not be destroyed before.
+    stream_owner: Option<Py<PyAny>>,
 }
 
 impl Allocation {
@@ -360,7 +363,15 @@ impl Allocation {
             stream,
             source,
             freed: AtomicBool::new(false),
+            stream_owner: None,
         }
+    }
+
+    /// Keeps `owner`, the object owning the allocation's stream, alive until the free
+    /// (which is ordered on that stream).
+    pub(crate) fn keeping_stream(mut self, owner: Py<PyAny>) -> Self {
+        self.stream_owner = Some(owner);
+        self
     }
 
     fn release(&self, stream: Option<RawStream>) {

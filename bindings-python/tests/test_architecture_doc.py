@@ -101,3 +101,9 @@ def test_docs_sources_tests_benches_and_scripts_cite_no_issue_numbers():
                 if cite.search(line):
                     found.append(f"{f}:{n}: {line.strip()[:80]}")
     assert found == [], "\n".join(found)
+
+
+def test_no_file_is_named_after_a_round_of_work():
+    # A file says what it holds; which round of work made it is the CHANGELOG's business.
+    named = [f for f in repo_files() if re.search(r"round[_-]?(\d+|one|two|three|four|five)", f)]
+    assert named == [], named

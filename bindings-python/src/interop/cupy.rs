@@ -12,7 +12,10 @@ use super::glue::{BLOCK_ALIGN, raw_stream};
 /// its place cost 1.6x CuPy's own pool per `cupy.empty`. Each call allocates from memarray's
 /// default resource of CuPy's current device, ordered on CuPy's current stream, for the
 /// source "cupy", and returns a `cupy.cuda.MemoryPointer` over an `UnownedMemory` whose
-/// owner (an `Allocation`) frees the block when CuPy lets go; size 0 is the null pointer,
+/// owner (an `Allocation`) frees the block when CuPy lets go, ordered on that stream, whose
+/// CuPy `Stream` it keeps alive until then (a stream destroyed before its blocks' frees
+/// would be named to the driver after its end, as RMM's hook avoids the same way); size 0
+/// is the null pointer,
 /// as on CuPy's own allocator. The GIL stays held: a pool hit costs less than handing it
 /// over.
 #[pyclass(module = "memarray._memarray._interop", frozen)]
@@ -28,9 +31,8 @@ impl CupyAllocator {
     fn __call__(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let nbytes: usize = crate::convert::int(nbytes, "nbytes")?;
         let device: u32 = self.get_device.call0(py)?.extract(py)?;
-        let stream: usize = self
-            .get_stream
-            .call0(py)?
+        let stream_obj = self.get_stream.call0(py)?;
+        let stream: usize = stream_obj
             .getattr(py, pyo3::intern!(py, "ptr"))?
             .extract(py)?;
         if nbytes == 0 {
@@ -57,7 +59,8 @@ impl CupyAllocator {
                 nbytes,
                 Some(raw),
                 Some(*crate::sources::CUPY),
-            ),
+            )
+            .keeping_stream(stream_obj),
         )?;
         let memory = self
             .unowned_memory
