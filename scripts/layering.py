@@ -81,6 +81,7 @@ LAYERS = {
         ["dtype"],
         ["device", "fork"],
         ["stream", "foreign"],
+        ["graph"],
         ["resources", "host_pool"],
         ["interop"],
         ["array"],

@@ -129,6 +129,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let cuda = PyModule::new(py, "cuda")?;
     cuda.add_class::<PyStream>()?;
     cuda.add_class::<PyEvent>()?;
+    cuda.add_class::<crate::graph::PyCapture>()?;
+    cuda.add_class::<crate::graph::PyGraph>()?;
     cuda.add_function(wrap_pyfunction!(is_available, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(unavailable_reason, &cuda)?)?;
     cuda.add_function(wrap_pyfunction!(device_count, &cuda)?)?;

@@ -26,6 +26,15 @@ pyo3::create_exception!(
     "No usable CUDA driver or device on this machine."
 );
 
+pyo3::create_exception!(
+    memarray,
+    CaptureError,
+    PyRuntimeError,
+    "Work that a CUDA graph cannot replay was asked for on a stream being captured (a \
+     pageable or staged host copy, a host wait); nothing was enqueued and the capture is \
+     still valid."
+);
+
 /// The Python exception of each [`ErrorKind`], the one classification the C status
 /// codes map from too.
 fn exception(kind: ErrorKind, msg: String) -> PyErr {
@@ -107,6 +116,7 @@ pub fn cuda_err(e: CudaError) -> PyErr {
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"
         )),
+        CudaError::Captured { .. } => CaptureError::new_err(msg),
         e => exception(e.kind(), msg),
     }
 }

@@ -26,6 +26,7 @@ mod familiar;
 mod foreign;
 mod fork;
 mod gil;
+mod graph;
 mod held;
 mod host_pool;
 mod interop;
@@ -89,6 +90,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "CudaUnavailableError",
         py.get_type::<errors::CudaUnavailableError>(),
     )?;
+    m.add("CaptureError", py.get_type::<errors::CaptureError>())?;
     m.add("SUPPORTED_DTYPES", array::supported_dtype_names())?;
     m.add("MAX_NDIM", memarray_core::MAX_NDIM)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -14,6 +14,7 @@ from ._bundle import Bundle
 from ._memarray import (
     MAX_NDIM,
     SUPPORTED_DTYPES,
+    CaptureError,
     CudaUnavailableError,
     DLPackContext,
     IpcHandle,
@@ -55,6 +56,7 @@ __all__ = [
     "MAX_NDIM",
     "SUPPORTED_DTYPES",
     "Bundle",
+    "CaptureError",
     "CudaUnavailableError",
     "DLPackContext",
     "IpcHandle",

@@ -26,6 +26,7 @@ __all__ = [
     "__version__",
     "MAX_NDIM",
     "SUPPORTED_DTYPES",
+    "CaptureError",
     "CudaUnavailableError",
     "DLPackContext",
     "DeviceScope",
@@ -82,6 +83,10 @@ class LockError(RuntimeError):
 
 class CudaUnavailableError(RuntimeError):
     """No usable CUDA driver or device on this machine."""
+
+class CaptureError(RuntimeError):
+    """Work a CUDA graph cannot replay, asked for on a stream being captured; nothing
+    was enqueued and the capture is still valid."""
 
 @type_check_only
 class _HasCudaStream(Protocol):

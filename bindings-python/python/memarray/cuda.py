@@ -16,6 +16,8 @@ Function = _cuda.Function
 In = _cuda.In
 Out = _cuda.Out
 Event = _cuda.Event
+Capture = _cuda.Capture
+Graph = _cuda.Graph
 is_available = _cuda.is_available
 unavailable_reason = _cuda.unavailable_reason
 device_count = _cuda.device_count
@@ -32,8 +34,10 @@ pinned_fallbacks = _cuda.pinned_fallbacks
 copy_engine = _cuda.copy_engine
 
 __all__ = [
+    "Capture",
     "Event",
     "Function",
+    "Graph",
     "In",
     "Module",
     "Out",

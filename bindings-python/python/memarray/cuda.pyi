@@ -10,8 +10,10 @@ import numpy as np
 from ._memarray import MemArray, _StreamLike
 
 __all__ = [
+    "Capture",
     "Event",
     "Function",
+    "Graph",
     "In",
     "Module",
     "Out",
@@ -56,6 +58,30 @@ class Stream:
     def synchronize(self) -> None: ...
     def wait_event(self, event: Event) -> None: ...
     def record_event(self) -> Event: ...
+    def capture(self, mode: str = "thread_local") -> Capture:
+        """A ``with`` block that records the work enqueued on this stream into a CUDA
+        graph (``Capture.graph``) instead of running it. ``mode``: ``"thread_local"``,
+        ``"global"`` or ``"relaxed"``."""
+    def is_capturing(self) -> bool: ...
+
+@final
+class Capture:
+    """A capture of one stream (``Stream.capture()``); its graph once the block ends."""
+
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: object, exc: object = None, tb: object = None) -> bool: ...
+    @property
+    def graph(self) -> Graph: ...
+
+@final
+class Graph:
+    """An instantiated CUDA graph: one launch runs everything its capture recorded."""
+
+    def launch(self, stream: _StreamLike | None = None) -> None: ...
+    def replay(self, n: int, stream: _StreamLike | None = None) -> None: ...
+    def upload(self, stream: _StreamLike | None = None) -> None: ...
+    @property
+    def node_count(self) -> int: ...
 
 @final
 class Event:

@@ -209,6 +209,16 @@ impl StreamRef {
         // bound context of `device` (item 1); the event is live while borrowed (item 2).
         unsafe { driver::stream_wait_event(self.cu(), event.handle()) }
     }
+
+    /// Under a capture of this stream: makes the graph wait for `event` as an external
+    /// event node (each launch waits for the event's latest recording), for an event
+    /// recorded outside the capture, which a plain wait may not name.
+    pub(crate) fn wait_on_external(self, device: &Device, event: &Event) -> Result<()> {
+        let _ctx = device.bind()?;
+        // SAFETY: as in `wait_on`; the flag is valid under capture, which the caller
+        // checked.
+        unsafe { driver::stream_wait_event_external(self.cu(), event.handle()) }
+    }
 }
 
 impl Stream {

@@ -63,8 +63,10 @@ use crate::nvtx;
 use memarray_core::{CoreError, HostBuffer, MemoryKind};
 
 use crate::buffer::DeviceBuffer;
+use crate::device::Device;
 use crate::error::Result;
 use crate::event::Enqueued;
+use crate::graph::Capture;
 use crate::stream::StreamRef;
 use route::Route;
 
@@ -170,6 +172,36 @@ enum Keep {
     UntilReturn,
 }
 
+/// Under a capture of `stream`, only a host copy a graph can replay goes ahead: the DMA
+/// of host memory the driver knows (pinned, registered, managed) that the caller keeps
+/// until the copy completes. Staging by host threads, pageable memory (which the driver
+/// stages during the call) and a copy the call waits for cannot be, and are refused with
+/// [`crate::CudaError::Captured`] before anything is enqueued, the capture left valid.
+/// Outside a capture this is one driver query.
+fn refuse_unless_replayable(
+    device: &Device,
+    stream: StreamRef,
+    route: &Route,
+    keep: Keep,
+    host: *const u8,
+    what: &'static str,
+) -> Result<()> {
+    if stream.capture(device)? == Capture::None {
+        return Ok(());
+    }
+    let replayable = keep == Keep::UntilDone
+        && match *route {
+            Route::Direct { known: Some(k) } => k,
+            Route::Direct { known: None } => route::driver_knows(device, host)?,
+            Route::Staged => false,
+        };
+    if replayable {
+        Ok(())
+    } else {
+        stream.refuse_under_capture(device, what)
+    }
+}
+
 /// Host bytes `src` to `dst[dst_offset..]` after the work queued on `stream`, by the
 /// route [`route::host`] picks.
 ///
@@ -185,13 +217,16 @@ unsafe fn up(
     keep: Keep,
 ) -> Result<Option<Enqueued>> {
     dst.range(dst_offset, src.len())?;
-    match route::host(
+    let route = route::host(
         dst.device(),
         Direction::ToDevice,
         kind,
         src.as_ptr(),
         src.len(),
-    )? {
+    )?;
+    let what = "a copy from host memory a graph cannot replay (pageable or staged)";
+    refuse_unless_replayable(dst.device(), stream, &route, keep, src.as_ptr(), what)?;
+    match route {
         // Returns once `src` has been read.
         Route::Staged => staged::to_device(dst, dst_offset, src, stream),
         // Pageable memory: the driver has copied every byte of `src` into its own staging
@@ -237,13 +272,16 @@ unsafe fn down(
     keep: Keep,
 ) -> Result<Option<Enqueued>> {
     src.range(src_offset, dst.len())?;
-    match route::host(
+    let route = route::host(
         src.device(),
         Direction::ToHost,
         kind,
         dst.as_ptr(),
         dst.len(),
-    )? {
+    )?;
+    let what = "a copy to host memory a graph cannot replay (pageable, staged or waited for)";
+    refuse_unless_replayable(src.device(), stream, &route, keep, dst.as_ptr(), what)?;
+    match route {
         Route::Staged => {
             // Returns once the bytes are in `dst`.
             staged::to_host(dst, src, src_offset, stream)?;

@@ -431,6 +431,19 @@ pub(crate) unsafe fn stream_wait_event(s: CUstream, e: CUevent) -> Result<()> {
     })
 }
 
+/// `cuStreamWaitEvent` with `CU_EVENT_WAIT_EXTERNAL`: under a capture of `s`, an
+/// external event wait node.
+///
+/// # Safety
+/// As [`stream_wait_event`]; `s` is being captured.
+pub(crate) unsafe fn stream_wait_event_external(s: CUstream, e: CUevent) -> Result<()> {
+    init()?;
+    // SAFETY: items 1 and 2 of `stream_wait_event`; the flag is CU_EVENT_WAIT_EXTERNAL.
+    check("cuStreamWaitEvent", unsafe {
+        sys::cuStreamWaitEvent(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL as u32)
+    })
+}
+
 // ---- events ---------------------------------------------------------------------------
 
 /// Creates an event; `timing` false passes `CU_EVENT_DISABLE_TIMING` (cheaper to record).

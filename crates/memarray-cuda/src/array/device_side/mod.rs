@@ -83,6 +83,21 @@ pub(crate) struct DeviceSide {
     /// recorded there on first use ([`Self::settle`]), which orders after that work just
     /// as well, and an array dropped unused never pays for one.
     lazy: Mutex<Option<Arc<Device>>>,
+    /// Work on this array recorded into a stream capture (a graph's, not run yet): what
+    /// later work of the same capture orders after. The eager `pending` never records
+    /// captured work, so waits and host accesses outside the capture never meet an event
+    /// last recorded in one (which the driver refuses).
+    captured: Mutex<Option<CapturedWork>>,
+}
+
+/// Work on an array recorded into the capture `id`: its event (recorded in the capture)
+/// and stream, and the buffers it reads.
+#[derive(Debug)]
+struct CapturedWork {
+    id: u64,
+    event: Arc<Event>,
+    stream: StreamRef,
+    keep_alive: Vec<Arc<DeviceBuffer>>,
 }
 
 impl Drop for DeviceSide {
@@ -155,6 +170,7 @@ impl DeviceSide {
             resource: None,
             foreign: false,
             lazy: Mutex::new(None),
+            captured: Mutex::new(None),
         }
     }
 

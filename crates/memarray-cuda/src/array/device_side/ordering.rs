@@ -9,9 +9,19 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::Result;
 use crate::event::{Enqueued, Event};
+use crate::graph::Capture;
 use crate::stream::StreamRef;
 
-use super::{DeviceSide, Pending};
+use super::{CapturedWork, DeviceSide, Pending};
+
+/// The capture `stream` (of `device`) is in, if any: the one question the ordering asks
+/// before it records or waits (one driver query, no allocation).
+fn capture_id(stream: StreamRef, device: &Device) -> Result<Option<u64>> {
+    Ok(match stream.capture(device)? {
+        Capture::None => None,
+        Capture::Active { id } | Capture::Invalidated { id } => Some(id),
+    })
+}
 
 impl DeviceSide {
     /// Records `event` (an interprocess event) on the legacy stream of the data's device
@@ -71,6 +81,12 @@ impl DeviceSide {
     /// pending work on another stream (stream-wait-event, no host block). A default
     /// stream is per device: the same handle on another device is another stream, which
     /// must wait too, with that device bound.
+    ///
+    /// Under a stream capture: after this array's earlier work in the same capture (a
+    /// fork joined inside the graph); eager work from before the capture that is not done
+    /// yet becomes an external wait in the graph (each launch waits for it), since a
+    /// capture may not wait on an uncaptured event otherwise. Nothing is asked of the
+    /// driver when no wait could be needed.
     pub(in crate::array) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         // Lazy work is on this device's legacy stream: later work there follows it.
         if stream == StreamRef::legacy()
@@ -83,12 +99,62 @@ impl DeviceSide {
         {
             return Ok(());
         }
-        if let Some(p) = self.pending().as_ref()
-            && (p.stream != Some(stream) || p.event.device().id() != device_id)
+        let pending = self.pending();
+        let eager = pending
+            .as_ref()
+            .filter(|p| p.stream != Some(stream) || p.event.device().id() != device_id);
+        let mut captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
+        if eager.is_none() && captured.is_none() {
+            return Ok(());
+        }
+        let device = Device::get(device_id)?;
+        let Some(id) = capture_id(stream, &device)? else {
+            *captured = None; // a capture's work orders only that capture's later work
+            if let Some(p) = eager {
+                stream.wait_on(&device, &p.event)?;
+            }
+            return Ok(());
+        };
+        if let Some(c) = captured.as_ref().filter(|c| c.id == id) {
+            // Eager work was ordered before this capture's first use of the array.
+            if c.stream != stream {
+                stream.wait_on(&device, &c.event)?;
+            }
+            return Ok(());
+        }
+        if let Some(p) = eager
+            && !p.event.is_complete().unwrap_or(false)
         {
-            stream.wait_on(&*Device::get(device_id)?, &p.event)?;
+            stream.wait_on_external(&device, &p.event)?;
         }
         Ok(())
+    }
+
+    /// Under a capture of `op`'s stream, records `op` as this array's captured work (not
+    /// its pending work, which stays the eager work before the capture) and returns
+    /// true; false outside a capture.
+    fn record_captured(&self, op: &Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<bool> {
+        let Some(id) = capture_id(op.stream(), op.device())? else {
+            return Ok(false);
+        };
+        let mut captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
+        let event = match captured.as_ref() {
+            Some(c) if c.event.device().id() == op.device().id() => c.event.clone(),
+            _ => Arc::new(Event::new(op.device())?),
+        };
+        event.record(op.stream())?;
+        let mut keep_alive = match captured.take() {
+            Some(c) if c.id == id => c.keep_alive,
+            _ => Vec::new(),
+        };
+        keep_alive.extend(keep);
+        *captured = Some(CapturedWork {
+            id,
+            event,
+            stream: op.stream(),
+            keep_alive,
+        });
+        Ok(true)
     }
 
     /// Records the array's event after `op` and makes it the pending work. If recording
@@ -98,6 +164,13 @@ impl DeviceSide {
         op: Enqueued,
         keep: Option<Arc<DeviceBuffer>>,
     ) -> Result<()> {
+        if self.record_captured(&op, keep.clone())? {
+            // The captured stream becomes the default, as after any write, so the array's
+            // next call without a stream is captured too (or refused).
+            let stream = op.stream();
+            self.last_stream = stream.is_persistent().then_some((stream, op.device().id()));
+            return Ok(());
+        }
         let stream = op.stream();
         let device = op.device().clone();
         self.settle();
@@ -129,6 +202,9 @@ impl DeviceSide {
     /// Records the array's event after `op`, which only reads the device copy (a copy
     /// out of it), so that later writes on other streams wait for the read.
     pub(in crate::array) fn record_read(&self, op: &Enqueued) -> Result<()> {
+        if self.record_captured(op, None)? {
+            return Ok(());
+        }
         let mut guard = self.pending();
         let event = match guard.as_ref() {
             Some(p) if p.event.device().id() == op.device().id() && p.stream.is_some() => {

@@ -1,0 +1,205 @@
+"""A captured simulation loop against eager ones: the seed's kind of loop (several small
+kernels a step over device arrays, a host snapshot every N steps), eager and captured,
+in memarray, CuPy and torch, same run.
+
+    python3 benches/graph_loop.py [--arrays 4] [--side 128] [--steps 400] [--every 20]
+                                  [--rounds 7] [--json out.json]
+
+Each step adds each array's index tuple to it (`add_index_tuple`, one kernel per array;
+CuPy and torch add a precomputed array of the same values, one kernel per array too).
+Every ``--every`` steps the host takes a snapshot of the first array (a copy into a
+reused host buffer, waited for). Captured rows record ``--every`` steps once (a graph of
+arrays x every kernels) and launch it once per block, the snapshot taken between
+launches as in the eager rows. Times are per step, median of ``--rounds``, the whole
+loop waited for; every row's final arrays are checked against the expected values.
+Prints SKIPPED without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import memarray
+
+
+def timed(run: Callable[[], None], rounds: int, steps: int) -> float:
+    """Microseconds per step, median of ``rounds`` runs (one warm-up first)."""
+    run()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        run()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out) / steps * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--arrays", type=int, default=4)
+    ap.add_argument("--side", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--every", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not memarray.cuda.is_available():
+        print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
+        return 0
+    shape = (args.side, args.side)
+    k, steps, every = args.arrays, args.steps, args.every
+    blocks = steps // every
+    steps = blocks * every
+    h = memarray.zeros(shape, "float32")
+    h.add_index_tuple()
+    inc = h.to_numpy()  # what one step adds to each array
+    snap = np.empty(shape, np.float32)
+    rows: dict[str, float] = {}
+    finals: dict[str, np.ndarray] = {}
+
+    # memarray, eager and captured, on one stream of its own.
+    s = memarray.cuda.Stream()
+    ma = [memarray.zeros(shape, "float32", device="cuda") for _ in range(k)]
+    for a in ma:
+        a.add_index_tuple(stream=s)  # loads the module, sets each array's stream
+    s.synchronize()
+
+    def ma_eager() -> None:
+        for _ in range(blocks):
+            for _ in range(every):
+                for a in ma:
+                    a.add_index_tuple(stream=s)
+            ma[0].to_numpy(out=snap)
+        s.synchronize()
+
+    with s.capture() as cap:
+        for _ in range(every):
+            for a in ma:
+                a.add_index_tuple(stream=s)
+    graph = cap.graph
+    graph.upload()
+
+    def ma_graph() -> None:
+        for _ in range(blocks):
+            graph.launch()
+            # A launch is not an array's pending work: the host waits for the stream.
+            s.synchronize()
+            ma[0].to_numpy(out=snap)
+        s.synchronize()
+
+    for a in ma:
+        a.read_numpy_array(np.zeros(shape, np.float32))
+    rows["memarray eager"] = timed(ma_eager, args.rounds, steps)
+    rows["memarray captured"] = timed(ma_graph, args.rounds, steps)
+    finals["memarray"] = ma[-1].to_numpy()
+    runs = 1 + args.rounds  # each row ran its loop for a warm-up and each round
+
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        cs = cupy.cuda.Stream(non_blocking=True)
+        with cs:
+            ca = [cupy.zeros(shape, cupy.float32) for _ in range(k)]
+            cinc = cupy.asarray(inc)
+        cs.synchronize()
+
+        def cp_eager() -> None:
+            with cs:
+                for _ in range(blocks):
+                    for _ in range(every):
+                        for a in ca:
+                            a += cinc
+                    ca[0].get(out=snap, stream=cs)
+            cs.synchronize()
+
+        with cs:
+            cs.begin_capture()
+            for _ in range(every):
+                for a in ca:
+                    a += cinc
+            cgraph = cs.end_capture()
+        cgraph.upload(cs)
+
+        def cp_graph() -> None:
+            for _ in range(blocks):
+                cgraph.launch(cs)
+                ca[0].get(out=snap, stream=cs)
+            cs.synchronize()
+
+        rows["cupy eager"] = timed(cp_eager, args.rounds, steps)
+        rows["cupy captured"] = timed(cp_graph, args.rounds, steps)
+        finals["cupy"] = cupy.asnumpy(ca[-1])
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        ts = torch.cuda.Stream()
+        ta = [torch.zeros(shape, device="cuda") for _ in range(k)]
+        tinc = torch.from_numpy(inc).cuda()
+        tsnap = torch.empty(shape, pin_memory=True)
+        torch.cuda.synchronize()
+
+        def t_eager() -> None:
+            with torch.cuda.stream(ts):
+                for _ in range(blocks):
+                    for _ in range(every):
+                        for a in ta:
+                            a.add_(tinc)
+                    tsnap.copy_(ta[0])
+            ts.synchronize()
+
+        tgraph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tgraph, stream=ts):
+            for _ in range(every):
+                for a in ta:
+                    a.add_(tinc)
+
+        def t_graph() -> None:
+            with torch.cuda.stream(ts):
+                for _ in range(blocks):
+                    tgraph.replay()
+                    tsnap.copy_(ta[0])
+            ts.synchronize()
+
+        for a in ta:
+            a.zero_()
+        rows["torch eager"] = timed(t_eager, args.rounds, steps)
+        rows["torch captured"] = timed(t_graph, args.rounds, steps)
+        finals["torch"] = ta[-1].cpu().numpy()
+
+    # Every library ran its eager and its captured loop the same number of times.
+    want = inc * (2 * runs * steps)
+    for name, got in finals.items():
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+
+    eager = min(v for n, v in rows.items() if n.endswith("eager"))
+    peers = [v for n, v in rows.items() if n.endswith("captured") and not n.startswith("memarray")]
+    print(
+        f"{k} arrays of {args.side} x {args.side} float32, {steps} steps, a host snapshot "
+        f"every {every} (per step, median of {args.rounds})"
+    )
+    for name, us in rows.items():
+        print(f"  {name:<20} {us:8.2f} us/step")
+    ours = rows["memarray captured"]
+    print(f"  memarray captured: {eager / ours:.2f}x the best eager loop", end="")
+    if peers:
+        print(f", {min(peers) / ours:.2f}x the best captured peer")
+    else:
+        print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows_us_per_step": rows, "args": vars(args)}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,176 @@
+"""CUDA graphs: memarray's own captures (`Stream.capture()`), memarray work inside torch's and
+CuPy's captures, refusals that leave a capture valid, and CuPy's allocator through memarray
+when streams go before their arrays. Each captured result is checked bit for bit after two
+launches. Crash-prone cases run in subprocesses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from children import assert_clean, run_child
+
+import memarray
+
+SHAPE = (64, 33)
+
+
+def one_step() -> np.ndarray:
+    """What one `add_index_tuple` adds to a zeroed array (the host kernel's answer)."""
+    h = memarray.zeros(SHAPE, "float32")
+    h.add_index_tuple()
+    return h.to_numpy()
+
+
+def warm(a: memarray.MemArray) -> None:
+    """One eager kernel and an undo: the module is loaded before any capture (loading a
+    module cannot be captured), and `a` is zero again."""
+    a.add_index_tuple()
+    a.read_numpy_array(np.zeros(SHAPE, np.float32))
+    a.synchronize()
+
+
+def test_capture_modes_are_checked_before_any_device_is_touched():
+    if not memarray.cuda.is_available():
+        with pytest.raises(memarray.CudaUnavailableError):
+            memarray.cuda.Stream()
+        return
+    s = memarray.cuda.Stream()
+    with pytest.raises(ValueError, match="thread_local"):
+        s.capture("sometimes")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+def test_a_memarray_capture_records_kernels_and_replays_them_bit_for_bit(mode):
+    step = one_step()
+    s = memarray.cuda.Stream()
+    a = memarray.zeros(SHAPE, "float32", device="cuda")
+    warm(a)
+    with s.capture(mode) as cap:
+        assert s.is_capturing()
+        a.add_index_tuple(stream=s)
+        a.add_index_tuple(stream=s)
+    assert not s.is_capturing()
+    g = cap.graph
+    assert g.node_count >= 2, g
+    np.testing.assert_array_equal(a.to_numpy(), np.zeros(SHAPE, np.float32))  # nothing ran
+    g.upload()
+    g.launch()
+    s.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * step)
+    g.replay(2)
+    s.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 6 * step)
+
+
+@pytest.mark.gpu
+def test_work_a_graph_cannot_replay_is_refused_typed_and_the_capture_still_succeeds():
+    step = one_step()
+    s = memarray.cuda.Stream()
+    a = memarray.zeros(SHAPE, "float32", device="cuda")
+    warm(a)
+    with s.capture() as cap:
+        a.add_index_tuple(stream=s)
+        # The next upload runs on a's last stream, s: pageable memory cannot be replayed.
+        with pytest.raises(memarray.CaptureError, match="still valid"):
+            a.read_numpy_array(np.ones(SHAPE, np.float32))
+        assert s.is_capturing()
+        a.add_index_tuple(stream=s)
+    cap.graph.launch()
+    s.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * step)
+    # A block left by an exception ends the capture and throws the graph away.
+    with pytest.raises(KeyError):
+        with s.capture() as dropped:
+            a.add_index_tuple(stream=s)
+            raise KeyError("leaving")
+    assert not s.is_capturing()
+    with pytest.raises(RuntimeError, match="no graph"):
+        _ = dropped.graph
+    np.testing.assert_array_equal(a.to_numpy(), 2 * step)  # the dropped work never ran
+
+
+@pytest.mark.gpu
+def test_memarray_kernels_inside_torchs_graph_replay_and_leave_the_capture_valid():
+    torch = pytest.importorskip("torch")
+    step = one_step()
+    a = memarray.zeros(SHAPE, "float32", device="cuda")
+    warm(a)
+    # Eager work still pending on the array when the capture begins (no synchronize): the
+    # graph waits for it as an external event instead of breaking the capture.
+    a.read_numpy_array(np.zeros(SHAPE, np.float32))
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.graph(g, stream=s):
+        a.add_index_tuple(stream=torch.cuda.current_stream())
+        t = torch.from_dlpack(a) * 2  # torch reads memarray's array inside the graph
+    g.replay()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), step)
+    np.testing.assert_array_equal(t.cpu().numpy(), 2 * step)
+    g.replay()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * step)
+    np.testing.assert_array_equal(t.cpu().numpy(), 4 * step)
+
+
+@pytest.mark.gpu
+def test_memarray_kernels_inside_a_cupy_capture_replay():
+    cupy = pytest.importorskip("cupy")
+    step = one_step()
+    a = memarray.zeros(SHAPE, "float32", device="cuda")
+    warm(a)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        a.add_index_tuple(stream=s)
+        c = cupy.from_dlpack(a) + 1
+        g = s.end_capture()
+    g.launch(s)
+    s.synchronize()
+    g.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * step)
+    np.testing.assert_array_equal(cupy.asnumpy(c), 2 * step + 1)
+
+
+@pytest.mark.gpu
+def test_cupy_blocks_through_memarray_keep_their_stream_until_freed():
+    pytest.importorskip("cupy")
+    # CuPy's own graph tests drop a Stream before the arrays allocated on it; each free is
+    # ordered on the allocation's stream, so memarray keeps that Stream alive until then.
+    r = run_child(
+        """
+        import gc, sys
+        import cupy, memarray
+        cupy.cuda.set_allocator(memarray.cupy_allocator)
+        s = cupy.cuda.Stream(non_blocking=True)
+        with s:
+            pass
+        before = sys.getrefcount(s)
+        with s:
+            a = cupy.arange(1000)
+        assert sys.getrefcount(s) == before + 1, (sys.getrefcount(s), before)
+        del a
+        gc.collect()
+        assert sys.getrefcount(s) == before, (sys.getrefcount(s), before)
+        x = cupy.random.random((100,))
+        cupy.cuda.get_current_stream().synchronize()
+        for i in range(300):
+            s = cupy.cuda.Stream(non_blocking=True)
+            with s:
+                s.begin_capture()
+                y = (x + 3) * 7.6
+                g = s.end_capture()
+                g.launch()
+            s.synchronize()
+            del s, g  # the stream goes first; y's block is freed after it
+            assert float(abs(y - (x + 3) * 7.6).max()) == 0.0
+            del y
+        cupy.cuda.Device().synchronize()
+        print("ok")
+        """,
+        timeout=300,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout
