@@ -10,8 +10,10 @@ CuPy and torch add a precomputed array of the same values, one kernel per array 
 Every ``--every`` steps the host takes a snapshot of the first array (a copy into a
 reused host buffer, waited for). Captured rows record ``--every`` steps once (a graph of
 arrays x every kernels) and launch it once per block, the snapshot taken between
-launches as in the eager rows. Times are per step, median of ``--rounds``, the whole
-loop waited for; every row's final arrays are checked against the expected values.
+launches as in the eager rows; "graph alone" rows launch the same graphs back to back
+with no snapshot (the graphs' own time). Times are per step, median of ``--rounds``, the
+whole loop waited for; every library's final arrays are checked against the expected
+values.
 Prints SKIPPED without a GPU.
 """
 
@@ -60,6 +62,7 @@ def main() -> int:
     inc = h.to_numpy()  # what one step adds to each array
     snap = np.empty(shape, np.float32)
     rows: dict[str, float] = {}
+    replays: dict[str, float] = {}  # the captured loops without snapshots: the graphs alone
     finals: dict[str, np.ndarray] = {}
 
     # memarray, eager and captured, on one stream of its own.
@@ -92,10 +95,15 @@ def main() -> int:
             ma[0].to_numpy(out=snap)
         s.synchronize()
 
+    def ma_replays() -> None:
+        graph.replay(blocks)
+        s.synchronize()
+
     for a in ma:
         a.read_numpy_array(np.zeros(shape, np.float32))
     rows["memarray eager"] = timed(ma_eager, args.rounds, steps)
     rows["memarray captured"] = timed(ma_graph, args.rounds, steps)
+    replays["memarray"] = timed(ma_replays, args.rounds, steps)
     finals["memarray"] = ma[-1].to_numpy()
     runs = 1 + args.rounds  # each row ran its loop for a warm-up and each round
 
@@ -133,8 +141,14 @@ def main() -> int:
                 ca[0].get(out=snap, stream=cs)
             cs.synchronize()
 
+        def cp_replays() -> None:
+            for _ in range(blocks):
+                cgraph.launch(cs)
+            cs.synchronize()
+
         rows["cupy eager"] = timed(cp_eager, args.rounds, steps)
         rows["cupy captured"] = timed(cp_graph, args.rounds, steps)
+        replays["cupy"] = timed(cp_replays, args.rounds, steps)
         finals["cupy"] = cupy.asnumpy(ca[-1])
 
     try:
@@ -173,12 +187,20 @@ def main() -> int:
         for a in ta:
             a.zero_()
         torch.cuda.synchronize()  # zeroed on the default stream; the loops run on ts
+
+        def t_replays() -> None:
+            with torch.cuda.stream(ts):
+                for _ in range(blocks):
+                    tgraph.replay()
+            ts.synchronize()
+
         rows["torch eager"] = timed(t_eager, args.rounds, steps)
         rows["torch captured"] = timed(t_graph, args.rounds, steps)
+        replays["torch"] = timed(t_replays, args.rounds, steps)
         finals["torch"] = ta[-1].cpu().numpy()
 
-    # Every library ran its eager and its captured loop the same number of times.
-    want = inc * (2 * runs * steps)
+    # Every library ran its three loops (eager, captured, replays alone) as often.
+    want = inc * (3 * runs * steps)
     for name, got in finals.items():
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
 
@@ -190,6 +212,8 @@ def main() -> int:
     )
     for name, us in rows.items():
         print(f"  {name:<20} {us:8.2f} us/step")
+    for name, us in replays.items():
+        print(f"  {name + ' graph alone':<20} {us:8.2f} us/step (no snapshots)")
     ours = rows["memarray captured"]
     print(f"  memarray captured: {eager / ours:.2f}x the best eager loop", end="")
     if peers:
@@ -198,7 +222,11 @@ def main() -> int:
         print()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows_us_per_step": rows, "args": vars(args)}, f, indent=2)
+            json.dump(
+                {"rows_us_per_step": rows, "replays_us_per_step": replays, "args": vars(args)},
+                f,
+                indent=2,
+            )
     return 0
 
 

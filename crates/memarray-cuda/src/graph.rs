@@ -67,12 +67,25 @@ pub enum CaptureMode {
 }
 
 impl StreamRef {
-    /// Whether this stream (of `device`) is being captured. Outside a capture this is one
-    /// driver query and no allocation.
+    /// Whether this stream (of `device`) is being captured. One driver query and no
+    /// allocation; a default stream (which names the current context's) binds `device`
+    /// first, a stream of its own names its context itself.
     pub fn capture(self, device: &Device) -> Result<Capture> {
-        let _ctx = device.bind()?;
-        // SAFETY: a live stream (this type's contract), its device's context current.
-        let (status, id) = unsafe { driver::stream_capture_info(self.cu()) }?;
+        let asked = if self.is_default() {
+            None
+        } else {
+            // SAFETY: a live stream (this type's contract) that names its own context.
+            unsafe { driver::stream_capture_info(self.cu()) }.ok()
+        };
+        let (status, id) = match asked {
+            Some(answer) => answer,
+            None => {
+                // A default stream, or a driver that wants the context current after all.
+                let _ctx = device.bind()?;
+                // SAFETY: a live stream, its device's context current.
+                unsafe { driver::stream_capture_info(self.cu()) }?
+            }
+        };
         Ok(match status {
             0 => Capture::None,
             1 => Capture::Active { id },

@@ -83,9 +83,9 @@ impl DeviceSide {
     /// must wait too, with that device bound.
     ///
     /// Under a stream capture: after this array's earlier work in the same capture (a
-    /// fork joined inside the graph); eager work from before the capture that is not done
-    /// yet becomes an external wait in the graph (each launch waits for it), since a
-    /// capture may not wait on an uncaptured event otherwise. Nothing is asked of the
+    /// fork joined inside the graph); eager work from before the capture becomes an
+    /// external wait in the graph (each launch waits for it), since a capture may not wait
+    /// on an uncaptured event otherwise. Nothing is asked of the
     /// driver when no wait could be needed.
     pub(in crate::array) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         // Lazy work is on this device's legacy stream: later work there follows it.
@@ -122,9 +122,9 @@ impl DeviceSide {
             }
             return Ok(());
         }
-        if let Some(p) = eager
-            && !p.event.is_complete().unwrap_or(false)
-        {
+        // Not asked whether it is done: a capture in global or thread-local mode forbids
+        // querying events (the query invalidates it); a wait on done work costs nothing.
+        if let Some(p) = eager {
             stream.wait_on_external(&device, &p.event)?;
         }
         Ok(())

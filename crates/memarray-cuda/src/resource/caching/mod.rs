@@ -15,7 +15,9 @@
 //!   stream, once its call returns, so the pool records that event at the free and never
 //!   names the stream again; on the legacy default stream and memarray's own streams
 //!   (recycled, never destroyed) it records one only when needed, at a reuse elsewhere or
-//!   a give-back, so a free there costs no driver call. Giving a block back upstream makes
+//!   a give-back, so a free there costs no driver call. Under a capture of the
+//!   allocating stream no block of another stream is taken (no event is queried, which
+//!   a capture forbids). Giving a block back upstream makes
 //!   the legacy default stream wait for that event (host memory: the host waits). A pool made without a device ([`CachingPool::host`]) serves host code only
 //!   and ignores stream arguments.
 //! - **Out of memory**: the pool gives its cache back and retries once before failing.
@@ -217,6 +219,9 @@ impl CachingPool {
             .filter(|((c, t), _)| *c == class && *t != tag)
             .filter_map(|((_, t), v)| v.last().map(|&a| (*t, a)))
             .collect();
+        if others.is_empty() || self.capturing(tag) {
+            return None;
+        }
         for (from, addr) in others {
             if self.block_idle(st, addr, from) {
                 st.small_free.get_mut(&(class, from)).and_then(Vec::pop);
@@ -231,7 +236,7 @@ impl CachingPool {
     /// `size` when worthwhile and marked used.
     fn take_large(&self, st: &mut State, size: usize, tag: Tag) -> Option<usize> {
         let mut found = best_fit(st, tag, size).map(|b| (tag, b));
-        if found.is_none() {
+        if found.is_none() && !st.large_free.keys().all(|&t| t == tag) && !self.capturing(tag) {
             let others: Vec<Tag> = st
                 .large_free
                 .keys()

@@ -10,6 +10,7 @@ use memarray_core::RawStream;
 
 use super::{CachingPool, LargeBlock, State, Tag};
 use crate::event::Event;
+use crate::graph::Capture;
 use crate::stream::StreamRef;
 
 impl State {
@@ -75,6 +76,16 @@ impl CachingPool {
             st.events.push(event);
             None
         }
+    }
+
+    /// Whether the current call's stream `tag` is being captured into a graph (any doubt
+    /// is a yes). Then no block of another stream is taken: that would query events, which
+    /// a capture in global or thread-local mode forbids (the query invalidates it).
+    pub(super) fn capturing(&self, tag: Tag) -> bool {
+        let (Some(device), Some(stream)) = (&self.device, self.stream_of(tag)) else {
+            return false;
+        };
+        !matches!(stream.capture(device), Ok(Capture::None))
     }
 
     /// The live stream of the current call's tag (the caller named it just now).
