@@ -115,6 +115,12 @@ def test_memarray_kernels_inside_torchs_graph_replay_and_leave_the_capture_valid
 
 
 @pytest.mark.gpu
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a pool that grows inside a global capture calls cuMemAlloc, which the "
+    "driver refuses there (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the capture invalidated); "
+    "growing by cuMemAllocAsync under a capture is the fix to come",
+)
 def test_memarray_allocates_inside_torchs_capture_without_breaking_it():
     torch = pytest.importorskip("torch")
     step = one_step()

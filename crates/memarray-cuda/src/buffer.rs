@@ -203,6 +203,15 @@ impl DeviceBuffer {
         if stream == self.free_stream && !memarray_core::resource::spilling() {
             return;
         }
+        // A use recorded into a capture is a graph's, run at each launch: no event of it
+        // can order the free (the driver refuses waits on events recorded in a capture
+        // from outside it); keeping the memory for the graph is the graph owner's part.
+        if matches!(
+            stream.capture(&self.device),
+            Ok(crate::graph::Capture::Active { .. } | crate::graph::Capture::Invalidated { .. })
+        ) {
+            return;
+        }
         if let Ok(e) = crate::event::Event::new(&self.device)
             && e.record(stream).is_ok()
         {
