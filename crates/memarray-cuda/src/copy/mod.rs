@@ -189,17 +189,23 @@ fn refuse_unless_replayable(
     if stream.capture(device)? == Capture::None {
         return Ok(());
     }
-    let replayable = keep == Keep::UntilDone
-        && match *route {
-            Route::Direct { known: Some(k) } => k,
-            Route::Direct { known: None } => route::driver_knows(device, host)?,
-            Route::Staged => false,
-        };
-    if replayable {
+    if replayable(route, keep, || route::driver_knows(device, host))? {
         Ok(())
     } else {
         stream.refuse_under_capture(device, what)
     }
+}
+
+/// Whether a host copy by `route`, whose host side the caller keeps as `keep` says, can be
+/// replayed by a graph: a DMA of memory the driver knows (asking `knows` only where the
+/// route did not learn it), kept until the copy completes.
+fn replayable(route: &Route, keep: Keep, knows: impl FnOnce() -> Result<bool>) -> Result<bool> {
+    Ok(keep == Keep::UntilDone
+        && match *route {
+            Route::Direct { known: Some(k) } => k,
+            Route::Direct { known: None } => knows()?,
+            Route::Staged => false,
+        })
 }
 
 /// Host bytes `src` to `dst[dst_offset..]` after the work queued on `stream`, by the
@@ -373,6 +379,32 @@ mod tests {
     use memarray_core::{FileResource, HostResource};
 
     use super::*;
+    use crate::CudaError;
+
+    #[test]
+    fn only_a_kept_dma_of_memory_the_driver_knows_is_replayable_under_a_capture() {
+        let never = || -> Result<bool> { panic!("the route already knew") };
+        let known = Route::Direct { known: Some(true) };
+        let pageable = Route::Direct { known: Some(false) };
+        assert!(replayable(&known, Keep::UntilDone, never).unwrap());
+        // A copy the call waits for, pageable memory, staging: not replayable.
+        assert!(!replayable(&known, Keep::UntilReturn, never).unwrap());
+        assert!(!replayable(&pageable, Keep::UntilDone, never).unwrap());
+        assert!(!replayable(&Route::Staged, Keep::UntilDone, never).unwrap());
+        // Where the size alone decided the route, the driver is asked (once), and its
+        // error is the caller's.
+        let unknown = Route::Direct { known: None };
+        assert!(replayable(&unknown, Keep::UntilDone, || Ok(true)).unwrap());
+        assert!(!replayable(&unknown, Keep::UntilDone, || Ok(false)).unwrap());
+        let failed = replayable(&unknown, Keep::UntilDone, || {
+            Err(CudaError::InvalidArgument {
+                what: "test",
+                detail: "the driver could not say".into(),
+            })
+        });
+        assert!(failed.is_err());
+        assert!(!replayable(&unknown, Keep::UntilReturn, || panic!("not asked")).unwrap());
+    }
 
     #[test]
     fn host_and_file_memory_copy_both_ways_and_ranges_are_checked() {
