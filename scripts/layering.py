@@ -72,7 +72,7 @@ LAYERS = {
         ["error"],
         ["handle", "device"],
         ["stream"],
-        ["resource"],
+        ["resource", "graph"],
         ["array"],
         ["access", "dlpack", "kernel"],
     ],

@@ -105,8 +105,15 @@ typedef struct memarray_access memarray_access;
 // `memarray_array_from_dlpack`; released by `memarray_array_free`.
 typedef struct memarray_array memarray_array;
 
+// A capture in progress on one stream (opaque): end it with `memarray_capture_end`, or
+// abandon it with `memarray_capture_free`.
+typedef struct memarray_capture memarray_capture;
+
 // A kernel of a module (opaque); keeps its module loaded.
 typedef struct memarray_function memarray_function;
+
+// An instantiated graph (opaque), launchable any number of times.
+typedef struct memarray_graph memarray_graph;
 
 // A loaded module of one device (opaque).
 typedef struct memarray_module memarray_module;
@@ -381,6 +388,60 @@ memarray_status memarray_array_from_dlpack(struct DLManagedTensorVersioned *t,
 // failed, or "" after one that succeeded. Never NULL; valid until the next call on this
 // thread.
 const char *memarray_last_error(void);
+
+// Begins capturing `stream` (one of memarray's or a wrapped one, not a default stream)
+// in `mode`: 0 global, 1 thread-local, 2 relaxed (CUDA's capture modes). memarray's
+// kernels and device copies enqueued on it are recorded, not run; work a graph cannot
+// replay (a pageable or staged host copy, a host wait) fails with
+// `MEMARRAY_STATUS_FAILED` and leaves the capture valid. On success `*out` is the
+// capture.
+//
+// # Safety
+// `stream` is a live handle, used by the capture until it ends; `out` is writable.
+memarray_status memarray_capture_begin(const memarray_stream *stream,
+                                       int32_t mode,
+                                       memarray_capture **out);
+
+// Ends `capture` (consumed, also on failure) and instantiates its graph: on success
+// `*out` is the graph; release it with `memarray_graph_free`. A capture invalidated by
+// work illegal under it fails here (`MEMARRAY_STATUS_CUDA`); the stream works again
+// either way.
+//
+// # Safety
+// `capture` is a live handle, not used afterwards; `out` is writable.
+memarray_status memarray_capture_end(memarray_capture *capture, memarray_graph **out);
+
+// Abandons a capture (NULL: nothing): it ends and what it recorded is thrown away.
+//
+// # Safety
+// `capture` is NULL or a live handle, not used afterwards.
+void memarray_capture_free(memarray_capture *capture);
+
+// Launches `graph` on `stream` (of the graph's device), after the work queued there;
+// returns at once. Every array the captured work used must still be alive.
+//
+// # Safety
+// `graph` and `stream` are live handles.
+memarray_status memarray_graph_launch(const memarray_graph *graph, const memarray_stream *stream);
+
+// Uploads `graph` to its device on `stream` ahead of its first launch.
+//
+// # Safety
+// `graph` and `stream` are live handles.
+memarray_status memarray_graph_upload(const memarray_graph *graph, const memarray_stream *stream);
+
+// The number of nodes (kernels, copies, memsets, waits) the capture recorded; 0 for
+// NULL.
+//
+// # Safety
+// `graph` is NULL or a live handle.
+size_t memarray_graph_node_count(const memarray_graph *graph);
+
+// Releases a graph (NULL: nothing); launches already queued still run.
+//
+// # Safety
+// `graph` is NULL or a live handle, not used afterwards.
+void memarray_graph_free(memarray_graph *graph);
 
 // Loads `image` (`size` bytes: PTX text, a cubin or a fatbin) on `device`. On success
 // `*out` is a new module: release it with `memarray_module_free`.

@@ -39,6 +39,7 @@ mod array;
 mod device;
 mod dlpack;
 mod error;
+mod graph;
 mod handle;
 mod kernel;
 mod resource;

@@ -477,6 +477,42 @@ static void device_calls(void) {
     printf("%d CUDA device(s): device round trip passed\n", n);
 }
 
+static void graphs(void) {
+    memarray_capture* c = NULL;
+    memarray_graph* g = NULL;
+    /* Arguments are checked on any machine, before any device is touched. */
+    FAILS(memarray_capture_begin(NULL, 1, &c), MEMARRAY_STATUS_INVALID_ARGUMENT, "stream is NULL");
+    CHECK(c == NULL);
+    FAILS(memarray_capture_end(NULL, &g), MEMARRAY_STATUS_INVALID_ARGUMENT, "capture is NULL");
+    FAILS(memarray_graph_launch(NULL, NULL), MEMARRAY_STATUS_INVALID_ARGUMENT, "graph is NULL");
+    CHECK(g == NULL && memarray_graph_node_count(NULL) == 0);
+    memarray_capture_free(NULL);
+    memarray_graph_free(NULL);
+    if (memarray_device_count() == 0) {
+        return;
+    }
+    memarray_stream *s = NULL, *legacy = NULL;
+    OK(memarray_stream_create(0, &s));
+    FAILS(memarray_capture_begin(s, 7, &c), MEMARRAY_STATUS_INVALID_ARGUMENT, "capture mode 7");
+    OK(memarray_stream_wrap(0, NULL, &legacy));
+    FAILS(memarray_capture_begin(legacy, 1, &c), MEMARRAY_STATUS_INVALID_ARGUMENT, "default stream");
+    /* A capture that recorded nothing is an empty graph, launchable all the same. */
+    OK(memarray_capture_begin(s, 1, &c));
+    OK(memarray_capture_end(c, &g));
+    CHECK(memarray_graph_node_count(g) == 0);
+    OK(memarray_graph_upload(g, s));
+    OK(memarray_graph_launch(g, s));
+    OK(memarray_graph_launch(g, s));
+    OK(memarray_stream_synchronize(s));
+    memarray_graph_free(g);
+    /* An abandoned capture ends: the stream works again. */
+    OK(memarray_capture_begin(s, 2, &c));
+    memarray_capture_free(c);
+    OK(memarray_stream_synchronize(s));
+    memarray_stream_free(legacy);
+    memarray_stream_free(s);
+}
+
 int main(void) {
     CHECK(memarray_version() >= 100);
     arrays_round_trip();
@@ -485,6 +521,7 @@ int main(void) {
     unreadable_tensors_are_refused();
     resources_limit_and_count();
     device_calls();
+    graphs();
     printf("test_c: %d checks passed\n", checks);
     return 0;
 }
