@@ -141,23 +141,42 @@ def test_memarray_allocates_inside_torchs_capture_without_breaking_it():
 
 
 @pytest.mark.gpu
-def test_memarray_kernels_inside_a_cupy_capture_replay():
-    cupy = pytest.importorskip("cupy")
-    step = one_step()
-    a = memarray.zeros(SHAPE, "float32", device="cuda")
-    warm(a)
-    s = cupy.cuda.Stream(non_blocking=True)
-    with s:
-        s.begin_capture()
-        a.add_index_tuple(stream=s)
-        c = cupy.from_dlpack(a) + 1
-        g = s.end_capture()
-    g.launch(s)
-    s.synchronize()
-    g.launch(s)
-    s.synchronize()
-    np.testing.assert_array_equal(a.to_numpy(), 2 * step)
-    np.testing.assert_array_equal(cupy.asnumpy(c), 2 * step + 1)
+def test_memarray_kernels_inside_a_cupy_capture_replay_and_free_cleanly():
+    pytest.importorskip("cupy")
+    # In a fresh process, so that no error parked by another test counts: the export CuPy
+    # drops inside the capture records no use an eager free would then wait on (the
+    # driver refuses that wait: it was parked as a failed free before).
+    r = run_child(
+        """
+        import gc
+        import numpy as np
+        import cupy, memarray
+        from test_graphs import SHAPE, one_step, warm
+        step = one_step()
+        a = memarray.zeros(SHAPE, "float32", device="cuda")
+        warm(a)
+        s = cupy.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture()
+            a.add_index_tuple(stream=s)
+            c = cupy.from_dlpack(a) + 1
+            g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+        g.launch(s)
+        s.synchronize()
+        np.testing.assert_array_equal(a.to_numpy(), 2 * step)
+        np.testing.assert_array_equal(cupy.asnumpy(c), 2 * step + 1)
+        del g, c, a
+        gc.collect()
+        cupy.cuda.Device().synchronize()
+        memarray.cuda.check_errors()
+        print("ok")
+        """,
+        timeout=300,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout and "RuntimeWarning" not in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.gpu
