@@ -88,6 +88,56 @@ private:
     memarray_stream* s_;
 };
 
+// An instantiated CUDA graph (move-only): launch() runs everything its capture recorded.
+class Graph {
+public:
+    Graph(Graph&& o) noexcept : g_(std::exchange(o.g_, nullptr)) {}
+    Graph& operator=(Graph&& o) noexcept {
+        std::swap(g_, o.g_);
+        return *this;
+    }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    ~Graph() { memarray_graph_free(g_); }
+
+    void launch(const Stream& s) const { detail::check(memarray_graph_launch(g_, s.get())); }
+    void upload(const Stream& s) const { detail::check(memarray_graph_upload(g_, s.get())); }
+    size_t node_count() const noexcept { return memarray_graph_node_count(g_); }
+
+private:
+    friend class Capture;
+    explicit Graph(memarray_graph* g) : g_(g) {}
+    memarray_graph* g_;
+};
+
+// A capture of one stream (move-only): work enqueued on it until end() is recorded, not
+// run. Destroyed without end(), the capture ends and its work is thrown away. Modes: 0
+// global, 1 thread-local, 2 relaxed.
+class Capture {
+public:
+    Capture(const Stream& s, int32_t mode = 1) {
+        detail::check(memarray_capture_begin(s.get(), mode, &c_));
+    }
+    Capture(Capture&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+    Capture& operator=(Capture&& o) noexcept {
+        std::swap(c_, o.c_);
+        return *this;
+    }
+    Capture(const Capture&) = delete;
+    Capture& operator=(const Capture&) = delete;
+    ~Capture() { memarray_capture_free(c_); }
+
+    // Ends the capture (this object is then empty) and returns its graph.
+    Graph end() {
+        memarray_graph* g = nullptr;
+        detail::check(memarray_capture_end(std::exchange(c_, nullptr), &g));
+        return Graph(g);
+    }
+
+private:
+    memarray_capture* c_ = nullptr;
+};
+
 // A memory resource (reference-counted inside; this handle is move-only).
 class Resource {
 public:

@@ -89,6 +89,18 @@ int main() {
             acc.end();
         }
         CHECK(g.to_vector<float>()[2] == 3.0f);
+        // Graphs: a capture that recorded nothing launches all the same; a bad mode and a
+        // default stream throw; a capture dropped without end() leaves the stream usable.
+        throws([&] { memarray::Capture bad(s, 9); }, MEMARRAY_STATUS_INVALID_ARGUMENT, "capture mode 9");
+        auto legacy = memarray::Stream::wrap(0, nullptr);
+        throws([&] { memarray::Capture bad(legacy); }, MEMARRAY_STATUS_INVALID_ARGUMENT, "default stream");
+        memarray::Graph graph = memarray::Capture(s).end();
+        CHECK(graph.node_count() == 0);
+        graph.upload(s);
+        graph.launch(s);
+        s.synchronize();
+        { memarray::Capture dropped(s, 2); }
+        s.synchronize();
     }
     std::printf("test_cpp: %d checks passed\n", checks);
     return 0;
