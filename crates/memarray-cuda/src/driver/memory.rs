@@ -14,11 +14,34 @@ use crate::error::Result;
 pub(crate) unsafe fn mem_alloc(bytes: usize) -> Result<u64> {
     init()?;
     let mut p: sys::CUdeviceptr = 0;
-    // SAFETY: item 1; the out pointer is valid.
-    check("cuMemAlloc_v2", unsafe {
-        sys::cuMemAlloc_v2(&mut p, bytes)
+    // A capture in global or thread-local mode forbids cuMemAlloc on this thread (the call
+    // fails and invalidates the capture). The allocation is no captured work (the memory
+    // exists at once, for the graph and for eager work alike), so this thread's capture
+    // mode is relaxed for this one call, as CUDA's documentation of
+    // cuThreadExchangeStreamCaptureMode suggests for allocators.
+    relaxed_capture_mode(|| {
+        // SAFETY: item 1; the out pointer is valid.
+        check("cuMemAlloc_v2", unsafe {
+            sys::cuMemAlloc_v2(&mut p, bytes)
+        })
     })?;
     Ok(p)
+}
+
+/// Runs `f` with this thread's stream capture mode relaxed, then restores the mode (if
+/// the swap failed, `f` runs in the thread's mode as it was).
+fn relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: the out pointer is valid; the call swaps this thread's capture mode only.
+    let swapped =
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) } == sys::CUresult::CUDA_SUCCESS;
+    let out = f();
+    if swapped {
+        // SAFETY: as above; `mode` holds the thread's previous mode.
+        let restored = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        debug_assert_eq!(restored, sys::CUresult::CUDA_SUCCESS);
+    }
+    out
 }
 
 /// `cuMemFree` (also frees managed memory).
