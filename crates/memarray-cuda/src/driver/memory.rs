@@ -102,9 +102,13 @@ pub(crate) unsafe fn mem_pool_set_release_threshold(pool: CUmemoryPool, bytes: u
     init()?;
     let mut v = bytes;
     let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-    // SAFETY: item 1; this attribute takes a pointer to a u64 (cuuint64_t).
-    check("cuMemPoolSetAttribute", unsafe {
-        sys::cuMemPoolSetAttribute(pool, attr, (&raw mut v).cast::<c_void>())
+    // A setting, no captured work: allowed under a capture begun before it (the pool may
+    // be set up on first use, inside one), as `mem_alloc`.
+    relaxed_capture_mode(|| {
+        // SAFETY: item 1; this attribute takes a pointer to a u64 (cuuint64_t).
+        check("cuMemPoolSetAttribute", unsafe {
+            sys::cuMemPoolSetAttribute(pool, attr, (&raw mut v).cast::<c_void>())
+        })
     })
 }
 
@@ -116,9 +120,12 @@ pub(crate) unsafe fn mem_pool_set_release_threshold(pool: CUmemoryPool, bytes: u
 pub(crate) unsafe fn mem_host_alloc(bytes: usize, flags: c_uint) -> Result<*mut c_void> {
     init()?;
     let mut p: *mut c_void = std::ptr::null_mut();
-    // SAFETY: item 1; the out pointer is valid.
-    check("cuMemHostAlloc", unsafe {
-        sys::cuMemHostAlloc(&mut p, bytes, flags)
+    // No captured work: allowed under a capture, as `mem_alloc`.
+    relaxed_capture_mode(|| {
+        // SAFETY: item 1; the out pointer is valid.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(&mut p, bytes, flags)
+        })
     })?;
     Ok(p)
 }
