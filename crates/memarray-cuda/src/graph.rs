@@ -68,9 +68,14 @@ pub enum CaptureMode {
 
 impl StreamRef {
     /// Whether this stream (of `device`) is being captured. One driver query and no
-    /// allocation; a default stream (which names the current context's) binds `device`
-    /// first, a stream of its own names its context itself.
+    /// allocation; none for the legacy default stream, which CUDA never captures; the
+    /// per-thread default stream (which names the current context's) binds `device` first,
+    /// a stream of its own names its context itself.
     pub fn capture(self, device: &Device) -> Result<Capture> {
+        if self == StreamRef::legacy() {
+            // CUDA never captures the legacy default stream: nothing to ask.
+            return Ok(Capture::None);
+        }
         let asked = if self.is_default() {
             None
         } else {
