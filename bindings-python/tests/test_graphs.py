@@ -5,6 +5,8 @@ launches. Crash-prone cases run in subprocesses."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from children import assert_clean, run_child
@@ -37,6 +39,61 @@ def test_capture_modes_are_checked_before_any_device_is_touched():
     s = memarray.cuda.Stream()
     with pytest.raises(ValueError, match="thread_local"):
         s.capture("sometimes")
+
+
+class _Capturing:
+    """A stand-in for torch or CuPy whose current stream is (or is not) being captured."""
+
+    def __init__(self, capturing: bool, initialized: bool = True) -> None:
+        self.capturing, self.initialized = capturing, initialized
+        self.cuda = self
+
+    # torch's names
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def is_current_stream_capturing(self) -> bool:
+        if not self.initialized:
+            raise RuntimeError("asked before CUDA was initialised")
+        return self.capturing
+
+    # CuPy's names
+    def get_current_stream(self) -> _Capturing:
+        return self
+
+    def is_capturing(self) -> bool:
+        if not self.initialized:
+            raise RuntimeError("no CUDA device")
+        return self.capturing
+
+
+@pytest.mark.parametrize("peer", ["torch", "cupy"])
+def test_a_capture_by_torch_or_cupy_on_this_thread_is_seen_and_refused_typed(monkeypatch, peer):
+    from memarray import _capture
+
+    for name in ("torch", "cupy"):
+        monkeypatch.setitem(sys.modules, name, _Capturing(False))
+    assert _capture.capturing_peer() is None
+    _capture.refuse_if_capturing("a host wait")  # nothing captured: no refusal
+    monkeypatch.setitem(sys.modules, peer, _Capturing(True))
+    assert _capture.capturing_peer() == peer
+    with pytest.raises(memarray.CaptureError, match=f"{peer}'s current stream.*still valid"):
+        _capture.refuse_if_capturing("a host wait")
+    # A library that cannot answer (no CUDA, not initialised) is taken as not capturing.
+    monkeypatch.setitem(sys.modules, peer, _Capturing(True, initialized=False))
+    assert _capture.capturing_peer() is None
+
+
+@pytest.mark.gpu
+def test_mpi_refuses_device_arrays_inside_a_torch_capture_and_host_arrays_pass(monkeypatch):
+    pytest.importorskip("mpi4py")
+    from memarray.cluster.mpi import _buffers
+
+    monkeypatch.setitem(sys.modules, "torch", _Capturing(True))
+    with pytest.raises(memarray.CaptureError, match="memarray.mpi with a device array"):
+        _buffers._check(memarray.zeros((4,), "float32", device="cuda"), "a")
+    host = memarray.zeros((4,), "float32")
+    assert _buffers._check(host, "a") is host
 
 
 @pytest.mark.gpu

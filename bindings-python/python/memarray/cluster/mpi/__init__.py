@@ -210,6 +210,7 @@ def _agreed(comm: Any, check: Any) -> None:
     error: Exception | None = None
     try:
         for x in check():
+            _check(x, "a")  # a device array refuses inside a capture
             x._read_range(0, np.empty(0, np.uint8))  # a locked array refuses here
     except Exception as e:
         error = e

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ... import _env
+from ..._capture import refuse_if_capturing
 from ..._memarray import MemArray
 from ..._memarray import empty as memarray_empty
 from .. import numpy_dtype
@@ -103,8 +104,12 @@ PIPELINE_FROM = 2 * CHUNK
 
 
 def _check(a: Any, what: str) -> MemArray:
+    """``a`` as a MemArray; a device array is refused (``CaptureError``) while this
+    thread's torch or CuPy stream is being captured: MPI waits on the host for it."""
     if not isinstance(a, MemArray):
         raise TypeError(f"{what} must be a memarray.MemArray, not {type(a).__name__}")
+    if a.on_device:
+        refuse_if_capturing(f"memarray.mpi with a device array ({what})")
     return a
 
 
