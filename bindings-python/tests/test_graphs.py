@@ -85,6 +85,16 @@ def test_a_capture_by_torch_or_cupy_on_this_thread_is_seen_and_refused_typed(mon
 
 
 @pytest.mark.gpu
+def test_ray_and_dask_serializers_refuse_device_arrays_inside_a_cupy_capture(monkeypatch):
+    from memarray._pickle import Snapshot
+
+    monkeypatch.setitem(sys.modules, "cupy", _Capturing(True))
+    with pytest.raises(memarray.CaptureError, match="serializing a device MemArray"):
+        Snapshot.of(memarray.zeros((4,), "float32", device="cuda"))
+    assert Snapshot.of(memarray.zeros((4,), "float32")).device is None  # host arrays go
+
+
+@pytest.mark.gpu
 def test_mpi_refuses_device_arrays_inside_a_torch_capture_and_host_arrays_pass(monkeypatch):
     pytest.importorskip("mpi4py")
     from memarray.cluster.mpi import _buffers

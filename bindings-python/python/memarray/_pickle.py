@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ._capture import refuse_if_capturing
 from ._memarray import IpcHandle, MemArray, _from_pickle, _ipc_handle_from_bytes
 
 
@@ -41,7 +42,11 @@ class Snapshot(NamedTuple):
 
     @classmethod
     def of(cls, a: MemArray, protocol: int = 5) -> Snapshot:
-        """The snapshot ``pickle`` would take of ``a`` with ``protocol``."""
+        """The snapshot ``pickle`` would take of ``a`` with ``protocol`` (Ray's and Dask's
+        serializers). A device array is refused (``CaptureError``) while this thread's
+        torch or CuPy stream is being captured: its download waits on the host."""
+        if a.on_device:
+            refuse_if_capturing("serializing a device MemArray (Ray, Dask)")
         fn, args = a.__reduce_ex__(protocol)
         if fn is not rebuild or len(args) != len(cls._fields):
             raise TypeError(f"MemArray.__reduce_ex__ gave {fn!r} with {len(args)} fields")
