@@ -6,7 +6,9 @@ in memarray, CuPy and torch, same run.
                                   [--rounds 7] [--json out.json]
 
 Each step adds each array's index tuple to it (`add_index_tuple`, one kernel per array;
-CuPy and torch add a precomputed array of the same values, one kernel per array too).
+CuPy and torch add a precomputed array of the same values, one kernel per array too; the
+"memarray add" rows do what the peers do, with an add kernel compiled by NVRTC: eager
+without snapshots, and as a graph alone).
 Every ``--every`` steps the host takes a snapshot of the first array (a copy into a
 reused host buffer, waited for). Captured rows record ``--every`` steps once (a graph of
 arrays x every kernels) and launch it once per block, the snapshot taken between
@@ -28,6 +30,16 @@ from collections.abc import Callable
 import numpy as np
 
 import memarray
+
+#: The peers' step in memarray: y += x over flat float32 arrays (memarray passes each
+#: array as its Indexer: the data pointer, then the extent).
+ADD_SOURCE = r"""
+struct Ix1 { float* data; unsigned long long n; };
+extern "C" __global__ void add(Ix1 y, Ix1 x) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < y.n) y.data[i] += x.data[i];
+}
+"""
 
 
 def timed(run: Callable[[], None], rounds: int, steps: int) -> float:
@@ -105,6 +117,49 @@ def main() -> int:
     rows["memarray captured"] = timed(ma_graph, args.rounds, steps)
     replays["memarray"] = timed(ma_replays, args.rounds, steps)
     finals["memarray"] = ma[-1].to_numpy()
+
+    # The peers' own work in memarray: an add kernel of its own (NVRTC), a precomputed
+    # array added per step, eager and as a graph, so the graphs compare kernel for kernel.
+    add = None
+    try:
+        add = memarray.cuda.Module.from_source(ADD_SOURCE, "add.cu").function("add")
+    except memarray.CudaUnavailableError as e:  # no NVRTC here: the rows are left out
+        print(f"SKIPPED: memarray's add kernel rows (NVRTC: {e})")
+    if add is not None:
+        n = args.side * args.side
+        grid, block = add.config_for(n)
+        madd = [memarray.zeros((n,), "float32", device="cuda") for _ in range(k)]
+        minc = memarray.asarray(inc.reshape(-1), device="cuda")
+        In = memarray.cuda.In
+
+        def add_step() -> None:
+            for a in madd:
+                add.launch(a, In(minc), grid=grid, block=block, stream=s)
+
+        add_step()  # loads nothing more, sets each array's stream
+        s.synchronize()
+        with s.capture() as add_cap:
+            for _ in range(every):
+                add_step()
+        add_graph = add_cap.graph
+        add_graph.upload()
+        for a in madd:
+            a.read_numpy_array(np.zeros(n, np.float32))
+
+        def add_eager() -> None:
+            for _ in range(steps):
+                add_step()
+            s.synchronize()
+
+        def add_replays() -> None:
+            add_graph.replay(blocks)
+            s.synchronize()
+
+        rows["memarray add, no snapshots"] = timed(add_eager, args.rounds, steps)
+        replays["memarray add"] = timed(add_replays, args.rounds, steps)
+        np.testing.assert_allclose(
+            madd[-1].to_numpy(), inc.reshape(-1) * (2 * (1 + args.rounds) * steps), rtol=1e-6
+        )
     runs = 1 + args.rounds  # each row ran its loop for a warm-up and each round
 
     try:
