@@ -85,8 +85,8 @@ impl DeviceSide {
     /// Under a stream capture: after this array's earlier work in the same capture (a
     /// fork joined inside the graph); eager work from before the capture becomes an
     /// external wait in the graph (each launch waits for it), since a capture may not wait
-    /// on an uncaptured event otherwise. Nothing is asked of the
-    /// driver when no wait could be needed.
+    /// on an uncaptured event otherwise. Nothing is asked of the driver when no wait could
+    /// be needed.
     pub(in crate::array) fn order(&self, stream: StreamRef, device_id: u32) -> Result<()> {
         // Lazy work is on this device's legacy stream: later work there follows it.
         if stream == StreamRef::legacy()
