@@ -3,6 +3,7 @@
 //! at once, as often as wanted (`memarray_graph_launch`).
 
 use memarray_cuda::graph::{CaptureMode, CaptureScope, GraphExec};
+use memarray_cuda::{Enqueued, StreamRef};
 
 use crate::error::{Error, check_out, guard, memarray_status, write_out};
 use crate::handle::Handle;
@@ -106,17 +107,8 @@ pub unsafe extern "C" fn memarray_graph_launch(
     graph: *const memarray_graph,
     stream: *const memarray_stream,
 ) -> memarray_status {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let (g, s) = unsafe {
-            (
-                memarray_graph::arg(graph, "graph")?,
-                memarray_stream::arg(stream, "stream")?,
-            )
-        };
-        drop(g.exec.launch(s.stream)?); // ordered by the stream: the caller waits on it
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe { on_stream(graph, stream, GraphExec::launch) }
 }
 
 /// Uploads `graph` to its device on `stream` ahead of its first launch.
@@ -128,6 +120,20 @@ pub unsafe extern "C" fn memarray_graph_upload(
     graph: *const memarray_graph,
     stream: *const memarray_stream,
 ) -> memarray_status {
+    // SAFETY: the caller's contract.
+    unsafe { on_stream(graph, stream, GraphExec::upload) }
+}
+
+/// Runs `op` (a launch or an upload) of `graph` on `stream`; the work is ordered by the
+/// stream, which the caller waits on.
+///
+/// # Safety
+/// `graph` and `stream` are NULL or live handles.
+unsafe fn on_stream(
+    graph: *const memarray_graph,
+    stream: *const memarray_stream,
+    op: fn(&GraphExec, StreamRef) -> memarray_cuda::Result<Enqueued>,
+) -> memarray_status {
     guard(|| {
         // SAFETY: the caller's contract.
         let (g, s) = unsafe {
@@ -136,7 +142,7 @@ pub unsafe extern "C" fn memarray_graph_upload(
                 memarray_stream::arg(stream, "stream")?,
             )
         };
-        drop(g.exec.upload(s.stream)?); // likewise
+        drop(op(&g.exec, s.stream)?);
         Ok(())
     })
 }

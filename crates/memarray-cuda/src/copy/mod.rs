@@ -172,28 +172,36 @@ enum Keep {
     UntilReturn,
 }
 
-/// Under a capture of `stream`, only a host copy a graph can replay goes ahead: the DMA
-/// of host memory the driver knows (pinned, registered, managed) that the caller keeps
-/// until the copy completes. Staging by host threads, pageable memory (which the driver
-/// stages during the call) and a copy the call waits for cannot be, and are refused with
-/// [`crate::CudaError::Captured`] before anything is enqueued, the capture left valid.
-/// Outside a capture this is one driver query.
-fn refuse_unless_replayable(
+/// The route of a host copy of `len` bytes at `host` in `dir` ([`route::host`]), after
+/// `stream`'s work. Under a capture of `stream`, only a copy a graph can replay goes ahead:
+/// the DMA of host memory the driver knows (pinned, registered, managed) that the caller
+/// keeps until the copy completes. Staging by host threads, pageable memory (which the
+/// driver stages during the call) and a copy the call waits for cannot be, and are refused
+/// with [`crate::CudaError::Captured`] before anything is enqueued, the capture left
+/// valid. Outside a capture the check is one driver query (none on the legacy stream).
+fn host_route(
     device: &Device,
-    stream: StreamRef,
-    route: &Route,
-    keep: Keep,
+    dir: Direction,
+    kind: Option<MemoryKind>,
     host: *const u8,
-    what: &'static str,
-) -> Result<()> {
-    if stream.capture(device)? == Capture::None {
-        return Ok(());
+    len: usize,
+    stream: StreamRef,
+    keep: Keep,
+) -> Result<Route> {
+    let route = route::host(device, dir, kind, host, len)?;
+    if stream.capture(device)? == Capture::None
+        || replayable(&route, keep, || route::driver_knows(device, host))?
+    {
+        return Ok(route);
     }
-    if replayable(route, keep, || route::driver_knows(device, host))? {
-        Ok(())
-    } else {
-        stream.refuse_under_capture(device, what)
-    }
+    let what = match dir {
+        Direction::ToDevice => "a copy from host memory a graph cannot replay (pageable or staged)",
+        Direction::ToHost => {
+            "a copy to host memory a graph cannot replay (pageable, staged or waited for)"
+        }
+    };
+    stream.refuse_under_capture(device, what)?;
+    Ok(route)
 }
 
 /// Whether a host copy by `route`, whose host side the caller keeps as `keep` says, can be
@@ -223,16 +231,16 @@ unsafe fn up(
     keep: Keep,
 ) -> Result<Option<Enqueued>> {
     dst.range(dst_offset, src.len())?;
-    let route = route::host(
+    let dir = Direction::ToDevice;
+    match host_route(
         dst.device(),
-        Direction::ToDevice,
+        dir,
         kind,
         src.as_ptr(),
         src.len(),
-    )?;
-    let what = "a copy from host memory a graph cannot replay (pageable or staged)";
-    refuse_unless_replayable(dst.device(), stream, &route, keep, src.as_ptr(), what)?;
-    match route {
+        stream,
+        keep,
+    )? {
         // Returns once `src` has been read.
         Route::Staged => staged::to_device(dst, dst_offset, src, stream),
         // Pageable memory: the driver has copied every byte of `src` into its own staging
@@ -278,16 +286,16 @@ unsafe fn down(
     keep: Keep,
 ) -> Result<Option<Enqueued>> {
     src.range(src_offset, dst.len())?;
-    let route = route::host(
+    let dir = Direction::ToHost;
+    match host_route(
         src.device(),
-        Direction::ToHost,
+        dir,
         kind,
         dst.as_ptr(),
         dst.len(),
-    )?;
-    let what = "a copy to host memory a graph cannot replay (pageable, staged or waited for)";
-    refuse_unless_replayable(src.device(), stream, &route, keep, dst.as_ptr(), what)?;
-    match route {
+        stream,
+        keep,
+    )? {
         Route::Staged => {
             // Returns once the bytes are in `dst`.
             staged::to_host(dst, src, src_offset, stream)?;

@@ -130,13 +130,14 @@ impl DeviceSide {
         Ok(())
     }
 
-    /// Under a capture of `op`'s stream, records `op` as this array's captured work (not
-    /// its pending work, which stays the eager work before the capture) and returns
-    /// true; false outside a capture.
-    fn record_captured(&self, op: &Enqueued, keep: Option<Arc<DeviceBuffer>>) -> Result<bool> {
-        let Some(id) = capture_id(op.stream(), op.device())? else {
-            return Ok(false);
-        };
+    /// Records `op`, enqueued under the capture `id`, as this array's captured work (not
+    /// its pending work, which stays the eager work before the capture).
+    fn record_captured(
+        &self,
+        id: u64,
+        op: &Enqueued,
+        keep: Option<Arc<DeviceBuffer>>,
+    ) -> Result<()> {
         let mut captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
         let event = match captured.as_ref() {
             Some(c) if c.event.device().id() == op.device().id() => c.event.clone(),
@@ -154,7 +155,7 @@ impl DeviceSide {
             stream: op.stream(),
             keep_alive,
         });
-        Ok(true)
+        Ok(())
     }
 
     /// Records the array's event after `op` and makes it the pending work. If recording
@@ -164,7 +165,8 @@ impl DeviceSide {
         op: Enqueued,
         keep: Option<Arc<DeviceBuffer>>,
     ) -> Result<()> {
-        if self.record_captured(&op, keep.clone())? {
+        if let Some(id) = capture_id(op.stream(), op.device())? {
+            self.record_captured(id, &op, keep)?;
             // The captured stream becomes the default, as after any write, so the array's
             // next call without a stream is captured too (or refused).
             let stream = op.stream();
@@ -202,8 +204,8 @@ impl DeviceSide {
     /// Records the array's event after `op`, which only reads the device copy (a copy
     /// out of it), so that later writes on other streams wait for the read.
     pub(in crate::array) fn record_read(&self, op: &Enqueued) -> Result<()> {
-        if self.record_captured(op, None)? {
-            return Ok(());
+        if let Some(id) = capture_id(op.stream(), op.device())? {
+            return self.record_captured(id, op, None);
         }
         let mut guard = self.pending();
         let event = match guard.as_ref() {

@@ -232,26 +232,40 @@ impl CachingPool {
         None
     }
 
+    /// The best fit of `size` among other streams' free large blocks whose work is done;
+    /// none while `tag`'s stream is being captured (asking would query events).
+    fn idle_elsewhere(
+        &self,
+        st: &mut State,
+        size: usize,
+        tag: Tag,
+    ) -> Option<(Tag, (usize, usize))> {
+        let others: Vec<Tag> = st
+            .large_free
+            .keys()
+            .copied()
+            .filter(|&t| t != tag)
+            .collect();
+        if others.is_empty() || self.capturing(tag) {
+            return None;
+        }
+        for from in others {
+            if let Some(b) = best_fit(st, from, size)
+                && self.block_idle(st, b.1, from)
+            {
+                return Some((from, b));
+            }
+        }
+        None
+    }
+
     /// The best-fitting free large block for `tag` (or an idle stream's), split to
     /// `size` when worthwhile and marked used.
     fn take_large(&self, st: &mut State, size: usize, tag: Tag) -> Option<usize> {
-        let mut found = best_fit(st, tag, size).map(|b| (tag, b));
-        if found.is_none() && !st.large_free.keys().all(|&t| t == tag) && !self.capturing(tag) {
-            let others: Vec<Tag> = st
-                .large_free
-                .keys()
-                .copied()
-                .filter(|&t| t != tag)
-                .collect();
-            for from in others {
-                if let Some(b) = best_fit(st, from, size)
-                    && self.block_idle(st, b.1, from)
-                {
-                    found = Some((from, b));
-                    break;
-                }
-            }
-        }
+        let found = match best_fit(st, tag, size) {
+            Some(b) => Some((tag, b)),
+            None => self.idle_elsewhere(st, size, tag),
+        };
         let (from, (bsize, addr)) = found?;
         st.drop_event(addr);
         if let Some(set) = st.large_free.get_mut(&from) {
