@@ -9,13 +9,13 @@ Each step adds each array's index tuple to it (`add_index_tuple`, one kernel per
 CuPy and torch add a precomputed array of the same values, one kernel per array too; the
 "memarray add" rows do what the peers do, with an add kernel compiled by NVRTC: eager
 without snapshots, and as a graph alone).
-Every ``--every`` steps the host takes a snapshot of the first array (a copy into a
-reused host buffer, waited for). Captured rows record ``--every`` steps once (a graph of
+Every ``--every`` steps the host takes a snapshot of the first array (a copy into one
+reused pageable NumPy buffer, the same for every library, waited for). Captured rows record ``--every`` steps once (a graph of
 arrays x every kernels) and launch it once per block, the snapshot taken between
 launches as in the eager rows; "graph alone" rows launch the same graphs back to back
-with no snapshot (the graphs' own time). Times are per step, median of ``--rounds``, the
-whole loop waited for; every library's final arrays are checked against the expected
-values.
+with no snapshot (the graphs' own time). Times are per step, the whole loop waited for,
+medians of ``--rounds`` rounds in which every loop runs once, in turn (after a warm-up
+round); every library's final arrays are checked against the expected values.
 Prints SKIPPED without a GPU.
 """
 
@@ -42,15 +42,21 @@ extern "C" __global__ void add(Ix1 y, Ix1 x) {
 """
 
 
-def timed(run: Callable[[], None], rounds: int, steps: int) -> float:
-    """Microseconds per step, median of ``rounds`` runs (one warm-up first)."""
-    run()
-    out = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        run()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out) / steps * 1e6
+def alternate(
+    loops: list[tuple[dict[str, float], str, Callable[[], None]]], rounds: int, steps: int
+) -> None:
+    """Runs every loop once per round, the loops in turn within each round (a warm-up round
+    first, not counted), and stores each one's median in microseconds per step under its
+    name in its table."""
+    times: dict[str, list[float]] = {name: [] for _, name, _ in loops}
+    for r in range(1 + rounds):
+        for _, name, run in loops:
+            t0 = time.perf_counter()
+            run()
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    for table, name, _ in loops:
+        table[name] = statistics.median(times[name]) / steps * 1e6
 
 
 def main() -> int:
@@ -74,8 +80,10 @@ def main() -> int:
     inc = h.to_numpy()  # what one step adds to each array
     snap = np.empty(shape, np.float32)
     rows: dict[str, float] = {}
+    loops: list[tuple[dict[str, float], str, Callable[[], None]]] = []
+    # Each library's last array and how many loops of all steps ran on it.
+    finals: dict[str, tuple[Callable[[], np.ndarray], int]] = {}
     replays: dict[str, float] = {}  # the captured loops without snapshots: the graphs alone
-    finals: dict[str, np.ndarray] = {}
 
     # memarray, eager and captured, on one stream of its own.
     s = memarray.cuda.Stream()
@@ -113,10 +121,10 @@ def main() -> int:
 
     for a in ma:
         a.read_numpy_array(np.zeros(shape, np.float32))
-    rows["memarray eager"] = timed(ma_eager, args.rounds, steps)
-    rows["memarray captured"] = timed(ma_graph, args.rounds, steps)
-    replays["memarray"] = timed(ma_replays, args.rounds, steps)
-    finals["memarray"] = ma[-1].to_numpy()
+    loops.append((rows, "memarray eager", ma_eager))
+    loops.append((rows, "memarray captured", ma_graph))
+    loops.append((replays, "memarray", ma_replays))
+    finals["memarray"] = (lambda: ma[-1].to_numpy(), 3)
 
     # The peers' own work in memarray: an add kernel of its own (NVRTC), a precomputed
     # array added per step, eager and as a graph, so the graphs compare kernel for kernel.
@@ -155,12 +163,9 @@ def main() -> int:
             add_graph.replay(blocks)
             s.synchronize()
 
-        rows["memarray add, no snapshots"] = timed(add_eager, args.rounds, steps)
-        replays["memarray add"] = timed(add_replays, args.rounds, steps)
-        np.testing.assert_allclose(
-            madd[-1].to_numpy(), inc.reshape(-1) * (2 * (1 + args.rounds) * steps), rtol=1e-6
-        )
-    runs = 1 + args.rounds  # each row ran its loop for a warm-up and each round
+        loops.append((rows, "memarray add, no snapshots", add_eager))
+        loops.append((replays, "memarray add", add_replays))
+        finals["memarray add"] = (lambda: madd[-1].to_numpy().reshape(shape), 2)
 
     try:
         import cupy
@@ -201,10 +206,10 @@ def main() -> int:
                 cgraph.launch(cs)
             cs.synchronize()
 
-        rows["cupy eager"] = timed(cp_eager, args.rounds, steps)
-        rows["cupy captured"] = timed(cp_graph, args.rounds, steps)
-        replays["cupy"] = timed(cp_replays, args.rounds, steps)
-        finals["cupy"] = cupy.asnumpy(ca[-1])
+        loops.append((rows, "cupy eager", cp_eager))
+        loops.append((rows, "cupy captured", cp_graph))
+        loops.append((replays, "cupy", cp_replays))
+        finals["cupy"] = (lambda: cupy.asnumpy(ca[-1]), 3)
 
     try:
         import torch
@@ -214,7 +219,7 @@ def main() -> int:
         ts = torch.cuda.Stream()
         ta = [torch.zeros(shape, device="cuda") for _ in range(k)]
         tinc = torch.from_numpy(inc).cuda()
-        tsnap = torch.empty(shape, pin_memory=True)
+        tsnap = torch.from_numpy(snap)  # the same pageable host buffer as the others
         torch.cuda.synchronize()
 
         def t_eager() -> None:
@@ -249,15 +254,16 @@ def main() -> int:
                     tgraph.replay()
             ts.synchronize()
 
-        rows["torch eager"] = timed(t_eager, args.rounds, steps)
-        rows["torch captured"] = timed(t_graph, args.rounds, steps)
-        replays["torch"] = timed(t_replays, args.rounds, steps)
-        finals["torch"] = ta[-1].cpu().numpy()
+        loops.append((rows, "torch eager", t_eager))
+        loops.append((rows, "torch captured", t_graph))
+        loops.append((replays, "torch", t_replays))
+        finals["torch"] = (lambda: ta[-1].cpu().numpy(), 3)
 
-    # Every library ran its three loops (eager, captured, replays alone) as often.
-    want = inc * (3 * runs * steps)
-    for name, got in finals.items():
-        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+    alternate(loops, args.rounds, steps)
+    # Every loop ran once a round and in the warm-up round, all its steps each time.
+    for name, (final, n_loops) in finals.items():
+        want = inc * (n_loops * (1 + args.rounds) * steps)
+        np.testing.assert_allclose(final(), want, rtol=1e-6, err_msg=name)
 
     eager = min(v for n, v in rows.items() if n.endswith("eager"))
     peers = [v for n, v in rows.items() if n.endswith("captured") and not n.startswith("memarray")]

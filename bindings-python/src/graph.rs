@@ -11,7 +11,7 @@ use memarray_cuda::graph::{CaptureMode, CaptureScope, GraphExec};
 
 use crate::errors::IntoPyResult;
 use crate::fork::Detach;
-use crate::stream::{PyStream, from_handle, handle_of};
+use crate::stream::{PyStream, parse_move_stream};
 
 /// Capturing, on `memarray.cuda.Stream` (its other methods are in `stream.rs`).
 #[pymethods]
@@ -159,10 +159,7 @@ pub struct PyGraph {
 
 impl PyGraph {
     fn stream_arg(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<StreamRef> {
-        match stream {
-            Some(s) if !s.is_none() => from_handle(handle_of(s)?),
-            _ => Ok(self.stream.get().stream.as_ref()),
-        }
+        Ok(parse_move_stream(stream)?.unwrap_or(self.stream.get().stream.as_ref()))
     }
 }
 

@@ -210,7 +210,6 @@ def _agreed(comm: Any, check: Any) -> None:
     error: Exception | None = None
     try:
         for x in check():
-            _check(x, "a")  # a device array refuses inside a capture
             x._read_range(0, np.empty(0, np.uint8))  # a locked array refuses here
     except Exception as e:
         error = e
@@ -220,7 +219,7 @@ def _agreed(comm: Any, check: Any) -> None:
 def bcast(comm: Any, a: MemArray, root: int = 0) -> MemArray:
     """Root's data into ``a`` on every rank (in place); returns ``a``."""
     if _collective_chunked(a):
-        _agreed(comm, lambda: [a])
+        _agreed(comm, lambda: [_check(a, "a")])
         mine = comm.rank == root
         _chunk_loop(
             a,
@@ -274,7 +273,7 @@ def reduce(comm: Any, a: MemArray, op: Any = MPI.SUM, root: int = 0) -> MemArray
 
         def check_chunked() -> list[MemArray]:
             nonlocal out
-            _check_op(a._dtype_name, op)
+            _check_op(_check(a, "a")._dtype_name, op)
             out = _like(a.shape, a) if mine else None
             return [a]
 
