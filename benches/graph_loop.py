@@ -11,11 +11,12 @@ CuPy and torch add a precomputed array of the same values, one kernel per array 
 without snapshots, and as a graph alone).
 Every ``--every`` steps the host takes a snapshot of the first array (a copy into one
 reused pageable NumPy buffer, the same for every library, waited for). Captured rows
-record ``--every`` steps once (a graph of arrays x every kernels) and launch it once per block, the snapshot taken between
-launches as in the eager rows; "graph alone" rows launch the same graphs back to back
-with no snapshot (the graphs' own time). Times are per step, the whole loop waited for,
-medians of ``--rounds`` rounds in which every loop runs once, in turn (after a warm-up
-round); every library's final arrays are checked against the expected values.
+record ``--every`` steps once (a graph of arrays x every kernels) and launch it once per
+block, the snapshot taken between launches as in the eager rows; "graph alone" rows
+launch the same graphs back to back with no snapshot (the graphs' own time). Times are
+per step, the whole loop waited for, medians of ``--rounds`` rounds in which every loop
+runs once, in turn (after a warm-up round); every library's final arrays are checked
+against the expected values.
 Prints SKIPPED without a GPU.
 """
 
