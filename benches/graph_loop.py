@@ -1,23 +1,23 @@
 """A captured simulation loop against eager ones: the seed's kind of loop (several small
-kernels a step over device arrays, a host snapshot every N steps), eager and captured,
-in memarray, CuPy and torch, same run.
+kernels a step over device arrays, a host snapshot every N steps through pinned memory),
+eager and captured, in memarray, CuPy and torch, same run.
 
-    python3 benches/graph_loop.py [--arrays 4] [--side 128] [--steps 400] [--every 20]
+    python3 benches/graph_loop.py [--arrays 4] [--n 16384] [--steps 400] [--every 20]
                                   [--rounds 7] [--json out.json]
 
-Each step adds each array's index tuple to it (`add_index_tuple`, one kernel per array;
-CuPy and torch add a precomputed array of the same values, one kernel per array too; the
-"memarray add" rows do what the peers do, with an add kernel compiled by NVRTC: eager
-without snapshots, and as a graph alone).
-Every ``--every`` steps the host takes a snapshot of the first array (a copy into one
-reused pageable NumPy buffer, the same for every library, waited for). Captured rows
-record ``--every`` steps once (a graph of arrays x every kernels) and launch it once per
-block, the snapshot taken between launches as in the eager rows; "graph alone" rows
-launch the same graphs back to back with no snapshot (the graphs' own time). Times are
-per step, the whole loop waited for, medians of ``--rounds`` rounds in which every loop
-runs once, in turn (after a warm-up round); every library's final arrays are checked
-against the expected values.
-Prints SKIPPED without a GPU.
+Every library does the same work: each step adds a precomputed increment array to each of
+``--arrays`` float32 arrays of ``--n`` elements, one kernel per array (memarray launches an
+add kernel compiled by NVRTC on its arrays; CuPy and torch run ``a += inc``). Every
+``--every`` steps the host takes a snapshot of the first array into pinned host memory of
+the library's own (a memarray pinned array, ``cupyx.empty_pinned``, a pinned torch tensor),
+waited for. Captured rows record ``--every`` steps once (a graph of arrays x every kernels)
+and launch it once per block, the snapshot taken between launches as in the eager rows
+(memarray's snapshot waits for the launch as the array's pending work; CuPy's and torch's
+wait for their stream); "graph alone" rows launch the same graphs back to back with no
+snapshot. Times are per step, the whole loop waited for, medians of ``--rounds`` rounds in
+which every loop runs once, in turn (after a warm-up round); every library's final arrays
+are checked against the expected values.
+Prints SKIPPED without a GPU or without NVRTC.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def alternate(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--arrays", type=int, default=4)
-    ap.add_argument("--side", type=int, default=128)
+    ap.add_argument("--n", type=int, default=16384)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--every", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=7)
@@ -72,14 +72,15 @@ def main() -> int:
     if not memarray.cuda.is_available():
         print(f"SKIPPED: no CUDA device ({memarray.cuda.unavailable_reason()})")
         return 0
-    shape = (args.side, args.side)
-    k, steps, every = args.arrays, args.steps, args.every
+    try:
+        add = memarray.cuda.Module.from_source(ADD_SOURCE, "add.cu").function("add")
+    except memarray.CudaUnavailableError as e:
+        print(f"SKIPPED: memarray's add kernel needs NVRTC ({e})")
+        return 0
+    k, n, steps, every = args.arrays, args.n, args.steps, args.every
     blocks = steps // every
     steps = blocks * every
-    h = memarray.zeros(shape, "float32")
-    h.add_index_tuple()
-    inc = h.to_numpy()  # what one step adds to each array
-    snap = np.empty(shape, np.float32)
+    inc = (np.arange(n, dtype=np.float32) % 7) + 1  # what one step adds to each array
     rows: dict[str, float] = {}
     loops: list[tuple[dict[str, float], str, Callable[[], None]]] = []
     # Each library's last array and how many loops of all steps ran on it.
@@ -88,32 +89,36 @@ def main() -> int:
 
     # memarray, eager and captured, on one stream of its own.
     s = memarray.cuda.Stream()
-    ma = [memarray.zeros(shape, "float32", device="cuda") for _ in range(k)]
-    for a in ma:
-        a.add_index_tuple(stream=s)  # loads the module, sets each array's stream
+    grid, block = add.config_for(n)
+    ma = [memarray.zeros((n,), "float32", device="cuda") for _ in range(k)]
+    minc = memarray.asarray(inc, device="cuda")
+    psnap = np.asarray(memarray.empty((n,), "float32", device="cpu", host_memory="pinned"))
+    In = memarray.cuda.In
+
+    def ma_step() -> None:
+        for a in ma:
+            add.launch(a, In(minc), grid=grid, block=block, stream=s)
+
+    ma_step()  # loads nothing more, sets each array's stream
     s.synchronize()
 
     def ma_eager() -> None:
         for _ in range(blocks):
             for _ in range(every):
-                for a in ma:
-                    a.add_index_tuple(stream=s)
-            ma[0].to_numpy(out=snap)
+                ma_step()
+            ma[0].to_numpy(out=psnap)
         s.synchronize()
 
     with s.capture() as cap:
         for _ in range(every):
-            for a in ma:
-                a.add_index_tuple(stream=s)
+            ma_step()
     graph = cap.graph
     graph.upload()
 
     def ma_graph() -> None:
         for _ in range(blocks):
             graph.launch()
-            # A launch is not an array's pending work: the host waits for the stream.
-            s.synchronize()
-            ma[0].to_numpy(out=snap)
+            ma[0].to_numpy(out=psnap)  # waits for the launch: the array's pending work
         s.synchronize()
 
     def ma_replays() -> None:
@@ -121,62 +126,24 @@ def main() -> int:
         s.synchronize()
 
     for a in ma:
-        a.read_numpy_array(np.zeros(shape, np.float32))
+        a.read_numpy_array(np.zeros(n, np.float32))
     loops.append((rows, "memarray eager", ma_eager))
     loops.append((rows, "memarray captured", ma_graph))
     loops.append((replays, "memarray", ma_replays))
     finals["memarray"] = (lambda: ma[-1].to_numpy(), 3)
-
-    # The peers' own work in memarray: an add kernel of its own (NVRTC), a precomputed
-    # array added per step, eager and as a graph, so the graphs compare kernel for kernel.
-    add = None
-    try:
-        add = memarray.cuda.Module.from_source(ADD_SOURCE, "add.cu").function("add")
-    except memarray.CudaUnavailableError as e:  # no NVRTC here: the rows are left out
-        print(f"SKIPPED: memarray's add kernel rows (NVRTC: {e})")
-    if add is not None:
-        n = args.side * args.side
-        grid, block = add.config_for(n)
-        madd = [memarray.zeros((n,), "float32", device="cuda") for _ in range(k)]
-        minc = memarray.asarray(inc.reshape(-1), device="cuda")
-        In = memarray.cuda.In
-
-        def add_step() -> None:
-            for a in madd:
-                add.launch(a, In(minc), grid=grid, block=block, stream=s)
-
-        add_step()  # loads nothing more, sets each array's stream
-        s.synchronize()
-        with s.capture() as add_cap:
-            for _ in range(every):
-                add_step()
-        add_graph = add_cap.graph
-        add_graph.upload()
-        for a in madd:
-            a.read_numpy_array(np.zeros(n, np.float32))
-
-        def add_eager() -> None:
-            for _ in range(steps):
-                add_step()
-            s.synchronize()
-
-        def add_replays() -> None:
-            add_graph.replay(blocks)
-            s.synchronize()
-
-        loops.append((rows, "memarray add, no snapshots", add_eager))
-        loops.append((replays, "memarray add", add_replays))
-        finals["memarray add"] = (lambda: madd[-1].to_numpy().reshape(shape), 2)
 
     try:
         import cupy
     except ImportError:
         cupy = None
     if cupy is not None:
+        import cupyx
+
         cs = cupy.cuda.Stream(non_blocking=True)
         with cs:
-            ca = [cupy.zeros(shape, cupy.float32) for _ in range(k)]
+            ca = [cupy.zeros((n,), cupy.float32) for _ in range(k)]
             cinc = cupy.asarray(inc)
+        csnap = cupyx.empty_pinned((n,), np.float32)
         cs.synchronize()
 
         def cp_eager() -> None:
@@ -185,7 +152,7 @@ def main() -> int:
                     for _ in range(every):
                         for a in ca:
                             a += cinc
-                    ca[0].get(out=snap, stream=cs)
+                    ca[0].get(out=csnap, stream=cs)
             cs.synchronize()
 
         with cs:
@@ -199,7 +166,7 @@ def main() -> int:
         def cp_graph() -> None:
             for _ in range(blocks):
                 cgraph.launch(cs)
-                ca[0].get(out=snap, stream=cs)
+                ca[0].get(out=csnap, stream=cs)
             cs.synchronize()
 
         def cp_replays() -> None:
@@ -218,9 +185,9 @@ def main() -> int:
         torch = None
     if torch is not None and torch.cuda.is_available():
         ts = torch.cuda.Stream()
-        ta = [torch.zeros(shape, device="cuda") for _ in range(k)]
+        ta = [torch.zeros((n,), device="cuda") for _ in range(k)]
         tinc = torch.from_numpy(inc).cuda()
-        tsnap = torch.from_numpy(snap)  # the same pageable host buffer as the others
+        tsnap = torch.empty((n,), pin_memory=True)
         torch.cuda.synchronize()
 
         def t_eager() -> None:
@@ -266,11 +233,15 @@ def main() -> int:
         want = inc * (n_loops * (1 + args.rounds) * steps)
         np.testing.assert_allclose(final(), want, rtol=1e-6, err_msg=name)
 
-    eager = min(v for n, v in rows.items() if n.endswith("eager"))
-    peers = [v for n, v in rows.items() if n.endswith("captured") and not n.startswith("memarray")]
+    eager = min(v for name, v in rows.items() if name.endswith("eager"))
+    peers = [
+        v
+        for name, v in rows.items()
+        if name.endswith("captured") and not name.startswith("memarray")
+    ]
     print(
-        f"{k} arrays of {args.side} x {args.side} float32, {steps} steps, a host snapshot "
-        f"every {every} (per step, median of {args.rounds})"
+        f"{k} arrays of {n} float32, {steps} steps, a pinned host snapshot every {every} "
+        f"(per step, median of {args.rounds})"
     )
     for name, us in rows.items():
         print(f"  {name:<20} {us:8.2f} us/step")

@@ -126,10 +126,11 @@ impl PyMemArray {
     }
 }
 
-/// The states of several arrays, each locked once, in address order: two calls locking
-/// overlapping sets cannot deadlock. Take it with the GIL released.
+/// The states of several arrays, each locked once, in id order (`SharedArray::spill_id`,
+/// the order of every call that locks several): two calls locking overlapping sets cannot
+/// deadlock. Take it with the GIL released.
 pub(crate) struct Locked<'a> {
-    keys: Vec<usize>,
+    keys: Vec<u64>,
     guards: Vec<memarray_cuda::array::StateGuard<'a>>,
 }
 
@@ -144,7 +145,7 @@ impl<'a> Locked<'a> {
         }
     }
 
-    /// Each distinct array's state, in address order.
+    /// Each distinct array's state, in id order.
     pub(crate) fn all_mut(&mut self) -> Vec<&mut RawArray> {
         self.guards.iter_mut().map(|g| &mut **g).collect()
     }
@@ -173,8 +174,8 @@ impl<'a> Locked<'a> {
     }
 }
 
-fn key(a: &PyMemArray) -> usize {
-    a as *const PyMemArray as usize
+fn key(a: &PyMemArray) -> u64 {
+    a.shared.spill_id()
 }
 
 impl PyMemArray {

@@ -59,7 +59,7 @@ impl PyComm {
         .py()
     }
 
-    /// Runs `f` on `array` and `out`, two distinct arrays (both locked in address order,
+    /// Runs `f` on `array` and `out`, two distinct arrays (both locked in id order,
     /// GIL released).
     fn pair(
         &self,

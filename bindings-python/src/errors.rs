@@ -31,8 +31,9 @@ pyo3::create_exception!(
     CaptureError,
     PyRuntimeError,
     "Work that a CUDA graph cannot replay was asked for on a stream being captured (a \
-     pageable or staged host copy, a host wait); nothing was enqueued and the capture is \
-     still valid."
+     pageable or staged host copy, a host wait; nothing was enqueued and the capture is \
+     still valid), or a graph was launched after an array it uses moved (nothing was \
+     launched)."
 );
 
 /// The Python exception of each [`ErrorKind`], the one classification the C status
@@ -116,7 +117,9 @@ pub fn cuda_err(e: CudaError) -> PyErr {
             "the data is on {location}; call move_memory(memarray.dlpack.kDLCPU) first, or \
              use to_numpy() for a copy"
         )),
-        CudaError::Captured { .. } => CaptureError::new_err(msg),
+        CudaError::Captured { .. } | CudaError::GraphArrayMoved { .. } => {
+            CaptureError::new_err(msg)
+        }
         e => exception(e.kind(), msg),
     }
 }

@@ -148,8 +148,9 @@ impl PyCapture {
 }
 
 /// An instantiated CUDA graph: `launch()` runs everything the capture recorded as one
-/// launch, on the captured stream unless another is given. The memory the captured work
-/// used must stay allocated while the graph may run: keep the arrays alive.
+/// launch, on the captured stream unless another is given. The graph holds the arrays the
+/// capture used for its life (the spiller leaves them be); memory used through other
+/// libraries must stay allocated while the graph may run.
 #[pyclass(name = "Graph", module = "memarray.cuda", frozen)]
 pub struct PyGraph {
     exec: GraphExec,
@@ -166,18 +167,22 @@ impl PyGraph {
 #[pymethods]
 impl PyGraph {
     /// Launches the graph on `stream` (default: the captured stream), after the work
-    /// queued there; returns at once.
+    /// queued there and the pending work of the arrays it uses; returns at once. The
+    /// launch becomes those arrays' pending work (a host read waits for it). Raises
+    /// `memarray.CaptureError` (nothing launched) when one of them moved to other device
+    /// memory since the capture.
     #[pyo3(signature = (stream=None))]
-    fn launch(&self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn launch(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let s = self.stream_arg(stream)?;
-        self.exec.launch(s).py().map(drop)
+        // The GIL is let go: a launch waits for its arrays' other calls to finish.
+        py.detach_section(|| self.exec.launch(s).map(drop)).py()
     }
 
     /// Launches the graph `n` times in a row on `stream` (default: the captured stream).
     #[pyo3(signature = (n, stream=None))]
     fn replay(&self, py: Python<'_>, n: usize, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let s = self.stream_arg(stream)?;
-        py.detach_section(|| (0..n).try_for_each(|_| self.exec.launch(s).map(drop)))
+        py.detach_section(|| self.exec.launch_n(s, n).map(drop))
             .py()
     }
 
@@ -194,7 +199,17 @@ impl PyGraph {
         self.nodes
     }
 
+    /// How many memarray arrays the graph holds.
+    #[getter]
+    fn array_count(&self) -> usize {
+        self.exec.member_count()
+    }
+
     fn __repr__(&self) -> String {
-        format!("memarray.cuda.Graph(nodes={})", self.nodes)
+        format!(
+            "memarray.cuda.Graph(nodes={}, arrays={})",
+            self.nodes,
+            self.exec.member_count()
+        )
     }
 }

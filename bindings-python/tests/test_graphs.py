@@ -5,6 +5,7 @@ launches. Crash-prone cases run in subprocesses."""
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import numpy as np
@@ -126,6 +127,68 @@ def test_a_memarray_capture_records_kernels_and_replays_them_bit_for_bit(mode):
     g.replay(2)
     s.synchronize()
     np.testing.assert_array_equal(a.to_numpy(), 6 * step)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+def test_a_graph_holds_its_arrays_and_a_read_after_a_launch_waits_for_it(mode):
+    step = one_step()
+    s = memarray.cuda.Stream()
+    a = memarray.zeros(SHAPE, "float32", device="cuda")
+    b = memarray.zeros(SHAPE, "float32", device="cuda")
+    warm(a)
+    warm(b)
+    with s.capture(mode) as cap:
+        a.add_index_tuple(stream=s)
+        b.add_index_tuple(stream=s)
+        # Host waits for captured work could never end: refused, the capture goes on.
+        with pytest.raises(memarray.CaptureError, match="still valid"):
+            s.synchronize()
+        with pytest.raises(memarray.CaptureError, match="still valid"):
+            a.synchronize()
+        a.add_index_tuple(stream=s)
+    g = cap.graph
+    assert g.array_count == 2, g
+    # The graph's arrays stay on the device: the spiller passes them over.
+    with pytest.raises(ValueError, match="graph"):
+        memarray.spill.evict(a)
+    g.launch()
+    g.launch()  # no stream wait: a host read waits for the launches, the arrays' work
+    np.testing.assert_array_equal(a.to_numpy(), 4 * step)
+    np.testing.assert_array_equal(b.to_numpy(), 2 * step)
+    g.replay(2)
+    np.testing.assert_array_equal(b.to_numpy(), 4 * step)
+    # Deleted by its owner, an array lives on in the graph: launches stay valid.
+    del a
+    gc.collect()
+    g.launch()
+    np.testing.assert_array_equal(b.to_numpy(), 5 * step)
+
+
+@pytest.mark.gpu
+def test_a_launch_after_an_array_took_other_memory_raises_and_launches_nothing():
+    step = one_step()
+    s = memarray.cuda.Stream()
+    a, b, c = (memarray.zeros(SHAPE, "float32", device="cuda") for _ in range(3))
+    for x in (a, b, c):
+        warm(x)
+    with s.capture() as cap:
+        a.add_index_tuple(stream=s)
+        b.add_index_tuple(stream=s)
+    g = cap.graph
+    # To the host and back keeps the device memory (the mirror): the launch runs.
+    a.move_memory(memarray.dlpack.kDLCPU)
+    g.launch()
+    np.testing.assert_array_equal(a.to_numpy(), step)
+    a.swap(c)  # a now has c's device memory
+    with pytest.raises(memarray.CaptureError, match="moved since the capture"):
+        g.launch()
+    np.testing.assert_array_equal(a.to_numpy(), np.zeros(SHAPE, np.float32))
+    np.testing.assert_array_equal(b.to_numpy(), step)  # nothing launched
+    a.swap(c)
+    g.launch()
+    np.testing.assert_array_equal(a.to_numpy(), 2 * step)
+    np.testing.assert_array_equal(b.to_numpy(), 2 * step)
 
 
 @pytest.mark.gpu

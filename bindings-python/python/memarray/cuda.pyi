@@ -82,6 +82,9 @@ class Graph:
     def upload(self, stream: _StreamLike | None = None) -> None: ...
     @property
     def node_count(self) -> int: ...
+    @property
+    def array_count(self) -> int:
+        """How many memarray arrays the graph holds (kept alive, checked at each launch)."""
 
 @final
 class Event:

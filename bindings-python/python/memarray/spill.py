@@ -70,7 +70,8 @@ def statistics(device: int = 0) -> dict[str, Any] | None:
 
 def evict(a: _memarray.MemArray) -> None:
     """Spills ``a`` now. ValueError says why when it cannot go (not on a device,
-    locked, exported, work still queued on it, spilling off on its device)."""
+    locked, exported, work still queued on it, a CUDA graph uses it, spilling off on its
+    device)."""
     _memarray._spill_evict(a)
 
 

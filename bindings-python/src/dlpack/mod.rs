@@ -403,7 +403,7 @@ static MAX_VERSION_KW: pyo3::sync::PyOnceLock<Py<pyo3::types::PyDict>> =
 /// An exact `numpy.ndarray` taken for import (see [`take_numpy`]).
 pub(crate) enum NumpyImport {
     /// Its memory, shared as it is: the import is done.
-    Shared(RawArray),
+    Shared(Box<RawArray>),
     /// Its tensor, for [`crate::foreign::import`] (a copy, a refusal, or sharing after all).
     Tensor(ForeignTensor),
 }
@@ -412,7 +412,7 @@ impl NumpyImport {
     /// The array, as `from_dlpack(x, copy=copy)` makes it.
     pub(crate) fn import(self, py: Python<'_>, copy: Option<bool>) -> PyResult<RawArray> {
         match self {
-            NumpyImport::Shared(raw) => Ok(raw),
+            NumpyImport::Shared(raw) => Ok(*raw),
             NumpyImport::Tensor(t) => crate::foreign::import(py, t, copy, None),
         }
     }
@@ -433,7 +433,7 @@ pub(crate) fn take_numpy(obj: &Bound<'_, PyAny>, share: bool) -> PyResult<Option
     }
     if let Some(l) = crate::numpy::layout(obj)? {
         if share && let Some(raw) = crate::numpy::share(obj, &l) {
-            return Ok(Some(NumpyImport::Shared(raw)));
+            return Ok(Some(NumpyImport::Shared(Box::new(raw))));
         }
         return crate::numpy::view(obj, &l).map(|t| Some(NumpyImport::Tensor(t)));
     }

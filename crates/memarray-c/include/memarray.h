@@ -417,8 +417,11 @@ memarray_status memarray_capture_end(memarray_capture *capture, memarray_graph *
 // `capture` is NULL or a live handle, not used afterwards.
 void memarray_capture_free(memarray_capture *capture);
 
-// Launches `graph` on `stream` (of the graph's device), after the work queued there;
-// returns at once. Every array the captured work used must still be alive.
+// Launches `graph` on `stream` (of the graph's device), after the work queued there and
+// the pending work of the arrays the capture used; returns at once. The graph holds those
+// arrays until `memarray_graph_free` (freeing an array's handle earlier is safe), and the
+// launch becomes their pending work (a host read waits for it). An array that moved to
+// other device memory since the capture (a swap) fails the launch, nothing launched.
 //
 // # Safety
 // `graph` and `stream` are live handles.

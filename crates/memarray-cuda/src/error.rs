@@ -121,6 +121,22 @@ pub enum CudaError {
         /// The driver's id of the capture.
         id: u64,
     },
+    /// A graph launch refused because an array the graph uses no longer has its device
+    /// data where the capture recorded it (it moved, was spilled or went to the host): a
+    /// launch would read or write memory that is not the array's. Nothing was launched.
+    #[error(
+        "a graph uses an array whose device data moved since the capture (it was at \
+         {captured:#x} on device {device}, it is at {now:#x}): capture the work again \
+         (nothing was launched)"
+    )]
+    GraphArrayMoved {
+        /// The device the capture used the array on.
+        device: u32,
+        /// The array's device address when it was captured.
+        captured: u64,
+        /// Its device address now.
+        now: u64,
+    },
     /// A setting memarray was given (a call or an environment variable) that it refuses.
     #[error(transparent)]
     Setting(#[from] SettingError),

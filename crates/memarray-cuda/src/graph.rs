@@ -25,12 +25,22 @@
 //! ```
 //!
 //! A capture that is dropped without [`CaptureScope::end`] is ended and its graph
-//! destroyed, so the stream is usable again and nothing leaks. Work that cannot be
+//! destroyed, so the stream is usable again and nothing leaks.
+//!
+//! Arrays shared through [`crate::array::SharedArray`] (every array of the bindings and
+//! the C API) that work in a memarray capture uses join the capture as its
+//! [`GraphMember`]s: the graph holds them for its life (they cannot be freed under it, and
+//! the spiller leaves them be), and each launch locks them, brings their data to the device
+//! where the capture found it, orders itself after their pending work and becomes it (a
+//! host read after a launch waits for the launch). A launch after a member's data moved
+//! elsewhere refuses with [`CudaError::GraphArrayMoved`]. Memory used only through
+//! buffers, or in a capture begun by another library, is the caller's to keep alive. Work that cannot be
 //! captured (a host wait, host threads reading pageable memory) asks
 //! [`StreamRef::capture`] first and refuses with [`CudaError::Captured`], which leaves the
 //! capture valid.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::device::Device;
 use crate::driver::{self, CUgraph, CUgraphExec};
@@ -130,12 +140,75 @@ impl StreamRef {
         let _ctx = device.bind()?;
         // SAFETY: a live, non-default stream of the bound device.
         unsafe { driver::stream_begin_capture(self.cu(), mode) }?;
-        Ok(CaptureScope {
+        // Made first, so a failure below ends the capture (the scope's drop).
+        let mut scope = CaptureScope {
             stream: self,
             device: device.clone(),
+            id: None,
             ended: false,
-        })
+        };
+        // SAFETY: the live stream just begun capturing, its device bound.
+        let (_, id) = unsafe { driver::stream_capture_info(self.cu()) }?;
+        members().insert(id, Vec::new());
+        scope.id = Some(id);
+        Ok(scope)
     }
+}
+
+/// What a graph's launches need of something its capture used (an array): kept alive by
+/// the graph, then at each launch held still, checked and ordered ([`GraphMember::hold`]),
+/// and told of the launch ([`HeldMember::launched`]).
+pub trait GraphMember: Send + Sync + std::fmt::Debug {
+    /// A key unique to the member and the same everywhere it is locked: members are held
+    /// in key order, so launches over overlapping members cannot deadlock.
+    fn key(&self) -> u64;
+
+    /// Readies the member for a launch on `stream`: its data where the capture used it
+    /// ([`CudaError::GraphArrayMoved`] otherwise), `stream` ordered after its pending work,
+    /// and the member held still until the returned hold is dropped.
+    fn hold(&self, stream: StreamRef) -> Result<Box<dyn HeldMember + '_>>;
+}
+
+/// A [`GraphMember`] held for one launch.
+pub trait HeldMember {
+    /// Makes `launch` the member's pending work.
+    fn launched(&mut self, launch: &Enqueued) -> Result<()>;
+}
+
+/// The members of each capture memarray began, by the driver's capture id, until the
+/// capture ends (into its graph) or is abandoned.
+fn members() -> std::sync::MutexGuard<'static, Members> {
+    static MEMBERS: std::sync::OnceLock<Mutex<Members>> = std::sync::OnceLock::new();
+    MEMBERS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Each capture's members, by capture id.
+type Members = HashMap<u64, Vec<Arc<dyn GraphMember>>>;
+
+/// Makes `member` a member of capture `id` (replacing one of the same key), if memarray
+/// began that capture; returns whether it did. A capture begun elsewhere (torch, CuPy)
+/// keeps nothing: its graph's memory is its owner's to keep.
+pub fn join_capture(id: u64, member: Arc<dyn GraphMember>) -> bool {
+    let mut all = members();
+    let Some(list) = all.get_mut(&id) else {
+        return false;
+    };
+    let key = member.key();
+    match list.iter_mut().find(|m| m.key() == key) {
+        Some(m) => *m = member,
+        None => list.push(member),
+    }
+    true
+}
+
+/// Capture `id`'s members in key order, the capture forgotten.
+fn take_members(id: Option<u64>) -> Vec<Arc<dyn GraphMember>> {
+    let mut list = id.and_then(|id| members().remove(&id)).unwrap_or_default();
+    list.sort_by_key(|m| m.key());
+    list
 }
 
 /// A capture in progress on one stream, begun by [`StreamRef::begin_capture`].
@@ -144,6 +217,8 @@ impl StreamRef {
 pub struct CaptureScope {
     stream: StreamRef,
     device: Arc<Device>,
+    /// The driver's id of the capture (`None` only while it is being begun).
+    id: Option<u64>,
     ended: bool,
 }
 
@@ -159,11 +234,13 @@ impl CaptureScope {
     pub fn end(mut self) -> Result<Graph> {
         self.ended = true;
         let _ctx = self.device.bind()?;
+        let members = take_members(self.id);
         // SAFETY: the stream this scope began capturing, its device bound.
         let raw = unsafe { driver::stream_end_capture(self.stream.cu()) }?;
         Ok(Graph {
             raw,
             device: self.device.clone(),
+            members,
         })
     }
 }
@@ -173,6 +250,7 @@ impl Drop for CaptureScope {
         if self.ended {
             return;
         }
+        drop(take_members(self.id));
         // An abandoned capture: end it and destroy what it recorded, so the stream is
         // usable again and the graph does not leak.
         let ended = self.device.bind().and_then(|_ctx| {
@@ -190,6 +268,8 @@ impl Drop for CaptureScope {
 pub struct Graph {
     raw: CUgraph,
     device: Arc<Device>,
+    /// What the capture used, in key order, held for the graph's executables.
+    members: Vec<Arc<dyn GraphMember>>,
 }
 
 // SAFETY: a graph handle is a driver token any thread may use with the context bound;
@@ -214,7 +294,13 @@ impl Graph {
         Ok(GraphExec {
             raw,
             device: self.device.clone(),
+            members: self.members.clone(),
         })
+    }
+
+    /// How many arrays the graph holds (see the module docs).
+    pub fn member_count(&self) -> usize {
+        self.members.len()
     }
 }
 
@@ -234,6 +320,7 @@ impl Drop for Graph {
 pub struct GraphExec {
     raw: CUgraphExec,
     device: Arc<Device>,
+    members: Vec<Arc<dyn GraphMember>>,
 }
 
 // SAFETY: as Graph.
@@ -243,15 +330,44 @@ unsafe impl Sync for GraphExec {}
 
 impl GraphExec {
     /// Launches the graph on `stream` (of its device), ordered after the work queued
-    /// there; returns the launch as an operation to record or wait for. The memory the
-    /// captured work used must still be allocated when the launch runs: keep the buffers
-    /// alive as long as the graph may be launched.
+    /// there and after its members' pending work; the launch becomes their pending work.
+    /// Refuses with [`CudaError::GraphArrayMoved`] (nothing launched) when a member's data
+    /// moved since the capture. Memory the capture used other than its members' must
+    /// still be allocated when the launch runs: keep such buffers alive as long as the
+    /// graph may be launched.
     pub fn launch(&self, stream: StreamRef) -> Result<Enqueued> {
-        let _ctx = self.device.bind()?;
-        // SAFETY: a live executable graph and a live stream of the bound device; the
-        // buffers' lifetime is the caller's promise stated above.
-        unsafe { driver::graph_launch(self.raw, stream.cu()) }?;
-        Ok(Enqueued::new(stream, self.device.clone()))
+        self.launch_n(stream, 1)
+    }
+
+    /// [`Self::launch`] `n` times in a row (the members held, checked and told once);
+    /// `n == 0` launches nothing and only orders `stream` after the members' work.
+    pub fn launch_n(&self, stream: StreamRef, n: usize) -> Result<Enqueued> {
+        // Held in key order until the launches are theirs.
+        let mut held = self
+            .members
+            .iter()
+            .map(|m| m.hold(stream))
+            .collect::<Result<Vec<_>>>()?;
+        {
+            let _ctx = self.device.bind()?;
+            for _ in 0..n {
+                // SAFETY: a live executable graph and a live stream of the bound device;
+                // the members' memory is where the capture used it (checked by `hold`)
+                // and kept by them until this launch is done; other memory is the
+                // caller's promise.
+                unsafe { driver::graph_launch(self.raw, stream.cu()) }?;
+            }
+        }
+        let launch = Enqueued::new(stream, self.device.clone());
+        // Every member is told, even after one fails: the first error is returned.
+        let told: Vec<Result<()>> = held.iter_mut().map(|h| h.launched(&launch)).collect();
+        told.into_iter().collect::<Result<()>>()?;
+        Ok(launch)
+    }
+
+    /// How many arrays the graph holds (see the module docs).
+    pub fn member_count(&self) -> usize {
+        self.members.len()
     }
 
     /// Uploads the graph's work to the device on `stream` ahead of its first launch (the

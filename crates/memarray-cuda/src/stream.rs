@@ -90,6 +90,9 @@ impl StreamRef {
     /// Blocks until all work on this stream is done. A default stream here is
     /// `device`'s.
     pub fn synchronize(self, device: &Device) -> Result<()> {
+        // A capturing stream's work runs only when its graph is launched; the driver's
+        // wait would invalidate the capture: refused, the capture stays valid.
+        self.refuse_under_capture(device, "a host wait for a stream")?;
         let _ctx = device.bind()?;
         // SAFETY: live stream, as in `wait`; the device context is current (item 1).
         unsafe { driver::stream_synchronize(self.cu()) }

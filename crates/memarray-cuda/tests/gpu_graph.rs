@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use memarray_core::DType;
+use memarray_core::{DType, Location};
+use memarray_cuda::array::{RawArray, SharedArray};
 use memarray_cuda::graph::{Capture, CaptureMode};
 use memarray_cuda::{CudaError, Device, DeviceBuffer, DeviceResource, Stream, StreamRef, copy};
 use memarray_seed as seed;
@@ -130,4 +131,112 @@ fn gpu_an_abandoned_or_invalidated_capture_leaves_the_stream_usable() {
         .begin_capture(&dev, CaptureMode::Global)
         .unwrap_err();
     assert!(e.to_string().contains("default stream"), "{e}");
+}
+
+/// `a`'s elements, read on the host (after its pending work, as any host read).
+fn shared_u32s(a: &SharedArray) -> Vec<u32> {
+    let mut out = vec![0u8; 4 * N];
+    a.with(|raw| raw.read_all(&mut out, None)).unwrap();
+    out.chunks_exact(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// An array on the device of `s`, its elements `a[i] = i` (the seed's kernel, eagerly:
+/// which loads the module outside any capture).
+fn shared_on_device(s: &Stream) -> SharedArray {
+    let a = SharedArray::new(RawArray::zeros(DType::U32, &[N], 0).unwrap());
+    a.with(|raw| seed::add_index_tuple_device(raw, Some(s.as_ref()), None))
+        .unwrap();
+    a
+}
+
+#[test]
+fn gpu_a_graph_holds_its_arrays_and_each_launch_is_their_pending_work() {
+    let Some(dev) = gpu_or_skip() else { return };
+    for mode in [
+        CaptureMode::Global,
+        CaptureMode::ThreadLocal,
+        CaptureMode::Relaxed,
+    ] {
+        let s = Stream::new(&dev).unwrap();
+        let a = shared_on_device(&s);
+        let capture = s.as_ref().begin_capture(&dev, mode).unwrap();
+        a.with(|raw| seed::add_index_tuple_device(raw, None, None)) // the array's stream: s
+            .unwrap();
+        a.with(|raw| seed::add_index_tuple_device(raw, Some(s.as_ref()), None))
+            .unwrap();
+        let graph = capture.end().unwrap();
+        assert_eq!(graph.member_count(), 1, "{mode:?}: one array, once");
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        // The spiller leaves a graph's arrays be; asked to, it says why not.
+        let e = a.evict().unwrap_err();
+        assert!(e.to_string().contains("graph"), "{e}");
+        // Two launches, no host wait: the host read waits for them as the array's work.
+        drop(exec.launch(s.as_ref()).unwrap());
+        drop(exec.launch(s.as_ref()).unwrap());
+        let want: Vec<u32> = (0..N as u32).map(|i| 5 * i).collect();
+        assert_eq!(
+            shared_u32s(&a),
+            want,
+            "{mode:?}: 1 eager + 2 x 2 replayed steps"
+        );
+        // The host copy written after the graph ran goes up before the next launch, into
+        // the memory the capture used.
+        a.with(|raw| raw.write_all(&vec![0u8; 4 * N], None))
+            .unwrap();
+        drop(exec.launch(s.as_ref()).unwrap());
+        let twice: Vec<u32> = (0..N as u32).map(|i| 2 * i).collect();
+        assert_eq!(
+            shared_u32s(&a),
+            twice,
+            "{mode:?}: the host write, then one launch"
+        );
+        // Dropped by its owner, the array lives on in the graph: launches stay valid.
+        drop(a);
+        exec.launch(s.as_ref()).unwrap().synchronize().unwrap();
+    }
+}
+
+#[test]
+fn gpu_a_launch_after_an_array_moved_refuses_and_launches_nothing() {
+    let Some(dev) = gpu_or_skip() else { return };
+    let s = Stream::new(&dev).unwrap();
+    let (a, b) = (shared_on_device(&s), shared_on_device(&s));
+    let capture = s
+        .as_ref()
+        .begin_capture(&dev, CaptureMode::ThreadLocal)
+        .unwrap();
+    for x in [&a, &b] {
+        x.with(|raw| seed::add_index_tuple_device(raw, Some(s.as_ref()), None))
+            .unwrap();
+    }
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    // A move to the host keeps the device memory (the mirror): the launch brings the
+    // data back into it and runs.
+    a.with(|raw| raw.move_memory(Location::Host, None, true, None))
+        .unwrap();
+    drop(exec.launch(s.as_ref()).unwrap());
+    let twice: Vec<u32> = (0..N as u32).map(|i| 2 * i).collect();
+    assert_eq!(shared_u32s(&a), twice);
+    // A swap gives the array other device memory: refused, nothing launched.
+    let c = shared_on_device(&s);
+    a.swap(&c).unwrap();
+    let e = exec.launch(s.as_ref()).unwrap_err();
+    let CudaError::GraphArrayMoved { captured, now, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(Some(now), a.with(|raw| raw.device_ptr(None)).ok());
+    assert_ne!(captured, now);
+    assert!(e.to_string().contains("capture the work again"), "{e}");
+    let once: Vec<u32> = (0..N as u32).collect();
+    assert_eq!(shared_u32s(&a), once, "the swapped-in data is as it was");
+    assert_eq!(shared_u32s(&b), twice, "nothing launched: b is as it was");
+    // Swapped back, the array's memory is the capture's again: the launch runs.
+    a.swap(&c).unwrap();
+    drop(exec.launch(s.as_ref()).unwrap());
+    let thrice: Vec<u32> = (0..N as u32).map(|i| 3 * i).collect();
+    assert_eq!(shared_u32s(&a), thrice);
+    assert_eq!(shared_u32s(&b), thrice);
 }

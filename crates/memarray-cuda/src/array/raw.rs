@@ -325,6 +325,10 @@ impl RawArray {
     /// Blocks the host until all work enqueued on this array has finished.
     pub fn synchronize(&self, token: Option<LockToken>) -> Result<()> {
         self.check(token)?;
+        // Work recorded into a capture still going on runs only when its graph is
+        // launched: a host wait for it could never end (refused; the capture stays valid).
+        self.dev
+            .refuse_if_captured("a host wait for an array's captured work")?;
         self.dev.wait_host()
     }
 

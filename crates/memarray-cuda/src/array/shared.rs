@@ -10,15 +10,19 @@
 //! [`SharedArray::state`] only with that lock released.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use memarray_core::spill::SpillOutcome;
 use memarray_core::{Location, Lock, LockGuard, LockToken};
 
+use super::device_side::CaptureUse;
 use super::raw::RawArray;
-use crate::error::{ArrayError, Result};
+use crate::error::{ArrayError, CudaError, Result};
+use crate::event::Enqueued;
+use crate::graph::{GraphMember, HeldMember};
 use crate::spill::{self, DeviceSpill, SpillTarget};
+use crate::stream::StreamRef;
 
 /// A [`RawArray`] that threads share through `&self` (wrap it in an [`Arc`]).
 ///
@@ -64,6 +68,8 @@ pub struct SharedArray {
 pub(crate) struct Cell {
     pub(crate) id: u64,
     state: Mutex<RawArray>,
+    /// How many graphs hold the array ([`GraphMember`]): the spiller leaves it be.
+    pub(super) graphs: AtomicUsize,
 }
 
 impl Cell {
@@ -80,6 +86,9 @@ impl Cell {
 
 impl SpillTarget for Cell {
     fn try_spill(&self, to: &DeviceSpill) -> SpillOutcome {
+        if self.graphs.load(Ordering::Relaxed) > 0 {
+            return SpillOutcome::Busy; // a graph's launches expect it on the device
+        }
         let Some(mut raw) = self.try_raw() else {
             return SpillOutcome::Busy;
         };
@@ -141,6 +150,20 @@ impl Drop for StateGuard<'_> {
         spill::after_access(cell.id, &mut raw.spill_note, place, nbytes, || {
             Arc::<Cell>::downgrade(cell)
         });
+        // Used in a capture memarray began: the array joins its graph.
+        if let Some(used) = raw.dev.take_capture_news() {
+            join_graph(cell, used);
+        }
+    }
+}
+
+impl Cell {
+    /// The state of the array in `cell`, waiting for any other call on it.
+    pub(super) fn guard(cell: &Arc<Cell>) -> StateGuard<'_> {
+        StateGuard {
+            cell,
+            raw: cell.state.lock().unwrap_or_else(PoisonError::into_inner),
+        }
     }
 }
 
@@ -153,6 +176,7 @@ impl SharedArray {
             cell: Arc::new(Cell {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(raw),
+                graphs: AtomicUsize::new(0),
             }),
         };
         // Listed at once if resident on a device that spills.
@@ -172,7 +196,9 @@ impl SharedArray {
         std::mem::replace(&mut *g, RawArray::placeholder())
     }
 
-    /// This array's id in the spill registries (unique in the process).
+    /// This array's id (unique in the process): its key in the spill registries, and the
+    /// order in which every call that locks several arrays (a launch, a graph's launch, a
+    /// swap) locks them.
     pub fn spill_id(&self) -> u64 {
         self.cell.id
     }
@@ -189,6 +215,12 @@ impl SharedArray {
         }
         if let Some(reason) = raw.spill_refusal() {
             return Err(ArrayError::NotSpillable { reason }.into());
+        }
+        if self.cell.graphs.load(Ordering::Relaxed) > 0 {
+            return Err(ArrayError::NotSpillable {
+                reason: "a CUDA graph uses it (drop the graph first)",
+            }
+            .into());
         }
         let Location::Device(device) = raw.location() else {
             return Err(ArrayError::NotSpillable {
@@ -216,14 +248,7 @@ impl SharedArray {
     /// A panic in another thread while it held the state does not poison it for good:
     /// every `RawArray` method leaves the array consistent at each point it can fail.
     pub fn state(&self) -> StateGuard<'_> {
-        StateGuard {
-            cell: &self.cell,
-            raw: self
-                .cell
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        }
+        Cell::guard(&self.cell)
     }
 
     /// The array's state if no other thread is in a call on it, else `None`.
@@ -266,13 +291,14 @@ impl SharedArray {
     }
 
     /// Swaps contents with `other` (see [`RawArray::swap`]); both must be unlocked.
-    /// Both mutexes are taken in address order, so two threads swapping the same pair
-    /// in opposite directions cannot deadlock. Swapping an array with itself is a no-op.
+    /// Both mutexes are taken in id order ([`Self::spill_id`], as launches and graphs
+    /// take theirs), so two threads swapping the same pair in opposite directions cannot
+    /// deadlock. Swapping an array with itself is a no-op.
     pub fn swap(&self, other: &SharedArray) -> Result<()> {
         if std::ptr::eq(self, other) {
             return self.with(|raw| raw.check(None));
         }
-        let (first, second) = if (self as *const Self) < (other as *const Self) {
+        let (first, second) = if self.cell.id < other.cell.id {
             (self, other)
         } else {
             (other, self)
@@ -291,5 +317,86 @@ impl SharedArray {
 impl From<RawArray> for SharedArray {
     fn from(raw: RawArray) -> Self {
         Self::new(raw)
+    }
+}
+
+// Arrays in graphs: an array used in a capture memarray began joins the capture as a
+// [`GraphMember`] (when the call that used it drops its state guard), and the graph holds
+// it for its life. Each launch locks it, brings its data to the device where the capture
+// used it, orders the launch after its pending work and makes the launch that work, as a
+// kernel launch would.
+
+/// An array a graph holds: its cell (kept alive by the graph) and how the capture used it.
+#[derive(Debug)]
+struct InGraph {
+    cell: Arc<Cell>,
+    used: CaptureUse,
+}
+
+/// Makes the array in `cell` a member of the capture it was `used` in (if memarray began
+/// that capture; else nothing is kept).
+fn join_graph(cell: &Arc<Cell>, used: CaptureUse) {
+    cell.graphs.fetch_add(1, Ordering::Relaxed);
+    let member = Arc::new(InGraph {
+        cell: cell.clone(),
+        used,
+    });
+    crate::graph::join_capture(used.id, member);
+}
+
+impl Drop for InGraph {
+    fn drop(&mut self) {
+        self.cell.graphs.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An [`InGraph`] held for one launch: the array's state, locked.
+struct Held<'a> {
+    state: StateGuard<'a>,
+    write: bool,
+}
+
+impl GraphMember for InGraph {
+    fn key(&self) -> u64 {
+        self.cell.id
+    }
+
+    fn hold(&self, stream: StreamRef) -> Result<Box<dyn HeldMember + '_>> {
+        let mut state = Cell::guard(&self.cell);
+        let CaptureUse {
+            device,
+            addr: captured,
+            write,
+            ..
+        } = self.used;
+        let moved = |now| CudaError::GraphArrayMoved {
+            device,
+            captured,
+            now,
+        };
+        // Where the device data is now, before anything moves: a graph never brings an
+        // array back into other memory than the capture's (the spiller leaves members be,
+        // so only the caller's own move or swap takes one away).
+        let now = state.dev.device_addr().unwrap_or(0);
+        if now != captured {
+            return Err(moved(now));
+        }
+        // A newer host copy goes up, into the same buffer.
+        let buffer = state.kernel_operand(device, stream, None)?;
+        if buffer.device_ptr() != captured {
+            return Err(moved(buffer.device_ptr()));
+        }
+        Ok(Box::new(Held { state, write }))
+    }
+}
+
+impl HeldMember for Held<'_> {
+    fn launched(&mut self, launch: &Enqueued) -> Result<()> {
+        let op = Enqueued::new(launch.stream(), launch.device().clone());
+        if self.write {
+            self.state.wrote(op)
+        } else {
+            self.state.was_read(launch)
+        }
     }
 }

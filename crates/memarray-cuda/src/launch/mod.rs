@@ -242,7 +242,8 @@ pub enum SharedArg<'a> {
 
 /// [`launch`] over shared arrays, as the bindings hold them: one array may appear in
 /// several arguments (it is written if any use writes it); each distinct array's state is
-/// locked once, in address order, so launches over overlapping sets cannot deadlock.
+/// locked once, in id order ([`SharedArray::spill_id`], as graphs and swaps lock theirs),
+/// so launches over overlapping sets cannot deadlock.
 /// The same array passed with two different tokens is refused.
 pub fn launch_shared(
     f: &Function,
@@ -295,7 +296,7 @@ pub fn launch_shared(
         params.push(Param::Array(at));
     }
     let mut order: Vec<usize> = (0..uses.len()).collect();
-    order.sort_by_key(|&j| std::ptr::from_ref(uses[j].array) as usize);
+    order.sort_by_key(|&j| uses[j].array.spill_id());
     let mut rank = vec![0; uses.len()];
     for (r, &j) in order.iter().enumerate() {
         rank[j] = r;

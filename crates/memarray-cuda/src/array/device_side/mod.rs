@@ -11,6 +11,7 @@
 //! This file holds the type and how one is made; `ordering.rs` the rules above (pending
 //! work, waits, records); `copies.rs` the data (copies in and out, the buffer, exports).
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use memarray_core::MemoryResource;
@@ -88,6 +89,21 @@ pub(crate) struct DeviceSide {
     /// captured work, so waits and host accesses outside the capture never meet an event
     /// last recorded in one (which the driver refuses).
     captured: Mutex<Option<CapturedWork>>,
+    /// Set when `captured` holds news for a memarray capture's graph: the array's first
+    /// use in that capture, or its first write there ([`Self::take_capture_news`]).
+    capture_news: AtomicBool,
+}
+
+/// An array's use in a capture, as its graph needs it ([`crate::graph::GraphMember`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CaptureUse {
+    /// The driver's id of the capture.
+    pub(crate) id: u64,
+    /// Whether the captured work writes the array.
+    pub(crate) write: bool,
+    /// The device and address of the device data the capture used.
+    pub(crate) device: u32,
+    pub(crate) addr: u64,
 }
 
 /// Work on an array recorded into the capture `id`: its event (recorded in the capture)
@@ -98,6 +114,8 @@ struct CapturedWork {
     event: Arc<Event>,
     stream: StreamRef,
     keep_alive: Vec<Arc<DeviceBuffer>>,
+    /// Whether any of it writes the array.
+    write: bool,
 }
 
 impl Drop for DeviceSide {
@@ -171,6 +189,7 @@ impl DeviceSide {
             foreign: false,
             lazy: Mutex::new(None),
             captured: Mutex::new(None),
+            capture_news: AtomicBool::new(false),
         }
     }
 

@@ -4,6 +4,7 @@
 //! recording after a write or a read, and the host's wait.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
@@ -12,7 +13,7 @@ use crate::event::{Enqueued, Event};
 use crate::graph::Capture;
 use crate::stream::StreamRef;
 
-use super::{CapturedWork, DeviceSide, Pending};
+use super::{CaptureUse, CapturedWork, DeviceSide, Pending};
 
 /// The capture `stream` (of `device`) is in, if any: the one question the ordering asks
 /// before it records or waits (one driver query, no allocation).
@@ -131,12 +132,15 @@ impl DeviceSide {
     }
 
     /// Records `op`, enqueued under the capture `id`, as this array's captured work (not
-    /// its pending work, which stays the eager work before the capture).
+    /// its pending work, which stays the eager work before the capture); `write` says
+    /// whether it wrote the device data. The array's first use in a capture, and its first
+    /// write there, are news for its graph ([`Self::take_capture_news`]).
     fn record_captured(
         &self,
         id: u64,
         op: &Enqueued,
         keep: Option<Arc<DeviceBuffer>>,
+        write: bool,
     ) -> Result<()> {
         let mut captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
         let event = match captured.as_ref() {
@@ -144,18 +148,40 @@ impl DeviceSide {
             _ => Arc::new(Event::new(op.device())?),
         };
         event.record(op.stream())?;
-        let mut keep_alive = match captured.take() {
-            Some(c) if c.id == id => c.keep_alive,
-            _ => Vec::new(),
+        let (mut keep_alive, wrote) = match captured.take() {
+            Some(c) if c.id == id => (c.keep_alive, Some(c.write)),
+            _ => (Vec::new(), None),
         };
         keep_alive.extend(keep);
+        if wrote.is_none_or(|w| write && !w) {
+            self.capture_news.store(true, Ordering::Relaxed);
+        }
         *captured = Some(CapturedWork {
             id,
             event,
             stream: op.stream(),
             keep_alive,
+            write: write || wrote.unwrap_or(false),
         });
         Ok(())
+    }
+
+    /// What a capture learnt of this array since the last call: the capture, whether it
+    /// writes the array, and where the array's device data was (one relaxed load when
+    /// there is no news).
+    pub(in crate::array) fn take_capture_news(&self) -> Option<CaptureUse> {
+        if !self.capture_news.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
+        let c = captured.as_ref()?;
+        let buffer = self.buffer.as_ref()?;
+        Some(CaptureUse {
+            id: c.id,
+            write: c.write,
+            device: buffer.device().id(),
+            addr: buffer.device_ptr(),
+        })
     }
 
     /// Records the array's event after `op` and makes it the pending work. If recording
@@ -166,7 +192,7 @@ impl DeviceSide {
         keep: Option<Arc<DeviceBuffer>>,
     ) -> Result<()> {
         if let Some(id) = capture_id(op.stream(), op.device())? {
-            self.record_captured(id, &op, keep)?;
+            self.record_captured(id, &op, keep, true)?;
             // The captured stream becomes the default, as after any write, so the array's
             // next call without a stream is captured too (or refused).
             let stream = op.stream();
@@ -205,7 +231,7 @@ impl DeviceSide {
     /// out of it), so that later writes on other streams wait for the read.
     pub(in crate::array) fn record_read(&self, op: &Enqueued) -> Result<()> {
         if let Some(id) = capture_id(op.stream(), op.device())? {
-            return self.record_captured(id, op, None);
+            return self.record_captured(id, op, None, false);
         }
         let mut guard = self.pending();
         let event = match guard.as_ref() {
@@ -245,6 +271,21 @@ impl DeviceSide {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some()
+    }
+
+    /// Refuses `what` with [`crate::CudaError::Captured`] while the capture that recorded
+    /// this array's captured work is still going on.
+    pub(in crate::array) fn refuse_if_captured(&self, what: &'static str) -> Result<()> {
+        let captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = captured.as_ref() else {
+            return Ok(());
+        };
+        match c.stream.capture(c.event.device())? {
+            Capture::Active { id } | Capture::Invalidated { id } if id == c.id => {
+                c.stream.refuse_under_capture(c.event.device(), what)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Blocks the host until pending work is done, then forgets it.
