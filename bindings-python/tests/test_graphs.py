@@ -203,6 +203,11 @@ def test_work_a_graph_cannot_replay_is_refused_typed_and_the_capture_still_succe
         with pytest.raises(memarray.CaptureError, match="still valid"):
             a.read_numpy_array(np.ones(SHAPE, np.float32))
         assert s.is_capturing()
+        # move_many packs on host threads and waits: refused before any work.
+        small = [memarray.zeros((8,), "float32", host_memory="pinned") for _ in range(3)]
+        with pytest.raises(memarray.CaptureError, match="move_many"):
+            memarray.move_many(small, "cuda", stream=s)
+        assert all(x.device == "cpu" for x in small)
         a.add_index_tuple(stream=s)
     cap.graph.launch()
     s.synchronize()
@@ -343,3 +348,40 @@ def test_cupy_blocks_through_memarray_keep_their_stream_until_freed():
     )
     assert_clean(r)
     assert "ok" in r.stdout
+
+
+@pytest.mark.gpu
+def test_torch_compile_reduce_overhead_reads_memarray_tensors_and_its_outputs_import():
+    pytest.importorskip("torch")
+    # In a fresh process (torch.compile's caches and cudagraph trees stay per process).
+    r = run_child(
+        """
+        import numpy as np, torch, memarray
+        from torch._dynamo.utils import counters
+
+        @torch.compile(mode="reduce-overhead")
+        def f(x, y):
+            return torch.sin(x * 2 + y)
+
+        n = 4096
+        a = memarray.asarray(np.linspace(0, 1, n, dtype=np.float32), device="cuda")
+        b = memarray.zeros((n,), "float32", device="cuda")
+        x, y = torch.from_dlpack(a), torch.from_dlpack(b)  # zero-copy views of memarray's
+        for i in range(6):  # warm-up, recording, then replays
+            torch.compiler.cudagraph_mark_step_begin()
+            # memarray writes its array; the compiled graph reads the new values
+            b.read_numpy_array(np.full(n, i, np.float32))
+            out = f(x, y)
+            m = memarray.from_dlpack(out)  # the graph's output as a memarray array
+            want = np.sin(np.linspace(0, 1, n, dtype=np.float32) * 2 + i)
+            np.testing.assert_allclose(m.to_numpy(), want, rtol=1e-5, atol=1e-6)
+            del m, out
+        assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+        assert sum(counters["inductor"].values()) > 0, "inductor never compiled f"
+        memarray.cuda.check_errors()
+        print("ok")
+        """,
+        timeout=400,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout, r.stderr[-3000:]

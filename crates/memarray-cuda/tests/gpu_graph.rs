@@ -240,3 +240,47 @@ fn gpu_a_launch_after_an_array_moved_refuses_and_launches_nothing() {
     assert_eq!(shared_u32s(&a), thrice);
     assert_eq!(shared_u32s(&b), thrice);
 }
+
+#[test]
+fn gpu_a_graph_on_the_second_device_holds_its_arrays_and_moves_peer_data_in() {
+    let Some(devs) = memarray_testing::gpu::gpus_or_skip(2) else {
+        return;
+    };
+    let d1 = &devs[1];
+    let s = Stream::new(d1).unwrap();
+    // a on device 1 (written by the seed's kernel there); b on device 0, moved to device 1
+    // inside the capture (a peer copy, captured) and then written there.
+    let a = SharedArray::new(RawArray::zeros(DType::U32, &[N], 1).unwrap());
+    a.with(|raw| seed::add_index_tuple_device(raw, Some(s.as_ref()), None))
+        .unwrap();
+    let b = SharedArray::new(RawArray::zeros(DType::U32, &[N], 0).unwrap());
+    b.with(|raw| raw.move_memory(Location::Device(0), None, true, None))
+        .unwrap();
+    s.synchronize().unwrap();
+    let capture = s
+        .as_ref()
+        .begin_capture(d1, CaptureMode::ThreadLocal)
+        .unwrap();
+    a.with(|raw| seed::add_index_tuple_device(raw, Some(s.as_ref()), None))
+        .unwrap();
+    b.with(|raw| raw.move_memory(Location::Device(1), Some(s.as_ref()), false, None))
+        .unwrap();
+    b.with(|raw| seed::add_index_tuple_device(raw, Some(s.as_ref()), None))
+        .unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    drop(exec.launch(s.as_ref()).unwrap());
+    drop(exec.launch(s.as_ref()).unwrap());
+    let want = |k: u32| -> Vec<u32> { (0..N as u32).map(|i| k * i).collect() };
+    assert_eq!(
+        shared_u32s(&a),
+        want(3),
+        "1 eager + 2 replayed steps on device 1"
+    );
+    // Each launch copies in again what the capture copied (b's device-0 memory, zero,
+    // kept by the graph), then adds i.
+    assert_eq!(
+        shared_u32s(&b),
+        want(1),
+        "the captured peer copy, then one step"
+    );
+}

@@ -336,12 +336,13 @@ struct InGraph {
 /// Makes the array in `cell` a member of the capture it was `used` in (if memarray began
 /// that capture; else nothing is kept).
 fn join_graph(cell: &Arc<Cell>, used: CaptureUse) {
+    let id = used.id;
     cell.graphs.fetch_add(1, Ordering::Relaxed);
     let member = Arc::new(InGraph {
         cell: cell.clone(),
         used,
     });
-    crate::graph::join_capture(used.id, member);
+    crate::graph::join_capture(id, member);
 }
 
 impl Drop for InGraph {

@@ -62,6 +62,10 @@ fn us(t: std::time::Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
+/// What a batch refused under a capture is.
+const BATCH_UNDER_CAPTURE: &str =
+    "a batch of host copies (move_many: packed by host threads and waited for)";
+
 /// One part of a batch: a host buffer and the bytes of it (from its start) that move.
 pub(crate) type HostPart<'a> = (&'a HostBuffer, usize);
 
@@ -150,6 +154,9 @@ pub(crate) fn upload_many(
     shares: &dyn Fn(usize) -> bool,
     own: &mut dyn FnMut(usize) -> Result<Arc<DeviceBuffer>>,
 ) -> Result<Vec<Arc<DeviceBuffer>>> {
+    // Host threads pack the parts now and the call waits: nothing a graph could replay
+    // (refused before any work, the capture left valid).
+    stream.refuse_under_capture(device, BATCH_UNDER_CAPTURE)?;
     let mut prof = BatchProfile {
         arrays: parts.len(),
         ..Default::default()
@@ -256,6 +263,7 @@ pub(crate) unsafe fn download_many(
     device: &Arc<Device>,
     stream: StreamRef,
 ) -> Result<()> {
+    stream.refuse_under_capture(device, BATCH_UNDER_CAPTURE)?;
     for ((_, n), s) in parts.iter().zip(srcs) {
         s.range(0, *n)?;
     }

@@ -95,7 +95,7 @@ pub(crate) struct DeviceSide {
 }
 
 /// An array's use in a capture, as its graph needs it ([`crate::graph::GraphMember`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct CaptureUse {
     /// The driver's id of the capture.
     pub(crate) id: u64,
@@ -104,6 +104,13 @@ pub(crate) struct CaptureUse {
     /// The device and address of the device data the capture used.
     pub(crate) device: u32,
     pub(crate) addr: u64,
+    /// Buffers the captured work uses that the array no longer holds (a move's source):
+    /// the graph keeps them for its replays.
+    #[expect(
+        dead_code,
+        reason = "held, never read: the buffers live as long as the graph"
+    )]
+    pub(crate) keep: Vec<Arc<DeviceBuffer>>,
 }
 
 /// Work on an array recorded into the capture `id`: its event (recorded in the capture)

@@ -152,10 +152,12 @@ impl DeviceSide {
             Some(c) if c.id == id => (c.keep_alive, Some(c.write)),
             _ => (Vec::new(), None),
         };
-        keep_alive.extend(keep);
-        if wrote.is_none_or(|w| write && !w) {
+        // News: a first use, a first write, or memory the graph must keep (a buffer the
+        // captured work reads that the array let go of: a move's source).
+        if wrote.is_none_or(|w| write && !w) || keep.is_some() {
             self.capture_news.store(true, Ordering::Relaxed);
         }
+        keep_alive.extend(keep);
         *captured = Some(CapturedWork {
             id,
             event,
@@ -181,6 +183,7 @@ impl DeviceSide {
             write: c.write,
             device: buffer.device().id(),
             addr: buffer.device_ptr(),
+            keep: c.keep_alive.clone(),
         })
     }
 
