@@ -113,10 +113,22 @@ fn gpu_an_abandoned_or_invalidated_capture_leaves_the_stream_usable() {
     } // dropped without end: ended and destroyed
     assert_eq!(s.as_ref().capture(&dev).unwrap(), Capture::None);
 
-    // A host wait on a capturing stream is illegal: the driver refuses it and the capture
-    // is invalidated; ending it is the driver's error, and the stream works afterwards.
+    // A host wait on a capturing stream could never end: memarray refuses it, typed, and
+    // the capture goes on.
     let capture = s.as_ref().begin_capture(&dev, CaptureMode::Global).unwrap();
-    assert!(s.synchronize().is_err(), "a host wait inside a capture");
+    let e = s.synchronize().unwrap_err();
+    assert!(matches!(e, CudaError::Captured { .. }), "{e:?}");
+    assert!(matches!(
+        s.as_ref().capture(&dev).unwrap(),
+        Capture::Active { .. }
+    ));
+    // The driver's own wait is refused too, and invalidates the capture: ending it is the
+    // driver's error, and the stream works afterwards.
+    let ctx = dev.bind().unwrap();
+    // SAFETY: a live stream of the context bound above.
+    let r = unsafe { cudarc::driver::sys::cuStreamSynchronize(s.raw() as _) };
+    drop(ctx);
+    assert_ne!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
     assert!(matches!(
         s.as_ref().capture(&dev).unwrap(),
         Capture::Invalidated { .. }
