@@ -243,3 +243,47 @@ fn gpu_pool_frees_on_memarrays_own_streams_record_no_event_and_still_order_reuse
     assert!(pool.trim() > 0);
     assert_eq!(pool.statistics().upstream_bytes, 0);
 }
+
+#[test]
+fn gpu_a_block_freed_under_a_capture_waits_for_its_graph_to_go() {
+    use memarray_cuda::graph::CaptureMode;
+    let Some(dev) = gpu_or_skip() else { return };
+    let upstream: Arc<dyn MemoryResource> = Arc::new(DeviceResource::new(&dev));
+    let pool = Arc::new(CachingPool::new(upstream, &dev, usize::MAX));
+    let s = Stream::new(&dev).unwrap();
+    for bytes in [4 << 10, 3 << 20] {
+        let p = pool.allocate(bytes, 256, Some(raw(&s))).unwrap();
+        let capture = s
+            .as_ref()
+            .begin_capture(&dev, CaptureMode::ThreadLocal)
+            .unwrap();
+        // SAFETY: p came from the pool with these arguments; the graph may use it.
+        unsafe { pool.deallocate(p, bytes, 256, Some(raw(&s))) };
+        let graph = capture.end().unwrap();
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        // Held for the executable: not handed out again, on this stream or any.
+        let q = pool.allocate(bytes, 256, Some(raw(&s))).unwrap();
+        assert_ne!(q, p, "{bytes} B: reused while its graph can still run");
+        exec.launch(s.as_ref()).unwrap().synchronize().unwrap();
+        drop(exec);
+        // The graph gone (its release comes on a driver thread), the block comes back.
+        let mut back = false;
+        for _ in 0..200 {
+            let r = pool.allocate(bytes, 256, None).unwrap();
+            back = r == p;
+            // SAFETY: r came from the pool with these arguments, unused.
+            unsafe { pool.deallocate(r, bytes, 256, None) };
+            if back {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            back,
+            "{bytes} B: the block never came back after its graph was gone"
+        );
+        // SAFETY: q came from the pool with these arguments.
+        unsafe { pool.deallocate(q, bytes, 256, Some(raw(&s))) };
+    }
+}

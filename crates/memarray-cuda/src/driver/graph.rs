@@ -30,6 +30,75 @@ pub(crate) unsafe fn stream_capture_info(s: CUstream) -> Result<(u32, u64)> {
     Ok((status as u32, id))
 }
 
+/// The graph `s`'s capture records into, if `s` is being captured (active, not
+/// invalidated): valid until the capture ends.
+///
+/// # Safety
+/// 1. `s` is a live stream (or 1/2) of the current context.
+pub(crate) unsafe fn stream_capture_graph(s: CUstream) -> Result<Option<CUgraph>> {
+    init()?;
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut graph: CUgraph = std::ptr::null_mut();
+    // SAFETY: item 1; the out pointers are valid, the other optional ones null.
+    check("cuStreamGetCaptureInfo", unsafe {
+        sys::cuStreamGetCaptureInfo_v2(
+            s,
+            &mut status,
+            std::ptr::null_mut(),
+            &mut graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    })?;
+    Ok(
+        (status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE && !graph.is_null())
+            .then_some(graph),
+    )
+}
+
+/// Gives graph `g` (one being captured, or built) a reference that calls `release(data)`
+/// once `g`, every graph it is cloned into and every executable made from them are
+/// destroyed and their launches have completed (CUDA's user objects). `release` runs on a
+/// driver thread and must make no CUDA call. On an error nothing is kept and `release` is
+/// not called: `data` is the caller's again.
+///
+/// # Safety
+/// 1. `g` is a live graph of the current context; `release(data)` is sound to call once,
+///    from any thread, at any later time.
+pub(crate) unsafe fn graph_keep(
+    g: CUgraph,
+    data: *mut std::ffi::c_void,
+    release: unsafe extern "C" fn(*mut std::ffi::c_void),
+) -> Result<()> {
+    init()?;
+    let mut obj: sys::CUuserObject = std::ptr::null_mut();
+    // SAFETY: item 1; one reference, owned here until moved to the graph below.
+    check("cuUserObjectCreate", unsafe {
+        sys::cuUserObjectCreate(
+            &mut obj,
+            data,
+            Some(release),
+            1,
+            sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32,
+        )
+    })?;
+    // SAFETY: item 1; the reference created above moves to the graph.
+    let moved = unsafe {
+        sys::cuGraphRetainUserObject(
+            g,
+            obj,
+            1,
+            sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as u32,
+        )
+    };
+    if moved != sys::CUresult::CUDA_SUCCESS {
+        // Our reference is still ours: dropping it would call `release`, which the
+        // caller must not see on an error. The object is leaked (a few bytes) instead.
+        return check("cuGraphRetainUserObject", moved);
+    }
+    Ok(())
+}
+
 /// Begins capturing `s` in `mode` (0 global, 1 thread-local, 2 relaxed).
 ///
 /// # Safety

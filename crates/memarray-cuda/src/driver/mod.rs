@@ -158,6 +158,8 @@ const ENTRY_POINTS: &[&str] = &[
     "cuStreamSynchronize",
     "cuStreamWaitEvent",
     "cuThreadExchangeStreamCaptureMode",
+    "cuUserObjectCreate",
+    "cuGraphRetainUserObject",
 ];
 
 /// Opens the library cudarc will use (the first of its candidate names that loads) and

@@ -17,7 +17,11 @@
 //!   (recycled, never destroyed) it records one only when needed, at a reuse elsewhere or
 //!   a give-back, so a free there costs no driver call. Under a capture of the
 //!   allocating stream no block of another stream is taken (no event is queried, which
-//!   a capture forbids). Giving a block back upstream makes
+//!   a capture forbids). A block freed on a stream being captured is held for the
+//!   capture's graph (its kernels may still use it at every launch): it goes back to the
+//!   pool only once the graph and every executable made from it are destroyed and their
+//!   launches done (a CUDA user object the graph owns tells the pool), freed then on the
+//!   legacy default stream. Giving a block back upstream makes
 //!   the legacy default stream wait for that event (host memory: the host waits). A pool made without a device ([`CachingPool::host`]) serves host code only
 //!   and ignores stream arguments.
 //! - **Out of memory**: the pool gives its cache back and retries once before failing.
@@ -36,6 +40,7 @@ use super::zero_device_memory;
 use crate::device::Device;
 use crate::event::Event;
 
+mod graph_held;
 mod heaps;
 mod streams;
 mod trim;
@@ -143,6 +148,8 @@ pub struct CachingPool {
     state: Mutex<State>,
     /// The pool as a tool taking NVTX's memory extension sees it.
     heaps: NvtxHeaps,
+    /// Blocks freed under a capture whose graphs are gone, to be freed for real.
+    returned: Arc<graph_held::Returned>,
 }
 
 impl CachingPool {
@@ -173,6 +180,7 @@ impl CachingPool {
             release_threshold,
             state: Mutex::new(State::default()),
             heaps: NvtxHeaps::default(),
+            returned: Arc::default(),
         }
     }
 
@@ -325,6 +333,7 @@ impl CachingPool {
             });
         }
         let mut st = self.lock();
+        self.take_returned(&mut st);
         if align > POOL_ALIGN {
             let p = self.upstream.allocate(bytes, align, stream)?;
             st.live
@@ -415,12 +424,21 @@ impl CachingPool {
 
     fn free(&self, ptr: NonNull<u8>, stream: Option<RawStream>) {
         let _nvtx = nvtx::range(c"memarray.free", None);
-        let addr = ptr.as_ptr() as usize;
         let mut st = self.lock();
+        self.take_returned(&mut st);
+        if self.held_for_graph(&st, ptr, stream) {
+            return; // still in use for the capture's graph: freed when the graph is gone
+        }
+        self.free_in(&mut st, ptr, stream);
+    }
+
+    /// Frees the block at `ptr` on `stream` (the free's work follows the work queued there).
+    fn free_in(&self, st: &mut State, ptr: NonNull<u8>, stream: Option<RawStream>) {
+        let addr = ptr.as_ptr() as usize;
         let Some(live) = st.live.remove(&addr) else {
             return; // not ours (or freed twice): nothing to do, never a crash
         };
-        let base = || Self::allocation_of(&st, addr);
+        let base = || Self::allocation_of(st, addr);
         self.heaps.block_back(self.device.as_ref(), base, addr);
         match live {
             Live::Passthrough { bytes, align } => {
@@ -431,7 +449,7 @@ impl CachingPool {
             }
             Live::Small { class, tag } => {
                 let tag = stream.map_or(tag, |_| self.tag(stream));
-                self.note_free(&mut st, addr, tag);
+                self.note_free(st, addr, tag);
                 st.small_free.entry((class, tag)).or_default().push(addr);
                 st.stats.used_bytes -= class as u64;
                 st.stats.cached_bytes += class as u64;
@@ -455,7 +473,7 @@ impl CachingPool {
                     && n.tag == tag
                 {
                     st.large.remove(&n_addr);
-                    remove_free(&mut st, tag, n.size, n_addr);
+                    remove_free(st, tag, n.size, n_addr);
                     st.drop_event(n_addr); // this free's event (same stream) is newer
                     b.size += n.size;
                 }
@@ -466,16 +484,16 @@ impl CachingPool {
                     && p.tag == tag
                 {
                     st.large.remove(&addr);
-                    remove_free(&mut st, tag, p.size, p_addr);
+                    remove_free(st, tag, p.size, p_addr);
                     st.drop_event(p_addr);
                     b.size += p.size;
                     start = p_addr;
                 }
-                self.cache_free(&mut st, start, b);
+                self.cache_free(st, start, b);
             }
         }
         if st.stats.cached_bytes > self.release_threshold as u64 {
-            self.trim_to(&mut st, self.release_threshold);
+            self.trim_to(st, self.release_threshold);
         }
     }
 }
