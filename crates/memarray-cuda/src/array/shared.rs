@@ -213,14 +213,15 @@ impl SharedArray {
         if raw.is_spilled() {
             return Ok(());
         }
-        if let Some(reason) = raw.spill_refusal() {
-            return Err(ArrayError::NotSpillable { reason }.into());
-        }
+        // Asked first: it lasts as long as the graph (work still queued passes).
         if self.cell.graphs.load(Ordering::Relaxed) > 0 {
             return Err(ArrayError::NotSpillable {
                 reason: "a CUDA graph uses it (drop the graph first)",
             }
             .into());
+        }
+        if let Some(reason) = raw.spill_refusal() {
+            return Err(ArrayError::NotSpillable { reason }.into());
         }
         let Location::Device(device) = raw.location() else {
             return Err(ArrayError::NotSpillable {

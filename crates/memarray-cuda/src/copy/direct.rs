@@ -141,13 +141,26 @@ pub fn copy_peer(
     let (d, s) = (dst.range(dst_offset, len)?, src.range(src_offset, len)?);
     let device = dst.device();
     let _ctx = device.bind()?;
-    if len > 0 {
+    if len == 0 {
+        return Ok(Enqueued::new(stream, device.clone()));
+    }
+    if stream.capture(device)? == crate::graph::Capture::None {
         // SAFETY: both ranges were checked against live buffers of the two devices, whose
         // primary contexts are retained for the process (item 1); the stream is live and
         // of the bound destination device (item 2).
         unsafe {
             driver::memcpy_peer_async(d, device.ctx(), s, src.device().ctx(), len, stream.cu())
         }?;
+    } else if device.can_access_peer(src.device())? {
+        // A capture takes no cuMemcpyPeerAsync; with peer access a device copy between
+        // the two (unified) addresses is the same copy, and is captured.
+        device.link_peer(src.device())?;
+        // SAFETY: as above; the destination device reaches the source's memory directly
+        // (peer access enabled just above).
+        unsafe { driver::memcpy_dtod_async(d, s, len, stream.cu()) }?;
+    } else {
+        // Without peer access the copy stages through the host: no graph can replay it.
+        stream.refuse_under_capture(device, "a copy between devices without peer access")?;
     }
     Ok(Enqueued::new(stream, device.clone()))
 }

@@ -30,7 +30,7 @@ pub(crate) unsafe fn mem_alloc(bytes: usize) -> Result<u64> {
 
 /// Runs `f` with this thread's stream capture mode relaxed, then restores the mode (if
 /// the swap failed, `f` runs in the thread's mode as it was).
-fn relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
+pub(super) fn relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
     let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     // SAFETY: the out pointer is valid; the call swaps this thread's capture mode only.
     let swapped =

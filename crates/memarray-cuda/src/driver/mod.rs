@@ -364,8 +364,11 @@ pub(crate) unsafe fn ctx_set_current(ctx: CUcontext) -> Result<()> {
 /// 2. `peer` is a live context of another device.
 pub(crate) unsafe fn ctx_enable_peer_access(peer: CUcontext) -> Result<bool> {
     init()?;
+    // Not captured work: a capture on this thread (a peer move being captured) would
+    // otherwise refuse it and be invalidated, so the thread's capture mode is relaxed
+    // for the call, as for allocations.
     // SAFETY: items 1 and 2; flags must be 0.
-    let r = unsafe { sys::cuCtxEnablePeerAccess(peer, 0) };
+    let r = memory::relaxed_capture_mode(|| unsafe { sys::cuCtxEnablePeerAccess(peer, 0) });
     if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
         return Ok(false);
     }
