@@ -15,6 +15,7 @@ from children import assert_clean, run_child
 import memarray
 
 SHAPE = (64, 33)
+MODES = ["thread_local", "global", "relaxed"]  # CUDA's capture modes
 
 
 def one_step() -> np.ndarray:
@@ -22,6 +23,13 @@ def one_step() -> np.ndarray:
     h = memarray.zeros(SHAPE, "float32")
     h.add_index_tuple()
     return h.to_numpy()
+
+
+def warm_zeros() -> memarray.MemArray:
+    """A zeroed device array, warmed (see `warm`)."""
+    a = memarray.zeros(SHAPE, "float32", device="cuda")
+    warm(a)
+    return a
 
 
 def warm(a: memarray.MemArray) -> None:
@@ -106,12 +114,11 @@ def test_mpi_refuses_device_arrays_inside_a_torch_capture_and_host_arrays_pass(m
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_memarray_capture_records_kernels_and_replays_them_bit_for_bit(mode):
     step = one_step()
     s = memarray.cuda.Stream()
-    a = memarray.zeros(SHAPE, "float32", device="cuda")
-    warm(a)
+    a = warm_zeros()
     with s.capture(mode) as cap:
         assert s.is_capturing()
         a.add_index_tuple(stream=s)
@@ -130,14 +137,11 @@ def test_a_memarray_capture_records_kernels_and_replays_them_bit_for_bit(mode):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["thread_local", "global", "relaxed"])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_graph_holds_its_arrays_and_a_read_after_a_launch_waits_for_it(mode):
     step = one_step()
     s = memarray.cuda.Stream()
-    a = memarray.zeros(SHAPE, "float32", device="cuda")
-    b = memarray.zeros(SHAPE, "float32", device="cuda")
-    warm(a)
-    warm(b)
+    a, b = warm_zeros(), warm_zeros()
     with s.capture(mode) as cap:
         a.add_index_tuple(stream=s)
         b.add_index_tuple(stream=s)
@@ -169,9 +173,7 @@ def test_a_graph_holds_its_arrays_and_a_read_after_a_launch_waits_for_it(mode):
 def test_a_launch_after_an_array_took_other_memory_raises_and_launches_nothing():
     step = one_step()
     s = memarray.cuda.Stream()
-    a, b, c = (memarray.zeros(SHAPE, "float32", device="cuda") for _ in range(3))
-    for x in (a, b, c):
-        warm(x)
+    a, b, c = warm_zeros(), warm_zeros(), warm_zeros()
     with s.capture() as cap:
         a.add_index_tuple(stream=s)
         b.add_index_tuple(stream=s)
@@ -195,8 +197,7 @@ def test_a_launch_after_an_array_took_other_memory_raises_and_launches_nothing()
 def test_work_a_graph_cannot_replay_is_refused_typed_and_the_capture_still_succeeds():
     step = one_step()
     s = memarray.cuda.Stream()
-    a = memarray.zeros(SHAPE, "float32", device="cuda")
-    warm(a)
+    a = warm_zeros()
     with s.capture() as cap:
         a.add_index_tuple(stream=s)
         # The next upload runs on a's last stream, s: pageable memory cannot be replayed.
@@ -227,8 +228,7 @@ def test_work_a_graph_cannot_replay_is_refused_typed_and_the_capture_still_succe
 def test_memarray_kernels_inside_torchs_graph_replay_and_leave_the_capture_valid():
     torch = pytest.importorskip("torch")
     step = one_step()
-    a = memarray.zeros(SHAPE, "float32", device="cuda")
-    warm(a)
+    a = warm_zeros()
     # Eager work still pending on the array when the capture begins (no synchronize): the
     # graph waits for it as an external event instead of breaking the capture.
     a.read_numpy_array(np.zeros(SHAPE, np.float32))
@@ -251,8 +251,7 @@ def test_memarray_kernels_inside_torchs_graph_replay_and_leave_the_capture_valid
 def test_memarray_allocates_inside_torchs_capture_without_breaking_it():
     torch = pytest.importorskip("torch")
     step = one_step()
-    a = memarray.zeros(SHAPE, "float32", device="cuda")
-    warm(a)
+    a = warm_zeros()
     # a's block goes back to the pool for the legacy stream: taking it inside the capture
     # would query its event, which torch's (global) capture forbids; the pool grows
     # instead, by a cuMemAlloc that a global capture forbids unless the thread's capture

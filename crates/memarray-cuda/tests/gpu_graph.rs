@@ -13,6 +13,13 @@ use memarray_testing::gpu::gpu_or_skip;
 
 const N: usize = 1 << 16;
 
+/// CUDA's three capture modes.
+const MODES: [CaptureMode; 3] = [
+    CaptureMode::Global,
+    CaptureMode::ThreadLocal,
+    CaptureMode::Relaxed,
+];
+
 fn u32s(buf: &DeviceBuffer, s: StreamRef) -> Vec<u32> {
     let mut out = vec![0u8; buf.len()];
     copy::copy_dtoh(&mut out, buf, 0, s).unwrap();
@@ -34,11 +41,7 @@ fn two_buffers(dev: &Arc<Device>, s: &Stream) -> (DeviceBuffer, DeviceBuffer) {
 #[test]
 fn gpu_a_captured_kernel_and_copy_replay_bit_for_bit_in_every_mode() {
     let Some(dev) = gpu_or_skip() else { return };
-    for mode in [
-        CaptureMode::Global,
-        CaptureMode::ThreadLocal,
-        CaptureMode::Relaxed,
-    ] {
+    for mode in MODES {
         let s = Stream::new(&dev).unwrap();
         let (a, b) = two_buffers(&dev, &s);
         assert_eq!(s.as_ref().capture(&dev).unwrap(), Capture::None);
@@ -166,11 +169,7 @@ fn shared_on_device(s: &Stream) -> SharedArray {
 #[test]
 fn gpu_a_graph_holds_its_arrays_and_each_launch_is_their_pending_work() {
     let Some(dev) = gpu_or_skip() else { return };
-    for mode in [
-        CaptureMode::Global,
-        CaptureMode::ThreadLocal,
-        CaptureMode::Relaxed,
-    ] {
+    for mode in MODES {
         let s = Stream::new(&dev).unwrap();
         let a = shared_on_device(&s);
         let capture = s.as_ref().begin_capture(&dev, mode).unwrap();
