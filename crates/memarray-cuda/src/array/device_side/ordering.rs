@@ -172,7 +172,10 @@ impl DeviceSide {
     /// writes the array, and where the array's device data was (one relaxed load when
     /// there is no news).
     pub(in crate::array) fn take_capture_news(&self) -> Option<CaptureUse> {
-        if !self.capture_news.swap(false, Ordering::Relaxed) {
+        // A load first: every state guard's drop asks, and a swap would write the line.
+        if !self.capture_news.load(Ordering::Relaxed)
+            || !self.capture_news.swap(false, Ordering::Relaxed)
+        {
             return None;
         }
         let captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
