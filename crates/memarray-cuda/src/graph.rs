@@ -155,6 +155,19 @@ impl StreamRef {
     }
 }
 
+/// Whether `stream` (the legacy default stream for `None`) of `device` is being captured,
+/// for the relief path, which skips its steps under a capture
+/// ([`memarray_core::resource::CaptureProbe`]); any doubt is a no.
+pub(crate) fn stream_captured(device: u32, stream: Option<memarray_core::RawStream>) -> bool {
+    let Some(stream) = stream else {
+        return false; // the legacy default stream is never captured
+    };
+    let (Ok(device), Ok(stream)) = (Device::get(device), StreamRef::from_raw_stream(stream)) else {
+        return false;
+    };
+    !matches!(stream.capture(&device), Ok(Capture::None))
+}
+
 /// What a graph's launches need of something its capture used (an array): kept alive by
 /// the graph, then at each launch held still, checked and ordered ([`GraphMember::hold`]),
 /// and told of the launch ([`HeldMember::launched`]).

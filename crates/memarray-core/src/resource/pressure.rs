@@ -27,6 +27,28 @@ pub type SpillHook = Arc<dyn Fn(u32, usize) -> usize + Send + Sync>;
 /// allocated.
 pub type BudgetHook = Arc<dyn Fn(u32, usize) + Send + Sync>;
 
+/// Whether `stream` of a device is being captured into a CUDA graph (memarray-cuda's
+/// graph module). Under a capture no relief step runs: giving caches back frees memory
+/// and waits, spilling copies and waits on the host, and a capture forbids or cannot
+/// replay all of it; the allocation's first out-of-memory error is returned, saying so.
+pub type CaptureProbe = fn(u32, Option<RawStream>) -> bool;
+
+static CAPTURE_PROBE: std::sync::OnceLock<CaptureProbe> = std::sync::OnceLock::new();
+
+/// Installs the [`CaptureProbe`] (the first one installed stays).
+pub fn set_capture_probe(probe: CaptureProbe) {
+    let _ = CAPTURE_PROBE.set(probe);
+}
+
+/// Whether `stream` of `device` is being captured, by the installed probe (never without
+/// one).
+fn captured(device: Option<u32>, stream: Option<RawStream>) -> bool {
+    match (device, CAPTURE_PROBE.get()) {
+        (Some(d), Some(probe)) => probe(d, stream),
+        _ => false,
+    }
+}
+
 /// Counters of the relief path, process-wide.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PressureStatistics {
@@ -155,6 +177,7 @@ pub fn allocate_with_relief(
         && HOOKED.load(std::sync::atomic::Ordering::Acquire)
         && let Some(device) = resource.device_id()
         && let Some(budget) = with_state(|st| st.budget.clone())
+        && !captured(Some(device), stream)
     {
         budget(device, bytes);
     }
@@ -166,6 +189,19 @@ pub fn allocate_with_relief(
         }
     };
     match call() {
+        Err(CoreError::OutOfMemory {
+            bytes,
+            resource: name,
+            reason,
+        }) if captured(resource.device_id(), stream) => Err(CoreError::OutOfMemory {
+            bytes,
+            resource: name,
+            reason: format!(
+                "{reason}; no relief or spilling was tried: the stream is being captured into \
+                 a CUDA graph (they free memory and wait on the host); make room before the \
+                 capture"
+            ),
+        }),
         Err(CoreError::OutOfMemory { .. }) => {
             with_state(|st| st.stats.events += 1);
             relieve(resource, source);
@@ -271,5 +307,69 @@ mod tests {
         assert_eq!((rmm_row.1, rmm_row.2), (0, 0));
         // SAFETY: p came from `limit` with these arguments and is freed once.
         unsafe { limit.deallocate(p, 500, 8, None) };
+    }
+
+    /// A device resource (device 7) that is always out of memory, counting the relief
+    /// path's asks of its cache.
+    #[derive(Debug)]
+    struct Full(AtomicUsize);
+
+    impl MemoryResource for Full {
+        fn allocate(&self, bytes: usize, _: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
+            Err(CoreError::OutOfMemory {
+                bytes,
+                resource: "full".into(),
+                reason: "nothing left".into(),
+            })
+        }
+        fn allocate_zeroed(
+            &self,
+            bytes: usize,
+            align: usize,
+            stream: Option<RawStream>,
+        ) -> Result<NonNull<u8>> {
+            self.allocate(bytes, align, stream)
+        }
+        unsafe fn deallocate(&self, _: NonNull<u8>, _: usize, _: usize, _: Option<RawStream>) {}
+        fn kind(&self) -> crate::MemoryKind {
+            crate::MemoryKind::Device
+        }
+        fn is_accessible_from(&self, _: crate::Location) -> bool {
+            false
+        }
+        fn device_id(&self) -> Option<u32> {
+            Some(7)
+        }
+        fn release_cached(&self) -> usize {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            0
+        }
+        fn name(&self) -> &str {
+            "full"
+        }
+    }
+
+    #[test]
+    fn under_a_capture_no_relief_runs_and_the_error_says_why() {
+        // Device 7's streams are "captured" (no other test uses device 7).
+        set_capture_probe(|device, stream| device == 7 && stream.is_some());
+        let full = Full(AtomicUsize::new(0));
+        // SAFETY: a token handle, never handed to a driver (the probe only compares).
+        let captured = Some(unsafe { RawStream::from_raw(0x5a5a) });
+        let e = allocate_with_relief(&full, 64, 8, captured, false).unwrap_err();
+        assert!(e.is_out_of_memory(), "{e}");
+        let text = e.to_string();
+        for part in [
+            "nothing left",
+            "captured into a CUDA graph",
+            "before the capture",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+        assert_eq!(
+            full.0.load(Ordering::SeqCst),
+            0,
+            "no cache was asked to give back"
+        );
     }
 }

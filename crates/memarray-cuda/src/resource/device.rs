@@ -41,6 +41,7 @@ impl Backend for DeviceAlloc {
 impl DeviceResource {
     /// A resource allocating on `device`.
     pub fn new(device: &Arc<Device>) -> Self {
+        super::probe_captures();
         Self::with_backend(device, format!("cuda:{} device", device.id()), DeviceAlloc)
     }
 }

@@ -41,6 +41,7 @@ impl Backend for ManagedAlloc {
 impl ManagedResource {
     /// A resource allocating in `device`'s context (the memory is reachable everywhere).
     pub fn new(device: &Arc<Device>) -> Self {
+        super::probe_captures();
         Self::with_backend(
             device,
             format!("cuda:{} managed", device.id()),

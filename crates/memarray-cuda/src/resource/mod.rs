@@ -74,6 +74,7 @@ pub fn default_resource(device: &Arc<Device>) -> Result<Arc<dyn MemoryResource>>
     if let Some(r) = slot.read().unwrap_or_else(PoisonError::into_inner).as_ref() {
         return Ok(r.clone());
     }
+    probe_captures();
     let r = resource_from_env(device)?;
     let mut w = slot.write().unwrap_or_else(PoisonError::into_inner);
     Ok(w.get_or_insert(r).clone())
@@ -284,6 +285,12 @@ pub(crate) fn zero_device_memory(
         s.synchronize(device)?;
     }
     Ok(())
+}
+
+/// Lets the relief path ask whether an allocation's stream is being captured (it then
+/// skips its steps, which a capture forbids): installed by every device resource.
+pub(crate) fn probe_captures() {
+    memarray_core::resource::set_capture_probe(crate::graph::stream_captured);
 }
 
 #[cfg(test)]

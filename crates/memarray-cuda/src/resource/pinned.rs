@@ -89,6 +89,7 @@ impl Backend for PinnedAlloc {
 impl PinnedResource {
     /// Portable pinned memory, allocated in `device`'s context.
     pub fn new(device: &Arc<Device>) -> Self {
+        super::probe_captures();
         Self::with_flags(device, PinnedFlags::default())
     }
 

@@ -58,6 +58,7 @@ impl Backend for AsyncAlloc {
 impl AsyncPoolResource {
     /// The default pool of `device`, keeping all freed memory cached.
     pub fn new(device: &Arc<Device>) -> Result<Self> {
+        super::probe_captures();
         Self::with_release_threshold(device, u64::MAX)
     }
 
