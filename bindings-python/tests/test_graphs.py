@@ -384,3 +384,37 @@ def test_torch_compile_reduce_overhead_reads_memarray_tensors_and_its_outputs_im
     )
     assert_clean(r)
     assert "ok" in r.stdout, r.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_an_allocation_over_the_budget_inside_a_capture_spills_nothing():
+    # A fresh process: spilling on with a budget two arrays fill.
+    r = run_child(
+        """
+        import numpy as np, memarray
+        memarray.spill.enable(0, device_budget="64MiB")
+        n = 8 << 20  # 32 MiB of float32
+        s = memarray.cuda.Stream()
+        a, b = (memarray.zeros((n,), "float32", device="cuda") for _ in range(2))
+        for x in (a, b):
+            x.add_index_tuple(stream=s)
+        s.synchronize()
+        before = memarray.spill.statistics(0)["spilled_arrays"]
+        with s.capture() as cap:
+            # Past the budget: outside a capture a or b would spill (a copy and a host
+            # wait); inside one nothing spills and the capture goes on.
+            c = memarray.zeros((n,), "float32", device="cuda", stream=s)
+            c.add_index_tuple(stream=s)
+        assert memarray.spill.statistics(0)["spilled_arrays"] == before
+        assert not a.spilled and not b.spilled
+        cap.graph.launch()
+        cap.graph.launch()
+        # Each launch zeroes c (its birth was captured) and adds i once.
+        np.testing.assert_array_equal(c.to_numpy(), np.arange(n, dtype=np.float32))
+        memarray.cuda.check_errors()
+        print("ok")
+        """,
+        timeout=300,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout, r.stderr[-3000:]
