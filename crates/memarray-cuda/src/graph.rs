@@ -246,8 +246,8 @@ impl CaptureScope {
     /// no longer capturing either way.
     pub fn end(mut self) -> Result<Graph> {
         self.ended = true;
-        let _ctx = self.device.bind()?;
         let members = take_members(self.id);
+        let _ctx = self.device.bind()?;
         // SAFETY: the stream this scope began capturing, its device bound.
         let raw = unsafe { driver::stream_end_capture(self.stream.cu()) }?;
         Ok(Graph {

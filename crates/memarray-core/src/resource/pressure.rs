@@ -23,9 +23,9 @@ pub type Reliever = Arc<dyn Fn(Option<u32>) -> Option<usize> + Send + Sync>;
 pub type SpillHook = Arc<dyn Fn(u32, usize) -> usize + Send + Sync>;
 
 /// Keeps memarray's arrays on one device within a budget before memarray allocates
-/// there (memarray-cuda's spill module): called with the device and the bytes about to be
-/// allocated.
-pub type BudgetHook = Arc<dyn Fn(u32, usize) + Send + Sync>;
+/// there (memarray-cuda's spill module): called with the device, the bytes about to be
+/// allocated and the allocation's stream (a stream being captured spills nothing).
+pub type BudgetHook = Arc<dyn Fn(u32, usize, Option<RawStream>) + Send + Sync>;
 
 /// Whether `stream` of a device is being captured into a CUDA graph (memarray-cuda's
 /// graph module). Under a capture no relief step runs: giving caches back frees memory
@@ -177,9 +177,8 @@ pub fn allocate_with_relief(
         && HOOKED.load(std::sync::atomic::Ordering::Acquire)
         && let Some(device) = resource.device_id()
         && let Some(budget) = with_state(|st| st.budget.clone())
-        && !captured(Some(device), stream)
     {
-        budget(device, bytes);
+        budget(device, bytes, stream);
     }
     let call = || {
         if zeroed {

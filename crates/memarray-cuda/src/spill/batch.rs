@@ -212,13 +212,17 @@ fn listed_and_forgotten(events: &[Event]) -> [bool; BATCH] {
 }
 
 impl DeviceSpill {
+    /// Bytes by which the listed resident arrays plus `bytes` pass the budget (0 within it
+    /// or without one).
+    pub(super) fn over_budget(&self, bytes: usize) -> u64 {
+        self.settings.device_budget.map_or(0, |budget| {
+            (self.resident_bytes() + bytes as u64).saturating_sub(budget)
+        })
+    }
+
     /// Spills until the listed resident arrays plus `bytes` fit the budget (never `keep`).
     pub(super) fn within_budget(&self, bytes: usize, keep: Option<u64>) {
-        let Some(budget) = self.settings.device_budget else {
-            return;
-        };
-        let now = self.resident_bytes();
-        let over = (now + bytes as u64).saturating_sub(budget);
+        let over = self.over_budget(bytes);
         if over > 0 {
             flush();
             self.make_room_waiting(over, keep);

@@ -30,9 +30,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use memarray_core::HostResource;
 use memarray_core::resource::{StatisticsAdaptor, pressure};
 use memarray_core::spill::{SpillRegistry, SpillStatistics};
+use memarray_core::{HostResource, RawStream};
 
 use crate::device::Device;
 use crate::error::{CudaError, Result, SettingError};
@@ -208,9 +208,13 @@ pub fn enable_from_env() -> std::result::Result<(), String> {
 }
 
 /// Makes room for `bytes` more on `device` within its budget before memarray allocates
-/// them (a no-op with spilling off or no budget).
-fn make_room(device: u32, bytes: usize) {
-    if let Some(d) = device_spill(device) {
+/// them on `stream` (a no-op with spilling off or no budget, and under a capture of
+/// `stream`: a spill copies and waits on the host, which a capture forbids).
+fn make_room(device: u32, bytes: usize, stream: Option<RawStream>) {
+    if let Some(d) = device_spill(device)
+        && d.over_budget(bytes) > 0
+        && !crate::graph::stream_captured(device, stream)
+    {
         d.within_budget(bytes, None);
     }
 }

@@ -197,6 +197,7 @@ impl CachingPool {
     /// Gives every cached block back to the upstream; returns the bytes released.
     pub fn trim(&self) -> usize {
         let mut st = self.lock();
+        self.take_returned(&mut st);
         self.trim_to(&mut st, 0)
     }
 
