@@ -25,3 +25,17 @@ pub(crate) fn register_all() {
         source(name);
     }
 }
+
+/// The library called `name` (one of memarray's known libraries): ValueError otherwise.
+pub(crate) fn named(name: &str) -> pyo3::PyResult<Source> {
+    NAMES
+        .iter()
+        .find(|&&n| n == name)
+        .map(|&n| source(n))
+        .ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "source {name:?}: expected one of {} (None: your own memory)",
+                NAMES.join(", ")
+            ))
+        })
+}

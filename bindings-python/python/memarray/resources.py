@@ -22,7 +22,8 @@ memory back and try once more), ``Tracking`` (every live allocation, with Python
 on request: ``snapshot()``, drawn by ``plot()``). ``Rmm(device)`` allocates through RMM.
 
 Out of device memory, every allocation through memarray first releases memarray's caches,
-then asks torch, CuPy and RMM (those loaded) to release theirs, and retries once
+then asks torch, CuPy and RMM (those loaded) to release theirs, and retries once; then
+your own relievers (``register_reliever``), one at a time with a retry after each
 (``pressure_statistics()`` counts each step).
 
 The default resource is per device and process-wide (``using`` sets it for every thread
@@ -57,6 +58,7 @@ __all__ = [
     "Pinned",
     "Pool",
     "Resource",
+    "Reliever",
     "Retry",
     "Rmm",
     "Statistics",
@@ -65,6 +67,7 @@ __all__ = [
     "numpy_pool_statistics",
     "plot",
     "pressure_statistics",
+    "register_reliever",
     "release_numpy_pool",
     "save_torch_snapshot",
     "set_default_resource",
@@ -461,10 +464,72 @@ def pressure_statistics() -> dict:
     """The process-wide counters of the out-of-memory relief path: ``events`` (allocations
     that ran out), ``recovered`` / ``failed`` (their retries), ``own_released_bytes``
     (memarray's caches given back), ``spills`` / ``spilled_bytes`` (events whose last step
-    spilled arrays, memarray.spill, and the device bytes that freed), and per library
+    spilled arrays, memarray.spill, and the device bytes that freed), per library
     (``libraries``: torch, cupy, rmm) the ``calls`` made to release its cache and the
-    ``released_bytes`` it reported."""
+    ``released_bytes`` it reported, and your relievers (``relievers``, in the order they
+    run: ``id``, ``name``, ``device``, ``source``, ``priority``, ``calls``,
+    ``released_bytes``, ``failures``)."""
     return _memarray._interop.pressure_stats()
+
+
+class Reliever:
+    """A reliever ``register_reliever`` registered: ``remove()`` takes it back (so does
+    the end of a ``with`` block over it); ``statistics()`` is its row of
+    ``pressure_statistics()["relievers"]`` (None once removed)."""
+
+    def __init__(self, ident: int, name: str) -> None:
+        self.id = ident
+        self.name = name
+
+    def remove(self) -> bool:
+        """Unregisters it; False when it was not registered any more."""
+        return bool(_memarray._interop.remove_reliever(self.id))
+
+    def statistics(self) -> dict | None:
+        rows = pressure_statistics()["relievers"]
+        return next((r for r in rows if r["id"] == self.id), None)
+
+    def __enter__(self) -> Reliever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"Reliever({self.name!r}, id={self.id})"
+
+
+def register_reliever(
+    fn,
+    *,
+    device: int | None = None,
+    source: str | None = None,
+    priority: int = 0,
+    name: str | None = None,
+) -> Reliever:
+    """Registers ``fn(device, nbytes) -> int | None`` to free memory when an allocation
+    through memarray runs out: a cache of your own, a model's KV blocks. ``device`` is the
+    device it serves (None: every device and host memory); ``source`` the library whose
+    memory it frees (one of ``SOURCES`` but "memarray"; None: your own), and it is not
+    asked while that library allocates (freeing its memory from inside its allocator would
+    re-enter it); higher ``priority`` runs first. Relievers run after memarray's and the
+    libraries' caches were given back and the retry failed, one at a time, each followed
+    by a retry, until the allocation fits; ``fn`` returns the bytes it freed where it
+    knows them. They run with no lock of memarray's held and may free or allocate
+    memarray memory (an allocation of theirs that runs out asks no reliever again); an
+    exception is reported (``sys.unraisablehook``), counted under ``failures``, and the
+    next one runs."""
+    if not callable(fn):
+        raise TypeError(f"register_reliever takes a callable, got {type(fn).__name__}")
+    if device is not None and (not isinstance(device, int) or device < 0):
+        raise ValueError(f"device must be None or a device id >= 0, got {device!r}")
+    if source == "memarray":
+        source = None
+    if not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    if name is None:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+    return Reliever(_memarray._interop.add_reliever(fn, name, device, source, priority), name)
 
 
 def release_numpy_pool() -> int:

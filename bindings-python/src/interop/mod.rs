@@ -23,6 +23,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let i = PyModule::new(py, "_interop")?;
     i.add_function(wrap_pyfunction!(torch::torch_live_blocks, &i)?)?;
     i.add_function(wrap_pyfunction!(pressure::pressure_stats, &i)?)?;
+    i.add_function(wrap_pyfunction!(pressure::add_reliever, &i)?)?;
+    i.add_function(wrap_pyfunction!(pressure::remove_reliever, &i)?)?;
     i.add_function(wrap_pyfunction!(rmm::callback_resource, &i)?)?;
     i.add_function(wrap_pyfunction!(numba::pin, &i)?)?;
     i.add_function(wrap_pyfunction!(rmm::resource_callbacks, &i)?)?;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use memarray_core::Source;
 use memarray_core::resource::{pressure, pressure_statistics};
@@ -29,7 +29,58 @@ pub(super) fn pressure_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         libs.set_item(lib.name(), row)?;
     }
     d.set_item("libraries", libs)?;
+    let mine = PyList::empty(py);
+    for r in s.user_relievers {
+        let row = PyDict::new(py);
+        row.set_item("id", r.id)?;
+        row.set_item("name", r.name)?;
+        row.set_item("device", r.device)?;
+        row.set_item("source", r.library.map(Source::name))?;
+        row.set_item("priority", r.priority)?;
+        row.set_item("calls", r.calls)?;
+        row.set_item("released_bytes", r.released_bytes)?;
+        row.set_item("failures", r.failures)?;
+        mine.append(row)?;
+    }
+    d.set_item("relievers", mine)?;
     Ok(d)
+}
+
+/// Registers `f(device, nbytes) -> int | None` as a reliever of the user's (see
+/// `memarray.resources.register_reliever`); returns its id. An exception it raises is
+/// reported as unraisable and counted as a failure; the allocation goes on.
+#[pyfunction]
+#[pyo3(signature = (f, name, device, source, priority))]
+pub(super) fn add_reliever(
+    f: Py<PyAny>,
+    name: &str,
+    device: Option<u32>,
+    source: Option<&str>,
+    priority: i32,
+) -> PyResult<u64> {
+    let library = source.map(crate::sources::named).transpose()?;
+    let reliever: pressure::UserReliever = Arc::new(move |device, nbytes| {
+        Python::try_attach(|py| {
+            f.call1(py, (device, nbytes))
+                .and_then(|r| r.extract::<Option<usize>>(py))
+                .map(Option::unwrap_or_default)
+                .map_err(|e| {
+                    let text = e.to_string();
+                    e.write_unraisable(py, None);
+                    text
+                })
+        })
+        .unwrap_or_else(|| Err("no Python interpreter to call it".into()))
+    });
+    Ok(pressure::add_reliever(
+        name, reliever, device, library, priority,
+    ))
+}
+
+/// Removes the user's reliever `id`; whether it was registered.
+#[pyfunction]
+pub(super) fn remove_reliever(id: u64) -> bool {
+    pressure::remove_reliever(id)
 }
 
 /// Asks `memarray._pressure.relieve(library, device)` to make `library` give its cache

@@ -52,8 +52,9 @@ pub use host::{HOST_ALIGN, HostResource};
 pub use limiting::LimitingAdaptor;
 pub use logging::{LOG_HEADER, LoggingAdaptor};
 pub use pressure::{
-    BudgetHook, CaptureProbe, PressureStatistics, SpillHook, allocate_with_relief,
-    pressure_statistics, set_capture_probe, set_spill_hooks, spilling,
+    BudgetHook, CaptureProbe, PressureStatistics, SpillHook, UserReliever, UserRelieverStatistics,
+    add_reliever, allocate_with_relief, pressure_statistics, remove_reliever, set_capture_probe,
+    set_spill_hooks, spilling,
 };
 pub use retry::RetryAdaptor;
 pub use source::{Source, current_source, with_source};

@@ -3,7 +3,9 @@
 //! knows to be loaded (torch, CuPy, RMM pools ...) to give back theirs, then retries once.
 //!
 //! Libraries come in as [relievers](register_reliever): the Python bindings register
-//! one per library it can reach. [`allocate_with_relief`] is the allocation path that runs
+//! one per library it can reach. Users add their own ([`add_reliever`]: a cache of
+//! theirs, a model's KV blocks), asked in priority order, one at a time with a retry
+//! after each, once the caches were given back and the retry failed, before spilling. [`allocate_with_relief`] is the allocation path that runs
 //! the steps; the glue for torch, CuPy, Numba and RMM and memarray's own device buffers
 //! all allocate through it. Every step is counted ([`pressure_statistics`]).
 
@@ -49,6 +51,36 @@ fn captured(device: Option<u32>, stream: Option<RawStream>) -> bool {
     }
 }
 
+/// A reliever of the user's ([`add_reliever`]): called under pressure with the device
+/// (`None`: host memory) and the bytes the failing allocation asked for; returns the bytes
+/// it freed where it knows them (else 0), or why it failed.
+pub type UserReliever =
+    Arc<dyn Fn(Option<u32>, usize) -> std::result::Result<usize, String> + Send + Sync>;
+
+/// How a user reliever is registered, and what it did: its row in
+/// [`PressureStatistics::user_relievers`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserRelieverStatistics {
+    /// The id [`add_reliever`] returned.
+    pub id: u64,
+    /// Its name, for reports.
+    pub name: String,
+    /// The device it serves (`None`: every device and host memory).
+    pub device: Option<u32>,
+    /// The library whose memory it frees (`None`: the user's own): it is not asked while
+    /// that library allocates (freeing that library's memory from inside its allocator
+    /// would re-enter it).
+    pub library: Option<Source>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Times asked.
+    pub calls: u64,
+    /// Bytes it reported freed.
+    pub released_bytes: u64,
+    /// Times it failed (an error returned, or a panic caught).
+    pub failures: u64,
+}
+
 /// Counters of the relief path, process-wide.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PressureStatistics {
@@ -68,11 +100,15 @@ pub struct PressureStatistics {
     /// Per reliever: (library, times asked, bytes it reported released); a library not
     /// loaded when relief ran was not asked.
     pub relievers: Vec<(Source, u64, u64)>,
+    /// The user's relievers, in the order they run.
+    pub user_relievers: Vec<UserRelieverStatistics>,
 }
 
 #[derive(Default)]
 struct State {
     relievers: Vec<(Source, Reliever)>,
+    /// The user's relievers and their rows (the same order: priority, then registration).
+    user: Vec<UserReliever>,
     spill: Option<SpillHook>,
     budget: Option<BudgetHook>,
     stats: PressureStatistics,
@@ -125,6 +161,115 @@ pub fn register_reliever(library: Source, reliever: Reliever) {
     });
 }
 
+/// Registers a reliever of the user's for `device` (`None`: every device and host memory)
+/// that frees memory of `library` (`None`: the user's own); relievers run in `priority`
+/// order (higher first; equal ones in registration order), one at a time, after the
+/// caches were given back and the retry failed, each followed by a retry, until the
+/// allocation succeeds. Returns the id [`remove_reliever`] takes.
+///
+/// A reliever runs with no lock of memarray's held and may free or allocate memory through
+/// memarray (an allocation it makes that runs out asks no user reliever: no recursion); an
+/// error it returns or a panic is counted and the next one runs.
+pub fn add_reliever(
+    name: &str,
+    reliever: UserReliever,
+    device: Option<u32>,
+    library: Option<Source>,
+    priority: i32,
+) -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    with_state(|st| {
+        let at = st
+            .stats
+            .user_relievers
+            .iter()
+            .position(|r| r.priority < priority)
+            .unwrap_or(st.user.len());
+        st.user.insert(at, reliever);
+        st.stats.user_relievers.insert(
+            at,
+            UserRelieverStatistics {
+                id,
+                name: name.to_string(),
+                device,
+                library,
+                priority,
+                ..Default::default()
+            },
+        );
+    });
+    id
+}
+
+/// Removes the user's reliever `id`; returns whether it was registered. A call of it in
+/// progress on another thread finishes.
+pub fn remove_reliever(id: u64) -> bool {
+    with_state(|st| {
+        let Some(at) = st.stats.user_relievers.iter().position(|r| r.id == id) else {
+            return false;
+        };
+        st.user.remove(at);
+        st.stats.user_relievers.remove(at);
+        true
+    })
+}
+
+thread_local! {
+    /// Whether this thread is running a user reliever: an allocation it makes that runs
+    /// out asks no user reliever again.
+    static IN_USER_RELIEVER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs the user's relievers that serve `device` and are not `source`'s, in order, each
+/// followed by `retry` until it succeeds; the last retry's result, or `None` when none ran.
+fn run_user_relievers(
+    device: Option<u32>,
+    source: Source,
+    bytes: usize,
+    mut retry: impl FnMut() -> Result<NonNull<u8>>,
+) -> Option<Result<NonNull<u8>>> {
+    if IN_USER_RELIEVER.with(std::cell::Cell::get) {
+        return None;
+    }
+    let chosen: Vec<(u64, UserReliever)> = with_state(|st| {
+        st.stats
+            .user_relievers
+            .iter()
+            .zip(&st.user)
+            .filter(|(r, _)| r.device.is_none() || r.device == device)
+            .filter(|(r, _)| r.library != Some(source))
+            .map(|(r, f)| (r.id, f.clone()))
+            .collect()
+    });
+    let mut last = None;
+    for (id, f) in chosen {
+        IN_USER_RELIEVER.with(|c| c.set(true));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(device, bytes)));
+        IN_USER_RELIEVER.with(|c| c.set(false));
+        let got = match ran {
+            Ok(Ok(n)) => Some(n),
+            Ok(Err(_)) | Err(_) => None,
+        };
+        with_state(|st| {
+            if let Some(row) = st.stats.user_relievers.iter_mut().find(|r| r.id == id) {
+                row.calls += 1;
+                match got {
+                    Some(n) => row.released_bytes += n as u64,
+                    None => row.failures += 1,
+                }
+            }
+        });
+        let again = retry();
+        let done = !matches!(again, Err(CoreError::OutOfMemory { .. }));
+        last = Some(again);
+        if done {
+            break;
+        }
+    }
+    last
+}
+
 /// A snapshot of the counters.
 pub fn pressure_statistics() -> PressureStatistics {
     with_state(|st| st.stats.clone())
@@ -147,7 +292,9 @@ pub fn relieve(resource: &dyn MemoryResource, source: Source) -> usize {
         if library == source {
             continue;
         }
-        let Some(got) = f(device) else {
+        // A reliever that panics released nothing; the allocation goes on.
+        let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(device)));
+        let Some(got) = asked.unwrap_or(Some(0)) else {
             continue; // not loaded here: nothing asked
         };
         total = total.saturating_add(got);
@@ -205,6 +352,11 @@ pub fn allocate_with_relief(
             with_state(|st| st.stats.events += 1);
             relieve(resource, source);
             let mut again = call();
+            if matches!(again, Err(CoreError::OutOfMemory { .. }))
+                && let Some(after) = run_user_relievers(resource.device_id(), source, bytes, call)
+            {
+                again = after;
+            }
             if matches!(again, Err(CoreError::OutOfMemory { .. }))
                 && let Some(device) = resource.device_id()
                 && let Some(spill) = with_state(|st| st.spill.clone())
