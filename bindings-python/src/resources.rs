@@ -83,6 +83,19 @@ fn device(id: &Bound<'_, PyAny>) -> PyResult<Arc<Device>> {
     Device::get(convert::int(id, "device_id")?).py()
 }
 
+impl PyResource {
+    /// The Tracking adaptor this handle is, or TypeError naming the resource.
+    fn tracking(&self) -> PyResult<&Arc<TrackingAdaptor>> {
+        match &self.handle {
+            Handle::Tracking(t) => Ok(t),
+            _ => Err(PyTypeError::new_err(format!(
+                "{} does not track allocations; wrap it: memarray.resources.Tracking(r)",
+                self.handle.resource().name()
+            ))),
+        }
+    }
+}
+
 #[pymethods]
 impl PyResource {
     /// The resource's name, e.g. `statistics(pool(cuda:0 device))`.
@@ -193,12 +206,7 @@ impl PyResource {
     /// or "free", address, size, stream, device, source, stack] rows, the last 65,536).
     /// TypeError for any other resource: only Tracking records allocations.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let Handle::Tracking(t) = &self.handle else {
-            return Err(PyTypeError::new_err(format!(
-                "{} does not track allocations; wrap it: memarray.resources.Tracking(r)",
-                self.handle.resource().name()
-            )));
-        };
+        let t = self.tracking()?;
         let (live, timeline, events, trace) =
             py.detach_section(|| (t.live(), t.timeline(), t.events(), t.trace()));
         let d = PyDict::new(py);
@@ -254,6 +262,30 @@ impl PyResource {
         }
         d.set_item("trace", tr)?;
         Ok(d)
+    }
+
+    /// A Tracking resource's live bytes per source (`{name: bytes}`, every registered
+    /// source) and its number of live allocations, read from counters (no walk over the
+    /// allocations). TypeError for any other resource.
+    fn live_bytes<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, usize)> {
+        let t = self.tracking()?;
+        let (bytes, count) = py.detach_section(|| t.live_bytes());
+        let d = PyDict::new(py);
+        for (source, n) in bytes {
+            d.set_item(source.name(), n)?;
+        }
+        Ok((d, count))
+    }
+
+    /// With stacks on: `[(source, stack, bytes)]`, live bytes per source and allocation
+    /// stack, read from counters. TypeError for any other resource than a Tracking.
+    fn live_by_stack(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, String, usize)>> {
+        let t = self.tracking()?;
+        Ok(py
+            .detach_section(|| t.live_by_stack())
+            .into_iter()
+            .map(|(source, stack, n)| (source.name(), stack, n))
+            .collect())
     }
 
     /// How many allocations a Retry resource retried after an out-of-memory error.

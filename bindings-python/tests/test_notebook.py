@@ -42,6 +42,53 @@ def test_usage_splits_a_device_into_libraries_cache_and_outside():
     del a, b, held
 
 
+def test_usage_reads_a_trackings_counters_as_allocations_come_and_go():
+    import threading
+
+    from memarray import notebook
+
+    t = mr.Tracking(mr.Host(), stacks=True)
+    held = [t.allocate(1000, source="torch") for _ in range(50)]
+    held += [t.allocate(500) for _ in range(10)]
+    assert t.live_bytes()["torch"] == 50_000 and t.live_count() == 60
+    bands = {name: (n, sites) for name, n, sites in notebook.usage(t)["bands"]}
+    assert bands["torch"][0] == 50_000 and bands["memarray"][0] == 5_000, bands
+    assert "test_notebook.py" in bands["torch"][1][0], bands
+    for a in held[:25]:
+        a.free()
+    assert t.live_bytes()["torch"] == 25_000 and t.live_count() == 35
+    assert sum(n for src, _, n in t.live_by_stack() if src == "torch") == 25_000
+    # Without stacks the bytes are there, their site is "(no stack)".
+    plain = mr.Tracking(mr.Host())
+    kept = plain.allocate(4096, source="cupy")
+    (name, n, sites), *_ = notebook.usage(plain)["bands"]
+    assert (name, n) == ("cupy", 4096) and sites == ["0.0 MiB at (no stack)"], sites
+    # Threads allocating and freeing while frames are read: every frame is whole, and
+    # the last one equals the counters once they stop.
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            x = [t.allocate(256, source="cupy") for _ in range(20)]
+            for a in x:
+                a.free()
+
+    workers = [threading.Thread(target=churn) for _ in range(2)]
+    for w in workers:
+        w.start()
+    try:
+        for _ in range(200):
+            frame = notebook.usage(t)
+            assert all(n > 0 for _, n, _ in frame["bands"]), frame
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    final = {name: n for name, n, _ in notebook.usage(t)["bands"]}
+    assert final == {k: v for k, v in t.live_bytes().items() if v}, final
+    del held, kept
+
+
 def test_render_draws_bands_in_proportion_and_escapes():
     from memarray import notebook
 

@@ -50,15 +50,19 @@ def _stack(resource: resources.Resource | None) -> list[resources.Resource]:
     return out
 
 
-def _sites(snapshot: dict[str, Any], source: str, top: int = 3) -> list[str]:
-    """The ``top`` allocation sites of ``source``'s live bytes (innermost frame)."""
+def _sites(by_stack: list[tuple[str, str, int]], source: str, live: int, top: int = 3) -> list[str]:
+    """The ``top`` allocation sites (innermost frame) of ``source``'s ``live`` bytes, from a
+    Tracking's per-stack counters; bytes without a stack count as "(no stack)"."""
     from ._plot import _site
 
     sizes: dict[str, int] = {}
-    for a in snapshot.get("live", []):
-        if a.get("source") == source:
-            site = _site(a.get("stack"))
-            sizes[site] = sizes.get(site, 0) + int(a["size"])
+    for src, stack, n in by_stack:
+        if src == source:
+            site = _site(stack)
+            sizes[site] = sizes.get(site, 0) + n
+    unstacked = live - sum(sizes.values())
+    if unstacked > 0:
+        sizes[_site(None)] = sizes.get(_site(None), 0) + unstacked
     best = sorted(sizes.items(), key=lambda kv: kv[1], reverse=True)[:top]
     return [f"{_mib(b)} at {s}" for s, b in best]
 
@@ -79,7 +83,8 @@ def usage(
     """One frame of figures for a resource stack (a device's default resource): the bands
     (``[(name, bytes, sites)]``: each library through memarray, memarray's cache, outside
     memarray), the driver's ``total`` and ``free`` bytes where known, the spilled tiers
-    and the budget. Reads counters only: no device work, no sync."""
+    and the budget. Reads counters only (a Tracking's too: per source and per stack, kept
+    as allocations come and go): no device work, no sync, no walk over allocations."""
     stack = _stack(resource)
     bands: list[tuple[str, int, list[str]]] = []
     tracking = next((r for r in stack if isinstance(r, resources.Tracking)), None)
@@ -87,14 +92,11 @@ def usage(
     pool = next((r for r in stack if isinstance(r, resources.Pool)), None)
     through = 0
     if tracking is not None:
-        snap = tracking.snapshot()
-        by_source: dict[str, int] = {}
-        for a in snap["live"]:
-            by_source[a["source"]] = by_source.get(a["source"], 0) + int(a["size"])
-        for source in snap["sources"]:
-            if by_source.get(source):
-                bands.append((source, by_source[source], _sites(snap, source)))
-                through += by_source[source]
+        by_stack = tracking.live_by_stack()
+        for source, n in tracking.live_bytes().items():
+            if n:
+                bands.append((source, n, _sites(by_stack, source, n)))
+                through += n
     elif stats is not None:
         for source, s in stats.statistics().get("by_source", {}).items():
             if s["current_bytes"]:

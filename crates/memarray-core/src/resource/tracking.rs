@@ -205,6 +205,9 @@ struct State {
     /// With stacks or backtraces on: `(stack, backtrace)` of each live allocation.
     extras: AddressMap<(Option<String>, Option<String>)>,
     live_bytes: [usize; Source::MAX],
+    /// With stacks on: live bytes per (source, stack), kept as allocations come and go, so
+    /// a monitor reads the sites without walking every allocation.
+    by_stack: HashMap<(Source, String), usize>,
     timeline: Vec<TimelinePoint>,
     /// Ticks a timeline point spans: an event closer than this to where the last point's
     /// span began updates that point instead of adding one. [`MIN_SPAN_NS`] at first, then
@@ -271,6 +274,27 @@ impl TrackingAdaptor {
     /// The source of allocations made outside any library's glue.
     pub fn source(&self) -> Source {
         self.source
+    }
+
+    /// Live bytes per registered source and the number of live allocations, read from
+    /// counters kept as allocations come and go (no walk over them).
+    pub fn live_bytes(&self) -> (Vec<(Source, usize)>, usize) {
+        let st = self.lock();
+        let bytes = Source::all()
+            .into_iter()
+            .map(|s| (s, st.live_bytes[s.index()]))
+            .collect();
+        (bytes, st.live.len())
+    }
+
+    /// With stacks on: live bytes per source and stack (the Python stack where they were
+    /// allocated), read from counters; allocations without a stack are not listed.
+    pub fn live_by_stack(&self) -> Vec<(Source, String, usize)> {
+        let st = self.lock();
+        st.by_stack
+            .iter()
+            .map(|((source, stack), &n)| (*source, stack.clone(), n))
+            .collect()
     }
 
     /// Every live allocation, oldest first.
@@ -400,6 +424,9 @@ impl TrackingAdaptor {
                 stack: stack.clone(),
             });
         }
+        if let Some(stack) = &stack {
+            *st.by_stack.entry((source, stack.clone())).or_default() += bytes;
+        }
         if stack.is_some() || backtrace.is_some() {
             st.extras.insert(address, (stack, backtrace));
         }
@@ -453,8 +480,16 @@ impl MemoryResource for TrackingAdaptor {
             if let Some(a) = st.live.remove(&address) {
                 let slot = &mut st.live_bytes[a.source.index()];
                 *slot = slot.saturating_sub(a.size);
-                if self.stacks || self.backtraces {
-                    st.extras.remove(&address);
+                if (self.stacks || self.backtraces)
+                    && let Some((Some(stack), _)) = st.extras.remove(&address)
+                {
+                    let key = (a.source, stack);
+                    if let Some(n) = st.by_stack.get_mut(&key) {
+                        *n = n.saturating_sub(a.size);
+                        if *n == 0 {
+                            st.by_stack.remove(&key);
+                        }
+                    }
                 }
                 if self.stacks {
                     st.trace(TraceEvent {
@@ -594,5 +629,56 @@ mod tests {
         assert_eq!(t.trace().len(), TRACE_EVENTS, "bounded");
         // SAFETY: as above.
         unsafe { t.deallocate(b, 200, 64, None) };
+    }
+
+    thread_local! {
+        /// The stack this thread's allocations report (the test's stack provider).
+        static SITE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    fn with_stacks_live_bytes_per_stack_follow_allocations_and_frees() {
+        fn site() -> Option<String> {
+            SITE.with(|s| s.borrow().clone())
+        }
+        assert!(
+            set_stack_provider(site),
+            "no other test installs a provider"
+        );
+        let at = |s: &str| SITE.with(|c| *c.borrow_mut() = Some(s.to_string()));
+        let t =
+            TrackingAdaptor::new(Arc::new(crate::HostResource), Source::MEMARRAY).with_stacks(true);
+        at("a.py:1");
+        let a1 = t.allocate(100, 64, None).unwrap();
+        let a2 = t.allocate(50, 64, None).unwrap();
+        let torch = Source::register("torch").unwrap();
+        at("b.py:2");
+        let b = super::super::with_source(torch, || t.allocate(30, 64, None)).unwrap();
+        let mut sites = t.live_by_stack();
+        sites.sort_by(|x, y| x.1.cmp(&y.1));
+        assert_eq!(
+            sites,
+            [
+                (Source::MEMARRAY, "a.py:1".to_string(), 150),
+                (torch, "b.py:2".to_string(), 30)
+            ]
+        );
+        let (bytes, count) = t.live_bytes();
+        assert_eq!(count, 3);
+        assert!(bytes.contains(&(Source::MEMARRAY, 150)) && bytes.contains(&(torch, 30)));
+        // SAFETY: each pointer came from `t` with these arguments and is freed once.
+        unsafe { t.deallocate(a1, 100, 64, None) };
+        assert_eq!(t.live_by_stack().iter().map(|x| x.2).sum::<usize>(), 80);
+        // SAFETY: as above.
+        unsafe {
+            t.deallocate(a2, 50, 64, None);
+            t.deallocate(b, 30, 64, None);
+        }
+        assert!(
+            t.live_by_stack().is_empty(),
+            "a stack with nothing live is forgotten"
+        );
+        assert_eq!(t.live_bytes().1, 0);
+        SITE.with(|c| *c.borrow_mut() = None);
     }
 }
