@@ -36,6 +36,32 @@ pyo3::create_exception!(
      launched)."
 );
 
+pyo3::create_exception!(
+    memarray,
+    OutOfMemoryError,
+    PyMemoryError,
+    "An allocation through memarray ran out of memory (a MemoryError). `report` says who \
+     holds what: the bytes asked for, per library what it holds through memarray, \
+     memarray's cache, what the driver says is used outside memarray, what relief and \
+     spilling tried, the top allocation sites where a Tracking keeps stacks, and what to do \
+     (`str(e.report)`, `e.report.to_dict()`, its HTML in a notebook)."
+);
+
+/// An [`OutOfMemoryError`] carrying its `report` (built by `memarray._oom`; an error
+/// building it leaves `report` None, never another exception).
+fn out_of_memory(msg: String) -> PyErr {
+    let err = OutOfMemoryError::new_err(msg.clone());
+    Python::try_attach(|py| {
+        let report = py
+            .import("memarray._oom")
+            .and_then(|m| m.call_method1("report", (msg,)))
+            .map(Bound::unbind)
+            .unwrap_or_else(|_| py.None());
+        let _ = err.value(py).setattr("report", report);
+    });
+    err
+}
+
 /// The Python exception of each [`ErrorKind`], the one classification the C status
 /// codes map from too.
 fn exception(kind: ErrorKind, msg: String) -> PyErr {
@@ -44,7 +70,7 @@ fn exception(kind: ErrorKind, msg: String) -> PyErr {
         ErrorKind::InvalidArgument => PyValueError::new_err(msg),
         ErrorKind::Dtype => PyTypeError::new_err(msg),
         ErrorKind::Locked => LockError::new_err(msg),
-        ErrorKind::OutOfMemory => PyMemoryError::new_err(msg),
+        ErrorKind::OutOfMemory => out_of_memory(msg),
         ErrorKind::Unavailable => CudaUnavailableError::new_err(msg),
         ErrorKind::Io => PyOSError::new_err(msg),
         _ => PyRuntimeError::new_err(msg),

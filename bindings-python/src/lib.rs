@@ -91,6 +91,10 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<errors::CudaUnavailableError>(),
     )?;
     m.add("CaptureError", py.get_type::<errors::CaptureError>())?;
+    m.add(
+        "OutOfMemoryError",
+        py.get_type::<errors::OutOfMemoryError>(),
+    )?;
     m.add("SUPPORTED_DTYPES", array::supported_dtype_names())?;
     m.add("MAX_NDIM", memarray_core::MAX_NDIM)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

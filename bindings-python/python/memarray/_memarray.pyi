@@ -27,6 +27,7 @@ __all__ = [
     "MAX_NDIM",
     "SUPPORTED_DTYPES",
     "CaptureError",
+    "OutOfMemoryError",
     "CudaUnavailableError",
     "DLPackContext",
     "DeviceScope",
@@ -83,6 +84,12 @@ class LockError(RuntimeError):
 
 class CudaUnavailableError(RuntimeError):
     """No usable CUDA driver or device on this machine."""
+
+class OutOfMemoryError(MemoryError):
+    """An allocation through memarray ran out of memory; ``report`` says who holds what
+    (``str(e.report)``, ``e.report.to_dict()``; None if it could not be built)."""
+
+    report: Any
 
 class CaptureError(RuntimeError):
     """Work a CUDA graph cannot replay, asked for on a stream being captured; nothing
