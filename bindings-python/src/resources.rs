@@ -158,6 +158,7 @@ impl PyResource {
                 d.set_item("upstream_bytes", s.upstream_bytes)?;
                 d.set_item("hits", s.hits)?;
                 d.set_item("misses", s.misses)?;
+                d.set_item("largest_free_bytes", s.largest_free_bytes)?;
             }
             _ => {
                 return Err(PyTypeError::new_err(format!(

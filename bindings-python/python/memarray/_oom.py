@@ -45,6 +45,12 @@ class OutOfMemoryReport:
             out.append(f"held: {held}")
             if frame["total"] is not None:
                 out.append(f"driver: {_mib(frame['free'] or 0)} free of {_mib(frame['total'])}")
+        pool = f["pool"]
+        if pool is not None:
+            out.append(
+                f"memarray's cache: {_mib(pool['cached_bytes'])}, its largest free block "
+                f"{_mib(pool['largest_free_bytes'])}"
+            )
         r = f["relief"]
         tried = f"relief so far: {r['events']} out-of-memory events, {r['recovered']} recovered"
         if r["spills"]:
@@ -101,6 +107,17 @@ def report(message: str) -> OutOfMemoryReport:
             frame = notebook.device_usage(device)
         except Exception:  # a report never hides the error it explains
             frame = None
+    pool = None
+    if device is not None and cuda.is_available():
+        try:
+            r: resources.Resource | None = resources.get_default_resource(device)
+            while r is not None and not isinstance(r, resources.Pool):
+                r = r.upstream
+            if r is not None:
+                stats = r.statistics()
+                pool = {k: stats[k] for k in ("cached_bytes", "largest_free_bytes")}
+        except Exception:  # a report never hides the error it explains
+            pool = None
     relief = resources.pressure_statistics()
     sites: list[str] = []
     if frame is not None:
@@ -113,6 +130,7 @@ def report(message: str) -> OutOfMemoryReport:
             "reason": reason,
             "device": device,
             "frame": frame,
+            "pool": pool,
             "relief": {
                 k: relief[k] for k in ("events", "recovered", "failed", "spills", "spilled_bytes")
             },

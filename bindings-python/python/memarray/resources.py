@@ -194,7 +194,9 @@ class Pool(Resource):
         self._handle = _r.pool(upstream._handle, release_threshold, device_id)
 
     def statistics(self) -> dict:
-        """``used_bytes``, ``cached_bytes``, ``upstream_bytes``, ``hits``, ``misses``."""
+        """``used_bytes``, ``cached_bytes``, ``upstream_bytes``, ``hits``, ``misses``,
+        ``largest_free_bytes`` (the largest free block: what one allocation can get from
+        the cache; against ``cached_bytes``, how fragmented it is)."""
         return self._handle.statistics()
 
     def _figures(self) -> list[tuple[str, str]]:

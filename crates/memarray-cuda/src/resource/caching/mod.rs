@@ -71,6 +71,9 @@ pub struct PoolStatistics {
     pub hits: u64,
     /// Allocations that went to the upstream.
     pub misses: u64,
+    /// The largest free block kept (what one allocation can get from the cache without
+    /// the upstream; against `cached_bytes` it says how fragmented the cache is).
+    pub largest_free_bytes: u64,
 }
 
 /// The stream tag of a call: the raw handle, the legacy stream for `None`; 0 for a pool
@@ -186,7 +189,20 @@ impl CachingPool {
 
     /// The pool's counters.
     pub fn statistics(&self) -> PoolStatistics {
-        self.lock().stats
+        let st = self.lock();
+        let small = st
+            .small_free
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|((class, _), _)| *class);
+        let large = st
+            .large_free
+            .values()
+            .filter_map(|set| set.last().map(|&(size, _)| size));
+        PoolStatistics {
+            largest_free_bytes: small.chain(large).max().unwrap_or(0) as u64,
+            ..st.stats
+        }
     }
 
     /// The release threshold in bytes.

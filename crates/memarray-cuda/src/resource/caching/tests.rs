@@ -162,3 +162,29 @@ fn foreign_and_double_frees_are_ignored() {
     unsafe { pool.deallocate(p, 64, 64, None) };
     assert_eq!(pool.statistics().cached_bytes, 512);
 }
+
+#[test]
+fn the_largest_free_block_says_what_one_allocation_can_get_from_the_cache() {
+    let pool = host_pool(usize::MAX);
+    assert_eq!(pool.statistics().largest_free_bytes, 0, "nothing cached");
+    // 3 MiB from a 4 MiB segment: the 1 MiB rest is free.
+    let a = pool.allocate(3 << 20, 256, None).unwrap();
+    assert_eq!(pool.statistics().largest_free_bytes, 1 << 20);
+    let b = pool.allocate(4096, 256, None).unwrap();
+    // SAFETY: each freed once, with the arguments it was allocated with.
+    unsafe { pool.deallocate(b, 4096, 256, None) };
+    assert_eq!(
+        pool.statistics().largest_free_bytes,
+        1 << 20,
+        "a 4 KiB class is smaller"
+    );
+    // SAFETY: as above.
+    unsafe { pool.deallocate(a, 3 << 20, 256, None) };
+    let s = pool.statistics();
+    assert_eq!(
+        s.largest_free_bytes,
+        4 << 20,
+        "freed, the block merged with its rest"
+    );
+    assert_eq!(s.cached_bytes, (4 << 20) + 4096);
+}
