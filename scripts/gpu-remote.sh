@@ -2,7 +2,7 @@
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
 # tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
-# sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather and IPC tests, the
+# sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather, IPC and graph tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
 # skip fails.
@@ -174,7 +174,7 @@ multi_rust() {
   export MEMARRAY_REQUIRE_PEER=1
   nvidia-smi topo -m 2>/dev/null | head -n 4
   echo "== 2-GPU Rust tests"
-  for t in gpu-run/bin/memarray-cuda__gpu_nccl gpu-run/bin/memarray-cuda__gpu_multi gpu-run/bin/memarray-cuda__gpu_direct_copies; do
+  for t in gpu-run/bin/memarray-cuda__gpu_nccl gpu-run/bin/memarray-cuda__gpu_multi gpu-run/bin/memarray-cuda__gpu_direct_copies gpu-run/bin/memarray-cuda__gpu_graph; do
     log="$LOGS/multi-$(basename "$t").log"
     "$t" --test-threads=1 >"$log" 2>&1 || fail "$t"
     printf '%-48s %s\n' "$(basename "$t")" "$(grep -E '^test result:' "$log" | tail -n 1)"

@@ -38,8 +38,13 @@ def test_usage_splits_a_device_into_libraries_cache_and_outside():
     assert [b[0] for b in notebook.usage(s)["bands"]][:1] == ["numba"]
     p = mr.Pool(mr.Host())
     b = p.allocate(1 << 20)
-    assert notebook.usage(p)["bands"][0][:2] == ("through memarray", 1 << 20)
-    del a, b, held
+    frame = notebook.usage(p)
+    assert frame["bands"][0][:2] == ("through memarray", 1 << 20)
+    assert frame["pool"] == {"cached_bytes": 0, "largest_free_bytes": 0}
+    b.free()
+    assert notebook.usage(p)["pool"] == {"cached_bytes": 1 << 20, "largest_free_bytes": 1 << 20}
+    assert notebook.usage(s)["pool"] is not None and notebook.usage(mr.Host())["pool"] is None
+    del a, held
 
 
 def test_usage_reads_a_trackings_counters_as_allocations_come_and_go():

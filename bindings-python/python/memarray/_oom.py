@@ -107,17 +107,6 @@ def report(message: str) -> OutOfMemoryReport:
             frame = notebook.device_usage(device)
         except Exception:  # a report never hides the error it explains
             frame = None
-    pool = None
-    if device is not None and cuda.is_available():
-        try:
-            r: resources.Resource | None = resources.get_default_resource(device)
-            while r is not None and not isinstance(r, resources.Pool):
-                r = r.upstream
-            if r is not None:
-                stats = r.statistics()
-                pool = {k: stats[k] for k in ("cached_bytes", "largest_free_bytes")}
-        except Exception:  # a report never hides the error it explains
-            pool = None
     relief = resources.pressure_statistics()
     sites: list[str] = []
     if frame is not None:
@@ -130,7 +119,7 @@ def report(message: str) -> OutOfMemoryReport:
             "reason": reason,
             "device": device,
             "frame": frame,
-            "pool": pool,
+            "pool": frame["pool"] if frame is not None else None,
             "relief": {
                 k: relief[k] for k in ("events", "recovered", "failed", "spills", "spilled_bytes")
             },

@@ -82,8 +82,9 @@ def usage(
 ) -> dict[str, Any]:
     """One frame of figures for a resource stack (a device's default resource): the bands
     (``[(name, bytes, sites)]``: each library through memarray, memarray's cache, outside
-    memarray), the driver's ``total`` and ``free`` bytes where known, the spilled tiers
-    and the budget. Reads counters only (a Tracking's too: per source and per stack, kept
+    memarray), the driver's ``total`` and ``free`` bytes where known, the spilled tiers,
+    the budget and (``pool``) memarray's cache and its largest free block. Reads counters
+    only (a Tracking's too: per source and per stack, kept
     as allocations come and go): no device work, no sync, no walk over allocations."""
     stack = _stack(resource)
     bands: list[tuple[str, int, list[str]]] = []
@@ -102,11 +103,12 @@ def usage(
             if s["current_bytes"]:
                 bands.append((source, int(s["current_bytes"]), []))
                 through += int(s["current_bytes"])
-    elif pool is not None:
-        through = int(pool.statistics()["used_bytes"])
+    pool_stats = pool.statistics() if pool is not None else None
+    if tracking is None and stats is None and pool_stats is not None:
+        through = int(pool_stats["used_bytes"])
         if through:
             bands.append(("through memarray", through, []))
-    cached = int(pool.statistics()["cached_bytes"]) if pool is not None else 0
+    cached = int(pool_stats["cached_bytes"]) if pool_stats is not None else 0
     if cached:
         bands.append(("cached by memarray", cached, []))
     if total is not None and free is not None:
@@ -122,6 +124,12 @@ def usage(
         "file_bytes": int((spilled or {}).get("file_bytes", 0)),
         "budget": budget,
         "tracking": tracking is not None,
+        # memarray's cache and its largest free block, where the stack has a Pool.
+        "pool": (
+            None
+            if pool_stats is None
+            else {k: int(pool_stats[k]) for k in ("cached_bytes", "largest_free_bytes")}
+        ),
     }
 
 

@@ -86,26 +86,36 @@ impl StreamRef {
             // CUDA never captures the legacy default stream: nothing to ask.
             return Ok(Capture::None);
         }
-        let asked = if self.is_default() {
-            None
-        } else {
-            // SAFETY: a live stream (this type's contract) that names its own context.
-            unsafe { driver::stream_capture_info(self.cu()) }.ok()
-        };
-        let (status, id) = match asked {
-            Some(answer) => answer,
-            None => {
-                // A default stream, or a driver that wants the context current after all.
-                let _ctx = device.bind()?;
-                // SAFETY: a live stream, its device's context current.
-                unsafe { driver::stream_capture_info(self.cu()) }?
-            }
-        };
+        let (status, id) = self.ask(device, driver::stream_capture_info)?;
         Ok(match status {
             0 => Capture::None,
             1 => Capture::Active { id },
             _ => Capture::Invalidated { id },
         })
+    }
+
+    /// The graph this stream's active capture records into, if it is being captured (valid
+    /// until the capture ends); asked as [`Self::capture`] asks.
+    pub(crate) fn capture_graph(self, device: &Device) -> Result<Option<CUgraph>> {
+        if self == StreamRef::legacy() {
+            return Ok(None);
+        }
+        self.ask(device, driver::stream_capture_graph)
+    }
+
+    /// Asks the driver `query` about this stream (not the legacy one): a stream of its own
+    /// names its context; the per-thread default stream (which names the current context's)
+    /// binds `device` first, as does a driver that wants the context current after all.
+    fn ask<T>(self, device: &Device, query: unsafe fn(driver::CUstream) -> Result<T>) -> Result<T> {
+        if !self.is_default() {
+            // SAFETY: a live stream (this type's contract) that names its own context.
+            if let Ok(answer) = unsafe { query(self.cu()) } {
+                return Ok(answer);
+            }
+        }
+        let _ctx = device.bind()?;
+        // SAFETY: a live stream, its device's context current.
+        unsafe { query(self.cu()) }
     }
 
     /// Refuses `what` with [`CudaError::Captured`] when this stream is being captured (or

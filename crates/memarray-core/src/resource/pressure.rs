@@ -107,8 +107,9 @@ pub struct PressureStatistics {
 #[derive(Default)]
 struct State {
     relievers: Vec<(Source, Reliever)>,
-    /// The user's relievers and their rows (the same order: priority, then registration).
-    user: Vec<UserReliever>,
+    /// The user's relievers, each with its row (priority order, then registration);
+    /// [`pressure_statistics`] copies the rows into `user_relievers`.
+    user: Vec<(UserRelieverStatistics, UserReliever)>,
     spill: Option<SpillHook>,
     budget: Option<BudgetHook>,
     stats: PressureStatistics,
@@ -181,23 +182,19 @@ pub fn add_reliever(
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     with_state(|st| {
         let at = st
-            .stats
-            .user_relievers
+            .user
             .iter()
-            .position(|r| r.priority < priority)
+            .position(|(r, _)| r.priority < priority)
             .unwrap_or(st.user.len());
-        st.user.insert(at, reliever);
-        st.stats.user_relievers.insert(
-            at,
-            UserRelieverStatistics {
-                id,
-                name: name.to_string(),
-                device,
-                library,
-                priority,
-                ..Default::default()
-            },
-        );
+        let row = UserRelieverStatistics {
+            id,
+            name: name.to_string(),
+            device,
+            library,
+            priority,
+            ..Default::default()
+        };
+        st.user.insert(at, (row, reliever));
     });
     id
 }
@@ -206,12 +203,9 @@ pub fn add_reliever(
 /// progress on another thread finishes.
 pub fn remove_reliever(id: u64) -> bool {
     with_state(|st| {
-        let Some(at) = st.stats.user_relievers.iter().position(|r| r.id == id) else {
-            return false;
-        };
-        st.user.remove(at);
-        st.stats.user_relievers.remove(at);
-        true
+        let before = st.user.len();
+        st.user.retain(|(r, _)| r.id != id);
+        st.user.len() < before
     })
 }
 
@@ -233,10 +227,8 @@ fn run_user_relievers(
         return None;
     }
     let chosen: Vec<(u64, UserReliever)> = with_state(|st| {
-        st.stats
-            .user_relievers
+        st.user
             .iter()
-            .zip(&st.user)
             .filter(|(r, _)| r.device.is_none() || r.device == device)
             .filter(|(r, _)| r.library != Some(source))
             .map(|(r, f)| (r.id, f.clone()))
@@ -252,7 +244,7 @@ fn run_user_relievers(
             Ok(Err(_)) | Err(_) => None,
         };
         with_state(|st| {
-            if let Some(row) = st.stats.user_relievers.iter_mut().find(|r| r.id == id) {
+            if let Some((row, _)) = st.user.iter_mut().find(|(r, _)| r.id == id) {
                 row.calls += 1;
                 match got {
                     Some(n) => row.released_bytes += n as u64,
@@ -272,7 +264,10 @@ fn run_user_relievers(
 
 /// A snapshot of the counters.
 pub fn pressure_statistics() -> PressureStatistics {
-    with_state(|st| st.stats.clone())
+    with_state(|st| PressureStatistics {
+        user_relievers: st.user.iter().map(|(r, _)| r.clone()).collect(),
+        ..st.stats.clone()
+    })
 }
 
 /// Runs the relief steps for memory of `resource` on behalf of `source`: `resource`'s own

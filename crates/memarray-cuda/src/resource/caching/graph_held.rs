@@ -57,18 +57,7 @@ impl CachingPool {
         let (Some(device), Some(s)) = (&self.device, self.stream_of(tag)) else {
             return false;
         };
-        // A stream of its own names its context; a per-thread default stream needs the
-        // device's bound (as `StreamRef::capture` asks).
-        let _ctx = if s.is_default() {
-            match device.bind() {
-                Ok(c) => Some(c),
-                Err(_) => return false,
-            }
-        } else {
-            None
-        };
-        // SAFETY: the live stream the current call named (its device bound if default).
-        let Ok(Some(graph)) = (unsafe { driver::stream_capture_graph(s.cu()) }) else {
+        let Ok(Some(graph)) = s.capture_graph(device) else {
             return false;
         };
         let Ok(_bound) = device.bind() else {
