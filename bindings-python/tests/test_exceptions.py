@@ -86,6 +86,7 @@ def allowed(e: BaseException, module: str, label: str) -> bool:
         IndexError,
         BufferError,
         MemoryError,
+        memarray.OutOfMemoryError,  # a MemoryError (the guide's table)
         AttributeError,
         memarray.LockError,
         memarray.CudaUnavailableError,

@@ -146,12 +146,19 @@ impl Drop for StateGuard<'_> {
         let raw = &mut *self.raw;
         let (place, nbytes) = (raw.spill_place(), raw.nbytes());
         let cell = self.cell;
+        // Used in a capture memarray began: the array joins its graph (after the spill
+        // registry hears of the call, which spills nothing for a call captured).
+        let news = raw.dev.take_capture_news();
         // The weak handle costs one count, no strong clone.
-        spill::after_access(cell.id, &mut raw.spill_note, place, nbytes, || {
-            Arc::<Cell>::downgrade(cell)
-        });
-        // Used in a capture memarray began: the array joins its graph.
-        if let Some(used) = raw.dev.take_capture_news() {
+        spill::after_access(
+            cell.id,
+            &mut raw.spill_note,
+            place,
+            nbytes,
+            news.is_some(),
+            || Arc::<Cell>::downgrade(cell),
+        );
+        if let Some(used) = news {
             join_graph(cell, used);
         }
     }

@@ -30,12 +30,16 @@ pub(crate) struct SpillNote {
 }
 
 /// Tells the registry what a call on array `id` changed: `place` is
-/// `RawArray::spill_place` (resident on, listed on), `target` makes the weak handle.
+/// `RawArray::spill_place` (resident on, listed on), `captured` says the call was
+/// captured into a CUDA graph (an array listed then spills nothing to keep the budget: a
+/// spill copies and waits on the host, which a capture forbids; the next allocation
+/// outside the capture makes the room), `target` makes the weak handle.
 pub(crate) fn after_access(
     id: u64,
     note: &mut SpillNote,
     place: (Option<u32>, Option<u32>),
     nbytes: usize,
+    captured: bool,
     target: impl FnOnce() -> Weak<dyn SpillTarget>,
 ) {
     if note.registered.is_none() && !super::active() {
@@ -98,7 +102,10 @@ pub(crate) fn after_access(
         note.registered = Some(device);
         // Made without memarray's allocation hook (an import, a born array listed on
         // first use): the budget holds from here on.
-        if has_budget && let Some(d) = state_of(device) {
+        if has_budget
+            && !captured
+            && let Some(d) = state_of(device)
+        {
             d.within_budget(0, Some(id));
         }
     }

@@ -94,7 +94,7 @@ mod batches {
         flush();
         for id in 0..1000u64 {
             let mut note = SpillNote::default();
-            after_access(id, &mut note, (Some(11), Some(11)), MIB, || {
+            after_access(id, &mut note, (Some(11), Some(11)), MIB, false, || {
                 Arc::downgrade(&target)
             });
             assert_eq!(note.registered, Some(11));
@@ -115,7 +115,7 @@ mod batches {
         flush();
         let mut notes: Vec<SpillNote> = (0..3).map(|_| SpillNote::default()).collect();
         for (id, note) in notes.iter_mut().enumerate() {
-            after_access(id as u64, note, (Some(12), Some(12)), MIB, || {
+            after_access(id as u64, note, (Some(12), Some(12)), MIB, false, || {
                 Arc::downgrade(&target)
             });
         }
@@ -142,7 +142,7 @@ mod batches {
         flush();
         let mut note = SpillNote::default();
         let place = (Some(15), Some(15));
-        after_access(1, &mut note, place, MIB, || Arc::downgrade(&target));
+        after_access(1, &mut note, place, MIB, false, || Arc::downgrade(&target));
         flush();
         assert_eq!(first.registry.statistics().resident_bytes, MIB as u64);
         // Spilling off on the device, then on again: a registry that never saw the array.
@@ -150,7 +150,7 @@ mod batches {
         GENERATION.fetch_add(1, Ordering::AcqRel);
         let second = fake_device(15, Some(u64::MAX));
         // A plain use lists it in the new registry and counts it once.
-        after_access(1, &mut note, place, MIB, || Arc::downgrade(&target));
+        after_access(1, &mut note, place, MIB, false, || Arc::downgrade(&target));
         flush();
         assert_eq!(second.registry.statistics().resident_bytes, MIB as u64);
         assert_eq!(second.resident_bytes(), MIB as u64);
@@ -171,7 +171,7 @@ mod batches {
         let (from, to) = (fake_device(16, None), fake_device(17, None));
         let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
         let used_on = |id: u64, note: &mut SpillNote, device: u32| {
-            after_access(id, note, (Some(device), Some(device)), MIB, || {
+            after_access(id, note, (Some(device), Some(device)), MIB, false, || {
                 Arc::downgrade(&target)
             });
         };
@@ -213,7 +213,7 @@ mod batches {
         let target: Arc<dyn SpillTarget> = Arc::new(Dummy);
         flush();
         let mut note = SpillNote::default();
-        after_access(1, &mut note, (Some(13), Some(13)), MIB, || {
+        after_access(1, &mut note, (Some(13), Some(13)), MIB, false, || {
             Arc::downgrade(&target)
         });
         assert_eq!(
@@ -226,6 +226,43 @@ mod batches {
         // A count taken away by another thread first never reads below zero.
         d.resident_now.fetch_sub(5, Ordering::Relaxed);
         assert_eq!(d.resident_bytes(), 0);
+    }
+
+    /// Counts the spills asked of it (and spills nothing).
+    struct Asked(std::sync::atomic::AtomicUsize);
+    impl SpillTarget for Asked {
+        fn try_spill(&self, _: &DeviceSpill) -> SpillOutcome {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            SpillOutcome::Busy
+        }
+    }
+
+    #[test]
+    fn an_array_first_listed_in_a_capture_spills_nothing_to_keep_the_budget() {
+        let d = fake_device(14, Some(MIB as u64));
+        let asked = Arc::new(Asked(std::sync::atomic::AtomicUsize::new(0)));
+        let target: Arc<dyn SpillTarget> = asked.clone();
+        flush();
+        let mut notes: Vec<SpillNote> = (0..3).map(|_| SpillNote::default()).collect();
+        let mut list = |id: usize, captured: bool| {
+            after_access(
+                id as u64,
+                &mut notes[id],
+                (Some(14), Some(14)),
+                MIB,
+                captured,
+                || Arc::downgrade(&target),
+            );
+        };
+        list(0, false); // the budget, full
+        list(1, true); // past it, in a capture: nothing is asked to spill
+        assert_eq!(asked.0.load(Ordering::Relaxed), 0);
+        assert_eq!(d.resident_bytes(), 2 * MIB as u64, "counted all the same");
+        list(2, false); // past it outside a capture: the others are asked
+        assert!(asked.0.load(Ordering::Relaxed) > 0);
+        for (id, note) in notes.iter_mut().enumerate() {
+            forget(id as u64, note);
+        }
     }
 }
 
@@ -256,7 +293,7 @@ mod cost {
         let t = std::time::Instant::now();
         for id in 0..n {
             let mut note = SpillNote::default();
-            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
+            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, false, || {
                 Arc::downgrade(&target)
             });
             forget(id, &mut note);
@@ -270,7 +307,7 @@ mod cost {
         for id in 0..n {
             let own: Arc<dyn SpillTarget> = Arc::new([0u8; 256]);
             let mut note = SpillNote::default();
-            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, || {
+            after_access(id, &mut note, (Some(7), Some(7)), 1 << 20, false, || {
                 Arc::downgrade(&own)
             });
             forget(id, &mut note);
@@ -281,21 +318,26 @@ mod cost {
             t.elapsed().as_nanos() as f64 / n as f64
         );
         let mut note = SpillNote::default();
-        after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
+        after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, false, || {
             Arc::downgrade(&target)
         });
         let t = std::time::Instant::now();
         for _ in 0..n {
-            after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, || {
+            after_access(n, &mut note, (Some(7), Some(7)), 1 << 20, false, || {
                 Arc::downgrade(&target)
             });
         }
         println!("touch: {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
         let mut notes: Vec<SpillNote> = (0..64).map(|_| SpillNote::default()).collect();
         for (k, note) in notes.iter_mut().enumerate() {
-            after_access(n + 1 + k as u64, note, (Some(7), Some(7)), 1 << 20, || {
-                Arc::downgrade(&target)
-            });
+            after_access(
+                n + 1 + k as u64,
+                note,
+                (Some(7), Some(7)),
+                1 << 20,
+                false,
+                || Arc::downgrade(&target),
+            );
         }
         let t = std::time::Instant::now();
         for i in 0..n {
@@ -305,6 +347,7 @@ mod cost {
                 &mut notes[k],
                 (Some(7), Some(7)),
                 1 << 20,
+                false,
                 || Arc::downgrade(&target),
             );
         }
