@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use memarray_core::resource::{allocate_with_relief, with_source};
+use memarray_core::resource::{allocate_with_relief, deallocate_counted, with_source};
 use memarray_core::{
     FileResource, HostResource, LimitingAdaptor, Location, LoggingAdaptor, MemoryKind,
     MemoryResource, RawStream, RetryAdaptor, Source, StatisticsAdaptor, TrackingAdaptor,
@@ -412,12 +412,12 @@ impl Allocation {
             return;
         }
         if let Some(p) = std::ptr::NonNull::new(self.ptr as *mut u8) {
-            attributed(self.source, || {
-                // SAFETY: (ptr, size, ALIGN) came from this resource's allocate and the
-                // flag above lets exactly one caller get here; the caller orders its use
-                // of the memory before `stream` (or the allocation's stream).
-                unsafe { self.resource.deallocate(p, self.size, ALIGN, stream) }
-            });
+            let source = self.source.unwrap_or_default();
+            // SAFETY: (ptr, size, ALIGN) came from this resource through the allocation
+            // path for `source` (memarray's own when none was named) and the flag above
+            // lets exactly one caller get here; the caller orders its use of the memory
+            // before `stream` (or the allocation's stream).
+            unsafe { deallocate_counted(&*self.resource, source, p, self.size, ALIGN, stream) }
         }
     }
 }

@@ -94,6 +94,81 @@ def test_usage_reads_a_trackings_counters_as_allocations_come_and_go():
     del held, kept
 
 
+def test_usage_of_a_place_reads_the_ledger_with_no_setup():
+    from memarray import notebook
+
+    host = mr.Host()  # no Statistics, no Tracking
+    before = {name: n for name, n, _ in notebook.usage(None, device="host")["bands"]}
+    a = host.allocate(3 << 20, source="rmm")
+    b = host.allocate(1 << 20)
+    frame = notebook.usage(host, device="host")
+    bands = {name: n for name, n, _ in frame["bands"]}
+    assert bands["rmm"] - before.get("rmm", 0) == 3 << 20, bands
+    assert bands["memarray"] - before.get("memarray", 0) == 1 << 20, bands
+    assert any(r["source"] == "rmm" for r in frame["libraries"]), frame["libraries"]
+    a.free()
+    b.free()
+    after = {name: n for name, n, _ in notebook.usage(None, device="host")["bands"]}
+    assert after.get("rmm", 0) == before.get("rmm", 0), (before, after)
+
+
+class _Fake:
+    """A namespace standing in for a library module."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _fake_libraries(monkeypatch, *, torch_installed=False, cupy_fails=False):
+    import contextlib
+    import sys
+
+    torch = _Fake(
+        cuda=_Fake(is_initialized=lambda: True, memory_reserved=lambda d: (5 << 20) * (d + 1))
+    )
+
+    def total_bytes():
+        if cupy_fails:
+            raise RuntimeError("no CUDA here")
+        return 2 << 20
+
+    cupy = _Fake(
+        cuda=_Fake(Device=lambda d: contextlib.nullcontext()),
+        get_default_memory_pool=lambda: _Fake(total_bytes=total_bytes),
+    )
+    pool = _Fake(pool_size=lambda: 7 << 20)
+    rmm = _Fake(mr=_Fake(get_per_device_resource=lambda d: _Fake(get_upstream=lambda: pool)))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "rmm", rmm)
+    route = _Fake(installed=lambda: torch_installed)
+    monkeypatch.setitem(sys.modules, "memarray.interop.torch", route)
+
+
+def test_libraries_own_allocators_are_asked_and_taken_out_of_outside(monkeypatch):
+    from memarray import notebook
+
+    _fake_libraries(monkeypatch)
+    total, free = 1 << 30, (1 << 30) - (100 << 20)
+    frame = notebook.usage(None, total=total, free=free, device=1)
+    bands = {name: n for name, n, _ in frame["bands"]}
+    assert bands["torch (own allocator)"] == 10 << 20, bands
+    assert bands["cupy (own pool)"] == 2 << 20 and bands["rmm (own pool)"] == 7 << 20, bands
+    through = sum(r["live_bytes"] for r in frame["libraries"])
+    assert bands["outside memarray"] == (100 << 20) - through - (19 << 20), bands
+    assert "torch (own allocator)" in notebook.render([frame])
+
+
+def test_torch_routed_through_memarray_and_a_failing_library_have_no_own_band(monkeypatch):
+    from memarray import notebook
+
+    _fake_libraries(monkeypatch, torch_installed=True, cupy_fails=True)
+    frame = notebook.usage(None, total=1 << 30, free=1 << 29, device=0)
+    names = [name for name, _, _ in frame["bands"]]
+    assert "torch (own allocator)" not in names and "cupy (own pool)" not in names, names
+    assert "rmm (own pool)" in names
+
+
 def test_render_draws_bands_in_proportion_and_escapes():
     from memarray import notebook
 

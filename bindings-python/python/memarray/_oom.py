@@ -1,10 +1,10 @@
 """What ``memarray.OutOfMemoryError.report`` holds: who holds what when an allocation
 through memarray ran out, built at the failing call from counters (no device work, no
 sync): the bytes asked for and the resource that refused them, per library the bytes it
-holds through memarray and memarray's cache (the device's default resource, as the
-monitor reads it), what the driver says is used outside memarray, what relief and
-spilling tried so far, the top allocation sites where a ``Tracking(stacks=True)`` is in
-the stack, and one line saying what to do."""
+holds through memarray there and its budget (the ledger), memarray's cache (the device's
+default resource, as the monitor reads it), what the driver says is used outside
+memarray, what relief and spilling tried so far, the top allocation sites where a
+``Tracking(stacks=True)`` is in the stack, and one line saying what to do."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 _ASKED = re.compile(r"out of memory: (\d+) bytes from (.+?): (.*)", re.S)
 _DEVICE = re.compile(r"cuda:(\d+)")
+_BUDGET = re.compile(r"past (\w+)'s budget on ")
 
 
 def _mib(n: int) -> str:
@@ -45,6 +46,14 @@ class OutOfMemoryReport:
             out.append(f"held: {held}")
             if frame["total"] is not None:
                 out.append(f"driver: {_mib(frame['free'] or 0)} free of {_mib(frame['total'])}")
+        libs = f.get("libraries") or []
+        if libs:
+            held = ", ".join(
+                f"{row['source']} {_mib(row['live_bytes'])}"
+                + (f" (budget {_mib(row['budget'])})" if row["budget"] is not None else "")
+                for row in libs
+            )
+            out.append(f"through memarray here: {held}")
         pool = f["pool"]
         if pool is not None:
             out.append(
@@ -75,7 +84,14 @@ class OutOfMemoryReport:
         return f"{picture}<div style='font-family:sans-serif;font-size:12px'>{text}</div>"
 
 
-def _advice(device: int | None, frame: dict[str, Any] | None, tracking: bool) -> str:
+def _advice(device: int | None, frame: dict[str, Any] | None, tracking: bool, reason: str) -> str:
+    budget = _BUDGET.search(reason)
+    if budget:
+        where = 'device="host"' if device is None else f"device={device}"
+        return (
+            f"{budget[1]} reached its budget: free some of its memory or raise the budget "
+            f'(memarray.resources.set_budget("{budget[1]}", ..., {where}))'
+        )
     if device is None:
         return "free host memory or raise the limit of the resource that refused"
     bands = dict((name, n) for name, n, _ in (frame or {}).get("bands", []))
@@ -108,6 +124,8 @@ def report(message: str) -> OutOfMemoryReport:
         except Exception:  # a report never hides the error it explains
             frame = None
     relief = resources.pressure_statistics()
+    here = "host" if device is None else device
+    libraries = [row for row in resources.library_usage() if row["device"] == here]
     sites: list[str] = []
     if frame is not None:
         for name, _, s in frame["bands"]:
@@ -124,7 +142,8 @@ def report(message: str) -> OutOfMemoryReport:
                 k: relief[k] for k in ("events", "recovered", "failed", "spills", "spilled_bytes")
             },
             "relievers": relief.get("relievers", []),
+            "libraries": libraries,
             "sites": sites[:3],
-            "advice": _advice(device, frame, bool(frame and frame.get("tracking"))),
+            "advice": _advice(device, frame, bool(frame and frame.get("tracking")), reason),
         }
     )

@@ -3,14 +3,15 @@
 ``memarray.notebook.monitor()`` (a cell's value, or ``display(monitor())``) draws, for each
 device and refreshed about once a second by a background thread while it is shown, the
 device's bytes as one bar: what each library holds through memarray (memarray's arrays,
-torch, CuPy, Numba, RMM, cuda.core: the default resource's ``Statistics`` or ``Tracking``
-tell them apart; without either, one band for all), what memarray's pool keeps cached, what
-the driver says is used outside memarray (its used bytes minus memarray's), and free
-memory; beside the bar, the spilled host and file tiers and the spill budget. Hovering a
-band shows its top allocation sites when the resource is a ``Tracking(stacks=True)``. A
-button saves a torch-format snapshot (``resources.save_torch_snapshot``) when there is a
-Tracking. The thread starts when the monitor is first shown and stops when it is closed
-or the kernel restarts; a monitor never shown costs nothing.
+torch, CuPy, Numba, RMM, cuda.core: memarray's ledger counts every allocation, no setup
+needed), what memarray's pool keeps cached, what torch, CuPy and RMM hold in allocators of
+their own (asked when they are imported), what the driver says is used outside all of
+them, and free memory; beside the bar, the spilled host and file tiers and the spill
+budget. Hovering a band shows its top allocation sites when the device's default resource
+is a ``Tracking(stacks=True)``. A button saves a torch-format snapshot
+(``resources.save_torch_snapshot``) when there is a Tracking. The thread starts when the
+monitor is first shown and stops when it is closed or the kernel restarts; a monitor never
+shown costs nothing.
 
 Needs ipywidgets (``pip install "memarray[notebook]"``). ``usage`` and ``render`` are the
 pure halves (one frame of figures, its HTML), usable without a notebook.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 import threading
 import time
 from typing import Any
@@ -38,6 +40,9 @@ COLOURS = {
     "cuda_core": "#937860",
     "through memarray": "#4c72b0",
     "cached by memarray": "#b0c4de",
+    "torch (own allocator)": "#f0b58c",
+    "cupy (own pool)": "#a3d1ad",
+    "rmm (own pool)": "#bcb3d9",
     "outside memarray": "#999999",
 }
 
@@ -71,6 +76,50 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.1f} MiB"
 
 
+def _own_pools(device: int) -> list[tuple[str, int, list[str]]]:
+    """Bands for the libraries loaded here that hold device memory in allocators of their
+    own, asked through their own counters (a library not imported is never imported):
+    torch's caching allocator (when memarray is not torch's source), CuPy's default pool,
+    the pool or statistics adaptor of RMM's resource for the device (when it is not
+    memarray's). Any failure asking a library leaves its band out."""
+    out: list[tuple[str, int, list[str]]] = []
+    torch = sys.modules.get("torch")
+    ours = sys.modules.get("memarray.interop.torch")
+    try:
+        if (
+            torch is not None
+            and torch.cuda.is_initialized()
+            and not (ours is not None and ours.installed())
+        ):
+            out.append(("torch (own allocator)", int(torch.cuda.memory_reserved(device)), []))
+    except Exception:  # a monitor never fails on a library's question
+        pass
+    cupy = sys.modules.get("cupy")
+    try:
+        if cupy is not None:
+            with cupy.cuda.Device(device):
+                out.append(
+                    ("cupy (own pool)", int(cupy.get_default_memory_pool().total_bytes()), [])
+                )
+    except Exception:
+        pass
+    try:
+        if "rmm" in sys.modules:
+            mr = sys.modules["rmm"].mr.get_per_device_resource(device)
+            while mr is not None:
+                if hasattr(mr, "pool_size"):
+                    out.append(("rmm (own pool)", int(mr.pool_size()), []))
+                    break
+                if hasattr(mr, "get_allocation_counts"):
+                    counts = mr.get_allocation_counts()
+                    out.append(("rmm (own pool)", int(counts["current_bytes"]), []))
+                    break
+                mr = mr.get_upstream() if hasattr(mr, "get_upstream") else None
+    except Exception:
+        pass
+    return [band for band in out if band[1] > 0]
+
+
 def usage(
     resource: resources.Resource | None,
     *,
@@ -79,18 +128,32 @@ def usage(
     spilled: dict[str, Any] | None = None,
     budget: int | None = None,
     label: str = "",
+    device: int | str | None = None,
 ) -> dict[str, Any]:
-    """One frame of figures for a resource stack (a device's default resource): the bands
-    (``[(name, bytes, sites)]``: each library through memarray, memarray's cache, outside
-    memarray), the driver's ``total`` and ``free`` bytes where known, the spilled tiers,
-    the budget and (``pool``) memarray's cache and its largest free block. Reads counters
-    only (a Tracking's too: per source and per stack, kept
-    as allocations come and go): no device work, no sync, no walk over allocations."""
+    """One frame of figures: the bands (``[(name, bytes, sites)]``: each library through
+    memarray, memarray's cache, each library's own allocator, outside memarray), the
+    driver's ``total`` and ``free`` bytes where known, the spilled tiers, the budget,
+    (``pool``) memarray's cache and its largest free block, and (``libraries``) the
+    ledger's rows of ``device``.
+
+    With ``device`` (a device id, or "host"), what each library holds there comes from
+    memarray's ledger (every allocation through memarray, whatever the resource: no setup),
+    or from a ``Tracking`` in ``resource``'s stack, which adds the top allocation sites; on
+    a device, libraries that keep their own allocators (torch, CuPy, RMM) are asked what
+    they hold. Without ``device``, the figures are ``resource``'s stack's alone (its
+    ``Tracking`` or ``Statistics`` per library, or a ``Pool``'s bytes in use). Reads
+    counters only: no device work, no sync, no walk over allocations."""
     stack = _stack(resource)
     bands: list[tuple[str, int, list[str]]] = []
     tracking = next((r for r in stack if isinstance(r, resources.Tracking)), None)
     stats = next((r for r in stack if isinstance(r, resources.Statistics)), None)
     pool = next((r for r in stack if isinstance(r, resources.Pool)), None)
+    pool_stats = pool.statistics() if pool is not None else None
+    rows = (
+        [r for r in resources.library_usage() if r["device"] == device]
+        if device is not None
+        else []
+    )
     through = 0
     if tracking is not None:
         by_stack = tracking.live_by_stack()
@@ -98,21 +161,28 @@ def usage(
             if n:
                 bands.append((source, n, _sites(by_stack, source, n)))
                 through += n
+    elif device is not None:
+        for row in rows:
+            if row["live_bytes"]:
+                bands.append((row["source"], int(row["live_bytes"]), []))
+                through += int(row["live_bytes"])
     elif stats is not None:
         for source, s in stats.statistics().get("by_source", {}).items():
             if s["current_bytes"]:
                 bands.append((source, int(s["current_bytes"]), []))
                 through += int(s["current_bytes"])
-    pool_stats = pool.statistics() if pool is not None else None
-    if tracking is None and stats is None and pool_stats is not None:
-        through = int(pool_stats["used_bytes"])
-        if through:
-            bands.append(("through memarray", through, []))
+    if tracking is None and pool_stats is not None and int(pool_stats["used_bytes"]) > through:
+        # Bytes of the pool no library was counted for (all of them, without a device).
+        rest = int(pool_stats["used_bytes"]) - through
+        bands.append(("through memarray", rest, []))
+        through += rest
     cached = int(pool_stats["cached_bytes"]) if pool_stats is not None else 0
     if cached:
         bands.append(("cached by memarray", cached, []))
+    own = _own_pools(device) if isinstance(device, int) else []
+    bands += own
     if total is not None and free is not None:
-        outside = max(0, total - free - through - cached)
+        outside = max(0, total - free - through - cached - sum(n for _, n, _ in own))
         if outside:
             bands.append(("outside memarray", outside, []))
     return {
@@ -130,11 +200,14 @@ def usage(
             if pool_stats is None
             else {k: int(pool_stats[k]) for k in ("cached_bytes", "largest_free_bytes")}
         ),
+        "libraries": rows,
     }
 
 
 def device_usage(device: int) -> dict[str, Any]:
-    """``usage`` of ``device``'s default resource, with the driver's figures and spilling's."""
+    """``usage`` of ``device``: what each library holds there through memarray (the
+    ledger, or the default resource's ``Tracking``), memarray's cache, the libraries' own
+    allocators, the driver's figures and spilling's."""
     r = resources.get_default_resource(device)
     info = r.memory_info()
     free, total = info if info is not None else (None, None)
@@ -146,6 +219,7 @@ def device_usage(device: int) -> dict[str, Any]:
         spilled=spill.statistics(device),
         budget=settings.get("device_budget"),
         label=f"cuda:{device}",
+        device=device,
     )
 
 

@@ -63,13 +63,16 @@ __all__ = [
     "Rmm",
     "Statistics",
     "Tracking",
+    "budgets",
     "get_default_resource",
+    "library_usage",
     "numpy_pool_statistics",
     "plot",
     "pressure_statistics",
     "register_reliever",
     "release_numpy_pool",
     "save_torch_snapshot",
+    "set_budget",
     "set_default_resource",
     "snapshot",
     "statistics",
@@ -486,6 +489,38 @@ def pressure_statistics() -> dict:
     run: ``id``, ``name``, ``device``, ``source``, ``priority``, ``calls``,
     ``released_bytes``, ``failures``)."""
     return _memarray._interop.pressure_stats()
+
+
+def set_budget(source: str, nbytes: int | str | None, *, device: int | str | None = None) -> None:
+    """Caps what one library may hold through memarray: ``source`` is one of ``SOURCES``
+    ("memarray" for memarray's own arrays), ``nbytes`` an int or a size ("4GiB"; None
+    removes the budget), ``device`` None for each device (a device's own budget, where
+    set, takes precedence), a device id (or "cuda:N") for one, "host" for host memory.
+
+    An allocation that would take the library past its budget first spills memarray's
+    arrays when it is memarray's budget and spilling is on there (``memarray.spill``), then
+    raises ``OutOfMemoryError`` naming the budget; the other libraries keep allocating.
+    What the library holds already stays. Counted are allocations through memarray's
+    allocation path: memarray's device arrays, the allocators ``memarray.torch``,
+    ``memarray.cupy``, ``memarray.rmm``, ``memarray.numba`` and ``memarray.cuda_core``
+    install, and ``Resource.allocate``; the check costs about 10 ns an allocation."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a library name, got {type(source).__name__}")
+    _memarray._interop.set_budget(source, nbytes, device)
+
+
+def library_usage() -> list[dict]:
+    """What each library holds through memarray now, per place: rows of ``source``,
+    ``device`` (a device id, or "host"), ``live_bytes``, ``budget`` (None without one)
+    and ``refused`` (allocations its budget refused there), for every library that holds
+    memory, has a budget or was refused there. Read from counters kept as allocations
+    come and go (no walk over allocations)."""
+    return _memarray._interop.library_usage()
+
+
+def budgets() -> list[dict]:
+    """The rows of ``library_usage()`` that have a budget."""
+    return [row for row in library_usage() if row["budget"] is not None]
 
 
 class Reliever:

@@ -10,7 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 
-use memarray_core::resource::{allocate_with_relief, with_source};
+use memarray_core::resource::{allocate_with_relief, deallocate_counted, with_source};
 use memarray_core::{MemoryResource, RawStream};
 
 use super::glue::{BLOCK_ALIGN, Blocks};
@@ -111,9 +111,18 @@ impl CudaCoreCallbacks {
                 Ok(buffer)
             }
             Err(e) => {
-                // SAFETY: p came from the resource with (size, BLOCK_ALIGN) just above and was
-                // handed to no one.
-                unsafe { self.resource.deallocate(p, size, BLOCK_ALIGN, stream) };
+                // SAFETY: p came from the resource with (size, BLOCK_ALIGN) through the
+                // allocation path for cuda_core just above and was handed to no one.
+                unsafe {
+                    deallocate_counted(
+                        &*self.resource,
+                        *crate::sources::CUDA_CORE,
+                        p,
+                        size,
+                        BLOCK_ALIGN,
+                        stream,
+                    )
+                };
                 Err(e)
             }
         }

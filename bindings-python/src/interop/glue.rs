@@ -8,7 +8,7 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::PyResult;
 use pyo3::exceptions::PyValueError;
 
-use memarray_core::resource::with_source;
+use memarray_core::resource::deallocate_counted;
 use memarray_core::{MemoryResource, RawStream, Source};
 
 /// Alignment of blocks handed to torch, CuPy, RMM and cuda.core (torch asks for none; its own
@@ -71,12 +71,10 @@ impl Blocks {
         };
         if let (Some((size, allocated_on)), Some(p)) = (known, NonNull::new(ptr as *mut u8)) {
             let stream = stream.unwrap_or(allocated_on);
-            with_source(source, || {
-                // SAFETY: p came from `resource` with (size, align) when it was handed out
-                // and left the table above, so it is freed once; the caller's work on it is
-                // ordered on `stream`.
-                unsafe { resource.deallocate(p, size, align, stream) }
-            });
+            // SAFETY: p came from `resource` with (size, align) through the allocation
+            // path for `source` when it was handed out and left the table above, so it is
+            // freed once; the caller's work on it is ordered on `stream`.
+            unsafe { deallocate_counted(resource, source, p, size, align, stream) };
         }
         Ok(())
     }

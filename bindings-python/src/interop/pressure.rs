@@ -1,13 +1,16 @@
 //! The relief path's Python half: the relievers that make torch, CuPy and RMM give cached
-//! memory back when memarray runs out (`memarray/_pressure.py`), its counters, and the
-//! Python stack provider of the tracking adaptor.
+//! memory back when memarray runs out (`memarray/_pressure.py`), its counters, the
+//! libraries' budgets and live bytes (the ledger), and the Python stack provider of the
+//! tracking adaptor.
 
 use std::sync::Arc;
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use memarray_core::Source;
+use memarray_core::resource::ledger::{self, BudgetScope, Place};
 use memarray_core::resource::{pressure, pressure_statistics};
 
 /// The process-wide counters of the relief path, as a dict.
@@ -111,4 +114,83 @@ pub(super) fn python_stack() -> Option<String> {
             .ok()
     })
     .flatten()
+}
+
+/// Sets (`nbytes` an int or a size such as "4GiB") or removes (None) the budget of
+/// `source` (memarray or one of its known libraries) on `device`: None every device,
+/// "host" host memory, or a device id.
+#[pyfunction]
+#[pyo3(signature = (source, nbytes, device))]
+pub(super) fn set_budget(
+    source: &str,
+    nbytes: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let source = library(source)?;
+    let bytes = match nbytes.filter(|n| !n.is_none()) {
+        None => None,
+        Some(n) if n.is_instance_of::<pyo3::types::PyString>() => Some(
+            memarray_cuda::env::parse_bytes(&n.extract::<String>()?)
+                .map_err(|e| PyValueError::new_err(format!("nbytes: {e}")))?,
+        ),
+        Some(n) => Some(crate::convert::int::<u64>(n, "nbytes")?),
+    };
+    let scope = match device.filter(|d| !d.is_none()) {
+        None => BudgetScope::EveryDevice,
+        Some(d) => BudgetScope::Place(place(d)?),
+    };
+    ledger::set_budget(source, scope, bytes).map_err(crate::errors::core_err)
+}
+
+/// Every library's live bytes, budget and refusals per place (see
+/// `memarray.resources.library_usage`).
+#[pyfunction]
+pub(super) fn library_usage(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let rows = PyList::empty(py);
+    for u in ledger::usage() {
+        let row = PyDict::new(py);
+        row.set_item("source", u.source.name())?;
+        match u.place {
+            Place::Host => row.set_item("device", "host")?,
+            Place::Device(d) => row.set_item("device", d)?,
+        }
+        row.set_item("live_bytes", u.live_bytes)?;
+        row.set_item("budget", u.budget)?;
+        row.set_item("refused", u.refused)?;
+        rows.append(row)?;
+    }
+    Ok(rows)
+}
+
+/// "memarray" or one of the known libraries.
+fn library(name: &str) -> PyResult<Source> {
+    if name == "memarray" {
+        Ok(Source::MEMARRAY)
+    } else {
+        crate::sources::named(name)
+    }
+}
+
+/// "host", a device id, or "cuda:N".
+fn place(device: &Bound<'_, PyAny>) -> PyResult<Place> {
+    if let Ok(text) = device.extract::<String>() {
+        if text == "host" {
+            return Ok(Place::Host);
+        }
+        if let Some(d) = text
+            .strip_prefix("cuda:")
+            .and_then(|d| d.parse::<u32>().ok())
+        {
+            return Ok(Place::Device(d));
+        }
+        return Err(PyValueError::new_err(format!(
+            "device {text:?}: expected None (every device), \"host\", a device id or \"cuda:N\""
+        )));
+    }
+    if device.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(
+            "device must be None, \"host\" or a device id, not a bool",
+        ));
+    }
+    Ok(Place::Device(crate::convert::int::<u32>(device, "device")?))
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 
-use memarray_core::resource::{allocate_with_relief, with_source};
+use memarray_core::resource::{allocate_with_relief, deallocate_counted, with_source};
 use memarray_core::{CoreError, MemoryResource, RawStream};
 use memarray_cuda::Device;
 use memarray_cuda::resource::default_resource;
@@ -91,17 +91,21 @@ fn torch_release(ptr: usize, size: usize) {
         return; // not a block of ours: torch never frees one it did not get from us
     };
     if let Some(p) = NonNull::new(ptr as *mut u8) {
-        with_source(*crate::sources::TORCH, || {
-            // SAFETY: p came from this resource with (size, BLOCK_ALIGN) in torch_alloc
-            // (torch passes back the size it asked for); the block left the table above,
-            // so it is freed once; torch's work on it is ordered on its stream (torch
-            // waited for its recorded streams before giving the segment back).
-            unsafe {
-                block
-                    .resource
-                    .deallocate(p, size, BLOCK_ALIGN, Some(block.stream))
-            }
-        });
+        // SAFETY: p came from this resource with (size, BLOCK_ALIGN) through the
+        // allocation path for torch in torch_alloc (torch passes back the size it asked
+        // for); the block left the table above, so it is freed once; torch's work on it is
+        // ordered on its stream (torch waited for its recorded streams before giving the
+        // segment back).
+        unsafe {
+            deallocate_counted(
+                &*block.resource,
+                *crate::sources::TORCH,
+                p,
+                size,
+                BLOCK_ALIGN,
+                Some(block.stream),
+            )
+        }
     }
 }
 

@@ -165,6 +165,15 @@ pub enum CoreError {
         /// The registered names (or why no more can be).
         known: String,
     },
+    /// A library budget that cannot be set
+    /// ([`set_budget`](crate::resource::ledger::set_budget)).
+    #[error("budget on {place}: {reason}")]
+    BadBudget {
+        /// Where it was to apply.
+        place: String,
+        /// Why not.
+        reason: String,
+    },
     /// An I/O error from a file-backed resource.
     #[error("I/O error on {path}: {reason}")]
     Io {
@@ -217,6 +226,7 @@ impl CoreError {
             | CoreError::CopyOutOfRange { .. }
             | CoreError::BadNpy { .. }
             | CoreError::UnknownSource { .. }
+            | CoreError::BadBudget { .. }
             | CoreError::Layout(_) => ErrorKind::InvalidArgument,
         }
     }

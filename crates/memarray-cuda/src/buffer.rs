@@ -31,6 +31,10 @@ pub struct DeviceBuffer {
     len: usize,
     resource: Arc<dyn MemoryResource>,
     free_stream: StreamRef,
+    /// The library the allocation path counted the buffer for on its device's ledger
+    /// ([`memarray_core::resource::ledger`]); `None` for memory it did not allocate (a
+    /// slice, another library's memory).
+    counted: Option<memarray_core::Source>,
     /// Events at the end of other streams' use of the buffer.
     uses: std::sync::Mutex<Vec<crate::event::Event>>,
     /// The IPC handle and interprocess event, made on the first export to another process.
@@ -93,6 +97,7 @@ impl DeviceBuffer {
         zeroed: bool,
     ) -> Result<Self> {
         Self::check_resource(device, &*resource)?;
+        let source = memarray_core::resource::current_source().unwrap_or_default();
         let ptr = memarray_core::resource::allocate_with_relief(
             &*resource,
             len,
@@ -100,7 +105,9 @@ impl DeviceBuffer {
             Some(stream.into()),
             zeroed,
         )?;
-        Ok(Self::from_parts(device, ptr, len, resource, stream))
+        let mut buffer = Self::from_parts(device, ptr, len, resource, stream);
+        buffer.counted = Some(source);
+        Ok(buffer)
     }
 
     /// Wraps `len` bytes at `addr` on `device` that another library owns (a DLPack or
@@ -188,6 +195,7 @@ impl DeviceBuffer {
             len,
             resource,
             free_stream,
+            counted: None,
             uses: std::sync::Mutex::new(Vec::new()),
             ipc: std::sync::OnceLock::new(),
         }
@@ -318,16 +326,24 @@ impl Drop for DeviceBuffer {
                 self.free_stream.wait(e),
             );
         }
-        // SAFETY: `ptr` came from this resource with (len, DEVICE_ALIGN) and is freed only
-        // here (item 1); work using it is ordered on `free_stream` by the caller's use of
-        // the buffer, as documented on the type (item 2).
+        let stream = Some(self.free_stream.into());
+        let (p, len, r) = (self.ptr, self.len, &*self.resource);
+        // SAFETY: `ptr` came from this resource with (len, DEVICE_ALIGN) (through the
+        // allocation path for `counted` when that is set) and is freed only here (item 1);
+        // work using it is ordered on `free_stream` by the caller's use of the buffer, as
+        // documented on the type (item 2).
         unsafe {
-            self.resource.deallocate(
-                self.ptr,
-                self.len,
-                DEVICE_ALIGN,
-                Some(self.free_stream.into()),
-            )
+            match self.counted {
+                Some(source) => memarray_core::resource::deallocate_counted(
+                    r,
+                    source,
+                    p,
+                    len,
+                    DEVICE_ALIGN,
+                    stream,
+                ),
+                None => r.deallocate(p, len, DEVICE_ALIGN, stream),
+            }
         }
     }
 }

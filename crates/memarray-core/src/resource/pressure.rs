@@ -12,6 +12,7 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::ledger::{self, Place};
 use super::{MemoryResource, RawStream, Source};
 use crate::error::{CoreError, Result};
 
@@ -303,10 +304,14 @@ pub fn relieve(resource: &dyn MemoryResource, source: Source) -> usize {
     total
 }
 
-/// `resource.allocate(bytes, align, stream)` (zeroed when `zeroed`); on out-of-memory,
-/// [`relieve`] and one retry; if that fails too and spilling is on for the resource's
-/// device, spill arrays and retry while spilling frees memory. The source is this thread's
-/// [`current_source`](super::current_source) (memarray's own outside any glue).
+/// `resource.allocate(bytes, align, stream)` (zeroed when `zeroed`) for this thread's
+/// [`current_source`](super::current_source) (memarray's own outside any glue), counted on
+/// the [`ledger`] (free it with [`deallocate_counted`](super::deallocate_counted)
+/// and that source). Past the source's budget there, memarray's own arrays spill first
+/// (when it is memarray's budget and spilling is on), then the allocation is refused
+/// naming the budget. On out-of-memory, [`relieve`] and one retry; then the user's
+/// relievers; if that fails too and spilling is on for the resource's device, spill
+/// arrays and retry while spilling frees memory.
 pub fn allocate_with_relief(
     resource: &dyn MemoryResource,
     bytes: usize,
@@ -322,6 +327,66 @@ pub fn allocate_with_relief(
     {
         budget(device, bytes, stream);
     }
+    let place = Place::of(resource);
+    within_library_budget(resource, source, place, bytes, stream)?;
+    let got = allocate_relieved(resource, source, bytes, align, stream, zeroed);
+    if got.is_err() {
+        ledger::release(source, place, bytes);
+    }
+    got
+}
+
+/// Counts `bytes` for `source` on `place` within its budget: past it, memarray's own
+/// arrays spill first when the source is memarray's and spilling is on there (not under a
+/// capture), then the allocation is refused with [`CoreError::OutOfMemory`] naming the
+/// budget.
+fn within_library_budget(
+    resource: &dyn MemoryResource,
+    source: Source,
+    place: Place,
+    bytes: usize,
+    stream: Option<RawStream>,
+) -> Result<()> {
+    let Err(mut over) = ledger::try_reserve(source, place, bytes) else {
+        return Ok(());
+    };
+    if source == Source::MEMARRAY
+        && let Place::Device(device) = place
+        && !captured(Some(device), stream)
+        && let Some(spill) = with_state(|st| st.spill.clone())
+    {
+        for _ in 0..16 {
+            let need = (over.live + bytes as u64).saturating_sub(over.budget);
+            if spill(device, need as usize) == 0 {
+                break;
+            }
+            match ledger::try_reserve(source, place, bytes) {
+                Ok(()) => return Ok(()),
+                Err(o) => over = o,
+            }
+        }
+    }
+    ledger::note_refused(source, place);
+    Err(CoreError::OutOfMemory {
+        bytes,
+        resource: resource.name().to_string(),
+        reason: format!(
+            "past {source}'s budget on {place}: it holds {} of its {} bytes; free some of \
+             its memory or raise its budget (other libraries are not limited by it)",
+            over.live, over.budget
+        ),
+    })
+}
+
+/// The allocation and the relief steps after it (see [`allocate_with_relief`]).
+fn allocate_relieved(
+    resource: &dyn MemoryResource,
+    source: Source,
+    bytes: usize,
+    align: usize,
+    stream: Option<RawStream>,
+    zeroed: bool,
+) -> Result<NonNull<u8>> {
     let call = || {
         if zeroed {
             resource.allocate_zeroed(bytes, align, stream)

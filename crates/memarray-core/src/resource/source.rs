@@ -22,8 +22,9 @@ use std::sync::{PoisonError, RwLock};
 use crate::error::CoreError;
 
 /// A library that allocates through memarray: a registered name, cheap to copy and to
-/// compare; [`Source::index`] is dense (`0..Source::MAX`) for per-source counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// compare; [`Source::index`] is dense (`0..Source::MAX`) for per-source counters. The
+/// default is [`Source::MEMARRAY`] (an allocation outside any library's glue).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Source(u8);
 
 /// The registered names, in index order (index 0: memarray).

@@ -1,0 +1,268 @@
+//! What each library holds, and its budget: live bytes per [`Source`] and place (host
+//! memory, each device) of every allocation through memarray's allocation path
+//! ([`allocate_with_relief`](super::allocate_with_relief), freed through
+//! [`deallocate_counted`]), kept as allocations come and go, so a monitor or an
+//! out-of-memory report reads counters, never a list of allocations.
+//!
+//! A budget ([`set_budget`]) caps one library's live bytes on one place (or on every
+//! device): an allocation that would pass it first spills memarray's arrays when the
+//! library is memarray's own and spilling is on there, then fails with
+//! [`CoreError::OutOfMemory`] naming the budget, while the other libraries keep
+//! allocating. The check is one atomic add and one load ([`try_reserve`]).
+//!
+//! Counted are allocations that name their resource's place: a resource whose
+//! [`device_id`](super::MemoryResource::device_id) is `Some(d)` counts on device `d`
+//! (devices `0..MAX_DEVICES`; past that nothing is counted), any other on host memory.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use super::{MemoryResource, Source};
+use crate::error::CoreError;
+
+/// Devices the ledger keeps counts for (ids `0..MAX_DEVICES`).
+pub const MAX_DEVICES: usize = 64;
+
+/// Host memory, then each device.
+const PLACES: usize = 1 + MAX_DEVICES;
+
+/// No budget.
+const NONE: u64 = u64::MAX;
+
+type Table = [[AtomicU64; PLACES]; Source::MAX];
+
+/// Live bytes per source and place.
+static LIVE: Table = [const { [const { AtomicU64::new(0) }; PLACES] }; Source::MAX];
+/// The budget in force per source and place (the place's own, else every device's):
+/// what the allocation path reads.
+static BUDGET: Table = [const { [const { AtomicU64::new(NONE) }; PLACES] }; Source::MAX];
+/// Allocations refused by a budget, per source and place.
+static REFUSED: Table = [const { [const { AtomicU64::new(0) }; PLACES] }; Source::MAX];
+
+/// The budgets as set: per source, every device's, and each place's own. [`BUDGET`] is
+/// recomputed from them under this lock.
+struct Settings {
+    every_device: [Option<u64>; Source::MAX],
+    own: [[Option<u64>; PLACES]; Source::MAX],
+}
+
+static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
+    every_device: [None; Source::MAX],
+    own: [[None; PLACES]; Source::MAX],
+});
+
+/// Where memory is, for the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// Host memory (pageable, pinned, a file's mapping).
+    Host,
+    /// Device `0..MAX_DEVICES`'s memory.
+    Device(u32),
+}
+
+impl Place {
+    /// The place of `resource`'s memory.
+    pub fn of(resource: &dyn MemoryResource) -> Place {
+        resource.device_id().map_or(Place::Host, Place::Device)
+    }
+
+    /// The slot in the tables, or `None` for a device past [`MAX_DEVICES`].
+    fn slot(self) -> Option<usize> {
+        match self {
+            Place::Host => Some(0),
+            Place::Device(d) => ((d as usize) < MAX_DEVICES).then_some(1 + d as usize),
+        }
+    }
+
+    fn at(slot: usize) -> Place {
+        if slot == 0 {
+            Place::Host
+        } else {
+            Place::Device((slot - 1) as u32)
+        }
+    }
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Place::Host => f.write_str("host memory"),
+            Place::Device(d) => write!(f, "cuda:{d}"),
+        }
+    }
+}
+
+/// Where a budget applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetScope {
+    /// One place.
+    Place(Place),
+    /// Each device (a device's own budget, where set, takes precedence).
+    EveryDevice,
+}
+
+/// Sets (`Some`) or removes (`None`) `source`'s budget in `scope`: the most live bytes
+/// the library may hold there through memarray. Bytes it already holds stay; its next
+/// allocation past the budget is refused. A device past [`MAX_DEVICES`] is refused.
+///
+/// # Errors
+/// [`CoreError::BadBudget`] for a device past [`MAX_DEVICES`].
+pub fn set_budget(source: Source, scope: BudgetScope, bytes: Option<u64>) -> Result<(), CoreError> {
+    let mut s = SETTINGS.lock().unwrap_or_else(PoisonError::into_inner);
+    let i = source.index();
+    match scope {
+        BudgetScope::EveryDevice => s.every_device[i] = bytes,
+        BudgetScope::Place(place) => {
+            let slot = place.slot().ok_or_else(|| CoreError::BadBudget {
+                place: place.to_string(),
+                reason: format!("devices 0..{MAX_DEVICES} are counted"),
+            })?;
+            s.own[i][slot] = bytes;
+        }
+    }
+    for (slot, (cell, own)) in BUDGET[i].iter().zip(s.own[i]).enumerate() {
+        let every = (slot > 0).then_some(s.every_device[i]).flatten();
+        cell.store(own.or(every).unwrap_or(NONE), Ordering::Release);
+    }
+    Ok(())
+}
+
+/// The budget in force for `source` on `place`, if any.
+pub fn budget(source: Source, place: Place) -> Option<u64> {
+    let slot = place.slot()?;
+    let b = BUDGET[source.index()][slot].load(Ordering::Acquire);
+    (b != NONE).then_some(b)
+}
+
+/// One library's figures on one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LibraryUsage {
+    /// The library.
+    pub source: Source,
+    /// Where.
+    pub place: Place,
+    /// Bytes it holds now through memarray's allocation path.
+    pub live_bytes: u64,
+    /// Its budget there, if any.
+    pub budget: Option<u64>,
+    /// Allocations its budget refused there.
+    pub refused: u64,
+}
+
+/// Every library's figures on every place where it holds memory, has a budget or was
+/// refused; one pass over counters (no lock, no list of allocations).
+pub fn usage() -> Vec<LibraryUsage> {
+    let mut out = Vec::new();
+    for source in Source::all() {
+        let i = source.index();
+        for slot in 0..PLACES {
+            let live_bytes = LIVE[i][slot].load(Ordering::Acquire);
+            let b = BUDGET[i][slot].load(Ordering::Acquire);
+            let refused = REFUSED[i][slot].load(Ordering::Relaxed);
+            if live_bytes > 0 || b != NONE || refused > 0 {
+                out.push(LibraryUsage {
+                    source,
+                    place: Place::at(slot),
+                    live_bytes,
+                    budget: (b != NONE).then_some(b),
+                    refused,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Bytes `source` holds on `place` now.
+pub fn live_bytes(source: Source, place: Place) -> u64 {
+    place
+        .slot()
+        .map_or(0, |slot| LIVE[source.index()][slot].load(Ordering::Acquire))
+}
+
+/// What a refused reservation found: the budget and the bytes already held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverBudget {
+    /// The budget.
+    pub budget: u64,
+    /// Bytes held before this allocation.
+    pub live: u64,
+}
+
+/// Counts `bytes` more for `source` on `place` unless that passes its budget (then
+/// nothing is counted). One atomic add and one load; a place past [`MAX_DEVICES`] counts
+/// nothing and has no budget.
+#[inline]
+pub fn try_reserve(source: Source, place: Place, bytes: usize) -> Result<(), OverBudget> {
+    let Some(slot) = place.slot() else {
+        return Ok(());
+    };
+    let i = source.index();
+    let b = bytes as u64;
+    let before = LIVE[i][slot].fetch_add(b, Ordering::AcqRel);
+    let budget = BUDGET[i][slot].load(Ordering::Acquire);
+    if before.saturating_add(b) <= budget {
+        return Ok(());
+    }
+    LIVE[i][slot].fetch_sub(b, Ordering::AcqRel);
+    Err(OverBudget {
+        budget,
+        live: before,
+    })
+}
+
+/// Counts a refusal by `source`'s budget on `place`.
+pub(super) fn note_refused(source: Source, place: Place) {
+    if let Some(slot) = place.slot() {
+        REFUSED[source.index()][slot].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Takes `bytes` of `source` on `place` off the count (a free, or an allocation that
+/// failed after [`try_reserve`]).
+#[inline]
+pub fn release(source: Source, place: Place, bytes: usize) {
+    if let Some(slot) = place.slot() {
+        LIVE[source.index()][slot].fetch_sub(bytes as u64, Ordering::AcqRel);
+    }
+}
+
+/// Frees memory that [`allocate_with_relief`](super::allocate_with_relief) gave `source`
+/// (the thread's [`current_source`](super::current_source) then, memarray's own outside
+/// any glue): `resource.deallocate` with the same arguments, under `source` (so adaptors
+/// that count per source count the free for it), then takes it off the ledger.
+///
+/// # Safety
+/// As [`MemoryResource::deallocate`]: `ptr` came from `resource` with `(bytes, align)`
+/// through the allocation path, for `source`, and is freed once.
+pub unsafe fn deallocate_counted(
+    resource: &dyn MemoryResource,
+    source: Source,
+    ptr: std::ptr::NonNull<u8>,
+    bytes: usize,
+    align: usize,
+    stream: Option<super::RawStream>,
+) {
+    // SAFETY: the caller's contract.
+    super::with_source(source, || unsafe {
+        resource.deallocate(ptr, bytes, align, stream)
+    });
+    // Off the count once the resource has it back: a budget never lets the library's
+    // next allocation in before this memory left it.
+    release(source, Place::of(resource), bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_place_past_the_counted_devices_counts_nothing_and_refuses_a_budget() {
+        let far = Place::Device(MAX_DEVICES as u32);
+        let s = Source::MEMARRAY;
+        assert!(try_reserve(s, far, 1 << 40).is_ok());
+        assert_eq!(live_bytes(s, far), 0);
+        assert!(set_budget(s, BudgetScope::Place(far), Some(1)).is_err());
+        assert_eq!(budget(s, far), None);
+    }
+}
