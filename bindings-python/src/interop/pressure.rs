@@ -122,15 +122,15 @@ pub(super) fn python_stack() -> Option<String> {
 #[pyfunction]
 #[pyo3(signature = (source, nbytes, device))]
 pub(super) fn set_budget(
-    source: &str,
+    source: &Bound<'_, PyAny>,
     nbytes: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let source = library(source)?;
+    let source = library(&crate::convert::text(source, "source")?)?;
     let bytes = match nbytes.filter(|n| !n.is_none()) {
         None => None,
         Some(n) if n.is_instance_of::<pyo3::types::PyString>() => Some(
-            memarray_cuda::env::parse_bytes(&n.extract::<String>()?)
+            memarray_cuda::env::parse_bytes(&crate::convert::text(n, "nbytes")?)
                 .map_err(|e| PyValueError::new_err(format!("nbytes: {e}")))?,
         ),
         Some(n) => Some(crate::convert::int::<u64>(n, "nbytes")?),
@@ -173,7 +173,8 @@ fn library(name: &str) -> PyResult<Source> {
 
 /// "host", a device id, or "cuda:N".
 fn place(device: &Bound<'_, PyAny>) -> PyResult<Place> {
-    if let Ok(text) = device.extract::<String>() {
+    if device.is_instance_of::<pyo3::types::PyString>() {
+        let text = crate::convert::text(device, "device")?;
         if text == "host" {
             return Ok(Place::Host);
         }
