@@ -1,9 +1,9 @@
 //! The cost of the per-library ledger and budget check on memarray's allocation path, on
 //! the CPU: the check alone (count and budget load, then the free's count), and an
 //! allocation and free through the allocation path against the same pair called on the
-//! resource directly, with no budget and with one set (never reached). The resource hands
-//! out a dangling pointer, so the figures are the path's own cost. Median of 9 rounds of
-//! 1,000,000, the cases alternating within each round.
+//! resource directly, with no budget, with one set and with a watermark set (neither
+//! reached). The resource hands out a dangling pointer, so the figures are the path's own
+//! cost. Median of 9 rounds of 1,000,000, the cases alternating within each round.
 //!
 //!     cargo bench -p memarray-core --bench budget_check
 
@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 use std::time::Instant;
 
 use memarray_core::resource::ledger::{self, BudgetScope, Place};
+use memarray_core::resource::watermark::{WatermarkCallback, set_watermark};
 use memarray_core::resource::{allocate_with_relief, deallocate_counted};
 use memarray_core::{Location, MemoryKind, MemoryResource, RawStream, Result, Source};
 
@@ -74,6 +75,7 @@ fn main() {
         "path, no budget",
         "path, budget set",
         "the check alone",
+        "path, watermark",
     ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     for _ in 0..9 {
@@ -83,6 +85,11 @@ fn main() {
         ledger::set_budget(s, BudgetScope::Place(place), Some(1 << 40)).unwrap();
         runs[2].push(time(&mut path));
         runs[3].push(time(&mut check));
+        ledger::set_budget(s, BudgetScope::Place(place), None).unwrap();
+        let never: WatermarkCallback = std::sync::Arc::new(|_, _, _| Ok(()));
+        set_watermark(place, Some((1 << 40, never))).unwrap();
+        runs[4].push(time(&mut path));
+        set_watermark(place, None).unwrap();
     }
     let med: Vec<f64> = runs
         .iter_mut()
@@ -96,9 +103,10 @@ fn main() {
         println!("  {name:<18} {m:6.1}");
     }
     println!(
-        "the ledger and budget check: {:.1} ns per allocation and free; the whole path over the direct call: +{:.1} ns (no budget), +{:.1} ns (a budget set)",
+        "the ledger and budget check: {:.1} ns per allocation and free; the whole path over the direct call: +{:.1} ns (no budget), +{:.1} ns (a budget set), +{:.1} ns (a watermark set, not reached)",
         med[3],
         med[1] - med[0],
-        med[2] - med[0]
+        med[2] - med[0],
+        med[4] - med[0]
     );
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from children import child_stdout
 
 import memarray
 from memarray import resources as mr
@@ -133,3 +134,122 @@ def test_threads_allocating_under_a_budget_while_the_usage_is_read(clean_budgets
     assert refused, "the budget was reached"
     assert seen and max(seen) <= 64 * 1000 + 4 * 1000, max(seen)
     assert held("cuda_core") == base
+
+
+@pytest.fixture
+def no_host_watermark():
+    yield
+    mr.set_watermark(None, device="host")
+
+
+def test_a_watermark_calls_once_per_rise_off_the_allocating_thread(no_host_watermark):
+    import queue
+
+    host = mr.Host()
+    base = sum(r["live_bytes"] for r in mr.library_usage() if r["device"] == "host")
+    got: queue.Queue = queue.Queue()
+    mr.set_watermark(
+        base + (1 << 20),
+        lambda device, held, level: got.put((device, held, level, threading.get_ident())),
+        device="host",
+    )
+    a = host.allocate(768 << 10, source="torch")
+    with pytest.raises(queue.Empty):
+        got.get(timeout=0.2)
+    b = host.allocate(512 << 10)  # every library's bytes count
+    device, held, level, thread = got.get(timeout=5)
+    assert (device, held, level) == ("host", base + (1280 << 10), base + (1 << 20))
+    assert thread != threading.get_ident(), "called off the allocating thread"
+    c = host.allocate(1 << 10)
+    with pytest.raises(queue.Empty):
+        got.get(timeout=0.2)  # still above: no second call
+    b.free()
+    c.free()  # below again: re-armed
+    d = host.allocate(512 << 10, source="cupy")
+    assert got.get(timeout=5)[:2] == ("host", base + (1280 << 10))
+    row = next(r for r in mr.watermarks() if r["device"] == "host")
+    assert (row["crossings"], row["failures"]) == (2, 0), row
+    mr.set_watermark(None, device="host")
+    assert all(r["device"] != "host" for r in mr.watermarks())
+    a.free()
+    d.free()
+
+
+def test_a_watermark_callback_that_raises_is_reported_and_counted(monkeypatch, no_host_watermark):
+    import queue
+
+    reported: queue.Queue = queue.Queue()
+    monkeypatch.setattr("sys.unraisablehook", lambda u: reported.put(u.exc_value))
+    host = mr.Host()
+
+    def boom(device, held, level):
+        raise RuntimeError("the callback failed")
+
+    mr.set_watermark(1, boom, device="host")
+    a = host.allocate(4096)
+    assert "the callback failed" in str(reported.get(timeout=5))
+    for _ in range(100):  # the count follows the report
+        row = next(r for r in mr.watermarks() if r["device"] == "host")
+        if row["failures"]:
+            break
+        threading.Event().wait(0.02)
+    assert row["failures"] == 1, row
+    a.free()
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error",
+    [
+        ((1,), {"device": "host"}, TypeError),  # no callback
+        ((1, 5), {"device": "host"}, TypeError),  # not callable
+        ((1, print), {"device": True}, TypeError),
+        ((1, print), {"device": "gpu"}, ValueError),
+        ((1, print), {"device": 64}, ValueError),
+        (("1 parsec", print), {"device": "host"}, ValueError),
+        ((-1, print), {"device": "host"}, (ValueError, OverflowError)),
+    ],
+)
+def test_bad_watermark_arguments_are_typed_errors(args, kwargs, error, no_host_watermark):
+    with pytest.raises(error):
+        mr.set_watermark(*args, **kwargs)
+    assert all(r["device"] not in ("host", 64) for r in mr.watermarks())
+
+
+@pytest.mark.gpu
+def test_on_a_device_a_budget_stops_torch_and_no_other_and_torch_says_who_holds_what():
+    # A fresh process: torch and CuPy through memarray, torch's budget 64 MiB on cuda:0.
+    out = child_stdout(
+        """
+        import json
+        import cupy, torch, memarray, memarray.torch
+        from memarray import resources as mr, notebook
+
+        memarray.torch.install()
+        cupy.cuda.set_allocator(memarray.cupy_allocator)
+        mr.set_budget("torch", "64MiB", device=0)
+        t = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")  # within it
+        try:
+            torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+            text = None
+        except Exception as e:  # torch's out-of-memory error
+            text = str(e)
+        # The others keep allocating on the same device, past torch's budget.
+        c = cupy.zeros(128 << 20, dtype=cupy.uint8)
+        m = memarray.zeros((128 << 20,), "uint8", device="cuda")
+        rows = {r["source"]: r for r in mr.library_usage() if r["device"] == 0}
+        bands = {name: n for name, n, _ in notebook.device_usage(0)["bands"]}
+        print(json.dumps({"text": text, "rows": rows, "bands": bands}))
+        """
+    )
+    got = __import__("json").loads(out.strip().splitlines()[-1])
+    text = got["text"]
+    assert text and "torch's budget on cuda:0" in text, text
+    assert "held through memarray on cuda:0" in text and "relief so far" in text, text
+    rows = got["rows"]
+    assert rows["torch"]["budget"] == 64 << 20 and rows["torch"]["refused"] >= 1, rows
+    assert 32 << 20 <= rows["torch"]["live_bytes"] <= 64 << 20, rows
+    assert rows["cupy"]["live_bytes"] >= 128 << 20, rows
+    assert rows["memarray"]["live_bytes"] >= 128 << 20, rows
+    # The monitor's bands with no setup: one per library, from the ledger.
+    for lib in ("torch", "cupy", "memarray"):
+        assert got["bands"].get(lib, 0) == rows[lib]["live_bytes"], (lib, got["bands"], rows)

@@ -74,10 +74,12 @@ __all__ = [
     "save_torch_snapshot",
     "set_budget",
     "set_default_resource",
+    "set_watermark",
     "snapshot",
     "statistics",
     "torch_snapshot",
     "using",
+    "watermarks",
 ]
 
 #: The libraries allocations are attributed to (``source=``).
@@ -516,6 +518,27 @@ def library_usage() -> list[dict]:
     memory, has a budget or was refused there. Read from counters kept as allocations
     come and go (no walk over allocations)."""
     return _memarray._interop.library_usage()
+
+
+def set_watermark(nbytes: int | str | None, callback: Any = None, *, device: int | str = 0) -> None:
+    """A soft watermark on ``device`` (a device id, "cuda:N", or "host"): when what every
+    library holds there through memarray (the bytes ``library_usage()`` counts) rises to
+    ``nbytes`` (an int or a size such as "60GiB"), ``callback(device, held, watermark)`` is
+    called, before anything fails: the moment to trim a cache or shrink a batch. It fires
+    once per rise and re-arms when frees take the bytes below the watermark again. It runs
+    on memarray's notifier thread, never on the allocating one: a slow callback holds no
+    allocation up, and it may allocate or free through memarray; an exception is reported
+    (``sys.unraisablehook``) and counted under ``failures``. One watermark per device (a
+    second replaces the first); ``nbytes`` None removes it."""
+    if nbytes is not None and not callable(callback):
+        raise TypeError(f"set_watermark needs a callable callback, got {type(callback).__name__}")
+    _memarray._interop.set_watermark(device, nbytes, callback)
+
+
+def watermarks() -> list[dict]:
+    """The watermarks set: rows of ``device``, ``watermark``, ``crossings`` (rises past
+    it, each one call) and ``failures`` (calls that raised)."""
+    return _memarray._interop.watermarks()
 
 
 def budgets() -> list[dict]:

@@ -27,6 +27,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     i.add_function(wrap_pyfunction!(pressure::remove_reliever, &i)?)?;
     i.add_function(wrap_pyfunction!(pressure::set_budget, &i)?)?;
     i.add_function(wrap_pyfunction!(pressure::library_usage, &i)?)?;
+    i.add_function(wrap_pyfunction!(pressure::set_watermark, &i)?)?;
+    i.add_function(wrap_pyfunction!(pressure::watermarks, &i)?)?;
     i.add_function(wrap_pyfunction!(rmm::callback_resource, &i)?)?;
     i.add_function(wrap_pyfunction!(numba::pin, &i)?)?;
     i.add_function(wrap_pyfunction!(rmm::resource_callbacks, &i)?)?;

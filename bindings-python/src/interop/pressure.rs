@@ -11,6 +11,7 @@ use pyo3::types::{PyDict, PyList};
 
 use memarray_core::Source;
 use memarray_core::resource::ledger::{self, BudgetScope, Place};
+use memarray_core::resource::watermark;
 use memarray_core::resource::{pressure, pressure_statistics};
 
 /// The process-wide counters of the relief path, as a dict.
@@ -127,14 +128,10 @@ pub(super) fn set_budget(
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let source = library(&crate::convert::text(source, "source")?)?;
-    let bytes = match nbytes.filter(|n| !n.is_none()) {
-        None => None,
-        Some(n) if n.is_instance_of::<pyo3::types::PyString>() => Some(
-            memarray_cuda::env::parse_bytes(&crate::convert::text(n, "nbytes")?)
-                .map_err(|e| PyValueError::new_err(format!("nbytes: {e}")))?,
-        ),
-        Some(n) => Some(crate::convert::int::<u64>(n, "nbytes")?),
-    };
+    let bytes = nbytes
+        .filter(|n| !n.is_none())
+        .map(byte_count)
+        .transpose()?;
     let scope = match device.filter(|d| !d.is_none()) {
         None => BudgetScope::EveryDevice,
         Some(d) => BudgetScope::Place(place(d)?),
@@ -194,4 +191,73 @@ fn place(device: &Bound<'_, PyAny>) -> PyResult<Place> {
         ));
     }
     Ok(Place::Device(crate::convert::int::<u32>(device, "device")?))
+}
+
+/// Sets the watermark of `device` ("host", a device id or "cuda:N") at `nbytes` with
+/// `f(device, held, watermark)` called on memarray's notifier thread (see
+/// `memarray.resources.set_watermark`); `nbytes` None removes it.
+#[pyfunction]
+#[pyo3(signature = (device, nbytes, f))]
+pub(super) fn set_watermark(
+    device: &Bound<'_, PyAny>,
+    nbytes: Option<&Bound<'_, PyAny>>,
+    f: Option<Py<PyAny>>,
+) -> PyResult<()> {
+    let place = place(device)?;
+    let set = match (nbytes.filter(|n| !n.is_none()), f) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(PyTypeError::new_err("a watermark needs a callback"));
+        }
+        (Some(n), Some(f)) => {
+            let bytes = byte_count(n)?;
+            let callback: watermark::WatermarkCallback = Arc::new(move |place, held, level| {
+                Python::try_attach(|py| {
+                    let device = match place {
+                        Place::Host => "host".into_pyobject(py)?.into_any().unbind(),
+                        Place::Device(d) => d.into_pyobject(py)?.into_any().unbind(),
+                    };
+                    f.call1(py, (device, held, level))
+                        .map(drop)
+                        .inspect_err(|e| {
+                            e.clone_ref(py).write_unraisable(py, None);
+                        })
+                })
+                .map_or_else(
+                    || Err("no Python interpreter to call it".to_string()),
+                    |r| r.map_err(|e| e.to_string()),
+                )
+            });
+            Some((bytes, callback))
+        }
+    };
+    watermark::set_watermark(place, set).map_err(crate::errors::core_err)
+}
+
+/// Every watermark set, with its counters (see `memarray.resources.watermarks`).
+#[pyfunction]
+pub(super) fn watermarks(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let rows = PyList::empty(py);
+    for w in watermark::watermarks() {
+        let row = PyDict::new(py);
+        match w.place {
+            Place::Host => row.set_item("device", "host")?,
+            Place::Device(d) => row.set_item("device", d)?,
+        }
+        row.set_item("watermark", w.watermark)?;
+        row.set_item("crossings", w.crossings)?;
+        row.set_item("failures", w.failures)?;
+        rows.append(row)?;
+    }
+    Ok(rows)
+}
+
+/// An int, or a size such as "4GiB".
+fn byte_count(n: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if n.is_instance_of::<pyo3::types::PyString>() {
+        memarray_cuda::env::parse_bytes(&crate::convert::text(n, "nbytes")?)
+            .map_err(|e| PyValueError::new_err(format!("nbytes: {e}")))
+    } else {
+        crate::convert::int::<u64>(n, "nbytes")
+    }
 }

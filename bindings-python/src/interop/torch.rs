@@ -48,10 +48,22 @@ fn torch_alloc(size: usize, device: c_int, stream: usize) -> Result<usize, Strin
         allocate_with_relief(&*resource, size, BLOCK_ALIGN, Some(stream), false)
     })
     .map_err(|e| match e {
-        CoreError::OutOfMemory { .. } => format!(
-            "CUDA out of memory (memarray): tried to allocate {size} bytes on cuda:{id} for \
-             torch: {e}"
-        ),
+        // The report torch's text can carry, from counters (no Python here): who holds
+        // what on the device, and what relief tried.
+        CoreError::OutOfMemory { .. } => {
+            let relief = memarray_core::resource::pressure_statistics();
+            format!(
+                "CUDA out of memory (memarray): tried to allocate {size} bytes on cuda:{id} \
+                 for torch: {e}\n{}\nrelief so far: {} out-of-memory events, {} recovered\n\
+                 memarray.resources.library_usage() and memarray.notebook.device_usage({id}) \
+                 show more",
+                memarray_core::resource::ledger::holders_line(
+                    memarray_core::resource::ledger::Place::Device(id)
+                ),
+                relief.events,
+                relief.recovered,
+            )
+        }
         other => format!("memarray could not allocate {size} bytes on cuda:{id}: {other}"),
     })?;
     let addr = p.as_ptr() as usize;

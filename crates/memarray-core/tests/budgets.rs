@@ -4,74 +4,17 @@
 //! memarray's spillable arrays spill before its budget refuses, the counts stay exact
 //! with threads allocating, and a device past the ledger's range is refused.
 
+mod common;
+
+use common::{Slots, alloc, free};
+
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memarray_core::resource::ledger::{self, BudgetScope, MAX_DEVICES, Place};
-use memarray_core::resource::{
-    allocate_with_relief, deallocate_counted, pressure, set_spill_hooks, with_source,
-};
-use memarray_core::{CoreError, Location, MemoryKind, MemoryResource, RawStream, Result, Source};
-
-/// Memory of `device` (`None`: host memory), unbounded, counted, never dereferenced.
-#[derive(Debug, Default)]
-struct Slots {
-    device: Option<u32>,
-    used: AtomicUsize,
-}
-
-impl Slots {
-    fn on(device: Option<u32>) -> Self {
-        Slots {
-            device,
-            used: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl MemoryResource for Slots {
-    fn allocate(&self, bytes: usize, _: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
-        self.used.fetch_add(bytes, Ordering::SeqCst);
-        Ok(NonNull::dangling())
-    }
-    fn allocate_zeroed(
-        &self,
-        bytes: usize,
-        align: usize,
-        stream: Option<RawStream>,
-    ) -> Result<NonNull<u8>> {
-        self.allocate(bytes, align, stream)
-    }
-    unsafe fn deallocate(&self, _: NonNull<u8>, bytes: usize, _: usize, _: Option<RawStream>) {
-        self.used.fetch_sub(bytes, Ordering::SeqCst);
-    }
-    fn kind(&self) -> MemoryKind {
-        if self.device.is_some() {
-            MemoryKind::Device
-        } else {
-            MemoryKind::Host
-        }
-    }
-    fn is_accessible_from(&self, _: Location) -> bool {
-        false
-    }
-    fn device_id(&self) -> Option<u32> {
-        self.device
-    }
-    fn name(&self) -> &str {
-        "slots"
-    }
-}
-
-fn alloc(r: &Slots, source: Source, bytes: usize) -> Result<NonNull<u8>> {
-    with_source(source, || allocate_with_relief(r, bytes, 8, None, false))
-}
-
-fn free(r: &Slots, source: Source, p: NonNull<u8>, bytes: usize) {
-    // SAFETY: p came from r through the allocation path for `source`, freed once.
-    unsafe { deallocate_counted(r, source, p, bytes, 8, None) }
-}
+use memarray_core::resource::{pressure, set_spill_hooks};
+use memarray_core::{CoreError, Source};
 
 fn usage_of(source: Source, place: Place) -> ledger::LibraryUsage {
     ledger::usage()

@@ -8,7 +8,8 @@
 //! device): an allocation that would pass it first spills memarray's arrays when the
 //! library is memarray's own and spilling is on there, then fails with
 //! [`CoreError::OutOfMemory`] naming the budget, while the other libraries keep
-//! allocating. The check is one atomic add and one load ([`try_reserve`]).
+//! allocating. The check is one atomic add and one load ([`try_reserve`]), plus one load
+//! for the place's [watermark](super::watermark).
 //!
 //! Counted are allocations that name their resource's place: a resource whose
 //! [`device_id`](super::MemoryResource::device_id) is `Some(d)` counts on device `d`
@@ -24,7 +25,7 @@ use crate::error::CoreError;
 pub const MAX_DEVICES: usize = 64;
 
 /// Host memory, then each device.
-const PLACES: usize = 1 + MAX_DEVICES;
+pub(super) const PLACES: usize = 1 + MAX_DEVICES;
 
 /// No budget.
 const NONE: u64 = u64::MAX;
@@ -112,19 +113,28 @@ pub fn set_budget(source: Source, scope: BudgetScope, bytes: Option<u64>) -> Res
     let i = source.index();
     match scope {
         BudgetScope::EveryDevice => s.every_device[i] = bytes,
-        BudgetScope::Place(place) => {
-            let slot = place.slot().ok_or_else(|| CoreError::BadBudget {
-                place: place.to_string(),
-                reason: format!("devices 0..{MAX_DEVICES} are counted"),
-            })?;
-            s.own[i][slot] = bytes;
-        }
+        BudgetScope::Place(place) => s.own[i][slot_of(place)?] = bytes,
     }
     for (slot, (cell, own)) in BUDGET[i].iter().zip(s.own[i]).enumerate() {
         let every = (slot > 0).then_some(s.every_device[i]).flatten();
         cell.store(own.or(every).unwrap_or(NONE), Ordering::Release);
     }
     Ok(())
+}
+
+/// The slot of `place` in the tables; [`CoreError::BadBudget`] past [`MAX_DEVICES`].
+pub(super) fn slot_of(place: Place) -> Result<usize, CoreError> {
+    place.slot().ok_or_else(|| CoreError::BadBudget {
+        place: place.to_string(),
+        reason: format!("devices 0..{MAX_DEVICES} are counted"),
+    })
+}
+
+/// Bytes every library holds on `slot` now.
+pub(super) fn held_on(slot: usize) -> u64 {
+    LIVE.iter()
+        .map(|row| row[slot].load(Ordering::Acquire))
+        .fold(0, u64::saturating_add)
 }
 
 /// The budget in force for `source` on `place`, if any.
@@ -180,6 +190,90 @@ pub fn live_bytes(source: Source, place: Place) -> u64 {
         .map_or(0, |slot| LIVE[source.index()][slot].load(Ordering::Acquire))
 }
 
+/// One line saying who holds what on `place` through memarray ("held through memarray on
+/// cuda:0: torch 3.0 GiB (budget 4.0 GiB), memarray 512.0 MiB"), largest first: for error
+/// texts built where the full report cannot be (torch's allocator callback).
+pub fn holders_line(place: Place) -> String {
+    let mut rows: Vec<LibraryUsage> = usage()
+        .into_iter()
+        .filter(|u| u.place == place && (u.live_bytes > 0 || u.budget.is_some()))
+        .collect();
+    rows.sort_by_key(|u| std::cmp::Reverse(u.live_bytes));
+    let held: Vec<String> = rows
+        .iter()
+        .map(|u| match u.budget {
+            Some(b) => format!("{} {} (budget {})", u.source, size(u.live_bytes), size(b)),
+            None => format!("{} {}", u.source, size(u.live_bytes)),
+        })
+        .collect();
+    if held.is_empty() {
+        format!("nothing held through memarray on {place}")
+    } else {
+        format!("held through memarray on {place}: {}", held.join(", "))
+    }
+}
+
+/// `bytes` for a person: KiB, MiB or GiB with one decimal (bytes below 1 KiB).
+fn size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    UNITS
+        .iter()
+        .find(|(_, u)| bytes >= *u)
+        .map_or(format!("{bytes} B"), |(name, u)| {
+            format!("{:.1} {name}", bytes as f64 / *u as f64)
+        })
+}
+
+/// The watermark per slot ([`super::watermark`] sets it), read on every allocation and
+/// free.
+static LEVEL: [AtomicU64; PLACES] = [const { AtomicU64::new(NONE) }; PLACES];
+/// Whether the next rise past a slot's watermark is noted (false after a rise, until a
+/// fall below it).
+static ARMED: [std::sync::atomic::AtomicBool; PLACES] =
+    [const { std::sync::atomic::AtomicBool::new(true) }; PLACES];
+/// Told of each rise past a watermark (the watermark module's notifier).
+static NOTIFY: std::sync::OnceLock<fn(usize, u64)> = std::sync::OnceLock::new();
+
+/// Sets (or with `None` removes) the watermark of `slot`, armed.
+pub(super) fn set_level(slot: usize, level: Option<u64>) {
+    ARMED[slot].store(true, Ordering::Release);
+    LEVEL[slot].store(level.map_or(NONE, |l| l.min(NONE - 1)), Ordering::Release);
+}
+
+/// Installs what is told of rises past watermarks (the first one installed stays).
+pub(super) fn set_notify(notify: fn(usize, u64)) {
+    let _ = NOTIFY.set(notify);
+}
+
+/// After an allocation counted on `slot`: one load; past a set watermark, armed, a note.
+#[inline]
+fn after_rise(slot: usize) {
+    let level = LEVEL[slot].load(Ordering::Acquire);
+    if level != NONE {
+        rose(slot, level);
+    }
+}
+
+#[cold]
+fn rose(slot: usize, level: u64) {
+    let held = held_on(slot);
+    if held >= level
+        && ARMED[slot].swap(false, Ordering::AcqRel)
+        && let Some(notify) = NOTIFY.get()
+    {
+        notify(slot, held);
+    }
+}
+
+/// After a free taken off `slot`: one load; below a set watermark, re-armed.
+#[inline]
+fn after_fall(slot: usize) {
+    let level = LEVEL[slot].load(Ordering::Acquire);
+    if level != NONE && held_on(slot) < level {
+        ARMED[slot].store(true, Ordering::Release);
+    }
+}
+
 /// What a refused reservation found: the budget and the bytes already held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverBudget {
@@ -202,6 +296,7 @@ pub fn try_reserve(source: Source, place: Place, bytes: usize) -> Result<(), Ove
     let before = LIVE[i][slot].fetch_add(b, Ordering::AcqRel);
     let budget = BUDGET[i][slot].load(Ordering::Acquire);
     if before.saturating_add(b) <= budget {
+        after_rise(slot);
         return Ok(());
     }
     LIVE[i][slot].fetch_sub(b, Ordering::AcqRel);
@@ -224,6 +319,7 @@ pub(super) fn note_refused(source: Source, place: Place) {
 pub fn release(source: Source, place: Place, bytes: usize) {
     if let Some(slot) = place.slot() {
         LIVE[source.index()][slot].fetch_sub(bytes as u64, Ordering::AcqRel);
+        after_fall(slot);
     }
 }
 
@@ -255,6 +351,30 @@ pub unsafe fn deallocate_counted(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_holders_line_names_each_library_largest_first_with_its_budget() {
+        // Device 60 is this test's alone.
+        let place = Place::Device(60);
+        assert_eq!(
+            holders_line(place),
+            "nothing held through memarray on cuda:60"
+        );
+        let other = Source::register("line_b").unwrap();
+        try_reserve(Source::MEMARRAY, place, 512 << 20).unwrap();
+        try_reserve(other, place, 3 << 30).unwrap();
+        set_budget(other, BudgetScope::Place(place), Some(4 << 30)).unwrap();
+        assert_eq!(
+            holders_line(place),
+            "held through memarray on cuda:60: line_b 3.0 GiB (budget 4.0 GiB), memarray \
+             512.0 MiB"
+        );
+        release(Source::MEMARRAY, place, 512 << 20);
+        release(other, place, 3 << 30);
+        set_budget(other, BudgetScope::Place(place), None).unwrap();
+        assert_eq!(size(1000), "1000 B");
+        assert_eq!(size(1536), "1.5 KiB");
+    }
 
     #[test]
     fn a_place_past_the_counted_devices_counts_nothing_and_refuses_a_budget() {

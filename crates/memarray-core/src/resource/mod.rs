@@ -43,6 +43,7 @@ mod retry;
 mod source;
 mod statistics;
 mod tracking;
+pub mod watermark;
 
 use std::fmt;
 use std::ptr::NonNull;
