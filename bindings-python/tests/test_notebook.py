@@ -210,6 +210,51 @@ def test_the_monitor_refreshes_while_shown_and_stops_when_closed():
         notebook.monitor(interval=0)
 
 
+def test_the_timeline_stacks_each_band_over_the_last_minutes():
+    from memarray import notebook
+
+    def frame(torch, cupy):
+        bands = [("torch", torch, []), ("cupy<&>", cupy, [])]
+        return {"bands": [b for b in bands if b[1]], "total": 1000, "free": 0}
+
+    assert notebook.render_timeline([(0.0, frame(100, 0))]) == "", "one point: no line"
+    svg = notebook.render_timeline(
+        [(0.0, frame(100, 0)), (60.0, frame(200, 300)), (120.0, frame(0, 500))]
+    )
+    assert svg.count("<polygon") == 2 and "the last 2.0 min, up to" in svg, svg
+    assert "cupy&lt;&amp;&gt;" in svg and "<script" not in svg
+    # Scaled to the most held (500 at t=60 and t=120): torch's 100 at t=0 is a fifth of
+    # the 60 px height from the bottom.
+    torch = svg[svg.index("<polygon") : svg.index("</polygon>")]
+    assert "0.0,48.0" in torch and "560.0,60.0" in torch, torch
+
+
+def test_the_monitor_keeps_the_last_history_seconds_as_a_timeline(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    from memarray import notebook
+
+    m = notebook.monitor(interval=0.05, history=10)
+    monkeypatch.setattr(
+        m,
+        "frames",
+        lambda: (
+            [{**notebook.usage(mr.Host(), total=1 << 30, free=1 << 29), "label": "cuda:0"}],
+            "",
+        ),
+    )
+    clock = iter([0.0, 4.0, 8.0, 12.0, 16.0])
+    m._clock = lambda: next(clock)
+    for _ in range(3):
+        m.refresh()
+    assert "<svg" in m.view.value and "the last 0.1 min" in m.view.value, m.view.value
+    m.refresh()
+    m.refresh()  # t=16: the points of t=0 and t=4 are past the 10 s of history
+    assert [t for t, _ in m._points["cuda:0"]] == [8.0, 12.0, 16.0]
+    with pytest.raises(ValueError, match="history"):
+        notebook.monitor(history=float("nan"))
+    m.widget.close()
+
+
 def test_the_snapshot_button_answers_in_the_widget_and_never_raises(monkeypatch):
     pytest.importorskip("ipywidgets")
     from memarray import notebook

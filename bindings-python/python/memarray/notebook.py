@@ -7,18 +7,22 @@ torch, CuPy, Numba, RMM, cuda.core: memarray's ledger counts every allocation, n
 needed), what memarray's pool keeps cached, what torch, CuPy and RMM hold in allocators of
 their own (asked when they are imported), what the driver says is used outside all of
 them, and free memory; beside the bar, the spilled host and file tiers and the spill
-budget. Hovering a band shows its top allocation sites when the device's default resource
-is a ``Tracking(stacks=True)``. A button saves a torch-format snapshot
+budget; under it, a timeline of the bands over the last minutes. Hovering a band shows its
+top allocation sites when the device's default resource is a ``Tracking(stacks=True)``.
+A button saves a torch-format snapshot
 (``resources.save_torch_snapshot``) when there is a Tracking. The thread starts when the
 monitor is first shown and stops when it is closed or the kernel restarts; a monitor never
-shown costs nothing.
+shown costs nothing. A saved notebook keeps the last frame and the timeline as static
+HTML.
 
-Needs ipywidgets (``pip install "memarray[notebook]"``). ``usage`` and ``render`` are the
-pure halves (one frame of figures, its HTML), usable without a notebook.
+Needs ipywidgets (``pip install "memarray[notebook]"``). ``usage``, ``render`` and
+``render_timeline`` are the pure halves (one frame of figures, its HTML, a timeline's
+HTML), usable without a notebook.
 """
 
 from __future__ import annotations
 
+import collections
 import html
 import math
 import sys
@@ -28,7 +32,7 @@ from typing import Any
 
 from . import cuda, resources, spill
 
-__all__ = ["Monitor", "monitor", "render", "usage"]
+__all__ = ["Monitor", "monitor", "render", "render_timeline", "usage"]
 
 #: Band colours, by name (libraries first, then memarray's cache and what is outside it).
 COLOURS = {
@@ -269,15 +273,61 @@ def render(frames: list[dict[str, Any]], note: str = "") -> str:
     return "".join(out)
 
 
+def render_timeline(points: list[tuple[float, dict[str, Any]]], width: int = 560) -> str:
+    """The HTML of one device's timeline: ``points`` are ``(seconds, frame)`` in time order
+    (the frames ``usage`` gives); each band's bytes stacked over time as an inline SVG
+    (the bands' colours as in ``render``; free memory is not drawn), scaled to the most
+    held in the window (named above it). Plain HTML, escaped, no scripts; "" for fewer
+    than two points."""
+    if len(points) < 2:
+        return ""
+    names: list[str] = []
+    for _, f in points:
+        names += [name for name, _, _ in f["bands"] if name not in names]
+    height, t0, t1 = 60, points[0][0], points[-1][0]
+    span = (t1 - t0) or 1.0
+    sums = [sum(n for _, n, _ in f["bands"]) for _, f in points]
+    top = max(sums) or 1
+    xs = [width * (t - t0) / span for t, _ in points]
+    below = [0.0] * len(points)
+    shapes = []
+    for name in names:
+        above = [
+            b + dict((k, n) for k, n, _ in f["bands"]).get(name, 0)
+            for b, (_, f) in zip(below, points, strict=True)
+        ]
+        edge = [(x, height * (1 - a / top)) for x, a in zip(xs, above, strict=True)]
+        back = [(x, height * (1 - b / top)) for x, b in zip(xs, below, strict=True)][::-1]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in edge + back)
+        colour = COLOURS.get(name, "#64b5cd")
+        shapes.append(
+            f"<polygon points='{path}' fill='{colour}'><title>{html.escape(name)}</title></polygon>"
+        )
+        below = above
+    minutes = (t1 - t0) / 60
+    return (
+        f"<div style='font-family:sans-serif;font-size:11px;color:#888'>the last "
+        f"{minutes:.1f} min, up to {_mib(top)}</div>"
+        f"<svg width='{width}' height='{height}' style='border:1px solid #ccc;background:#fff'>"
+        + "".join(shapes)
+        + "</svg>"
+    )
+
+
 class Monitor:
     """The widget ``monitor()`` returns: an HTML view refreshed by a background thread
-    while shown, and a button that saves a torch-format snapshot."""
+    while shown (each device's bar and its timeline over the last ``history`` seconds),
+    and a button that saves a torch-format snapshot."""
 
-    def __init__(self, devices: list[int] | None, interval: float) -> None:
+    def __init__(self, devices: list[int] | None, interval: float, history: float = 300.0) -> None:
         import ipywidgets as w
 
         self.devices = devices
         self.interval = _interval(interval)
+        self.history = _interval(history, "history")
+        self._clock = time.monotonic
+        # Per device label, the (seconds, frame) of the last `history` seconds.
+        self._points: dict[str, collections.deque] = {}
         self.view = w.HTML()
         self.button = w.Button(description="save torch snapshot")
         self.status = w.Label()
@@ -300,12 +350,30 @@ class Monitor:
         return [device_usage(d) for d in self._devices()], ""
 
     def refresh(self) -> None:
-        """Draws one frame now, stamped with the time it was drawn."""
+        """Draws one frame now, stamped with the time it was drawn, with each device's
+        timeline."""
         frames, note = self.frames()
+        now = self._clock()
+        lines = []
+        for f in frames:
+            points = self._points.setdefault(f["label"], collections.deque())
+            points.append((now, f))
+            while points and now - points[0][0] > self.history:
+                points.popleft()
+            line = render_timeline(list(points))
+            if line:
+                lines.append(
+                    f"<div style='font-family:sans-serif;font-size:12px;margin-top:4px'>"
+                    f"<b>{html.escape(f['label'])}</b> {line}</div>"
+                )
         stamp = time.strftime("%H:%M:%S")
-        self.view.value = render(frames, note) + (
-            f"<div style='color:#888;font-size:11px'>refreshed {stamp}, "
-            f"every {self.interval:g} s</div>"
+        self.view.value = (
+            render(frames, note)
+            + "".join(lines)
+            + (
+                f"<div style='color:#888;font-size:11px'>refreshed {stamp}, "
+                f"every {self.interval:g} s</div>"
+            )
         )
 
     def _run(self) -> None:
@@ -381,30 +449,34 @@ class Monitor:
         self._handle = display(data, metadata=meta, raw=True, display_id=True)
 
 
-def _interval(interval: Any) -> float:
-    """``interval`` as seconds between refreshes: a real number above 0 that the refresh
-    thread can wait (NaN, infinities and more than ``threading.TIMEOUT_MAX`` are
-    ValueError, never a busy loop or a thread that dies)."""
+def _interval(interval: Any, what: str = "interval") -> float:
+    """``interval`` as seconds (between refreshes, or of ``history``): a real number above 0
+    that the refresh thread can wait (NaN, infinities and more than
+    ``threading.TIMEOUT_MAX`` are ValueError, never a busy loop or a thread that dies)."""
     if isinstance(interval, bool) or not isinstance(interval, int | float):
-        raise TypeError(f"interval must be a number of seconds, not {type(interval).__name__}")
+        raise TypeError(f"{what} must be a number of seconds, not {type(interval).__name__}")
     seconds = float(interval)
     if not (math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX):
         raise ValueError(
-            f"interval must be a finite number of seconds above 0 (at most "
+            f"{what} must be a finite number of seconds above 0 (at most "
             f"{threading.TIMEOUT_MAX:g}), not {interval!r}"
         )
     return seconds
 
 
-def monitor(devices: list[int] | None = None, interval: float = 1.0) -> Monitor:
+def monitor(
+    devices: list[int] | None = None, interval: float = 1.0, history: float = 300.0
+) -> Monitor:
     """A live memory monitor (see the module's docs): every device, or ``devices``,
-    refreshed every ``interval`` seconds while shown. Needs ipywidgets. ValueError for an
-    interval that is not a finite number of seconds above 0."""
+    refreshed every ``interval`` seconds while shown, with a timeline of the last
+    ``history`` seconds under each bar. Needs ipywidgets. ValueError for an interval or a
+    history that is not a finite number of seconds above 0."""
     _interval(interval)
+    _interval(history, "history")
     try:
         import ipywidgets  # noqa: F401
     except ImportError as e:
         raise ImportError(
             'memarray.notebook.monitor needs ipywidgets: pip install "memarray[notebook]"'
         ) from e
-    return Monitor(devices, interval)
+    return Monitor(devices, interval, history)
