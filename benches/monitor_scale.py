@@ -1,8 +1,9 @@
 """The monitor's refresh at scale: one frame (``notebook.usage`` + ``render``) of a
 ``Tracking(stacks=True)`` stack holding 100,000 live allocations, read from the Tracking's
-counters (per source and per allocation stack, kept as allocations come and go), beside
-the same frame built as the monitor built it before the counters: a snapshot of every
-live allocation, walked in Python. Host memory: no GPU needed.
+counters (per source and per allocation stack, kept as allocations come and go); the
+frame with no setup (memarray's ledger: per library, whatever the resource); and the
+same frame built as the monitor built it before the counters: a snapshot of every live
+allocation, walked in Python. Host memory: no GPU needed.
 
     python3 benches/monitor_scale.py [--allocations 100000] [--rounds 9] [--json out.json]
 
@@ -70,25 +71,36 @@ def main() -> int:
     want = {"memarray": 2 * quarter * 256, "torch": quarter * 256}
     got = {name: n for name, n, _ in frame["bands"]}
     assert all(got[k] == v for k, v in want.items()), got
+    plain = {name: n for name, n, _ in notebook.usage(None, device="host")["bands"]}
+    assert all(plain[k] >= v for k, v in want.items()), plain
     counters: list[float] = []
+    ledger: list[float] = []
     walks: list[float] = []
     for _ in range(args.rounds):
         t0 = time.perf_counter()
         notebook.render([notebook.usage(t, label="host")])
         counters.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
+        notebook.render([notebook.usage(None, device="host", label="host")])
+        ledger.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
         walked(t)
         walks.append(time.perf_counter() - t0)
     c_ms = statistics.median(counters) * 1e3
     w_ms = statistics.median(walks) * 1e3
+    l_ms = statistics.median(ledger) * 1e3
     print(f"{len(held):,} live allocations, 3 sources, 4 sites (median of {args.rounds})")
     print(f"  one refresh from counters (usage + render): {c_ms:8.3f} ms")
+    print(f"  one refresh with no setup (the ledger):     {l_ms:8.3f} ms")
     print(f"  the walk over every allocation (before):     {w_ms:8.3f} ms ({w_ms / c_ms:.0f}x)")
-    ok = c_ms <= 1.0
+    ok = max(c_ms, l_ms) <= 1.0
     print(("ok" if ok else "MISS") + f": a refresh at {len(held):,} allocations within 1 ms")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"counters_ms": c_ms, "walk_ms": w_ms, "allocations": len(held)}, f)
+            json.dump(
+                {"counters_ms": c_ms, "ledger_ms": l_ms, "walk_ms": w_ms, "allocations": len(held)},
+                f,
+            )
     return 0 if ok else 1
 
 
