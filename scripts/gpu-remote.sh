@@ -328,6 +328,10 @@ while [ $# -gt 0 ]; do
       # The overhead targets (a benchmark's miss is a figure, not a failure).
       python3 benches/overheads.py --json "$OUT/overheads.json" 2>&1 | tee "$OUT/overheads.log"
       [ "${PIPESTATUS[0]}" = 0 ] || echo "!! overhead targets missed"
+      # The out-of-memory report on a device (memarray past a budget) and the monitor's
+      # refresh at 100,000 allocations.
+      python3 benches/oom_report.py --device 0 --json "$OUT/oom_report.json" 2>&1 | tee "$OUT/oom_report.log"
+      python3 benches/monitor_scale.py --json "$OUT/monitor_scale.json" 2>&1 | tee "$OUT/monitor_scale.log"
       python3 benches/cuda_core_alloc.py --json "$OUT/cuda_core_alloc.json" 2>&1 \
         | tee "$OUT/cuda_core_alloc.log"
       [ "${PIPESTATUS[0]}" = 0 ] || echo "!! cuda.core target missed"
