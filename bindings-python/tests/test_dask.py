@@ -399,6 +399,56 @@ def test_a_local_cluster_moves_every_dtype_and_shape_class_between_workers():
     assert out["stats"] == [0, 0]
 
 
+DASHBOARD = """
+import json, time, urllib.request
+import memarray, memarray.dask as md
+from distributed import Client, LocalCluster
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        out = {}
+        try:
+            md.setup(client, dashboard="yes")
+        except TypeError as e:
+            out["refused"] = str(e)
+        md.setup(client, dashboard=True)
+        def hold():
+            import builtins
+            from memarray import resources as r
+            builtins._held = r.Host().allocate(3 << 20, source="torch")
+            r.set_budget("torch", "8MiB", device="host")
+        client.run(hold)
+        link = cluster.dashboard_link.rsplit("/", 1)[0]
+        data = {}
+        for _ in range(100):  # the next heartbeats, then the scheduler's next samples
+            data = json.loads(urllib.request.urlopen(link + "/memarray.json").read())
+            if any(w["samples"] >= 2 for w in data.values()):
+                break
+            time.sleep(0.2)
+        out["data"] = data
+        out["page"] = urllib.request.urlopen(link + "/memarray").read().decode()
+        out["worker"] = list(client.scheduler_info()["workers"])[0]
+        print(json.dumps(out))
+"""
+
+
+def test_the_dashboard_page_shows_each_workers_figures_over_time():
+    r = run_child(DASHBOARD, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "dashboard must be True or False" in out["refused"], out
+    last = out["data"][out["worker"]]["last"]
+    frame = last["frames"][0]
+    bands = dict(frame["bands"])
+    assert bands.get("torch", 0) >= 3 << 20, frame
+    assert [b for b in last["budgets"] if b["source"] == "torch"][0]["budget"] == 8 << 20
+    assert out["data"][out["worker"]]["samples"] >= 2, out["data"]
+    page = out["page"]
+    assert out["worker"] in page and "torch" in page, page[:2000]
+    assert "of its budget 8.0 MiB" in page and "<svg" in page, page[:2000]
+    assert "http-equiv='refresh'" in page and "<script" not in page
+
+
 def test_a_worker_killed_mid_computation_is_a_clear_error_and_loses_nothing_gathered():
     out = _cluster(
         """

@@ -246,7 +246,7 @@ def test_the_monitor_keeps_the_last_history_seconds_as_a_timeline(monkeypatch):
     m._clock = lambda: next(clock)
     for _ in range(3):
         m.refresh()
-    assert "<svg" in m.view.value and "the last 0.1 min" in m.view.value, m.view.value
+    assert "<svg" in m.view.value and "the last 8 s" in m.view.value, m.view.value
     m.refresh()
     m.refresh()  # t=16: the points of t=0 and t=4 are past the 10 s of history
     assert [t for t, _ in m._points["cuda:0"]] == [8.0, 12.0, 16.0]

@@ -304,10 +304,10 @@ def render_timeline(points: list[tuple[float, dict[str, Any]]], width: int = 560
             f"<polygon points='{path}' fill='{colour}'><title>{html.escape(name)}</title></polygon>"
         )
         below = above
-    minutes = (t1 - t0) / 60
+    window = f"{span:.0f} s" if span < 120 else f"{span / 60:.1f} min"
     return (
         f"<div style='font-family:sans-serif;font-size:11px;color:#888'>the last "
-        f"{minutes:.1f} min, up to {_mib(top)}</div>"
+        f"{window}, up to {_mib(top)}</div>"
         f"<svg width='{width}' height='{height}' style='border:1px solid #ccc;background:#fff'>"
         + "".join(shapes)
         + "</svg>"

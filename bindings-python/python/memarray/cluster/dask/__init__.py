@@ -20,7 +20,8 @@ registration code is needed:
   on (``is_spillable_object``).
 
 Worker set-up: ``setup(client, device_budget=..., spill_dir=...)`` makes memarray each
-worker's memory manager (now and for workers that join later); ``dask worker --preload
+worker's memory manager (now and for workers that join later), and with ``dashboard=True``
+puts each worker's GPU memory on the dashboard (``/memarray``); ``dask worker --preload
 memarray.dask`` does it from the environment (``MEMARRAY_SPILL`` and friends, see
 docs/spilling.md; ``MEMARRAY_DASK_HOOKS=torch,cupy,rmm,numba``). ``statistics(client)``
 gathers each worker's figures.
@@ -387,6 +388,7 @@ def setup(
     resource: str | None = None,
     hooks: tuple[str, ...] | list[str] = (),
     spilling: bool | None = None,
+    dashboard: bool = False,
 ) -> dict[str, Any]:
     """Makes memarray the memory manager of every worker of ``client``, and of workers
     that join later: ``resource`` ("pool", "device", "async" or "managed") as each
@@ -396,8 +398,16 @@ def setup(
     what each worker did, by address. A bad setting is a ValueError here, before any
     worker changes: values are checked on the client, and what only a worker can answer
     (``spill_dir`` is a writable directory there, each hook's library is installed there)
-    on every worker first; a worker that joins later checks before it changes anything."""
+    on every worker first; a worker that joins later checks before it changes anything.
+
+    With ``dashboard=True`` every worker sends memarray's figures with its heartbeats (per
+    device what each library holds, memarray's cache, the spilled tiers, budgets, pressure
+    events) and the scheduler's dashboard gets a page, ``/memarray``, drawing them per
+    worker over time (``/memarray.json``: the same data)."""
     from ._plugin import MemarrayPlugin
+
+    if not isinstance(dashboard, bool):
+        raise TypeError(f"dashboard must be True or False, not {type(dashboard).__name__}")
 
     settings = _settings(device_budget, host_budget, spill_dir, resource, tuple(hooks), spilling)
     workers = len(client.scheduler_info().get("workers", {}))
@@ -411,7 +421,11 @@ def setup(
             detail = "; ".join(f"{w}: {e}" for w, e in sorted(refused.items()))
             raise ValueError(f"memarray.dask.setup changed no worker: {detail}")
         count.done += workers
-        client.register_plugin(MemarrayPlugin(settings), name="memarray")
+        if dashboard:
+            from ._dashboard import Dashboard
+
+            client.register_plugin(Dashboard(), name=Dashboard.name)
+        client.register_plugin(MemarrayPlugin(settings, dashboard), name="memarray")
         count.done += workers
         done: dict[str, Any] = client.run(_worker_state)
         return done
