@@ -54,6 +54,12 @@ class OutOfMemoryReport:
                 for row in libs
             )
             out.append(f"through memarray here: {held}")
+        spilling = f.get("spill")
+        if spilling is not None:
+            out.append(
+                f"memarray's spillable arrays: {_mib(spilling['resident_bytes'])} on the device, "
+                f"{_mib(spilling['current_spilled_bytes'])} spilled"
+            )
         pool = f["pool"]
         if pool is not None:
             out.append(
@@ -111,7 +117,7 @@ def _advice(device: int | None, frame: dict[str, Any] | None, tracking: bool, re
 
 def report(message: str) -> OutOfMemoryReport:
     """The report of an out-of-memory error whose text is ``message``."""
-    from . import cuda, notebook, resources
+    from . import cuda, notebook, resources, spill
 
     m = _ASKED.match(message)
     asked, resource, reason = (int(m[1]), m[2], m[3]) if m else (None, "", message)
@@ -123,6 +129,14 @@ def report(message: str) -> OutOfMemoryReport:
             frame = notebook.device_usage(device)
         except Exception:  # a report never hides the error it explains
             frame = None
+    spilling = None
+    if device is not None:
+        try:
+            counts = spill.statistics(device)
+        except Exception:  # a report never hides the error it explains
+            counts = None
+        if counts is not None:
+            spilling = {k: int(counts[k]) for k in ("resident_bytes", "current_spilled_bytes")}
     relief = resources.pressure_statistics()
     here = "host" if device is None else device
     libraries = [row for row in resources.library_usage() if row["device"] == here]
@@ -143,6 +157,7 @@ def report(message: str) -> OutOfMemoryReport:
             },
             "relievers": relief.get("relievers", []),
             "libraries": libraries,
+            "spill": spilling,
             "sites": sites[:3],
             "advice": _advice(device, frame, bool(frame and frame.get("tracking")), reason),
         }
