@@ -287,6 +287,73 @@ def test_a_resource_shows_its_figures_in_the_notebook():
 
 
 @pytest.mark.gpu
+def test_the_bands_agree_with_each_librarys_own_counters_and_the_driver():
+    # Fresh processes: torch, CuPy and RMM on their own allocators, then through
+    # memarray; on every device up to two.
+    import json
+
+    from children import child_stdout
+
+    own = child_stdout(
+        """
+        import json
+        import cupy, rmm, torch, memarray
+        from memarray import notebook
+        out = {}
+        for d in range(min(2, memarray.cuda.device_count())):
+            with torch.cuda.device(d), cupy.cuda.Device(d):
+                pool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(),
+                                                 initial_pool_size=64 << 20)
+                rmm.mr.set_per_device_resource(d, pool)
+                t = torch.empty(256 << 20, dtype=torch.uint8, device=f"cuda:{d}")
+                c = cupy.zeros(128 << 20, dtype=cupy.uint8)
+                m = memarray.zeros((64 << 20,), "uint8", device=f"cuda:{d}")
+                f = notebook.device_usage(d)
+                out[d] = {"bands": {n: b for n, b, _ in f["bands"]}, "total": f["total"],
+                          "free": f["free"], "torch": torch.cuda.memory_reserved(d),
+                          "cupy": cupy.get_default_memory_pool().total_bytes(),
+                          "rmm": pool.pool_size()}
+                del t, c, m
+        print(json.dumps(out))
+        """
+    )
+    for d, got in json.loads(own.strip().splitlines()[-1]).items():
+        bands = got["bands"]
+        assert bands["torch (own allocator)"] == got["torch"], (d, got)
+        assert bands["cupy (own pool)"] == got["cupy"], (d, got)
+        assert bands["rmm (own pool)"] == got["rmm"], (d, got)
+        assert bands["memarray"] >= 64 << 20, (d, got)
+        used = got["total"] - got["free"]
+        assert sum(bands.values()) == used, (d, got)
+        # What no library accounts for: the contexts (CUDA, torch's, CuPy's), within 2 GiB.
+        assert 0 < bands.get("outside memarray", 0) < 2 << 30, (d, got)
+    routed = child_stdout(
+        """
+        import json
+        import cupy, torch, memarray, memarray.torch
+        from memarray import notebook
+        memarray.torch.install()
+        cupy.cuda.set_allocator(memarray.cupy_allocator)
+        out = {}
+        for d in range(min(2, memarray.cuda.device_count())):
+            with torch.cuda.device(d), cupy.cuda.Device(d):
+                t = torch.empty(256 << 20, dtype=torch.uint8, device=f"cuda:{d}")
+                c = cupy.zeros(128 << 20, dtype=cupy.uint8)
+                f = notebook.device_usage(d)
+                out[d] = {"bands": {n: b for n, b, _ in f["bands"]},
+                          "torch": torch.cuda.memory_reserved(d)}
+                del t, c
+        print(json.dumps(out))
+        """
+    )
+    for d, got in json.loads(routed.strip().splitlines()[-1]).items():
+        bands = got["bands"]
+        assert "torch (own allocator)" not in bands, (d, got)
+        assert 256 << 20 <= bands["torch"] <= got["torch"] + (2 << 20), (d, got)
+        assert bands["cupy"] >= 128 << 20 and "cupy (own pool)" not in bands, (d, got)
+
+
+@pytest.mark.gpu
 def test_the_monitor_sees_memarrays_arrays_and_the_driver_on_a_device():
     from memarray import notebook
 
