@@ -3,62 +3,18 @@
 //! panics counted and passed, a library's reliever not asked while that library allocates,
 //! removal, and no recursion when a reliever's own allocation runs out.
 
-use std::ptr::NonNull;
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use common::Slots;
 
 use memarray_core::resource::{
     UserReliever, UserRelieverStatistics, add_reliever, allocate_with_relief, pressure_statistics,
     remove_reliever, with_source,
 };
-use memarray_core::{CoreError, Location, MemoryKind, MemoryResource, RawStream, Result, Source};
-
-/// Memory of device `device` (each test its own device): `cap` bytes, counted, never
-/// dereferenced.
-#[derive(Debug)]
-struct Slots {
-    device: u32,
-    used: AtomicUsize,
-    cap: usize,
-}
-
-impl MemoryResource for Slots {
-    fn allocate(&self, bytes: usize, _: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
-        let used = self.used.load(Ordering::SeqCst);
-        if used + bytes > self.cap {
-            return Err(CoreError::OutOfMemory {
-                bytes,
-                resource: "slots".into(),
-                reason: format!("{used} of {} used", self.cap),
-            });
-        }
-        self.used.fetch_add(bytes, Ordering::SeqCst);
-        Ok(NonNull::dangling())
-    }
-    fn allocate_zeroed(
-        &self,
-        bytes: usize,
-        align: usize,
-        stream: Option<RawStream>,
-    ) -> Result<NonNull<u8>> {
-        self.allocate(bytes, align, stream)
-    }
-    unsafe fn deallocate(&self, _: NonNull<u8>, bytes: usize, _: usize, _: Option<RawStream>) {
-        self.used.fetch_sub(bytes, Ordering::SeqCst);
-    }
-    fn kind(&self) -> MemoryKind {
-        MemoryKind::Device
-    }
-    fn is_accessible_from(&self, _: Location) -> bool {
-        false
-    }
-    fn device_id(&self) -> Option<u32> {
-        Some(self.device)
-    }
-    fn name(&self) -> &str {
-        "slots"
-    }
-}
+use memarray_core::{MemoryResource, Source};
 
 fn row(id: u64) -> UserRelieverStatistics {
     pressure_statistics()
@@ -70,11 +26,7 @@ fn row(id: u64) -> UserRelieverStatistics {
 
 #[test]
 fn user_relievers_run_in_priority_order_until_the_allocation_fits() {
-    let slots = Arc::new(Slots {
-        device: 9,
-        used: AtomicUsize::new(900),
-        cap: 1000,
-    });
+    let slots = Arc::new(Slots::capped(Some(9), 1000, 900));
     let order = Arc::new(Mutex::new(Vec::new()));
     let log = |tag: &'static str, frees: usize| -> UserReliever {
         let (order, slots) = (order.clone(), slots.clone());
@@ -136,11 +88,7 @@ fn user_relievers_run_in_priority_order_until_the_allocation_fits() {
 
 #[test]
 fn a_reliever_that_allocates_and_runs_out_asks_no_reliever_again() {
-    let slots = Arc::new(Slots {
-        device: 10,
-        used: AtomicUsize::new(1000),
-        cap: 1000,
-    });
+    let slots = Arc::new(Slots::capped(Some(10), 1000, 1000));
     let calls = Arc::new(AtomicUsize::new(0));
     let (s, c) = (slots.clone(), calls.clone());
     let id = add_reliever(

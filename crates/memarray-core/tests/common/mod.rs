@@ -1,30 +1,51 @@
-//! What the ledger's tests share: a resource of any place that costs nothing, and
-//! allocation and free through memarray's allocation path for a library.
+//! What the allocation path's tests share (each test file its own process): a resource
+//! of any place that costs nothing, and allocation and free through memarray's
+//! allocation path for a library.
+
+// Each test binary uses part of it.
+#![allow(dead_code)]
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memarray_core::resource::{allocate_with_relief, deallocate_counted, with_source};
-use memarray_core::{Location, MemoryKind, MemoryResource, RawStream, Result, Source};
+use memarray_core::{CoreError, Location, MemoryKind, MemoryResource, RawStream, Result, Source};
 
-/// Memory of `device` (`None`: host memory), unbounded, counted, never dereferenced.
-#[derive(Debug, Default)]
+/// Memory of `device` (`None`: host memory), counted, never dereferenced: at most `cap`
+/// bytes in use (out of memory past that).
+#[derive(Debug)]
 pub struct Slots {
     pub device: Option<u32>,
     pub used: AtomicUsize,
+    pub cap: usize,
 }
 
 impl Slots {
+    /// Unbounded.
     pub fn on(device: Option<u32>) -> Self {
+        Self::capped(device, usize::MAX, 0)
+    }
+
+    /// `cap` bytes, `used` of them in use already.
+    pub fn capped(device: Option<u32>, cap: usize, used: usize) -> Self {
         Slots {
             device,
-            used: AtomicUsize::new(0),
+            used: AtomicUsize::new(used),
+            cap,
         }
     }
 }
 
 impl MemoryResource for Slots {
     fn allocate(&self, bytes: usize, _: usize, _: Option<RawStream>) -> Result<NonNull<u8>> {
+        let used = self.used.load(Ordering::SeqCst);
+        if used.saturating_add(bytes) > self.cap {
+            return Err(CoreError::OutOfMemory {
+                bytes,
+                resource: "slots".into(),
+                reason: format!("{used} of {} used", self.cap),
+            });
+        }
         self.used.fetch_add(bytes, Ordering::SeqCst);
         Ok(NonNull::dangling())
     }
