@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use memarray_core::resource::ledger::{self, BudgetScope, Place};
+use memarray_core::resource::ledger::{self, BudgetScope};
 use memarray_core::resource::watermark::{WatermarkCallback, set_watermark};
 use memarray_core::resource::{allocate_with_relief, deallocate_counted};
 use memarray_core::{Location, MemoryKind, MemoryResource, RawStream, Result, Source};
@@ -54,7 +54,7 @@ fn time(f: &mut dyn FnMut()) -> f64 {
 
 fn main() {
     let r = Free;
-    let place = Place::Device(0);
+    let place = Location::Device(0);
     let s = Source::MEMARRAY;
     let mut direct = || {
         let p = black_box(&r).allocate(1024, 256, None).unwrap();

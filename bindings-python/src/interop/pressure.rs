@@ -9,8 +9,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use memarray_core::Location;
 use memarray_core::Source;
-use memarray_core::resource::ledger::{self, BudgetScope, Place};
+use memarray_core::resource::ledger::{self, BudgetScope};
 use memarray_core::resource::watermark;
 use memarray_core::resource::{pressure, pressure_statistics};
 
@@ -148,8 +149,8 @@ pub(super) fn library_usage(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         let row = PyDict::new(py);
         row.set_item("source", u.source.name())?;
         match u.place {
-            Place::Host => row.set_item("device", "host")?,
-            Place::Device(d) => row.set_item("device", d)?,
+            Location::Host => row.set_item("device", "host")?,
+            Location::Device(d) => row.set_item("device", d)?,
         }
         row.set_item("live_bytes", u.live_bytes)?;
         row.set_item("budget", u.budget)?;
@@ -169,17 +170,17 @@ fn library(name: &str) -> PyResult<Source> {
 }
 
 /// "host", a device id, or "cuda:N".
-fn place(device: &Bound<'_, PyAny>) -> PyResult<Place> {
+fn place(device: &Bound<'_, PyAny>) -> PyResult<Location> {
     if device.is_instance_of::<pyo3::types::PyString>() {
         let text = crate::convert::text(device, "device")?;
         if text == "host" {
-            return Ok(Place::Host);
+            return Ok(Location::Host);
         }
         if let Some(d) = text
             .strip_prefix("cuda:")
             .and_then(|d| d.parse::<u32>().ok())
         {
-            return Ok(Place::Device(d));
+            return Ok(Location::Device(d));
         }
         return Err(PyValueError::new_err(format!(
             "device {text:?}: expected None (every device), \"host\", a device id or \"cuda:N\""
@@ -190,7 +191,9 @@ fn place(device: &Bound<'_, PyAny>) -> PyResult<Place> {
             "device must be None, \"host\" or a device id, not a bool",
         ));
     }
-    Ok(Place::Device(crate::convert::int::<u32>(device, "device")?))
+    Ok(Location::Device(crate::convert::int::<u32>(
+        device, "device",
+    )?))
 }
 
 /// Sets the watermark of `device` ("host", a device id or "cuda:N") at `nbytes` with
@@ -214,8 +217,8 @@ pub(super) fn set_watermark(
             let callback: watermark::WatermarkCallback = Arc::new(move |place, held, level| {
                 Python::try_attach(|py| {
                     let device = match place {
-                        Place::Host => "host".into_pyobject(py)?.into_any().unbind(),
-                        Place::Device(d) => d.into_pyobject(py)?.into_any().unbind(),
+                        Location::Host => "host".into_pyobject(py)?.into_any().unbind(),
+                        Location::Device(d) => d.into_pyobject(py)?.into_any().unbind(),
                     };
                     f.call1(py, (device, held, level))
                         .map(drop)
@@ -241,8 +244,8 @@ pub(super) fn watermarks(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     for w in watermark::watermarks() {
         let row = PyDict::new(py);
         match w.place {
-            Place::Host => row.set_item("device", "host")?,
-            Place::Device(d) => row.set_item("device", d)?,
+            Location::Host => row.set_item("device", "host")?,
+            Location::Device(d) => row.set_item("device", d)?,
         }
         row.set_item("watermark", w.watermark)?;
         row.set_item("crossings", w.crossings)?;

@@ -57,9 +57,7 @@ fn torch_alloc(size: usize, device: c_int, stream: usize) -> Result<usize, Strin
                  for torch: {e}\n{}\nrelief so far: {} out-of-memory events, {} recovered\n\
                  memarray.resources.library_usage() and memarray.notebook.device_usage({id}) \
                  show more",
-                memarray_core::resource::ledger::holders_line(
-                    memarray_core::resource::ledger::Place::Device(id)
-                ),
+                memarray_core::resource::ledger::holders_line(memarray_core::Location::Device(id)),
                 relief.events,
                 relief.recovered,
             )

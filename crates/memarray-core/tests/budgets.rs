@@ -12,11 +12,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use memarray_core::resource::ledger::{self, BudgetScope, MAX_DEVICES, Place};
+use memarray_core::Location;
+use memarray_core::resource::ledger::{self, BudgetScope, MAX_DEVICES};
 use memarray_core::resource::{pressure, set_spill_hooks};
 use memarray_core::{CoreError, Source};
 
-fn usage_of(source: Source, place: Place) -> ledger::LibraryUsage {
+fn usage_of(source: Source, place: Location) -> ledger::LibraryUsage {
     ledger::usage()
         .into_iter()
         .find(|u| u.source == source && u.place == place)
@@ -30,8 +31,8 @@ fn a_budget_stops_the_library_it_names_and_no_other() {
         Source::register("lib_b").unwrap(),
     );
     let host = Slots::on(None);
-    ledger::set_budget(a, BudgetScope::Place(Place::Host), Some(1000)).unwrap();
-    assert_eq!(ledger::budget(a, Place::Host), Some(1000));
+    ledger::set_budget(a, BudgetScope::Place(Location::Host), Some(1000)).unwrap();
+    assert_eq!(ledger::budget(a, Location::Host), Some(1000));
     let first = alloc(&host, a, 600).unwrap();
     let e = alloc(&host, a, 600).unwrap_err();
     let text = e.to_string();
@@ -45,9 +46,9 @@ fn a_budget_stops_the_library_it_names_and_no_other() {
     );
     // The other library is not limited, and the refused bytes were never counted.
     let other = alloc(&host, b, 5000).unwrap();
-    assert_eq!(ledger::live_bytes(a, Place::Host), 600);
-    assert_eq!(ledger::live_bytes(b, Place::Host), 5000);
-    let row = usage_of(a, Place::Host);
+    assert_eq!(ledger::live_bytes(a, Location::Host), 600);
+    assert_eq!(ledger::live_bytes(b, Location::Host), 5000);
+    let row = usage_of(a, Location::Host);
     assert_eq!(
         (row.live_bytes, row.budget, row.refused),
         (600, Some(1000), 1)
@@ -57,13 +58,13 @@ fn a_budget_stops_the_library_it_names_and_no_other() {
     let whole = alloc(&host, a, 1000).unwrap();
     assert!(alloc(&host, a, 1).is_err());
     // Removed, the library allocates past it.
-    ledger::set_budget(a, BudgetScope::Place(Place::Host), None).unwrap();
+    ledger::set_budget(a, BudgetScope::Place(Location::Host), None).unwrap();
     let past = alloc(&host, a, 4000).unwrap();
     free(&host, a, whole, 1000);
     free(&host, a, past, 4000);
     free(&host, b, other, 5000);
-    assert_eq!(ledger::live_bytes(a, Place::Host), 0);
-    assert_eq!(ledger::live_bytes(b, Place::Host), 0);
+    assert_eq!(ledger::live_bytes(a, Location::Host), 0);
+    assert_eq!(ledger::live_bytes(b, Location::Host), 0);
     assert_eq!(host.used.load(Ordering::SeqCst), 0, "every block went back");
 }
 
@@ -72,24 +73,24 @@ fn every_devices_budget_and_one_devices_own() {
     let c = Source::register("lib_c").unwrap();
     let (d1, d2) = (Slots::on(Some(41)), Slots::on(Some(42)));
     ledger::set_budget(c, BudgetScope::EveryDevice, Some(100)).unwrap();
-    ledger::set_budget(c, BudgetScope::Place(Place::Device(42)), Some(300)).unwrap();
-    assert_eq!(ledger::budget(c, Place::Device(41)), Some(100));
-    assert_eq!(ledger::budget(c, Place::Device(42)), Some(300));
+    ledger::set_budget(c, BudgetScope::Place(Location::Device(42)), Some(300)).unwrap();
+    assert_eq!(ledger::budget(c, Location::Device(41)), Some(100));
+    assert_eq!(ledger::budget(c, Location::Device(42)), Some(300));
     assert_eq!(
-        ledger::budget(c, Place::Host),
+        ledger::budget(c, Location::Host),
         None,
         "host memory is no device"
     );
     assert!(alloc(&d1, c, 200).is_err());
     let p = alloc(&d2, c, 200).unwrap();
     // The device's own budget removed: every device's applies there again.
-    ledger::set_budget(c, BudgetScope::Place(Place::Device(42)), None).unwrap();
-    assert_eq!(ledger::budget(c, Place::Device(42)), Some(100));
+    ledger::set_budget(c, BudgetScope::Place(Location::Device(42)), None).unwrap();
+    assert_eq!(ledger::budget(c, Location::Device(42)), Some(100));
     assert!(alloc(&d2, c, 1).is_err(), "200 held past the budget of 100");
     free(&d2, c, p, 200);
     ledger::set_budget(c, BudgetScope::EveryDevice, None).unwrap();
-    assert_eq!(ledger::budget(c, Place::Device(41)), None);
-    let far = Place::Device(MAX_DEVICES as u32);
+    assert_eq!(ledger::budget(c, Location::Device(41)), None);
+    let far = Location::Device(MAX_DEVICES as u32);
     let e = ledger::set_budget(c, BudgetScope::Place(far), Some(1)).unwrap_err();
     assert!(e.to_string().contains("devices 0..64"), "{e}");
 }
@@ -119,7 +120,7 @@ fn memarray_spills_its_own_arrays_before_its_budget_refuses() {
         })),
         None,
     );
-    let place = Place::Device(43);
+    let place = Location::Device(43);
     ledger::set_budget(Source::MEMARRAY, BudgetScope::Place(place), Some(1000)).unwrap();
     for _ in 0..4 {
         alloc(&dev, Source::MEMARRAY, 250).unwrap();
@@ -156,7 +157,7 @@ fn memarray_spills_its_own_arrays_before_its_budget_refuses() {
 fn threads_allocating_under_a_budget_never_pass_it_and_leave_nothing_counted() {
     let e = Source::register("lib_e").unwrap();
     let dev = Arc::new(Slots::on(Some(44)));
-    let place = Place::Device(44);
+    let place = Location::Device(44);
     ledger::set_budget(e, BudgetScope::Place(place), Some(64 * 100)).unwrap();
     let refused = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..8)

@@ -13,12 +13,12 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use memarray_core::Location;
 use memarray_core::Source;
-use memarray_core::resource::ledger::Place;
 use memarray_core::resource::watermark::{WatermarkCallback, set_watermark, watermarks};
 
 /// A callback that sends each notice to the returned receiver.
-fn notices() -> (WatermarkCallback, Receiver<(Place, u64, u64)>) {
+fn notices() -> (WatermarkCallback, Receiver<(Location, u64, u64)>) {
     let (tx, rx) = channel();
     let tx = Mutex::new(tx);
     let cb: WatermarkCallback = Arc::new(move |place, held, level| {
@@ -28,7 +28,7 @@ fn notices() -> (WatermarkCallback, Receiver<(Place, u64, u64)>) {
     (cb, rx)
 }
 
-fn row(place: Place) -> memarray_core::resource::watermark::WatermarkStatistics {
+fn row(place: Location) -> memarray_core::resource::watermark::WatermarkStatistics {
     watermarks().into_iter().find(|r| r.place == place).unwrap()
 }
 
@@ -38,7 +38,7 @@ const QUIET: Duration = Duration::from_millis(150);
 #[test]
 fn a_notice_once_per_rise_rearmed_by_a_fall() {
     let dev = Slots::on(Some(50));
-    let place = Place::Device(50);
+    let place = Location::Device(50);
     let (cb, rx) = notices();
     set_watermark(place, Some((1000, cb))).unwrap();
     let a = alloc(&dev, Source::MEMARRAY, 600).unwrap();
@@ -72,7 +72,7 @@ fn a_notice_once_per_rise_rearmed_by_a_fall() {
 #[test]
 fn a_slow_or_failing_callback_holds_no_allocation_up() {
     let dev = Slots::on(Some(51));
-    let place = Place::Device(51);
+    let place = Location::Device(51);
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
     let cb: WatermarkCallback = Arc::new(move |_, _, _| {
@@ -110,7 +110,7 @@ fn a_slow_or_failing_callback_holds_no_allocation_up() {
 #[test]
 fn a_callback_may_allocate_and_free_through_memarray() {
     let dev = Arc::new(Slots::on(Some(52)));
-    let place = Place::Device(52);
+    let place = Location::Device(52);
     let inner = dev.clone();
     let (tx, rx) = channel();
     let tx = Mutex::new(tx);
@@ -127,7 +127,7 @@ fn a_callback_may_allocate_and_free_through_memarray() {
     free(&dev, Source::MEMARRAY, p, 8);
     set_watermark(place, None).unwrap();
     assert!(
-        set_watermark(Place::Device(64), None).is_err(),
+        set_watermark(Location::Device(64), None).is_err(),
         "past the ledger's devices"
     );
 }

@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use super::{MemoryResource, Source};
+use super::{Location, MemoryResource, Source};
 use crate::error::CoreError;
 
 /// Devices the ledger keeps counts for (ids `0..MAX_DEVICES`).
@@ -52,44 +52,35 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     own: [[None; PLACES]; Source::MAX],
 });
 
-/// Where memory is, for the ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Place {
-    /// Host memory (pageable, pinned, a file's mapping).
-    Host,
-    /// Device `0..MAX_DEVICES`'s memory.
-    Device(u32),
+/// Where `resource`'s memory is, for the ledger: its device, else host memory.
+pub fn location_of(resource: &dyn MemoryResource) -> Location {
+    resource
+        .device_id()
+        .map_or(Location::Host, Location::Device)
 }
 
-impl Place {
-    /// The place of `resource`'s memory.
-    pub fn of(resource: &dyn MemoryResource) -> Place {
-        resource.device_id().map_or(Place::Host, Place::Device)
-    }
-
-    /// The slot in the tables, or `None` for a device past [`MAX_DEVICES`].
-    fn slot(self) -> Option<usize> {
-        match self {
-            Place::Host => Some(0),
-            Place::Device(d) => ((d as usize) < MAX_DEVICES).then_some(1 + d as usize),
-        }
-    }
-
-    fn at(slot: usize) -> Place {
-        if slot == 0 {
-            Place::Host
-        } else {
-            Place::Device((slot - 1) as u32)
-        }
+/// The slot of `place` in the tables, or `None` for a device past [`MAX_DEVICES`].
+fn slot(place: Location) -> Option<usize> {
+    match place {
+        Location::Host => Some(0),
+        Location::Device(d) => ((d as usize) < MAX_DEVICES).then_some(1 + d as usize),
     }
 }
 
-impl std::fmt::Display for Place {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Place::Host => f.write_str("host memory"),
-            Place::Device(d) => write!(f, "cuda:{d}"),
-        }
+/// The place of table slot `slot`.
+fn at(slot: usize) -> Location {
+    if slot == 0 {
+        Location::Host
+    } else {
+        Location::Device((slot - 1) as u32)
+    }
+}
+
+/// `place` in messages: "host memory" or "cuda:N".
+pub(super) fn place_text(place: Location) -> String {
+    match place {
+        Location::Host => "host memory".into(),
+        Location::Device(d) => format!("cuda:{d}"),
     }
 }
 
@@ -97,7 +88,7 @@ impl std::fmt::Display for Place {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BudgetScope {
     /// One place.
-    Place(Place),
+    Place(Location),
     /// Each device (a device's own budget, where set, takes precedence).
     EveryDevice,
 }
@@ -123,9 +114,9 @@ pub fn set_budget(source: Source, scope: BudgetScope, bytes: Option<u64>) -> Res
 }
 
 /// The slot of `place` in the tables; [`CoreError::BadBudget`] past [`MAX_DEVICES`].
-pub(super) fn slot_of(place: Place) -> Result<usize, CoreError> {
-    place.slot().ok_or_else(|| CoreError::BadBudget {
-        place: place.to_string(),
+pub(super) fn slot_of(place: Location) -> Result<usize, CoreError> {
+    slot(place).ok_or_else(|| CoreError::BadBudget {
+        place: place_text(place),
         reason: format!("devices 0..{MAX_DEVICES} are counted"),
     })
 }
@@ -138,8 +129,8 @@ pub(super) fn held_on(slot: usize) -> u64 {
 }
 
 /// The budget in force for `source` on `place`, if any.
-pub fn budget(source: Source, place: Place) -> Option<u64> {
-    let slot = place.slot()?;
+pub fn budget(source: Source, place: Location) -> Option<u64> {
+    let slot = slot(place)?;
     let b = BUDGET[source.index()][slot].load(Ordering::Acquire);
     (b != NONE).then_some(b)
 }
@@ -150,7 +141,7 @@ pub struct LibraryUsage {
     /// The library.
     pub source: Source,
     /// Where.
-    pub place: Place,
+    pub place: Location,
     /// Bytes it holds now through memarray's allocation path.
     pub live_bytes: u64,
     /// Its budget there, if any.
@@ -172,7 +163,7 @@ pub fn usage() -> Vec<LibraryUsage> {
             if live_bytes > 0 || b != NONE || refused > 0 {
                 out.push(LibraryUsage {
                     source,
-                    place: Place::at(slot),
+                    place: at(slot),
                     live_bytes,
                     budget: (b != NONE).then_some(b),
                     refused,
@@ -184,16 +175,14 @@ pub fn usage() -> Vec<LibraryUsage> {
 }
 
 /// Bytes `source` holds on `place` now.
-pub fn live_bytes(source: Source, place: Place) -> u64 {
-    place
-        .slot()
-        .map_or(0, |slot| LIVE[source.index()][slot].load(Ordering::Acquire))
+pub fn live_bytes(source: Source, place: Location) -> u64 {
+    slot(place).map_or(0, |slot| LIVE[source.index()][slot].load(Ordering::Acquire))
 }
 
 /// One line saying who holds what on `place` through memarray ("held through memarray on
 /// cuda:0: torch 3.0 GiB (budget 4.0 GiB), memarray 512.0 MiB"), largest first: for error
 /// texts built where the full report cannot be (torch's allocator callback).
-pub fn holders_line(place: Place) -> String {
+pub fn holders_line(place: Location) -> String {
     let mut rows: Vec<LibraryUsage> = usage()
         .into_iter()
         .filter(|u| u.place == place && (u.live_bytes > 0 || u.budget.is_some()))
@@ -207,9 +196,13 @@ pub fn holders_line(place: Place) -> String {
         })
         .collect();
     if held.is_empty() {
-        format!("nothing held through memarray on {place}")
+        format!("nothing held through memarray on {}", place_text(place))
     } else {
-        format!("held through memarray on {place}: {}", held.join(", "))
+        format!(
+            "held through memarray on {}: {}",
+            place_text(place),
+            held.join(", ")
+        )
     }
 }
 
@@ -287,8 +280,8 @@ pub struct OverBudget {
 /// nothing is counted). One atomic add and one load; a place past [`MAX_DEVICES`] counts
 /// nothing and has no budget.
 #[inline]
-pub fn try_reserve(source: Source, place: Place, bytes: usize) -> Result<(), OverBudget> {
-    let Some(slot) = place.slot() else {
+pub fn try_reserve(source: Source, place: Location, bytes: usize) -> Result<(), OverBudget> {
+    let Some(slot) = slot(place) else {
         return Ok(());
     };
     let i = source.index();
@@ -307,8 +300,8 @@ pub fn try_reserve(source: Source, place: Place, bytes: usize) -> Result<(), Ove
 }
 
 /// Counts a refusal by `source`'s budget on `place`.
-pub(super) fn note_refused(source: Source, place: Place) {
-    if let Some(slot) = place.slot() {
+pub(super) fn note_refused(source: Source, place: Location) {
+    if let Some(slot) = slot(place) {
         REFUSED[source.index()][slot].fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -316,8 +309,8 @@ pub(super) fn note_refused(source: Source, place: Place) {
 /// Takes `bytes` of `source` on `place` off the count (a free, or an allocation that
 /// failed after [`try_reserve`]).
 #[inline]
-pub fn release(source: Source, place: Place, bytes: usize) {
-    if let Some(slot) = place.slot() {
+pub fn release(source: Source, place: Location, bytes: usize) {
+    if let Some(slot) = slot(place) {
         LIVE[source.index()][slot].fetch_sub(bytes as u64, Ordering::AcqRel);
         after_fall(slot);
     }
@@ -345,7 +338,7 @@ pub unsafe fn deallocate_counted(
     });
     // Off the count once the resource has it back: a budget never lets the library's
     // next allocation in before this memory left it.
-    release(source, Place::of(resource), bytes);
+    release(source, location_of(resource), bytes);
 }
 
 #[cfg(test)]
@@ -355,7 +348,7 @@ mod tests {
     #[test]
     fn the_holders_line_names_each_library_largest_first_with_its_budget() {
         // Device 60 is this test's alone.
-        let place = Place::Device(60);
+        let place = Location::Device(60);
         assert_eq!(
             holders_line(place),
             "nothing held through memarray on cuda:60"
@@ -378,7 +371,7 @@ mod tests {
 
     #[test]
     fn a_place_past_the_counted_devices_counts_nothing_and_refuses_a_budget() {
-        let far = Place::Device(MAX_DEVICES as u32);
+        let far = Location::Device(MAX_DEVICES as u32);
         let s = Source::MEMARRAY;
         assert!(try_reserve(s, far, 1 << 40).is_ok());
         assert_eq!(live_bytes(s, far), 0);

@@ -51,7 +51,7 @@ use std::ptr::NonNull;
 pub use file::{FileMode, FileResource, open_regular};
 pub use foreign::ForeignMemory;
 pub use host::{HOST_ALIGN, HostResource};
-pub use ledger::{BudgetScope, LibraryUsage, Place, deallocate_counted};
+pub use ledger::{BudgetScope, LibraryUsage, deallocate_counted};
 pub use limiting::LimitingAdaptor;
 pub use logging::{LOG_HEADER, LoggingAdaptor};
 pub use pressure::{

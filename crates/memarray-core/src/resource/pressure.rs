@@ -12,8 +12,8 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::ledger::{self, Place};
-use super::{MemoryResource, RawStream, Source};
+use super::ledger;
+use super::{Location, MemoryResource, RawStream, Source};
 use crate::error::{CoreError, Result};
 
 /// Gives cached memory of one library back on a device (`None`: host memory); returns
@@ -327,7 +327,7 @@ pub fn allocate_with_relief(
     {
         budget(device, bytes, stream);
     }
-    let place = Place::of(resource);
+    let place = ledger::location_of(resource);
     within_library_budget(resource, source, place, bytes, stream)?;
     let got = allocate_relieved(resource, source, bytes, align, stream, zeroed);
     if got.is_err() {
@@ -343,7 +343,7 @@ pub fn allocate_with_relief(
 fn within_library_budget(
     resource: &dyn MemoryResource,
     source: Source,
-    place: Place,
+    place: Location,
     bytes: usize,
     stream: Option<RawStream>,
 ) -> Result<()> {
@@ -351,7 +351,7 @@ fn within_library_budget(
         return Ok(());
     };
     if source == Source::MEMARRAY
-        && let Place::Device(device) = place
+        && let Location::Device(device) = place
         && !captured(Some(device), stream)
         && let Some(spill) = with_state(|st| st.spill.clone())
     {
@@ -371,9 +371,11 @@ fn within_library_budget(
         bytes,
         resource: resource.name().to_string(),
         reason: format!(
-            "past {source}'s budget on {place}: it holds {} of its {} bytes; free some of \
-             its memory or raise its budget (other libraries are not limited by it)",
-            over.live, over.budget
+            "past {source}'s budget on {}: it holds {} of its {} bytes; free some of its \
+             memory or raise its budget (other libraries are not limited by it)",
+            ledger::place_text(place),
+            over.live,
+            over.budget
         ),
     })
 }

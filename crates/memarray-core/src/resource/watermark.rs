@@ -12,17 +12,18 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::ledger::{self, Place};
+use super::Location;
+use super::ledger;
 
 /// Called on the notifier thread with the place, the bytes held there when it crossed,
 /// and the watermark; an error (or a panic) is counted and the next notice goes on.
-pub type WatermarkCallback = Arc<dyn Fn(Place, u64, u64) -> Result<(), String> + Send + Sync>;
+pub type WatermarkCallback = Arc<dyn Fn(Location, u64, u64) -> Result<(), String> + Send + Sync>;
 
 /// One watermark as set, and what it did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatermarkStatistics {
     /// Where.
-    pub place: Place,
+    pub place: Location,
     /// The bytes it watches for.
     pub watermark: u64,
     /// Rises past it (each one notice).
@@ -89,7 +90,7 @@ fn deliver(slot: usize, held: u64) {
 /// [`CoreError::BadBudget`](crate::CoreError::BadBudget) for a device past
 /// [`ledger::MAX_DEVICES`].
 pub fn set_watermark(
-    place: Place,
+    place: Location,
     watermark: Option<(u64, WatermarkCallback)>,
 ) -> Result<(), crate::CoreError> {
     let slot = ledger::slot_of(place)?;
