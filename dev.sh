@@ -20,7 +20,8 @@ DEMO_PACKAGES=("maturin>=1.9,<2" "numpy>=2.2.5")
 TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
   "nbclient>=0.10" "nbformat>=5.10" "nbconvert>=7.16" "ipykernel>=6.29" "tqdm>=4.66"
   "voila>=0.5.8,<0.6" "websocket-client>=1.8"
-  "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2" "ray==2.60.0")
+  "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2" "ray==2.60.0"
+  "safetensors==0.8.0")
 
 make_venv() {
   if [ ! -x "$VENV/bin/python" ]; then

@@ -314,7 +314,9 @@ while [ $# -gt 0 ]; do
       python3 -m pytest -q -rs -p no:cacheprovider "$@" >"$OUT/pytest-files.log" 2>&1 || fail "pytest $*"
       tail -n 15 "$OUT/pytest-files.log"; break ;;
     transfer) shift; transfer "$@"; break ;;
-    npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log" ;;
+    npy) python3 benches/npy_load.py 2>&1 | tee "$OUT/npy_load.log"
+      python3 benches/safetensors_load.py --json "$OUT/safetensors_load.json" 2>&1 \
+        | tee "$OUT/safetensors_load.log" ;;
     interop) interop ;;
     ray) ray_stage ;;
     ucx) ucx_stage ;;

@@ -33,7 +33,7 @@ LAYERS = {
     "crates/memarray-core/src": [
         ["error", "dtype", "fork", "env"],
         ["shape", "dtype_lookup", "layout"],
-        ["indexer", "lock", "npy"],
+        ["indexer", "lock", "npy", "safetensors"],
         ["resource"],
         ["host", "spill", "foreign"],
     ],
@@ -95,6 +95,7 @@ LAYERS = {
             "ipc",
             "pickle",
             "born",
+            "safetensors",
             "distributed",
             "cuda",
             "cai",

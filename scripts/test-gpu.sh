@@ -69,9 +69,11 @@ fetch_set() {  # dir, packages...
     echo "$*" > "$dir/.list"
   fi
 }
-# Peers (RMM, filecheck for Numba's tests, Dask and the dependencies the device lacks).
+# Peers (RMM, filecheck for Numba's tests, Dask and the dependencies the device lacks,
+# safetensors for its loader beside memarray's).
 PEERS=("rmm-cu13==26.10.*" "librmm-cu13==26.10.*" rapids-logger filecheck
-  "dask==2026.8.0" "distributed==2026.8.0" partd locket tornado tblib zict importlib_metadata)
+  "dask==2026.8.0" "distributed==2026.8.0" partd locket tornado tblib zict importlib_metadata
+  "safetensors==0.8.0")
 fetch_set .peer-wheels "${PEERS[@]}"
 mkdir -p "$STAGE/peer-wheels"
 cp .peer-wheels/*.whl "$STAGE/peer-wheels/"

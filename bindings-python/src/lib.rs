@@ -36,6 +36,7 @@ mod numpy;
 mod once;
 mod pickle;
 mod resources;
+mod safetensors;
 mod sources;
 mod spill;
 mod stream;
@@ -70,6 +71,8 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(born::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(born::full, m)?)?;
     m.add_function(wrap_pyfunction!(born::load, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::load_safetensors, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors::save_safetensors, m)?)?;
     m.add_class::<born::Progress>()?;
     m.add_function(wrap_pyfunction!(device::_device_pair, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::producer_device, m)?)?;

@@ -8,6 +8,9 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from . import _env, _hooks, _progress, cuda, dlpack, resources, spill
 from ._asarray import asarray
 from ._bundle import Bundle
@@ -48,6 +51,58 @@ def load(path, device=None, host_memory=None) -> MemArray:
     return _progress.load(path, device, host_memory)
 
 
+def load_safetensors(
+    path: str | os.PathLike[str],
+    device: object = None,
+    *,
+    names: list[str] | None = None,
+    host_memory: str | None = None,
+    metadata: bool = False,
+) -> Any:
+    """Reads a safetensors file (the format models ship in) into a dict of new arrays on
+    ``device`` (None: the host), name to MemArray in the file's data order, each read from
+    the file straight there (parallel reads into host arrays; for a device, through pinned
+    staging with no host copy). ``names`` (a list of str) reads only those. With
+    ``metadata=True`` returns ``(arrays, metadata)``, the file's ``__metadata__`` a dict of
+    str. The whole header is checked before any data is read: a file that breaks the format
+    (a header past the file or past 100 MB, offsets out of range, overlapping or with gaps,
+    sizes that disagree with shape and dtype, a name given twice, an unknown dtype), a name
+    the file does not have, or a tensor of a dtype memarray does not hold (float8, float6,
+    float4) is ValueError; a missing or unreadable file OSError. In an interactive session a
+    load still running after about a second shows a progress bar."""
+    if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
+        raise TypeError("names must be a list of str or None")
+    arrays, meta = _progress.load_safetensors(
+        path, device, host_memory, None if names is None else list(names)
+    )
+    return (arrays, meta) if metadata else arrays
+
+
+def save_safetensors(
+    path: str | os.PathLike[str], arrays: dict[str, Any], metadata: dict[str, str] | None = None
+) -> None:
+    """Writes ``arrays`` (a dict of name to MemArray, or anything ``asarray`` takes) to
+    ``path`` as a safetensors file that safetensors' own loaders read, with ``metadata``
+    (a dict of str to str) as its ``__metadata__``: tensors laid out as safetensors' own
+    writer lays them (larger elements first, then by name), each array's current data
+    (read back from a device in pieces where it is there). complex128, which safetensors
+    does not define, and the reserved name ``__metadata__`` are ValueError before the file
+    is created."""
+    if not isinstance(arrays, dict):
+        raise TypeError(f"arrays must be a dict of name to array, not {type(arrays).__name__}")
+    pairs = []
+    for name, a in arrays.items():
+        if not isinstance(name, str):
+            raise TypeError(f"array names must be str, not {type(name).__name__}")
+        pairs.append((name, a if isinstance(a, MemArray) else asarray(a)))
+    meta = {} if metadata is None else metadata
+    if not isinstance(meta, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+    ):
+        raise TypeError("metadata must be a dict of str to str or None")
+    _progress.save_safetensors(path, pairs, list(meta.items()))
+
+
 # Dask, distributed and dask-cuda: MemArrays are registered with them once both are
 # imported, in either order (memarray.dask).
 _hooks.install()
@@ -75,6 +130,8 @@ __all__ = [
     "full",
     "gather",
     "load",
+    "load_safetensors",
+    "save_safetensors",
     "set_progress",
     "move_many",
     "resources",

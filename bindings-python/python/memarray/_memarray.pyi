@@ -67,7 +67,9 @@ __all__ = [
     "full",
     "gather",
     "load",
+    "load_safetensors",
     "move_many",
+    "save_safetensors",
     "scatter",
     "zeros",
 ]
@@ -340,6 +342,19 @@ def load(
     host_memory: str | None = None,
     _progress: _Progress | None = None,
 ) -> MemArray: ...
+def load_safetensors(
+    path: str | os.PathLike[str],
+    device: object = None,
+    host_memory: str | None = None,
+    names: list[str] | None = None,
+    _progress: _Progress | None = None,
+) -> tuple[dict[str, MemArray], dict[str, str]]: ...
+def save_safetensors(
+    path: str | os.PathLike[str],
+    arrays: list[tuple[str, MemArray]],
+    metadata: list[tuple[str, str]],
+    _progress: _Progress | None = None,
+) -> None: ...
 
 @final
 class _Progress:

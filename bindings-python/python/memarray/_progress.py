@@ -172,6 +172,32 @@ def load(path: Any, device: Any = None, host_memory: Any = None) -> Any:
     )
 
 
+def load_safetensors(
+    path: Any, device: Any, host_memory: Any, names: Any
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``memarray.load_safetensors`` with a bar when it runs long."""
+    size = 0
+    if isinstance(path, str | bytes | os.PathLike):
+        try:
+            size = os.stat(path).st_size
+        except (OSError, ValueError):
+            pass
+    return run(
+        lambda p: _memarray.load_safetensors(path, device, host_memory, names, _progress=p),
+        size,
+        f"load {os.path.basename(os.fsdecode(os.fspath(path))) if size else ''}",
+    )
+
+
+def save_safetensors(path: Any, pairs: list[tuple[str, Any]], metadata: list) -> None:
+    """``memarray.save_safetensors`` with a bar when it runs long."""
+    run(
+        lambda p: _memarray.save_safetensors(path, pairs, metadata, _progress=p),
+        sum(int(a.nbytes) for _, a in pairs),
+        f"save {os.path.basename(os.fsdecode(os.fspath(path)))}",
+    )
+
+
 def save(a: Any, path: Any) -> None:
     """``a.save(path)`` with a bar when it runs long (called by ``MemArray.save``)."""
     run(

@@ -165,6 +165,16 @@ pub enum CoreError {
         /// The registered names (or why no more can be).
         known: String,
     },
+    /// A safetensors file memarray cannot read: a header that breaks the format's rules
+    /// (see [`safetensors`](crate::safetensors)), a tensor of a dtype memarray does not
+    /// hold, a name it does not have.
+    #[error("cannot read {path} as safetensors: {reason}")]
+    BadSafetensors {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A library budget that cannot be set
     /// ([`set_budget`](crate::resource::ledger::set_budget)).
     #[error("budget on {place}: {reason}")]
@@ -225,6 +235,7 @@ impl CoreError {
             | CoreError::Misaligned { .. }
             | CoreError::CopyOutOfRange { .. }
             | CoreError::BadNpy { .. }
+            | CoreError::BadSafetensors { .. }
             | CoreError::UnknownSource { .. }
             | CoreError::BadBudget { .. }
             | CoreError::Layout(_) => ErrorKind::InvalidArgument,

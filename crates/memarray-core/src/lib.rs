@@ -43,6 +43,7 @@ pub mod layout;
 pub mod lock;
 pub mod npy;
 pub mod resource;
+pub mod safetensors;
 pub mod shape;
 pub mod spill;
 

@@ -82,7 +82,7 @@ pub mod resource;
 pub mod spill;
 pub mod stream;
 
-pub use array::{HostKind, MemArray, RawArray};
+pub use array::{HostKind, MemArray, RawArray, SafetensorsWriter};
 pub use buffer::{DEVICE_ALIGN, DeviceBuffer};
 pub use device::{
     Device, check_device_span, current_device, current_device_if_started, current_or_default,

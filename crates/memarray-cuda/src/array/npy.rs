@@ -33,7 +33,7 @@ use super::host_kind::HostKind;
 use super::raw::RawArray;
 use crate::error::Result;
 
-fn io(path: &Path, e: std::io::Error) -> CoreError {
+pub(super) fn io(path: &Path, e: std::io::Error) -> CoreError {
     CoreError::io(path, &e)
 }
 
@@ -136,6 +136,20 @@ impl RawArray {
         let header = write_header(self.dtype, &self.shape)?;
         let mut f = std::io::BufWriter::new(open_regular(path, FileMode::Truncate)?);
         f.write_all(&header).map_err(|e| io(path, e))?;
+        self.write_data(&mut f, path, done)?;
+        f.flush().map_err(|e| io(path, e))?;
+        Ok(())
+    }
+
+    /// Writes the current data to `f` (the file at `path`, for messages), C order: host
+    /// data in pieces, device data read back in 64 MiB pieces (bounded host memory for any
+    /// size); adds the bytes written to `done`.
+    pub(super) fn write_data(
+        &self,
+        f: &mut impl Write,
+        path: &Path,
+        done: &AtomicU64,
+    ) -> Result<()> {
         match self.location {
             Location::Host => {
                 self.dev.wait_host()?;
@@ -146,7 +160,6 @@ impl RawArray {
                 }
             }
             Location::Device(_) => {
-                // In 64 MiB pieces: bounded host memory for any size.
                 const PIECE: usize = 64 << 20;
                 let mut piece = vec![0u8; PIECE.min(self.nbytes)];
                 let mut off = 0;
@@ -159,14 +172,18 @@ impl RawArray {
                 }
             }
         }
-        f.flush().map_err(|e| io(path, e))?;
         Ok(())
     }
 }
 
 /// Fills `dst` from `file` at `offset`, `READ_PIECE` bytes per read, on the staging
 /// threads, adding each piece's bytes to `done`.
-fn read_parallel(file: &FileResource, offset: u64, dst: &mut [u8], done: &AtomicU64) -> Result<()> {
+pub(super) fn read_parallel(
+    file: &FileResource,
+    offset: u64,
+    dst: &mut [u8],
+    done: &AtomicU64,
+) -> Result<()> {
     let pieces = dst.len().div_ceil(READ_PIECE);
     if pieces <= 1 {
         file.read_into(offset, dst)?;
