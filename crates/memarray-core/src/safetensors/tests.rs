@@ -190,3 +190,67 @@ fn a_writer_refuses_what_the_format_cannot_hold() {
         assert_eq!(dtype_name(d).is_none(), d == DType::Complex128, "{d:?}");
     }
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A valid file of three tensors.
+    fn valid() -> Vec<u8> {
+        let shapes: [&[usize]; 3] = [&[3, 2], &[5], &[]];
+        let entries = [
+            Entry {
+                name: "a",
+                dtype: DType::F32,
+                shape: shapes[0],
+            },
+            Entry {
+                name: "b",
+                dtype: DType::U8,
+                shape: shapes[1],
+            },
+            Entry {
+                name: "c",
+                dtype: DType::F64,
+                shape: shapes[2],
+            },
+        ];
+        let laid: Vec<Entry<'_>> = write_order(&entries)
+            .iter()
+            .map(|&i| entries[i].clone())
+            .collect();
+        let mut bytes = write_header(&laid, &[("k".into(), "v".into())]).unwrap();
+        bytes.resize(bytes.len() + 24 + 5 + 8, 7);
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any edit of a valid file (bytes overwritten, the file cut or grown) reads as a
+        /// header whose tensors tile the data exactly, or is refused: never a panic.
+        #[test]
+        fn edited_files_are_read_whole_or_refused(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            cut in any::<prop::sample::Index>(),
+            grow in 0usize..16,
+        ) {
+            let mut bytes = valid();
+            for (at, b) in edits {
+                let i = at.index(bytes.len());
+                bytes[i] = b;
+            }
+            let keep = cut.index(bytes.len() + 1).max(bytes.len().saturating_sub(40));
+            bytes.truncate(keep);
+            bytes.resize(bytes.len() + grow, 0);
+            if let Ok(h) = read(&bytes) {
+                let mut at = 0;
+                for t in &h.tensors {
+                    prop_assert_eq!(t.begin, at);
+                    at = t.end;
+                }
+                prop_assert_eq!(h.data_offset + at, bytes.len() as u64);
+            }
+        }
+    }
+}
