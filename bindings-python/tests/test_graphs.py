@@ -6,6 +6,7 @@ launches. Crash-prone cases run in subprocesses."""
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 import numpy as np
@@ -418,3 +419,92 @@ def test_an_allocation_over_the_budget_inside_a_capture_spills_nothing():
     )
     assert_clean(r)
     assert "ok" in r.stdout, r.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_rmm_through_memarray_allocates_inside_a_cupy_capture_as_on_its_own():
+    pytest.importorskip("cupy")
+    pytest.importorskip("rmm")
+    # CuPy allocating through RMM, RMM's resource memarray's (memarray.rmm.set_current):
+    # the capture's temporaries come from memarray's pool, held for the graph, and every
+    # replay reads and writes the right memory; the same on RMM's own resource beside it.
+    code = """
+        import numpy as np
+        import cupy, rmm, memarray, memarray.rmm
+        from rmm.allocators.cupy import rmm_cupy_allocator
+        if THROUGH:
+            memarray.rmm.set_current()
+        cupy.cuda.set_allocator(rmm_cupy_allocator)
+        x = cupy.arange(1 << 16, dtype=cupy.float32)
+        out = cupy.zeros_like(x)
+        s = cupy.cuda.Stream(non_blocking=True)
+        (x * 2 + 1).sum()  # kernels loaded before the capture
+        with s:
+            s.begin_capture()
+            t = x * 2            # a temporary allocated inside the capture
+            out += t + 1
+            g = s.end_capture()
+        del t
+        for _ in range(2):
+            g.launch(s)
+        s.synchronize()
+        want = 2 * (2 * np.arange(1 << 16, dtype=np.float32) + 1)
+        np.testing.assert_array_equal(cupy.asnumpy(out), want)
+        del g
+        cupy.cuda.Device().synchronize()
+        memarray.cuda.check_errors()
+        print("ok")
+        """
+    for through in (False, True):
+        r = run_child(code.replace("THROUGH", str(through)), timeout=300)
+        assert_clean(r)
+        assert "ok" in r.stdout, (through, r.stderr[-2000:])
+
+
+@pytest.mark.gpu
+def test_numba_through_memarray_allocates_and_launches_inside_a_cupy_capture():
+    pytest.importorskip("cupy")
+    pytest.importorskip("numba")
+    # Numba's memory manager memarray's; Numba has no capture of its own, so its kernel
+    # and a device array it allocates join a CuPy capture through an external stream.
+    r = run_child(
+        """
+        import numpy as np
+        if not hasattr(np, "row_stack"):
+            np.row_stack = np.vstack  # Numba 0.68's tables name it; NumPy 2.5 removed it
+        import cupy
+        from numba import cuda
+
+        @cuda.jit
+        def add_index(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] += i
+
+        n = 1 << 14
+        kept = cuda.device_array(n, dtype=np.float32)
+        add_index[64, 256](kept)  # compiled and loaded before the capture
+        cuda.synchronize()
+        s = cupy.cuda.Stream(non_blocking=True)
+        ns = cuda.external_stream(s.ptr)
+        with s:
+            s.begin_capture()
+            d = cuda.device_array(n, dtype=np.float32, stream=ns)  # through memarray
+            add_index[64, 256](d, stream=ns)
+            add_index[64, 256](kept, stream=ns)
+            g = s.end_capture()
+        kept.copy_to_device(np.zeros(n, np.float32))
+        for _ in range(2):
+            g.launch(s)
+        s.synchronize()
+        np.testing.assert_array_equal(kept.copy_to_host(), 2 * np.arange(n, dtype=np.float32))
+        del g, d
+        import memarray
+        memarray.cuda.check_errors()
+        print("ok")
+        """,
+        env=dict(os.environ, NUMBA_CUDA_MEMORY_MANAGER="memarray.numba"),
+        timeout=300,
+    )
+    assert_clean(r)
+    assert "ok" in r.stdout, r.stderr[-2000:]
