@@ -54,9 +54,9 @@ pub use host::HostBuffer;
 pub use indexer::{Indexer, indexer_bytes};
 pub use lock::{Lock, LockGuard, LockToken};
 pub use resource::{
-    FileMode, FileResource, ForeignMemory, HostResource, LimitingAdaptor, Location, LoggingAdaptor,
-    MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor, Source, Statistics,
-    StatisticsAdaptor, TrackingAdaptor, open_regular,
+    FileMode, FileResource, ForeignMemory, GrowableRange, HostRange, HostResource, LimitingAdaptor,
+    Location, LoggingAdaptor, MemoryInfo, MemoryKind, MemoryResource, RawStream, RetryAdaptor,
+    Source, Statistics, StatisticsAdaptor, TrackingAdaptor, open_regular,
 };
 pub use shape::MAX_NDIM;
 

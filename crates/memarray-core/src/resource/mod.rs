@@ -39,6 +39,7 @@ pub mod ledger;
 mod limiting;
 mod logging;
 pub mod pressure;
+mod range;
 mod retry;
 mod source;
 mod statistics;
@@ -59,6 +60,7 @@ pub use pressure::{
     add_reliever, allocate_with_relief, pressure_statistics, remove_reliever, set_capture_probe,
     set_spill_hooks, spilling,
 };
+pub use range::{GrowableRange, HostRange};
 pub use retry::RetryAdaptor;
 pub use source::{Source, current_source, with_source};
 pub use statistics::{SourceStatistics, Statistics, StatisticsAdaptor};

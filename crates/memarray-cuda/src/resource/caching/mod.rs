@@ -33,13 +33,14 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use memarray_core::{
-    CoreError, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Result,
+    CoreError, GrowableRange, Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Result,
 };
 
 use super::zero_device_memory;
 use crate::device::Device;
 use crate::event::Event;
 
+mod expand;
 mod graph_held;
 mod heaps;
 mod streams;
@@ -111,6 +112,8 @@ struct State {
     large_free: HashMap<Tag, BTreeSet<(usize, usize)>>,
     /// Every large block, free or not, by address (neighbours for merging).
     large: BTreeMap<usize, LargeBlock>,
+    /// Bytes of the pool's range backed now (a pool with a range: see `expand`).
+    range_len: usize,
     /// Segment base -> size.
     segments: HashMap<usize, usize>,
     live: HashMap<usize, Live>,
@@ -153,6 +156,8 @@ pub struct CachingPool {
     heaps: NvtxHeaps,
     /// Blocks freed under a capture whose graphs are gone, to be freed for real.
     returned: Arc<graph_held::Returned>,
+    /// Where large blocks live when the pool grows in place ([`CachingPool::growing`]).
+    range: Option<Arc<dyn GrowableRange>>,
 }
 
 impl CachingPool {
@@ -171,6 +176,23 @@ impl CachingPool {
         Self::make(upstream, None, release_threshold)
     }
 
+    /// A pool that grows in place: large blocks are carved from `range`, backed piece by
+    /// piece as the pool grows, so blocks from different growths coalesce when freed and
+    /// giving memory back unmaps the range's free end; small blocks come from `upstream`
+    /// (memory of the same kind as the range's). `device`: as [`CachingPool::new`] (None:
+    /// a host pool).
+    pub fn growing(
+        upstream: Arc<dyn MemoryResource>,
+        range: Arc<dyn GrowableRange>,
+        device: Option<&Arc<Device>>,
+        release_threshold: usize,
+    ) -> Self {
+        let mut pool = Self::make(upstream, device.cloned(), release_threshold);
+        pool.name = memarray_core::resource::adaptor_name("growing pool", range.name());
+        pool.range = Some(range);
+        pool
+    }
+
     fn make(
         upstream: Arc<dyn MemoryResource>,
         device: Option<Arc<Device>>,
@@ -184,6 +206,7 @@ impl CachingPool {
             state: Mutex::new(State::default()),
             heaps: NvtxHeaps::default(),
             returned: Arc::default(),
+            range: None,
         }
     }
 
@@ -394,6 +417,15 @@ impl CachingPool {
                     let got = st.large.get(&a).map_or(size, |b| b.size);
                     st.stats.cached_bytes -= got as u64;
                     st.stats.hits += 1;
+                    a
+                }
+                None if self.range.is_some() => {
+                    let range = self.range.clone().ok_or_else(too_big)?;
+                    self.grow_range(&mut st, &range, size, tag)?;
+                    let a = self.take_large(&mut st, size, tag).ok_or_else(too_big)?;
+                    let got = st.large.get(&a).map_or(size, |b| b.size);
+                    st.stats.cached_bytes -= got as u64;
+                    st.stats.misses += 1;
                     a
                 }
                 None => {
@@ -616,6 +648,12 @@ impl Drop for CachingPool {
         // Cached blocks go back; blocks still handed out are leaked rather than freed
         // under their users (a pool is normally dropped after everything it served).
         self.trim();
+        if let Some(range) = &self.range
+            && Self::range_in_use(&self.lock(), range.base())
+        {
+            // Its users hold addresses in it: the range stays reserved and backed.
+            std::mem::forget(range.clone());
+        }
     }
 }
 

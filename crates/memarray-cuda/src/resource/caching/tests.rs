@@ -188,3 +188,119 @@ fn the_largest_free_block_says_what_one_allocation_can_get_from_the_cache() {
     );
     assert_eq!(s.cached_bytes, (4 << 20) + 4096);
 }
+
+mod growing {
+    use super::*;
+    use memarray_core::HostRange;
+
+    const MIB: usize = 1 << 20;
+
+    fn growing(capacity: usize, threshold: usize) -> (CachingPool, Arc<HostRange>) {
+        let range = Arc::new(HostRange::reserve(capacity, 2 * MIB).unwrap());
+        let pool = CachingPool::growing(Arc::new(HostResource), range.clone(), None, threshold);
+        (pool, range)
+    }
+
+    fn alloc(pool: &CachingPool, n: usize) -> NonNull<u8> {
+        pool.allocate(n, 256, None).unwrap()
+    }
+
+    fn free(pool: &CachingPool, p: NonNull<u8>, n: usize) {
+        // SAFETY: each test frees a block once, with its arguments.
+        unsafe { pool.deallocate(p, n, 256, None) };
+    }
+
+    #[test]
+    fn a_growing_host_pool_conforms() {
+        conformance::check_all(Arc::new(growing(256 * MIB, usize::MAX).0));
+        conformance::check_all(Arc::new(growing(256 * MIB, 0).0));
+    }
+
+    #[test]
+    fn blocks_of_different_growths_coalesce_and_fill_what_segments_could_not() {
+        let (pool, range) = growing(64 * MIB, usize::MAX);
+        let a = alloc(&pool, 3 * MIB); // backs 4 MiB, 1 MiB of it free at the end
+        let b = alloc(&pool, 3 * MIB); // extends that free end by 2 MiB
+        assert_eq!(range.backed(), 6 * MIB, "segments would hold 8 MiB");
+        assert_eq!(b.as_ptr() as usize, a.as_ptr() as usize + 3 * MIB);
+        // SAFETY: both blocks are ours, 3 MiB each, backed.
+        unsafe {
+            a.as_ptr().write_bytes(1, 3 * MIB);
+            b.as_ptr().write_bytes(2, 3 * MIB);
+        }
+        free(&pool, a, 3 * MIB);
+        free(&pool, b, 3 * MIB);
+        let s = pool.statistics();
+        assert_eq!(
+            (s.largest_free_bytes, s.upstream_bytes),
+            ((6 * MIB) as u64, (6 * MIB) as u64),
+            "one free block across both growths"
+        );
+        // 5 MiB now comes from the cache (two 4 MiB segments could not serve it).
+        let c = alloc(&pool, 5 * MIB);
+        assert_eq!(c, a);
+        assert_eq!((pool.statistics().hits, range.backed()), (1, 6 * MIB));
+        free(&pool, c, 5 * MIB);
+        assert_eq!(pool.release_cached(), 6 * MIB);
+        assert_eq!((range.backed(), pool.statistics().upstream_bytes), (0, 0));
+    }
+
+    #[test]
+    fn giving_back_unmaps_the_free_end_only_and_data_stays() {
+        let (pool, range) = growing(64 * MIB, usize::MAX);
+        let a = alloc(&pool, 4 * MIB);
+        let b = alloc(&pool, 4 * MIB);
+        let c = alloc(&pool, 4 * MIB);
+        // SAFETY: c is ours, 4 MiB, backed.
+        unsafe { c.as_ptr().write_bytes(9, 4 * MIB) };
+        free(&pool, a, 4 * MIB); // a free block inside: stays
+        free(&pool, b, 4 * MIB); // merges with a: still inside (c after it)
+        assert_eq!(pool.release_cached(), 0, "nothing at the end is free");
+        assert_eq!(range.backed(), 12 * MIB);
+        // SAFETY: c is still ours.
+        assert_eq!(unsafe { *c.as_ptr().add(4 * MIB - 1) }, 9);
+        free(&pool, c, 4 * MIB); // everything free: one block, the whole range
+        assert_eq!(pool.release_cached(), 12 * MIB);
+        assert_eq!(range.backed(), 0);
+        // And it grows again from the start.
+        let d = alloc(&pool, 2 * MIB);
+        assert_eq!(d, a);
+        free(&pool, d, 2 * MIB);
+    }
+
+    #[test]
+    fn a_release_threshold_unmaps_the_end_as_frees_pass_it() {
+        let (pool, range) = growing(64 * MIB, 2 * MIB);
+        let a = alloc(&pool, 8 * MIB);
+        let b = alloc(&pool, 8 * MIB);
+        free(&pool, b, 8 * MIB); // 8 MiB cached at the end, past 2 MiB: unmapped
+        assert_eq!(range.backed(), 8 * MIB);
+        assert_eq!(pool.statistics().cached_bytes, 0);
+        free(&pool, a, 8 * MIB);
+        assert_eq!(range.backed(), 0);
+    }
+
+    #[test]
+    fn a_full_range_is_out_of_memory_naming_it() {
+        let (pool, _range) = growing(8 * MIB, usize::MAX);
+        let a = alloc(&pool, 6 * MIB);
+        let e = pool.allocate(4 * MIB, 256, None).unwrap_err();
+        assert!(
+            matches!(e, CoreError::OutOfMemory { .. }) && e.to_string().contains("range"),
+            "{e}"
+        );
+        free(&pool, a, 6 * MIB);
+        let b = alloc(&pool, 8 * MIB); // the whole range, from the cache and one growth
+        free(&pool, b, 8 * MIB);
+    }
+
+    #[test]
+    fn a_pool_dropped_with_blocks_out_leaves_their_memory_in_place() {
+        let (pool, range) = growing(16 * MIB, usize::MAX);
+        let a = alloc(&pool, 4 * MIB);
+        drop(pool);
+        drop(range);
+        // SAFETY: the block was never freed: the range stayed reserved and backed.
+        unsafe { a.as_ptr().write_bytes(5, 4 * MIB) };
+    }
+}

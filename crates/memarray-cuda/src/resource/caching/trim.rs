@@ -23,7 +23,20 @@ impl CachingPool {
         // A segment can go back when every block in it is free, whatever streams they
         // were freed on.
         let mut by_segment: HashMap<usize, (bool, Vec<(usize, LargeBlock)>)> = HashMap::new();
+        // A growing pool's range goes back from its end only (`shrink_range`): its free
+        // blocks but the one ending it stay.
+        let range_base = self.range.as_ref().map(|r| r.base());
+        let range_tail = range_base
+            .and_then(|base| Self::range_tail(st, base))
+            .map(|(a, _)| a);
+        let mut range_stuck = 0u64;
         for (&a, &b) in &st.large {
+            if Some(b.segment) == range_base {
+                if b.free && Some(a) != range_tail {
+                    range_stuck += b.size as u64;
+                }
+                continue;
+            }
             let e = by_segment.entry(b.segment).or_insert((true, Vec::new()));
             e.0 &= b.free;
             e.1.push((a, b));
@@ -40,7 +53,12 @@ impl CachingPool {
             .filter(|(_, b)| b.free)
             .map(|(_, b)| b.size as u64)
             .sum();
-        let target = (target as u64).saturating_add(stuck);
+        let target = (target as u64)
+            .saturating_add(stuck)
+            .saturating_add(range_stuck);
+        if let Some(range) = self.range.clone() {
+            released += self.shrink_range(st, &range, target);
+        }
         let mut free_segments: Vec<FreeSegment> = by_segment
             .into_iter()
             .filter(|(_, (all_free, _))| *all_free)
