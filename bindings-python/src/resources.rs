@@ -525,11 +525,12 @@ fn file(path: &Bound<'_, PyAny>) -> PyResult<PyResource> {
 /// A caching pool over `upstream`; device-bound upstreams (device, managed) get
 /// stream-ordered reuse on their device, pinned memory on `device_id`'s streams.
 #[pyfunction]
-#[pyo3(signature = (upstream, release_threshold=None, device_id=None))]
+#[pyo3(signature = (upstream, release_threshold=None, device_id=None, grow_in_place=None))]
 fn pool(
     upstream: &PyResource,
     release_threshold: Option<&Bound<'_, PyAny>>,
     device_id: Option<&Bound<'_, PyAny>>,
+    grow_in_place: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyResource> {
     let up = upstream.resource();
     let threshold = convert::opt_int::<u64>(release_threshold, "release_threshold")?
@@ -540,9 +541,28 @@ fn pool(
         (None, MemoryKind::Pinned) => Some(Device::get(0).py()?),
         _ => None,
     };
-    let p = match dev {
-        Some(d) => CachingPool::new(up, &d, threshold),
-        None => CachingPool::host(up, threshold),
+    let capacity: Option<u64> = convert::opt_int(grow_in_place, "grow_in_place")?;
+    let p = match (capacity, dev) {
+        (None, Some(d)) => CachingPool::new(up, &d, threshold),
+        (None, None) => CachingPool::host(up, threshold),
+        (Some(cap), dev) => {
+            let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+            let range: Arc<dyn memarray_core::GrowableRange> = match up.kind() {
+                MemoryKind::Device => {
+                    let d = dev.as_ref().ok_or_else(|| {
+                        pyo3::exceptions::PyValueError::new_err("a device pool needs a device")
+                    })?;
+                    Arc::new(memarray_cuda::resource::VmmRange::reserve(d, cap).py()?)
+                }
+                MemoryKind::Host => Arc::new(memarray_core::HostRange::reserve(cap, 2 << 20).py()?),
+                other => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "grow_in_place is for device or host memory, not {other:?} memory"
+                    )));
+                }
+            };
+            CachingPool::growing(up, range, dev.as_ref(), threshold)
+        }
     };
     Ok(PyResource::new(Handle::Pool(Arc::new(p))))
 }

@@ -376,3 +376,54 @@ print(type(fig).__name__, matplotlib.get_backend(), "matplotlib.pyplot" in sys.m
     )
     assert_clean(r)
     assert r.stdout.split() == ["Figure", "svg", "False"], r.stdout
+
+
+def test_a_pool_growing_in_place_coalesces_across_growths_and_gives_its_end_back():
+    MiB = 1 << 20
+    seg, grow = mr.Pool(mr.Host()), mr.Pool(mr.Host(), grow_in_place=1 << 30)
+    assert "growing pool" in grow.name
+    for p in (seg, grow):
+        a, b = p.allocate(3 * MiB), p.allocate(3 * MiB)
+        a.free()
+        b.free()
+    # Separate segments: two 4 MiB ones, a 1 MiB rest each; in place: one 6 MiB block.
+    assert seg.statistics()["upstream_bytes"] == 8 * MiB
+    assert grow.statistics()["upstream_bytes"] == 6 * MiB
+    assert grow.statistics()["largest_free_bytes"] == 6 * MiB
+    c = grow.allocate(5 * MiB)
+    assert grow.statistics()["hits"] == 1, "served from the cache, no growth"
+    # Arrays live in it: data intact across frees of their neighbours.
+    x = memarray.MemArray([1 << 18], np.float64, host_resource=grow)
+    x.read_numpy_array(np.arange(1 << 18, dtype=np.float64))
+    c.free()
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(1 << 18, dtype=np.float64))
+    del x
+    assert grow.trim() > 0 and grow.statistics()["upstream_bytes"] == 0
+    with pytest.raises((ValueError, OverflowError)):
+        mr.Pool(mr.Host(), grow_in_place=-1)
+    full = mr.Pool(mr.Host(), grow_in_place=4 * MiB)
+    with pytest.raises(memarray.OutOfMemoryError, match="reserved range"):
+        full.allocate(8 * MiB)
+
+
+@pytest.mark.gpu
+def test_a_device_pool_growing_in_place_serves_arrays_and_gives_memory_back():
+    MiB = 1 << 20
+    pool = mr.Pool(mr.Device(0), grow_in_place=8 << 30)
+    free_before = mr.Device(0).memory_info()[0]
+    with mr.using(pool, 0):
+        arrays = [memarray.zeros((s * MiB // 4,), "float32", device="cuda") for s in (3, 5, 3)]
+        for a in arrays:
+            a.add_index_tuple()
+        want = [np.arange(a.size, dtype=np.float32) for a in arrays]
+        for a, w in zip(arrays, want, strict=True):
+            np.testing.assert_array_equal(a.to_numpy(), w)
+        del arrays[1]  # a hole between two growths' blocks
+        big = memarray.zeros((7 * MiB // 4,), "float32", device="cuda")
+        big.add_index_tuple()
+        np.testing.assert_array_equal(big.to_numpy(), np.arange(big.size, dtype=np.float32))
+        del arrays, big
+    memarray.cuda.synchronize()
+    assert pool.trim() > 0 and pool.statistics()["upstream_bytes"] == 0
+    # The driver has the memory back (within other processes' noise).
+    assert mr.Device(0).memory_info()[0] >= free_before - 64 * MiB

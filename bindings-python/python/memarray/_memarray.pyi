@@ -526,7 +526,10 @@ class _ResourcesModule:
     def file(path: _PathLike) -> _Resource: ...
     @staticmethod
     def pool(
-        upstream: _Resource, release_threshold: int | None = None, device_id: int | None = None
+        upstream: _Resource,
+        release_threshold: int | None = None,
+        device_id: int | None = None,
+        grow_in_place: int | None = None,
     ) -> _Resource: ...
     @staticmethod
     def statistics(upstream: _Resource) -> _Resource: ...

@@ -190,13 +190,23 @@ class File(Resource):
 class Pool(Resource):
     """A caching pool over ``upstream``: freed blocks are kept and reused (on another
     stream only once the work queued on theirs has completed). At most
-    ``release_threshold`` bytes stay cached (None: no limit)."""
+    ``release_threshold`` bytes stay cached (None: no limit).
+
+    ``grow_in_place`` (bytes of address space to reserve) makes it a pool that grows in
+    place: its large blocks live in one address range backed piece by piece as the pool
+    grows (CUDA's virtual memory for a ``Device`` upstream, ``mmap`` for ``Host``), so
+    blocks from different growths coalesce when freed, and giving memory back unmaps the
+    range's free end. Such device memory has no CUDA IPC handle and no peer access."""
 
     def __init__(
-        self, upstream: Resource, release_threshold: int | None = None, device_id: int | None = None
+        self,
+        upstream: Resource,
+        release_threshold: int | None = None,
+        device_id: int | None = None,
+        grow_in_place: int | None = None,
     ):
         self.upstream = _check(upstream)
-        self._handle = _r.pool(upstream._handle, release_threshold, device_id)
+        self._handle = _r.pool(upstream._handle, release_threshold, device_id, grow_in_place)
 
     def statistics(self) -> dict:
         """``used_bytes``, ``cached_bytes``, ``upstream_bytes``, ``hits``, ``misses``,

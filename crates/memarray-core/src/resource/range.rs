@@ -26,9 +26,11 @@ pub trait GrowableRange: Send + Sync + Debug {
     /// # Errors
     /// [`CoreError::OutOfMemory`] when no memory is left to back it (nothing changes).
     fn map(&self, from: usize, to: usize) -> Result<()>;
-    /// Releases the memory of `[base + from, base + to)`, the range's backed end (the
-    /// addresses stay reserved). Nothing may use them any more.
-    fn unmap(&self, from: usize, to: usize);
+    /// Releases what it can of `[base + from, base + to)`, the range's backed end, from
+    /// the end down (the addresses stay reserved); nothing may use that memory any more.
+    /// Returns the backed end after it: `from` when all of it went, more where memory is
+    /// released only in the pieces it was backed in (CUDA's mappings).
+    fn unmap(&self, from: usize, to: usize) -> usize;
     /// Whose memory it is.
     fn kind(&self) -> MemoryKind;
     /// Where it can be reached from.
@@ -157,13 +159,13 @@ impl GrowableRange for HostRange {
         Ok(())
     }
 
-    fn unmap(&self, from: usize, to: usize) {
+    fn unmap(&self, from: usize, to: usize) -> usize {
         let mut backed = self
             .backed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if to != *backed || from >= to || !from.is_multiple_of(self.granularity) {
-            return; // not the backed end: nothing is released (a caller's bug, never UB)
+            return *backed; // not the backed end: nothing is released (never UB)
         }
         let (p, n) = ((self.base + from) as *mut libc::c_void, to - from);
         // SAFETY: a backed part of the reservation; nothing uses it any more (the
@@ -173,6 +175,7 @@ impl GrowableRange for HostRange {
             libc::mprotect(p, n, libc::PROT_NONE);
         }
         *backed = from;
+        from
     }
 
     fn kind(&self) -> MemoryKind {
@@ -218,10 +221,9 @@ mod tests {
             r.map(3 * g, (1 << 20) + g).is_err(),
             "not past the reservation"
         );
-        r.unmap(2 * g, 3 * g);
+        assert_eq!(r.unmap(2 * g, 3 * g), 2 * g);
         assert_eq!(r.backed(), 2 * g);
-        r.unmap(0, g); // not the end: ignored
-        assert_eq!(r.backed(), 2 * g);
+        assert_eq!(r.unmap(0, g), 2 * g, "not the end: ignored");
         // SAFETY: still backed.
         assert_eq!(unsafe { *(r.base() as *const u8).add(2 * g - 1) }, 7);
         assert!(

@@ -12,6 +12,7 @@
 mod exec;
 mod graph;
 mod memory;
+mod vmm;
 
 use std::ffi::{CStr, c_char, c_int};
 use std::sync::OnceLock;
@@ -23,6 +24,7 @@ use crate::error::{CudaError, Result};
 pub(crate) use exec::*;
 pub(crate) use graph::*;
 pub(crate) use memory::*;
+pub(crate) use vmm::*;
 
 pub(crate) use sys::{CUcontext, CUdevice, CUevent, CUfunction, CUmemoryPool, CUmodule, CUstream};
 

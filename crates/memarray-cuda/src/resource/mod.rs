@@ -21,6 +21,7 @@ mod managed;
 mod pinned;
 mod pinned_pool;
 mod pool;
+mod vmm;
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -39,6 +40,7 @@ pub use pinned_pool::{
 };
 pub(crate) use pinned_pool::{count_fallback, staging_host_buffer};
 pub use pool::{AsyncAlloc, AsyncPoolResource};
+pub use vmm::VmmRange;
 
 use crate::device::Device;
 use crate::driver;

@@ -136,8 +136,9 @@ impl CachingPool {
         st.events.extend(event);
         st.large.remove(&addr);
         remove_free(st, b.tag, b.size, addr);
+        // Where memory goes back only in the pieces it was backed in, less may go.
+        let keep = range.unmap(keep, st.range_len).min(st.range_len);
         let released = st.range_len - keep;
-        range.unmap(keep, st.range_len);
         st.range_len = keep;
         if keep == 0 {
             st.segments.remove(&base);
