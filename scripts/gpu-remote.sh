@@ -336,6 +336,7 @@ while [ $# -gt 0 ]; do
       python3 benches/monitor_scale.py --json "$OUT/monitor_scale.json" 2>&1 | tee "$OUT/monitor_scale.log"
       python3 benches/worker_sample.py --json "$OUT/worker_sample.json" 2>&1 | tee "$OUT/worker_sample.log"
       python3 benches/fragmentation.py --json "$OUT/fragmentation.json" 2>&1 | tee "$OUT/fragmentation.log"
+      python3 benches/offload.py --json "$OUT/offload.json" 2>&1 | tee "$OUT/offload.log"
       python3 benches/cuda_core_alloc.py --json "$OUT/cuda_core_alloc.json" 2>&1 \
         | tee "$OUT/cuda_core_alloc.log"
       [ "${PIPESTATUS[0]}" = 0 ] || echo "!! cuda.core target missed"

@@ -50,7 +50,7 @@ LAYERS = {
         ["resource"],
         ["buffer"],
         ["copy"],
-        ["ipc", "spill"],
+        ["ipc", "spill", "sleep"],
         ["array"],
         ["nccl", "launch"],
     ],

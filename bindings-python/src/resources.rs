@@ -170,6 +170,28 @@ impl PyResource {
         Ok(d)
     }
 
+    /// A Pool growing in place: copies its blocks to host memory and releases its memory,
+    /// addresses kept (`offload`), or backs it again and copies them back (`restore`);
+    /// returns the bytes released or restored. `what` is "offload" or "restore".
+    fn pool_sleep(&self, py: Python<'_>, what: &str) -> PyResult<u64> {
+        let Handle::Pool(p) = &self.handle else {
+            return Err(PyTypeError::new_err(format!(
+                "{} is no Pool: only a Pool(..., grow_in_place=...) can {what}",
+                self.name()
+            )));
+        };
+        let p = p.clone();
+        match what {
+            "offload" => py.detach_section(|| memarray_cuda::sleep::offload(&p)).py(),
+            _ => py.detach_section(|| memarray_cuda::sleep::restore(&p)).py(),
+        }
+    }
+
+    /// Whether a Pool is offloaded.
+    fn offloaded(&self) -> bool {
+        matches!(&self.handle, Handle::Pool(p) if p.offloaded())
+    }
+
     /// Resets a Statistics resource's peaks to the current values.
     fn reset_peaks(&self) -> PyResult<()> {
         match &self.handle {

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import csv
 import gc
+import json
 import os
 import threading
 
 import numpy as np
 import pytest
-from children import assert_clean, run_child
+from children import assert_clean, child_stdout, run_child
 
 import memarray
 from memarray import dlpack
@@ -427,3 +428,67 @@ def test_a_device_pool_growing_in_place_serves_arrays_and_gives_memory_back():
     assert pool.trim() > 0 and pool.statistics()["upstream_bytes"] == 0
     # The driver has the memory back (within other processes' noise).
     assert mr.Device(0).memory_info()[0] >= free_before - 64 * MiB
+
+
+def test_an_offloaded_pool_keeps_its_arrays_addresses_and_restores_their_bytes():
+    pool = mr.Pool(mr.Host(), grow_in_place=1 << 30)
+    x = memarray.MemArray([1 << 20], np.float64, host_resource=pool)
+    want = np.arange(1 << 20, dtype=np.float64)
+    x.read_numpy_array(want)
+    view = np.asarray(x)
+    address = view.__array_interface__["data"][0]
+    del view
+    released = pool.offload()
+    assert released >= 8 << 20 and pool.offloaded
+    with pytest.raises(ValueError, match="offloaded already"):
+        pool.offload()
+    with pytest.raises(memarray.OutOfMemoryError, match="offloaded"):
+        pool.allocate(4 << 20)
+    assert pool.restore() >= 8 << 20 and not pool.offloaded
+    view = np.asarray(x)
+    assert view.__array_interface__["data"][0] == address, "the same address"
+    np.testing.assert_array_equal(view, want)
+    del view
+    with pytest.raises(ValueError, match="not offloaded"):
+        pool.restore()
+    with pytest.raises(ValueError, match="growing in place"):
+        mr.Pool(mr.Host()).offload()
+    with pytest.raises(TypeError, match="no Pool"):
+        mr.Statistics(mr.Host())._handle.pool_sleep("offload")
+    with pytest.raises(ValueError, match="sources must be None"):
+        memarray.offload(0, sources=["torch"])
+
+
+@pytest.mark.gpu
+def test_offload_and_restore_keep_torch_cupy_and_memarray_memory_valid():
+    out = child_stdout(
+        """
+        import json
+        import numpy as np, cupy, torch, memarray, memarray.torch
+        from memarray import resources as mr
+
+        pool = mr.Pool(mr.Device(0), grow_in_place=16 << 30)
+        mr.set_default_resource(pool, 0)
+        memarray.torch.install()
+        cupy.cuda.set_allocator(memarray.cupy_allocator)
+        t = torch.arange(64 << 20, dtype=torch.float32, device="cuda")
+        c = cupy.arange(32 << 20, dtype=cupy.float32)
+        m = memarray.asarray(np.arange(16 << 20, dtype=np.float32), device="cuda")
+        torch.cuda.synchronize()
+        free0 = mr.Device(0).memory_info()[0]
+        released = memarray.offload(0)
+        free1 = mr.Device(0).memory_info()[0]
+        restored = memarray.restore(0)
+        ok = (bool((t.cpu().numpy() == np.arange(64 << 20, dtype=np.float32)).all())
+              and bool((cupy.asnumpy(c) == np.arange(32 << 20, dtype=np.float32)).all())
+              and bool((m.to_numpy() == np.arange(16 << 20, dtype=np.float32)).all()))
+        t += 1  # usable again
+        print(json.dumps({"released": released, "freed": free1 - free0,
+                          "restored": restored, "ok": ok}))
+        """
+    )
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["ok"], got
+    assert got["released"] >= (64 + 32 + 16) << 22, got
+    # The driver confirms the freed bytes (within other processes' noise).
+    assert got["freed"] >= got["released"] - (256 << 20), got

@@ -103,6 +103,34 @@ def save_safetensors(
     _progress.save_safetensors(path, pairs, list(meta.items()))
 
 
+def offload(device: int = 0, *, sources: object = None) -> int:
+    """Puts ``device``'s memory to sleep: its default resource, a
+    ``resources.Pool(resources.Device(device), grow_in_place=...)``, copies every block
+    handed out (whichever library holds it: torch, CuPy, memarray's arrays) to page-locked
+    host memory and releases the device memory while every address stays reserved
+    (``Pool.offload``). Returns the bytes released. ``sources`` must be None: the pool
+    offloads every library's blocks together. Until ``restore(device)`` nothing may use
+    the pool's memory. ValueError when the default resource cannot offload."""
+    if sources is not None:
+        raise ValueError("offload takes every library's blocks in the pool: sources must be None")
+    pool = resources.get_default_resource(device)
+    if not isinstance(pool, resources.Pool):
+        raise ValueError(
+            f"cuda:{device}'s default resource is {pool.name}: offload needs "
+            "resources.Pool(resources.Device(d), grow_in_place=...) as the default resource"
+        )
+    return pool.offload()
+
+
+def restore(device: int = 0) -> int:
+    """Wakes ``device``'s memory after ``offload``: the same addresses are backed again and
+    every offloaded block's bytes copied back; returns the bytes restored."""
+    pool = resources.get_default_resource(device)
+    if not isinstance(pool, resources.Pool):
+        raise ValueError(f"cuda:{device}'s default resource is {pool.name}: nothing to restore")
+    return pool.restore()
+
+
 # Dask, distributed and dask-cuda: MemArrays are registered with them once both are
 # imported, in either order (memarray.dask).
 _hooks.install()
@@ -131,6 +159,8 @@ __all__ = [
     "gather",
     "load",
     "load_safetensors",
+    "offload",
+    "restore",
     "save_safetensors",
     "set_progress",
     "move_many",

@@ -227,6 +227,27 @@ class Pool(Resource):
         """Gives every cached block back; returns the bytes released."""
         return self._handle.release_cached()
 
+    def offload(self) -> int:
+        """A pool growing in place: copies the bytes of every large block handed out to
+        host memory (page-locked for a device) and releases the pool's memory while every
+        address stays reserved; returns the bytes released. Until ``restore()``,
+        allocations from the pool raise ``OutOfMemoryError`` and nothing may touch its
+        memory (a read or write faults). Waits for the device first. ValueError for a pool
+        with separate segments, one offloaded already, or one with blocks held for CUDA
+        graphs. Small blocks (up to 1 MiB each) stay."""
+        return self._handle.pool_sleep("offload")
+
+    def restore(self) -> int:
+        """Backs an offloaded pool again at the same addresses and copies its blocks back
+        (torch tensors, CuPy and memarray arrays in it are valid and bit-exact again);
+        returns the bytes restored. ValueError when not offloaded; OutOfMemoryError when
+        the device has no room (it stays offloaded)."""
+        return self._handle.pool_sleep("restore")
+
+    @property
+    def offloaded(self) -> bool:
+        return self._handle.offloaded()
+
 
 class Statistics(Resource):
     """Counts what goes through: current, peak and total bytes and allocations."""

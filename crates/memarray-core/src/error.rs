@@ -175,6 +175,17 @@ pub enum CoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A pool that cannot offload or restore now: not one growing in place, already
+    /// offloaded (or not), memory a graph holds.
+    #[error("{resource} cannot {what}: {reason}")]
+    Offload {
+        /// The pool's name.
+        resource: String,
+        /// "offload" or "restore".
+        what: &'static str,
+        /// Why not.
+        reason: String,
+    },
     /// A library budget that cannot be set
     /// ([`set_budget`](crate::resource::ledger::set_budget)).
     #[error("budget on {place}: {reason}")]
@@ -238,6 +249,7 @@ impl CoreError {
             | CoreError::BadSafetensors { .. }
             | CoreError::UnknownSource { .. }
             | CoreError::BadBudget { .. }
+            | CoreError::Offload { .. }
             | CoreError::Layout(_) => ErrorKind::InvalidArgument,
         }
     }

@@ -79,6 +79,7 @@ pub mod nvtx;
 pub mod parked;
 mod per_device;
 pub mod resource;
+pub mod sleep;
 pub mod spill;
 pub mod stream;
 

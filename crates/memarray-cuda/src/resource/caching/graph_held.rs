@@ -94,6 +94,7 @@ impl CachingPool {
             self.returned.count.store(0, Ordering::Release);
             std::mem::take(&mut *queued)
         };
+        st.graph_held = st.graph_held.saturating_sub(blocks.len());
         for addr in blocks {
             if let Some(p) = NonNull::new(addr as *mut u8) {
                 self.free_in(st, p, Some(RawStream::LEGACY));

@@ -43,6 +43,7 @@ use crate::event::Event;
 mod expand;
 mod graph_held;
 mod heaps;
+mod sleep;
 mod streams;
 mod trim;
 
@@ -112,8 +113,13 @@ struct State {
     large_free: HashMap<Tag, BTreeSet<(usize, usize)>>,
     /// Every large block, free or not, by address (neighbours for merging).
     large: BTreeMap<usize, LargeBlock>,
-    /// Bytes of the pool's range backed now (a pool with a range: see `expand`).
+    /// Bytes of the pool's range backed now (a pool with a range: see `expand`); while
+    /// offloaded, the bytes backed before and restored after.
     range_len: usize,
+    /// Where the pool is in an offload and restore (`sleep`).
+    sleep: sleep::Sleep,
+    /// Blocks held for CUDA graphs now (`graph_held`).
+    graph_held: usize,
     /// Segment base -> size.
     segments: HashMap<usize, usize>,
     live: HashMap<usize, Live>,
@@ -374,6 +380,7 @@ impl CachingPool {
         }
         let mut st = self.lock();
         self.take_returned(&mut st);
+        self.check_awake(&st)?;
         if align > POOL_ALIGN {
             let p = self.upstream.allocate(bytes, align, stream)?;
             st.live
@@ -476,6 +483,7 @@ impl CachingPool {
         let mut st = self.lock();
         self.take_returned(&mut st);
         if self.held_for_graph(&st, ptr, stream) {
+            st.graph_held += 1;
             return; // still in use for the capture's graph: freed when the graph is gone
         }
         self.free_in(&mut st, ptr, stream);

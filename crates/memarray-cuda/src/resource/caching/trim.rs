@@ -18,6 +18,9 @@ impl CachingPool {
     /// them first made a 1 MiB pinned array cost a cuMemHostAlloc each time while a 1 GiB
     /// segment sat in the cache).
     pub(super) fn trim_to(&self, st: &mut State, target: usize) -> usize {
+        if !matches!(st.sleep, super::sleep::Sleep::Awake) {
+            return 0; // offloaded: its memory is released already, its blocks kept
+        }
         let mut released = 0usize;
         let host_memory = self.upstream.is_accessible_from(Location::Host);
         // A segment can go back when every block in it is free, whatever streams they

@@ -1,0 +1,192 @@
+//! Offload and restore ("sleep") of a pool growing in place, with every address kept:
+//! [`offload`] copies the bytes of each large block handed out to host memory (page-locked
+//! for a device, so the copies run at the link's speed) through the copy wing, then the
+//! pool releases its range's memory; [`restore`] has the pool back the same addresses and
+//! copies the bytes back. Pointers held anywhere into the pool (torch's tensors, CuPy's
+//! arrays, memarray's arrays) are valid again after a restore without their owners
+//! knowing; between the two nothing may use them. The pool's half is
+//! [`CachingPool::offload_begin`] and the calls after it.
+
+use std::sync::Arc;
+
+use memarray_core::{HostBuffer, MemoryResource};
+
+use crate::buffer::DeviceBuffer;
+use crate::copy::{self, Span};
+use crate::error::Result;
+use crate::resource::{CachingPool, PinnedResource};
+use crate::stream::StreamRef;
+
+/// The offloaded bytes: one host buffer, the blocks at their offsets in list order.
+struct Copy(HostBuffer);
+
+/// Copies every large block `pool` has handed out to host memory and releases the pool's
+/// memory, every address kept; returns the bytes released. See the module's docs.
+///
+/// # Errors
+/// `CoreError::Offload` for a pool not growing in place, one offloaded already, or one
+/// with blocks held for CUDA graphs; a copy's or an allocation's error (the pool is then
+/// awake, its memory untouched).
+pub fn offload(pool: &CachingPool) -> Result<u64> {
+    let blocks = pool.offload_begin()?;
+    let copied = copy_out(pool, &blocks);
+    match copied {
+        Ok(copy) => Ok(pool.offload_finish(blocks, Box::new(copy))?),
+        Err(e) => {
+            pool.offload_abort();
+            Err(e)
+        }
+    }
+}
+
+/// Backs an offloaded pool's addresses again and copies its blocks back; returns the
+/// bytes restored.
+///
+/// # Errors
+/// `CoreError::Offload` when not offloaded; out of memory when the device has no room (the
+/// pool stays offloaded); a copy's error.
+pub fn restore(pool: &CachingPool) -> Result<u64> {
+    let (blocks, copy) = pool.restore_begin()?;
+    let copied = match copy.downcast::<Copy>() {
+        Ok(copy) => copy_back(pool, &blocks, &copy),
+        Err(_) => Ok(()), // not ours: nothing to copy back
+    };
+    pool.restore_finish();
+    copied?;
+    Ok(blocks.iter().map(|b| b.1 as u64).sum())
+}
+
+fn host_buffer(pool: &CachingPool, bytes: usize) -> Result<HostBuffer> {
+    let resource: Arc<dyn MemoryResource> = match pool.device() {
+        Some(device) => Arc::new(PinnedResource::new(device)),
+        None => Arc::new(memarray_core::HostResource),
+    };
+    // SAFETY: every byte is written by the copies out before anything reads it.
+    Ok(unsafe { HostBuffer::uninit_in(bytes.max(1), resource) }?)
+}
+
+fn copy_out(pool: &CachingPool, blocks: &[(usize, usize)]) -> Result<Copy> {
+    let total = blocks.iter().map(|b| b.1).sum();
+    let mut host = host_buffer(pool, total)?;
+    let mut at = 0;
+    for &(addr, n) in blocks {
+        match pool.device() {
+            Some(device) => {
+                // SAFETY: the block is live device memory of `device` (handed out, not
+                // released before `offload_finish`); the device was waited for.
+                let src = unsafe {
+                    DeviceBuffer::from_foreign(
+                        device,
+                        addr as u64,
+                        n,
+                        Box::new(()),
+                        StreamRef::legacy(),
+                    )
+                }?;
+                copy::copy_to(Span::Host(&host, at), Span::Device(&src, 0), n, None)?;
+            }
+            None => {
+                // SAFETY: the block is `n` live host bytes of the pool's range.
+                let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                copy::host_to_host(&mut host.as_mut_slice()[at..at + n], src)?;
+            }
+        }
+        at += n;
+    }
+    Ok(Copy(host))
+}
+
+fn copy_back(pool: &CachingPool, blocks: &[(usize, usize)], copy: &Copy) -> Result<()> {
+    let mut at = 0;
+    for &(addr, n) in blocks {
+        match pool.device() {
+            Some(device) => {
+                // SAFETY: the block's addresses are backed again (restore_begin) and no
+                // one uses them until restore_finish.
+                let dst = unsafe {
+                    DeviceBuffer::from_foreign(
+                        device,
+                        addr as u64,
+                        n,
+                        Box::new(()),
+                        StreamRef::legacy(),
+                    )
+                }?;
+                copy::copy_to(Span::Device(&dst, 0), Span::Host(&copy.0, at), n, None)?;
+            }
+            None => {
+                // SAFETY: as above, `n` host bytes of the range, backed again.
+                let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+                copy::host_to_host(dst, &copy.0.as_slice()[at..at + n])?;
+            }
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memarray_core::{CoreError, HostRange, HostResource};
+    use std::ptr::NonNull;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn an_offloaded_pool_keeps_every_address_and_restores_the_bytes() {
+        let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
+        let pool = CachingPool::growing(Arc::new(HostResource), range.clone(), None, usize::MAX);
+        let sizes = [3 * MIB, 5 * MIB, 2 * MIB];
+        let blocks: Vec<NonNull<u8>> = sizes
+            .iter()
+            .map(|&n| pool.allocate(n, 256, None).unwrap())
+            .collect();
+        for (k, (&p, &n)) in blocks.iter().zip(&sizes).enumerate() {
+            // SAFETY: each block is ours, n bytes.
+            unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), n) }
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b = (i as u8).wrapping_mul(k as u8 + 3));
+        }
+        // The middle one freed first: its bytes are not kept.
+        // SAFETY: freed once, with its arguments.
+        unsafe { pool.deallocate(blocks[1], sizes[1], 256, None) };
+        let backed = range.backed();
+        assert_eq!(offload(&pool).unwrap(), backed as u64);
+        assert!(
+            pool.offloaded() && range.backed() == 0,
+            "the memory went back"
+        );
+        assert!(offload(&pool).is_err(), "offloaded already");
+        let e = pool.allocate(MIB * 2, 256, None).unwrap_err();
+        assert!(e.to_string().contains("offloaded"), "{e}");
+        assert_eq!(pool.trim(), 0, "nothing more to give back while offloaded");
+        assert_eq!(restore(&pool).unwrap(), (sizes[0] + sizes[2]) as u64);
+        assert_eq!(range.backed(), backed);
+        for k in [0, 2] {
+            // SAFETY: the blocks are ours again, at the same addresses.
+            let got = unsafe { std::slice::from_raw_parts(blocks[k].as_ptr(), sizes[k]) };
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (i as u8).wrapping_mul(k as u8 + 3)),
+                "block {k}"
+            );
+        }
+        assert!(restore(&pool).is_err(), "not offloaded");
+        let more = pool.allocate(4 * MIB, 256, None).unwrap();
+        // SAFETY: freed once each.
+        unsafe {
+            pool.deallocate(more, 4 * MIB, 256, None);
+            pool.deallocate(blocks[0], sizes[0], 256, None);
+            pool.deallocate(blocks[2], sizes[2], 256, None);
+        }
+        let segments = CachingPool::host(Arc::new(HostResource), usize::MAX);
+        let e = offload(&segments).unwrap_err();
+        assert!(
+            matches!(&e, crate::CudaError::Core(CoreError::Offload { .. })),
+            "segments cannot keep addresses: {e}"
+        );
+    }
+}
