@@ -146,18 +146,24 @@ pub(super) fn set_budget(
 pub(super) fn library_usage(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let rows = PyList::empty(py);
     for u in ledger::usage() {
-        let row = PyDict::new(py);
+        let row = place_row(py, u.place)?;
         row.set_item("source", u.source.name())?;
-        match u.place {
-            Location::Host => row.set_item("device", "host")?,
-            Location::Device(d) => row.set_item("device", d)?,
-        }
         row.set_item("live_bytes", u.live_bytes)?;
         row.set_item("budget", u.budget)?;
         row.set_item("refused", u.refused)?;
         rows.append(row)?;
     }
     Ok(rows)
+}
+
+/// A row whose `device` is `place`: a device id, or "host".
+fn place_row(py: Python<'_>, place: Location) -> PyResult<Bound<'_, PyDict>> {
+    let row = PyDict::new(py);
+    match place {
+        Location::Host => row.set_item("device", "host")?,
+        Location::Device(d) => row.set_item("device", d)?,
+    }
+    Ok(row)
 }
 
 /// "memarray" or one of the known libraries.
@@ -242,11 +248,7 @@ pub(super) fn set_watermark(
 pub(super) fn watermarks(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let rows = PyList::empty(py);
     for w in watermark::watermarks() {
-        let row = PyDict::new(py);
-        match w.place {
-            Location::Host => row.set_item("device", "host")?,
-            Location::Device(d) => row.set_item("device", d)?,
-        }
+        let row = place_row(py, w.place)?;
         row.set_item("watermark", w.watermark)?;
         row.set_item("crossings", w.crossings)?;
         row.set_item("failures", w.failures)?;

@@ -48,7 +48,7 @@ pub fn offload(pool: &CachingPool) -> Result<u64> {
 pub fn restore(pool: &CachingPool) -> Result<u64> {
     let (blocks, copy) = pool.restore_begin()?;
     let copied = match copy.downcast::<Copy>() {
-        Ok(copy) => copy_back(pool, &blocks, &copy),
+        Ok(mut copy) => copy_back(pool, &blocks, &mut copy),
         Err(_) => Ok(()), // not ours: nothing to copy back
     };
     pool.restore_finish();
@@ -67,43 +67,30 @@ fn host_buffer(pool: &CachingPool, bytes: usize) -> Result<HostBuffer> {
 
 fn copy_out(pool: &CachingPool, blocks: &[(usize, usize)]) -> Result<Copy> {
     let total = blocks.iter().map(|b| b.1).sum();
-    let mut host = host_buffer(pool, total)?;
-    let mut at = 0;
-    for &(addr, n) in blocks {
-        match pool.device() {
-            Some(device) => {
-                // SAFETY: the block is live device memory of `device` (handed out, not
-                // released before `offload_finish`); the device was waited for.
-                let src = unsafe {
-                    DeviceBuffer::from_foreign(
-                        device,
-                        addr as u64,
-                        n,
-                        Box::new(()),
-                        StreamRef::legacy(),
-                    )
-                }?;
-                copy::copy_to(Span::Host(&host, at), Span::Device(&src, 0), n, None)?;
-            }
-            None => {
-                // SAFETY: the block is `n` live host bytes of the pool's range.
-                let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
-                copy::host_to_host(&mut host.as_mut_slice()[at..at + n], src)?;
-            }
-        }
-        at += n;
-    }
-    Ok(Copy(host))
+    let mut copy = Copy(host_buffer(pool, total)?);
+    each_block(pool, blocks, &mut copy, true)?;
+    Ok(copy)
 }
 
-fn copy_back(pool: &CachingPool, blocks: &[(usize, usize)], copy: &Copy) -> Result<()> {
+fn copy_back(pool: &CachingPool, blocks: &[(usize, usize)], copy: &mut Copy) -> Result<()> {
+    each_block(pool, blocks, copy, false)
+}
+
+/// Copies each block to (`out`) or from its place in `copy` (the blocks in list order).
+fn each_block(
+    pool: &CachingPool,
+    blocks: &[(usize, usize)],
+    copy: &mut Copy,
+    out: bool,
+) -> Result<()> {
     let mut at = 0;
     for &(addr, n) in blocks {
         match pool.device() {
             Some(device) => {
-                // SAFETY: the block's addresses are backed again (restore_begin) and no
-                // one uses them until restore_finish.
-                let dst = unsafe {
+                // SAFETY: the block is live device memory of `device`: handed out and not
+                // released (an offload, after the device was waited for) or backed again
+                // and not yet used (a restore).
+                let dev = unsafe {
                     DeviceBuffer::from_foreign(
                         device,
                         addr as u64,
@@ -112,12 +99,22 @@ fn copy_back(pool: &CachingPool, blocks: &[(usize, usize)], copy: &Copy) -> Resu
                         StreamRef::legacy(),
                     )
                 }?;
-                copy::copy_to(Span::Device(&dst, 0), Span::Host(&copy.0, at), n, None)?;
+                let (host, dev) = (Span::Host(&copy.0, at), Span::Device(&dev, 0));
+                if out {
+                    copy::copy_to(host, dev, n, None)?;
+                } else {
+                    copy::copy_to(dev, host, n, None)?;
+                }
             }
             None => {
-                // SAFETY: as above, `n` host bytes of the range, backed again.
-                let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
-                copy::host_to_host(dst, &copy.0.as_slice()[at..at + n])?;
+                // SAFETY: as above, `n` host bytes of the pool's range.
+                let block = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+                let saved = &mut copy.0.as_mut_slice()[at..at + n];
+                if out {
+                    copy::host_to_host(saved, block)?;
+                } else {
+                    copy::host_to_host(block, saved)?;
+                }
             }
         }
         at += n;
