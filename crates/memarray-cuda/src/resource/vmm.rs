@@ -32,14 +32,25 @@ impl VmmRange {
     /// recommended granularity, typically 2 MiB); nothing is backed yet.
     ///
     /// # Errors
-    /// [`crate::CudaError`] when the driver has no virtual memory support or refuses the
-    /// reservation.
-    pub fn reserve(device: &Arc<Device>, capacity: usize) -> crate::Result<Self> {
-        let _ctx = device.bind()?;
+    /// [`CoreError::Alloc`] when the driver has no virtual memory support or refuses the
+    /// reservation (too large for the address space), `Unavailable` without a driver.
+    pub fn reserve(device: &Arc<Device>, capacity: usize) -> Result<Self> {
+        let name = format!("vmm range(cuda:{})", device.id());
+        let fail = |e: crate::CudaError| e.into_alloc(capacity, 1, &name);
+        let _ctx = device.bind().map_err(fail)?;
         let id = device.id() as i32;
-        let granularity = driver::vmm_granularity(id)?;
-        let capacity = capacity.max(1).next_multiple_of(granularity);
-        let base = driver::vmm_reserve(capacity, granularity)?;
+        let granularity = driver::vmm_granularity(id).map_err(fail)?;
+        let capacity = capacity
+            .max(1)
+            .checked_next_multiple_of(granularity)
+            .filter(|&c| c <= isize::MAX as usize)
+            .ok_or_else(|| CoreError::Alloc {
+                bytes: capacity,
+                align: granularity,
+                resource: name.clone(),
+                reason: "more address space than a process has".into(),
+            })?;
+        let base = driver::vmm_reserve(capacity, granularity).map_err(fail)?;
         Ok(VmmRange {
             device: device.clone(),
             base,
