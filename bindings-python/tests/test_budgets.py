@@ -5,6 +5,7 @@ with threads allocating while they are read."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -241,7 +242,7 @@ def test_on_a_device_a_budget_stops_torch_and_no_other_and_torch_says_who_holds_
         print(json.dumps({"text": text, "rows": rows, "bands": bands}))
         """
     )
-    got = __import__("json").loads(out.strip().splitlines()[-1])
+    got = json.loads(out.strip().splitlines()[-1])
     text = got["text"]
     assert text and "torch's budget on cuda:0" in text, text
     assert "held through memarray on cuda:0" in text and "relief so far" in text, text
