@@ -359,8 +359,14 @@ impl CachingPool {
             }
             other => other,
         }?;
-        self.heaps
-            .allocation_added(self.device.as_ref(), p.as_ptr() as usize, size);
+        // Not described while the stream is being captured: compute-sanitizer's work on a
+        // new heap then invalidated the capture (a second device's fresh pool, allocating
+        // inside a capture). Its blocks then have no heap and no regions, as a
+        // pass-through block's.
+        if !(nvtx::mem_active() && self.capturing(self.tag(stream))) {
+            self.heaps
+                .allocation_added(self.device.as_ref(), p.as_ptr() as usize, size);
+        }
         Ok(p)
     }
 
