@@ -33,28 +33,35 @@ impl CachingPool {
         tag: Tag,
     ) -> Result<()> {
         let base = range.base();
-        let tail = Self::range_tail(st, base).filter(|(_, b)| b.tag == tag);
-        let have = tail.map_or(0, |(_, b)| b.size);
-        let grow = (size - have.min(size))
-            .checked_next_multiple_of(range.granularity())
-            .ok_or_else(|| self.range_full(size, range))?;
-        let (from, to) = (st.range_len, st.range_len + grow);
-        if to > range.capacity() {
-            return Err(self.range_full(size, range));
-        }
-        if let Err(CoreError::OutOfMemory { .. }) = range.map(from, to) {
-            // No memory to back it: the cache goes back first, once (the tail too).
-            self.trim_to(st, 0);
-            let from = st.range_len;
+        let mut retried = false;
+        loop {
             let tail = Self::range_tail(st, base).filter(|(_, b)| b.tag == tag);
             let have = tail.map_or(0, |(_, b)| b.size);
-            let grow = (size - have.min(size)).next_multiple_of(range.granularity());
-            range.map(from, from + grow)?;
-            self.add_backed(st, base, from, grow, tail, tag);
-            return Ok(());
+            if have >= size {
+                return Ok(()); // the free end fits already
+            }
+            let grow = (size - have)
+                .checked_next_multiple_of(range.granularity())
+                .ok_or_else(|| self.range_full(size, range))?;
+            let from = st.range_len;
+            let to = from
+                .checked_add(grow)
+                .filter(|&to| to <= range.capacity())
+                .ok_or_else(|| self.range_full(size, range))?;
+            match range.map(from, to) {
+                Ok(()) => {
+                    self.add_backed(st, base, from, grow, tail, tag);
+                    return Ok(());
+                }
+                // No memory to back it: the cache goes back first, once (the free end
+                // too), then one more try.
+                Err(CoreError::OutOfMemory { .. }) if !retried => {
+                    retried = true;
+                    self.trim_to(st, 0);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        self.add_backed(st, base, from, grow, tail, tag);
-        Ok(())
     }
 
     /// `grow` bytes backed at offset `from` become a free block (joined to `tail`).

@@ -294,6 +294,80 @@ mod growing {
         free(&pool, b, 8 * MIB);
     }
 
+    /// A host range whose next backing fails with `error` (once).
+    #[derive(Debug)]
+    struct Failing {
+        inner: HostRange,
+        error: std::sync::Mutex<Option<CoreError>>,
+    }
+
+    impl memarray_core::GrowableRange for Failing {
+        fn base(&self) -> usize {
+            self.inner.base()
+        }
+        fn capacity(&self) -> usize {
+            self.inner.capacity()
+        }
+        fn granularity(&self) -> usize {
+            self.inner.granularity()
+        }
+        fn map(&self, from: usize, to: usize) -> Result<()> {
+            match self.error.lock().unwrap().take() {
+                Some(e) => Err(e),
+                None => self.inner.map(from, to),
+            }
+        }
+        fn unmap(&self, from: usize, to: usize) -> usize {
+            self.inner.unmap(from, to)
+        }
+        fn kind(&self) -> MemoryKind {
+            self.inner.kind()
+        }
+        fn is_accessible_from(&self, location: Location) -> bool {
+            self.inner.is_accessible_from(location)
+        }
+        fn device_id(&self) -> Option<u32> {
+            None
+        }
+        fn name(&self) -> &str {
+            "failing"
+        }
+    }
+
+    #[test]
+    fn a_backing_that_fails_fails_the_allocation_and_out_of_memory_is_retried_once() {
+        let failing = |e: CoreError| {
+            Arc::new(Failing {
+                inner: HostRange::reserve(64 * MIB, 2 * MIB).unwrap(),
+                error: std::sync::Mutex::new(Some(e)),
+            })
+        };
+        let broken = failing(CoreError::Alloc {
+            bytes: 0,
+            align: 0,
+            resource: "r".into(),
+            reason: "the driver said no".into(),
+        });
+        let pool = CachingPool::growing(Arc::new(HostResource), broken, None, usize::MAX);
+        let e = pool.allocate(4 * MIB, 256, None).unwrap_err();
+        assert!(e.to_string().contains("the driver said no"), "{e}");
+        assert_eq!(
+            pool.statistics().upstream_bytes,
+            0,
+            "nothing was counted as backed"
+        );
+        let a = alloc(&pool, 4 * MIB); // the next try backs it
+        free(&pool, a, 4 * MIB);
+        let full = failing(CoreError::OutOfMemory {
+            bytes: 0,
+            resource: "r".into(),
+            reason: "no memory".into(),
+        });
+        let pool = CachingPool::growing(Arc::new(HostResource), full, None, usize::MAX);
+        let b = alloc(&pool, 4 * MIB); // out of memory once, then retried after a trim
+        free(&pool, b, 4 * MIB);
+    }
+
     #[test]
     fn a_pool_dropped_with_blocks_out_leaves_their_memory_in_place() {
         let (pool, range) = growing(16 * MIB, usize::MAX);
