@@ -31,7 +31,16 @@ pub fn offload(pool: &CachingPool) -> Result<u64> {
     let blocks = pool.offload_begin()?;
     let copied = copy_out(pool, &blocks);
     match copied {
-        Ok(copy) => Ok(pool.offload_finish(blocks, Box::new(copy))?),
+        Ok(copy) => match pool.offload_finish(blocks, Box::new(copy)) {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                // Part of the memory went: it comes back with the blocks' bytes.
+                if pool.offloaded() {
+                    restore(pool)?;
+                }
+                Err(e.into())
+            }
+        },
         Err(e) => {
             pool.offload_abort();
             Err(e)
@@ -125,7 +134,7 @@ fn each_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memarray_core::{CoreError, HostRange, HostResource};
+    use memarray_core::{CoreError, GrowableRange, HostRange, HostResource};
     use std::ptr::NonNull;
 
     const MIB: usize = 1 << 20;
@@ -185,5 +194,76 @@ mod tests {
             matches!(&e, crate::CudaError::Core(CoreError::Offload { .. })),
             "segments cannot keep addresses: {e}"
         );
+    }
+    /// A host range that releases only its last piece on its first unmap.
+    #[derive(Debug)]
+    struct Stubborn {
+        inner: HostRange,
+        once: std::sync::atomic::AtomicBool,
+    }
+
+    impl GrowableRange for Stubborn {
+        fn base(&self) -> usize {
+            self.inner.base()
+        }
+        fn capacity(&self) -> usize {
+            self.inner.capacity()
+        }
+        fn granularity(&self) -> usize {
+            self.inner.granularity()
+        }
+        fn map(&self, from: usize, to: usize) -> memarray_core::Result<()> {
+            self.inner.map(from, to)
+        }
+        fn unmap(&self, from: usize, to: usize) -> usize {
+            let g = self.inner.granularity();
+            if !self.once.swap(true, std::sync::atomic::Ordering::SeqCst) && to - from > g {
+                return self.inner.unmap(to - g, to);
+            }
+            self.inner.unmap(from, to)
+        }
+        fn backed(&self) -> usize {
+            self.inner.backed()
+        }
+        fn kind(&self) -> memarray_core::MemoryKind {
+            self.inner.kind()
+        }
+        fn is_accessible_from(&self, l: memarray_core::Location) -> bool {
+            self.inner.is_accessible_from(l)
+        }
+        fn device_id(&self) -> Option<u32> {
+            None
+        }
+        fn name(&self) -> &str {
+            "stubborn"
+        }
+    }
+
+    #[test]
+    fn an_offload_that_cannot_release_everything_restores_and_says_so() {
+        let range = Arc::new(Stubborn {
+            inner: HostRange::reserve(64 * MIB, 2 * MIB).unwrap(),
+            once: std::sync::atomic::AtomicBool::new(false),
+        });
+        let pool = CachingPool::growing(Arc::new(HostResource), range, None, usize::MAX);
+        let (a, b) = (
+            pool.allocate(4 * MIB, 256, None).unwrap(),
+            pool.allocate(4 * MIB, 256, None).unwrap(),
+        );
+        // SAFETY: both ours, 4 MiB each.
+        unsafe {
+            a.as_ptr().write_bytes(3, 4 * MIB);
+            b.as_ptr().write_bytes(4, 4 * MIB);
+        }
+        let e = offload(&pool).unwrap_err();
+        assert!(e.to_string().contains("could be released"), "{e}");
+        assert!(!pool.offloaded(), "restored at once");
+        // SAFETY: both ours again, the bytes back (b's piece was released and restored).
+        unsafe {
+            assert_eq!(*a.as_ptr().add(4 * MIB - 1), 3);
+            assert_eq!(*b.as_ptr().add(4 * MIB - 1), 4);
+            pool.deallocate(a, 4 * MIB, 256, None);
+            pool.deallocate(b, 4 * MIB, 256, None);
+        }
     }
 }

@@ -31,6 +31,8 @@ pub trait GrowableRange: Send + Sync + Debug {
     /// Returns the backed end after it: `from` when all of it went, more where memory is
     /// released only in the pieces it was backed in (CUDA's mappings).
     fn unmap(&self, from: usize, to: usize) -> usize;
+    /// Bytes backed now, from the start.
+    fn backed(&self) -> usize;
     /// Whose memory it is.
     fn kind(&self) -> MemoryKind;
     /// Where it can be reached from.
@@ -101,14 +103,6 @@ impl HostRange {
             backed: Mutex::new(0),
         })
     }
-
-    /// Bytes backed now.
-    pub fn backed(&self) -> usize {
-        *self
-            .backed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
 impl GrowableRange for HostRange {
@@ -176,6 +170,13 @@ impl GrowableRange for HostRange {
         }
         *backed = from;
         from
+    }
+
+    fn backed(&self) -> usize {
+        *self
+            .backed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn kind(&self) -> MemoryKind {

@@ -133,6 +133,10 @@ impl GrowableRange for VmmRange {
         Self::backed_end(&pieces)
     }
 
+    fn backed(&self) -> usize {
+        Self::backed_end(&self.pieces.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     fn kind(&self) -> MemoryKind {
         MemoryKind::Device
     }

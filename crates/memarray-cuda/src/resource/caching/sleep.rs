@@ -86,7 +86,8 @@ impl CachingPool {
 
     /// Ends an offload begun by [`offload_begin`](Self::offload_begin): the range's memory
     /// is released (addresses kept) and `copy` (the blocks' bytes) kept until the
-    /// restore; returns the bytes released. On failure the pool is awake again.
+    /// restore; returns the bytes released. When only part of the memory could be
+    /// released the pool is offloaded all the same and the error says so: restore it.
     pub fn offload_finish(
         &self,
         blocks: Vec<(usize, usize)>,
@@ -99,14 +100,14 @@ impl CachingPool {
         }
         let backed = st.range_len;
         let left = range.unmap(0, backed);
-        if left != 0 {
-            // Part of it would not go: back as it was.
-            let back = range.map(left, backed);
-            st.sleep = Sleep::Awake;
-            back?;
-            return Err(self.refuse("offload", "the range's memory could not be released"));
-        }
         st.sleep = Sleep::Asleep { blocks, copy };
+        if left != 0 {
+            // Part of it would not go (what did go lost its bytes): the caller restores.
+            return Err(self.refuse(
+                "offload",
+                format!("only {} of {backed} bytes could be released", backed - left),
+            ));
+        }
         Ok(backed as u64)
     }
 
@@ -129,9 +130,11 @@ impl CachingPool {
         if !matches!(st.sleep, Sleep::Asleep { .. }) {
             return Err(self.refuse("restore", "it is not offloaded"));
         }
-        let backed = st.range_len;
-        if backed > 0 {
-            range.map(0, backed)?;
+        // Backed from where the range's memory ends now (all of it released, or part of
+        // it after an offload that could not release the rest).
+        let (now, backed) = (range.backed(), st.range_len);
+        if now < backed {
+            range.map(now, backed)?;
         }
         let Sleep::Asleep { blocks, copy } = std::mem::replace(&mut st.sleep, Sleep::Waking) else {
             unreachable!("checked above");

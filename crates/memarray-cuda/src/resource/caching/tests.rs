@@ -191,7 +191,7 @@ fn the_largest_free_block_says_what_one_allocation_can_get_from_the_cache() {
 
 mod growing {
     use super::*;
-    use memarray_core::HostRange;
+    use memarray_core::{GrowableRange, HostRange};
 
     const MIB: usize = 1 << 20;
 
@@ -301,7 +301,7 @@ mod growing {
         error: std::sync::Mutex<Option<CoreError>>,
     }
 
-    impl memarray_core::GrowableRange for Failing {
+    impl GrowableRange for Failing {
         fn base(&self) -> usize {
             self.inner.base()
         }
@@ -319,6 +319,9 @@ mod growing {
         }
         fn unmap(&self, from: usize, to: usize) -> usize {
             self.inner.unmap(from, to)
+        }
+        fn backed(&self) -> usize {
+            self.inner.backed()
         }
         fn kind(&self) -> MemoryKind {
             self.inner.kind()
