@@ -87,7 +87,7 @@ def test_every_device_budget_leaves_host_memory_alone_and_a_device_budget_reads_
         (("torch", "4 parsecs"), {}, ValueError),
         (("torch", -1), {}, (ValueError, OverflowError)),
         (("torch", 1.5), {}, TypeError),
-        (("torch", 1), {"device": "gpu"}, ValueError),
+        (("torch", 1), {"device": "tpu"}, ValueError),
         (("torch", 1), {"device": True}, TypeError),
         (("torch", 1), {"device": -1}, (ValueError, OverflowError)),
         (("torch", 1), {"device": 64}, ValueError),
@@ -204,7 +204,7 @@ def test_a_watermark_callback_that_raises_is_reported_and_counted(monkeypatch, n
         ((1,), {"device": "host"}, TypeError),  # no callback
         ((1, 5), {"device": "host"}, TypeError),  # not callable
         ((1, print), {"device": True}, TypeError),
-        ((1, print), {"device": "gpu"}, ValueError),
+        ((1, print), {"device": "tpu"}, ValueError),
         ((1, print), {"device": 64}, ValueError),
         (("1 parsec", print), {"device": "host"}, ValueError),
         ((-1, print), {"device": "host"}, (ValueError, OverflowError)),

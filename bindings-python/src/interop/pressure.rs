@@ -13,6 +13,8 @@ use memarray_core::Location;
 use memarray_core::Source;
 use memarray_core::resource::ledger::{self, BudgetScope};
 use memarray_core::resource::watermark;
+
+use crate::device::parse_device;
 use memarray_core::resource::{pressure, pressure_statistics};
 
 /// The process-wide counters of the relief path, as a dict.
@@ -135,7 +137,7 @@ pub(super) fn set_budget(
         .transpose()?;
     let scope = match device.filter(|d| !d.is_none()) {
         None => BudgetScope::EveryDevice,
-        Some(d) => BudgetScope::Place(place(d)?),
+        Some(d) => BudgetScope::Place(parse_device(Some(d))?),
     };
     ledger::set_budget(source, scope, bytes).map_err(crate::errors::core_err)
 }
@@ -175,33 +177,6 @@ fn library(name: &str) -> PyResult<Source> {
     }
 }
 
-/// "host", a device id, or "cuda:N".
-fn place(device: &Bound<'_, PyAny>) -> PyResult<Location> {
-    if device.is_instance_of::<pyo3::types::PyString>() {
-        let text = crate::convert::text(device, "device")?;
-        if text == "host" {
-            return Ok(Location::Host);
-        }
-        if let Some(d) = text
-            .strip_prefix("cuda:")
-            .and_then(|d| d.parse::<u32>().ok())
-        {
-            return Ok(Location::Device(d));
-        }
-        return Err(PyValueError::new_err(format!(
-            "device {text:?}: expected None (every device), \"host\", a device id or \"cuda:N\""
-        )));
-    }
-    if device.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(PyTypeError::new_err(
-            "device must be None, \"host\" or a device id, not a bool",
-        ));
-    }
-    Ok(Location::Device(crate::convert::int::<u32>(
-        device, "device",
-    )?))
-}
-
 /// Sets the watermark of `device` ("host", a device id or "cuda:N") at `nbytes` with
 /// `f(device, held, watermark)` called on memarray's notifier thread (see
 /// `memarray.resources.set_watermark`); `nbytes` None removes it.
@@ -212,7 +187,7 @@ pub(super) fn set_watermark(
     nbytes: Option<&Bound<'_, PyAny>>,
     f: Option<Py<PyAny>>,
 ) -> PyResult<()> {
-    let place = place(device)?;
+    let place = parse_device(Some(device))?;
     let set = match (nbytes.filter(|n| !n.is_none()), f) {
         (None, _) => None,
         (Some(_), None) => {

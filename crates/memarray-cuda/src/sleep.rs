@@ -195,56 +195,9 @@ mod tests {
             "segments cannot keep addresses: {e}"
         );
     }
-    /// A host range that releases only its last piece on its first unmap.
-    #[derive(Debug)]
-    struct Stubborn {
-        inner: HostRange,
-        once: std::sync::atomic::AtomicBool,
-    }
-
-    impl GrowableRange for Stubborn {
-        fn base(&self) -> usize {
-            self.inner.base()
-        }
-        fn capacity(&self) -> usize {
-            self.inner.capacity()
-        }
-        fn granularity(&self) -> usize {
-            self.inner.granularity()
-        }
-        fn map(&self, from: usize, to: usize) -> memarray_core::Result<()> {
-            self.inner.map(from, to)
-        }
-        fn unmap(&self, from: usize, to: usize) -> usize {
-            let g = self.inner.granularity();
-            if !self.once.swap(true, std::sync::atomic::Ordering::SeqCst) && to - from > g {
-                return self.inner.unmap(to - g, to);
-            }
-            self.inner.unmap(from, to)
-        }
-        fn backed(&self) -> usize {
-            self.inner.backed()
-        }
-        fn kind(&self) -> memarray_core::MemoryKind {
-            self.inner.kind()
-        }
-        fn is_accessible_from(&self, l: memarray_core::Location) -> bool {
-            self.inner.is_accessible_from(l)
-        }
-        fn device_id(&self) -> Option<u32> {
-            None
-        }
-        fn name(&self) -> &str {
-            "stubborn"
-        }
-    }
-
     #[test]
     fn an_offload_that_cannot_release_everything_restores_and_says_so() {
-        let range = Arc::new(Stubborn {
-            inner: HostRange::reserve(64 * MIB, 2 * MIB).unwrap(),
-            once: std::sync::atomic::AtomicBool::new(false),
-        });
+        let range = Arc::new(crate::resource::test_range::Faulty::stubborn());
         let pool = CachingPool::growing(Arc::new(HostResource), range, None, usize::MAX);
         let (a, b) = (
             pool.allocate(4 * MIB, 256, None).unwrap(),

@@ -21,6 +21,8 @@ mod managed;
 mod pinned;
 mod pinned_pool;
 mod pool;
+#[cfg(test)]
+pub(crate) mod test_range;
 mod vmm;
 
 use std::collections::HashMap;

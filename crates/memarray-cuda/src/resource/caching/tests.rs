@@ -191,7 +191,7 @@ fn the_largest_free_block_says_what_one_allocation_can_get_from_the_cache() {
 
 mod growing {
     use super::*;
-    use memarray_core::{GrowableRange, HostRange};
+    use memarray_core::HostRange;
 
     const MIB: usize = 1 << 20;
 
@@ -294,57 +294,9 @@ mod growing {
         free(&pool, b, 8 * MIB);
     }
 
-    /// A host range whose next backing fails with `error` (once).
-    #[derive(Debug)]
-    struct Failing {
-        inner: HostRange,
-        error: std::sync::Mutex<Option<CoreError>>,
-    }
-
-    impl GrowableRange for Failing {
-        fn base(&self) -> usize {
-            self.inner.base()
-        }
-        fn capacity(&self) -> usize {
-            self.inner.capacity()
-        }
-        fn granularity(&self) -> usize {
-            self.inner.granularity()
-        }
-        fn map(&self, from: usize, to: usize) -> Result<()> {
-            match self.error.lock().unwrap().take() {
-                Some(e) => Err(e),
-                None => self.inner.map(from, to),
-            }
-        }
-        fn unmap(&self, from: usize, to: usize) -> usize {
-            self.inner.unmap(from, to)
-        }
-        fn backed(&self) -> usize {
-            self.inner.backed()
-        }
-        fn kind(&self) -> MemoryKind {
-            self.inner.kind()
-        }
-        fn is_accessible_from(&self, location: Location) -> bool {
-            self.inner.is_accessible_from(location)
-        }
-        fn device_id(&self) -> Option<u32> {
-            None
-        }
-        fn name(&self) -> &str {
-            "failing"
-        }
-    }
-
     #[test]
     fn a_backing_that_fails_fails_the_allocation_and_out_of_memory_is_retried_once() {
-        let failing = |e: CoreError| {
-            Arc::new(Failing {
-                inner: HostRange::reserve(64 * MIB, 2 * MIB).unwrap(),
-                error: std::sync::Mutex::new(Some(e)),
-            })
-        };
+        let failing = |e: CoreError| Arc::new(crate::resource::test_range::Faulty::failing(e));
         let broken = failing(CoreError::Alloc {
             bytes: 0,
             align: 0,
