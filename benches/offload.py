@@ -34,7 +34,11 @@ def main() -> int:
     from memarray import resources as mr
 
     total = int(args.gib * (1 << 30))
-    pool = mr.Pool(mr.Device(0), grow_in_place=2 * total + (1 << 30))
+    # The peer's copy on torch's own allocator, made before torch routes through memarray:
+    # offload moves only the tensors below.
+    host = torch.empty(total, dtype=torch.uint8).pin_memory()
+    flat = torch.empty(total, dtype=torch.uint8, device="cuda")
+    pool = mr.Pool(mr.Device(0), grow_in_place=4 * total)
     mr.set_default_resource(pool, 0)
     memarray_torch.install()
     per = 256 << 20
@@ -42,8 +46,6 @@ def main() -> int:
         torch.randint(0, 255, (per,), dtype=torch.uint8, device="cuda") for _ in range(total // per)
     ]
     sums = [int(t.sum()) for t in tensors]
-    host = torch.empty(total, dtype=torch.uint8).pin_memory()
-    flat = torch.empty(total, dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {
         k: [] for k in ("offload", "restore", "pinned D2H", "pinned H2D")

@@ -181,6 +181,11 @@ multi_rust() {
     grep -E '^(SKIPPED|NCCL|---- |thread .* panicked)' "$log" | head -n 20
   done
   tail -n +1 "$LOGS"/multi-*.log >"$OUT/multi-cargo.log"
+  echo "== 2-GPU graph test under compute-sanitizer memcheck (NVTX memory description on)"
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    gpu-run/bin/memarray-cuda__gpu_graph --test-threads=1 >"$LOGS/multi-sanitize.log" 2>&1 \
+    || { tail -n 30 "$LOGS/multi-sanitize.log"; fail "2-GPU graph memcheck"; }
+  grep -E '^(test result:|========= ERROR SUMMARY)' "$LOGS/multi-sanitize.log" | tail -n 2
 }
 
 # The Python half of `multi` (no test binaries to carry).
@@ -189,6 +194,10 @@ multi_py() {
   echo "== 2-GPU pytest"
   python3 -m pytest bindings-python/tests/test_distributed.py bindings-python/tests/test_ipc.py \
     bindings-python/tests/test_cuda.py -q -rs -p no:cacheprovider >"$OUT/multi-pytest.log" 2>&1 || fail "multi pytest"
+  # The monitor's bands, budgets and the OOM report on each of the two devices.
+  python3 -m pytest bindings-python/tests/test_notebook.py bindings-python/tests/test_budgets.py \
+    bindings-python/tests/test_out_of_memory.py -m gpu -q -rs -p no:cacheprovider >>"$OUT/multi-pytest.log" 2>&1 \
+    || fail "multi pytest (monitor, budgets)"
   tail -n 8 "$OUT/multi-pytest.log"
   echo "== examples"
   timeout 240 python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29531 examples/distributed_torch.py 2>&1 \
@@ -377,7 +386,7 @@ while [ $# -gt 0 ]; do
           case "$(basename "$f")" in
             test_graph.py | test_stream.py)
               PYTHONPATH=$PYTHONPATH:bindings-python/tests timeout 1800 python3 scripts/pytest_isolated.py \
-                "$f" --timeout 300 -- "${plugin[@]}" >"$LOGS/cupy-$way.log" 2>&1
+                "$f" --timeout 300 --jobs 8 -- "${plugin[@]}" >"$LOGS/cupy-$way.log" 2>&1
               summary=$(head -n 1 "$LOGS/cupy-$way.log") ;;
             *)
               PYTHONPATH=$PYTHONPATH:bindings-python/tests timeout 900 python3 -m pytest -q -p no:cacheprovider \

@@ -7,9 +7,10 @@ ending the run, and prints one summary line:
 
 then the ids of the tests that did not pass or skip, one per line, with their outcome.
 
-    python3 scripts/pytest_isolated.py FILE [--timeout S] [-- PYTEST_ARGS...]
+    python3 scripts/pytest_isolated.py FILE [--timeout S] [--jobs N] [-- PYTEST_ARGS...]
 
-PYTEST_ARGS (`-p some_plugin`, say) go to the collection and to every run. Exits 0 when
+--jobs runs that many tests at once (each still in its own process; the start of a
+process, CuPy's import and a CUDA context, is most of a test's time). PYTEST_ARGS (`-p some_plugin`, say) go to the collection and to every run. Exits 0 when
 the file ran (whatever its outcome), 2 when nothing could be collected.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 OUTCOMES = ("passed", "failed", "skipped", "crashed", "timed out")
 
@@ -75,12 +77,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--jobs", type=int, default=1)
     args = ap.parse_args(argv)
     ids = collect(args.file, extra)
     if not ids:
         print(f"nothing collected from {args.file}")
         return 2
-    results = {test_id: outcome(test_id, extra, args.timeout) for test_id in ids}
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        outcomes = pool.map(lambda test_id: outcome(test_id, extra, args.timeout), ids)
+        results = dict(zip(ids, outcomes))
     counts = {o: sum(1 for v in results.values() if v == o) for o in OUTCOMES}
     print(", ".join(f"{counts[o]} {o}" for o in OUTCOMES))
     for test_id, o in results.items():

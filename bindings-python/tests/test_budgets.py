@@ -254,3 +254,39 @@ def test_on_a_device_a_budget_stops_torch_and_no_other_and_torch_says_who_holds_
     # The monitor's bands with no setup: one per library, from the ledger.
     for lib in ("torch", "cupy", "memarray"):
         assert got["bands"].get(lib, 0) == rows[lib]["live_bytes"], (lib, got["bands"], rows)
+
+
+@pytest.mark.gpu
+def test_a_budget_on_the_second_device_stops_the_library_there_and_not_on_the_first():
+    from conftest import two_gpus
+
+    two_gpus()
+    out = child_stdout(
+        """
+        import json
+        import cupy, torch, memarray, memarray.torch
+        from memarray import resources as mr
+
+        memarray.torch.install()
+        cupy.cuda.set_allocator(memarray.cupy_allocator)
+        mr.set_budget("torch", "32MiB", device=1)
+        got = {}
+        for d in (1, 0):
+            try:
+                t = torch.empty(64 << 20, dtype=torch.uint8, device=f"cuda:{d}")
+                got[d] = "ok"
+                del t
+            except Exception as e:
+                got[d] = str(e)
+        with cupy.cuda.Device(1):
+            c = cupy.zeros(64 << 20, dtype=cupy.uint8)  # CuPy on cuda:1: no budget of its own
+        got["cupy"] = int(c.sum())
+        rows = [r for r in mr.library_usage() if r["source"] == "torch" and r["device"] == 1]
+        got["refused"] = rows[0]["refused"] if rows else None
+        print(json.dumps(got))
+        """
+    )
+    got = json.loads(out.strip().splitlines()[-1])
+    assert "torch's budget on cuda:1" in got["1"], got
+    assert got["0"] == "ok" and got["cupy"] == 0, got
+    assert got["refused"] and got["refused"] >= 1, got

@@ -413,10 +413,12 @@ if __name__ == "__main__":
             out["refused"] = str(e)
         md.setup(client, dashboard=True)
         def hold():
+            # On the worker's first frame: cuda:0 where there is a device, else the host.
             import builtins
-            from memarray import resources as r
-            builtins._held = r.Host().allocate(3 << 20, source="torch")
-            r.set_budget("torch", "8MiB", device="host")
+            from memarray import cuda, resources as r
+            gpu = cuda.is_available()
+            builtins._held = (r.Device(0) if gpu else r.Host()).allocate(3 << 20, source="torch")
+            r.set_budget("torch", "8MiB", device=0 if gpu else "host")
         client.run(hold)
         link = cluster.dashboard_link.rsplit("/", 1)[0]
         data = {}

@@ -490,8 +490,8 @@ def test_numba_through_memarray_allocates_and_launches_inside_a_cupy_capture():
         with s:
             s.begin_capture()
             d = cuda.device_array(n, dtype=np.float32, stream=ns)  # through memarray
-            add_index[64, 256](d, stream=ns)
-            add_index[64, 256](kept, stream=ns)
+            add_index[64, 256, ns](d)
+            add_index[64, 256, ns](kept)
             g = s.end_capture()
         kept.copy_to_device(np.zeros(n, np.float32))
         for _ in range(2):

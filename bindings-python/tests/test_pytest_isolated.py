@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "pytest_isolated.py"
 
 SAMPLE = """
@@ -26,11 +28,12 @@ def test_slow():
 """
 
 
-def test_each_test_runs_alone_and_a_crash_is_counted(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_each_test_runs_alone_and_a_crash_is_counted(tmp_path, jobs):
     f = tmp_path / "test_sample.py"
     f.write_text(SAMPLE)
     r = subprocess.run(
-        [sys.executable, str(SCRIPT), str(f), "--timeout", "8"],
+        [sys.executable, str(SCRIPT), str(f), "--timeout", "8", "--jobs", str(jobs)],
         capture_output=True,
         text=True,
         timeout=300,

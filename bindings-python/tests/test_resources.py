@@ -423,7 +423,7 @@ def test_a_device_pool_growing_in_place_serves_arrays_and_gives_memory_back():
         big = memarray.zeros((7 * MiB // 4,), "float32", device="cuda")
         big.add_index_tuple()
         np.testing.assert_array_equal(big.to_numpy(), np.arange(big.size, dtype=np.float32))
-        del arrays, big
+        del arrays, big, a  # the loop's `a` held the last of them
     memarray.cuda.synchronize()
     assert pool.trim() > 0 and pool.statistics()["upstream_bytes"] == 0
     # The driver has the memory back (within other processes' noise).
