@@ -224,7 +224,8 @@ class Pool(Resource):
         ]
 
     def trim(self) -> int:
-        """Gives every cached block back; returns the bytes released."""
+        """Gives every cached block back, and the host copy an offload kept for the
+        next one; returns the bytes released."""
         return self._handle.release_cached()
 
     def offload(self) -> int:
@@ -240,8 +241,10 @@ class Pool(Resource):
     def restore(self) -> int:
         """Backs an offloaded pool again at the same addresses and copies its blocks back
         (torch tensors, CuPy and memarray arrays in it are valid and bit-exact again);
-        returns the bytes restored. ValueError when not offloaded; OutOfMemoryError when
-        the device has no room (it stays offloaded)."""
+        returns the bytes restored. The host copy stays with the pool for its next
+        offload (pinning is most of a first offload's time): ``trim()`` gives it back.
+        ValueError when not offloaded; OutOfMemoryError when the device has no room (it
+        stays offloaded)."""
         return self._handle.pool_sleep("restore")
 
     @property

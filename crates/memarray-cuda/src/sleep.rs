@@ -4,9 +4,12 @@
 //! pool releases its range's memory; [`restore`] has the pool back the same addresses and
 //! copies the bytes back. Pointers held anywhere into the pool (torch's tensors, CuPy's
 //! arrays, memarray's arrays) are valid again after a restore without their owners
-//! knowing; between the two nothing may use them. The pool's half is
+//! knowing; between the two nothing may use them. The host copy stays with the pool
+//! after a restore and serves the next offload (sleep and wake again in a loop pays the
+//! pinning once); the pool's `trim` gives it back. The pool's half is
 //! [`CachingPool::offload_begin`] and the calls after it.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use memarray_core::{HostBuffer, MemoryResource};
@@ -56,11 +59,15 @@ pub fn offload(pool: &CachingPool) -> Result<u64> {
 /// pool stays offloaded); a copy's error.
 pub fn restore(pool: &CachingPool) -> Result<u64> {
     let (blocks, copy) = pool.restore_begin()?;
-    let copied = match copy.downcast::<Copy>() {
-        Ok(mut copy) => copy_back(pool, &blocks, &mut copy),
-        Err(_) => Ok(()), // not ours: nothing to copy back
+    let (copied, spare) = match copy.downcast::<Copy>() {
+        Ok(mut copy) => {
+            let copied = copy_back(pool, &blocks, &mut copy);
+            (copied, Some(copy as Box<dyn Any + Send + Sync>))
+        }
+        Err(_) => (Ok(()), None), // not ours: nothing to copy back
     };
-    pool.restore_finish();
+    // The host copy stays with the pool for its next offload (`CachingPool::trim` drops it).
+    pool.restore_finish(spare);
     copied?;
     Ok(blocks.iter().map(|b| b.1 as u64).sum())
 }
@@ -76,7 +83,16 @@ fn host_buffer(pool: &CachingPool, bytes: usize) -> Result<HostBuffer> {
 
 fn copy_out(pool: &CachingPool, blocks: &[(usize, usize)]) -> Result<Copy> {
     let total = blocks.iter().map(|b| b.1).sum();
-    let mut copy = Copy(host_buffer(pool, total)?);
+    // The last offload's copy when it is large enough: pinning 8 GiB anew takes seconds,
+    // the copy itself a fraction of one.
+    let spare = pool
+        .take_spare_copy()
+        .and_then(|c| c.downcast::<Copy>().ok())
+        .filter(|c| c.0.len() >= total);
+    let mut copy = match spare {
+        Some(copy) => *copy,
+        None => Copy(host_buffer(pool, total)?),
+    };
     each_block(pool, blocks, &mut copy, true)?;
     Ok(copy)
 }
@@ -195,6 +211,35 @@ mod tests {
             "segments cannot keep addresses: {e}"
         );
     }
+    #[test]
+    fn the_host_copy_serves_the_next_offload_until_a_trim() {
+        let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
+        let pool = CachingPool::growing(Arc::new(HostResource), range, None, usize::MAX);
+        let a = pool.allocate(4 * MIB, 256, None).unwrap();
+        // The kept copy's address, put back where the restore left it.
+        let spare_at = |pool: &CachingPool| {
+            let spare = pool.take_spare_copy().expect("a copy kept");
+            let at = spare.downcast_ref::<Copy>().map(|c| c.0.as_ptr() as usize);
+            pool.restore_finish(Some(spare));
+            at.expect("the offload's own copy")
+        };
+        assert!(pool.take_spare_copy().is_none(), "none before an offload");
+        offload(&pool).unwrap();
+        restore(&pool).unwrap();
+        let first = spare_at(&pool);
+        // SAFETY: ours, 4 MiB.
+        unsafe { a.as_ptr().write_bytes(7, 4 * MIB) };
+        offload(&pool).unwrap();
+        restore(&pool).unwrap();
+        assert_eq!(spare_at(&pool), first, "the second offload reused the first's copy");
+        // SAFETY: ours again, its bytes back.
+        assert_eq!(unsafe { *a.as_ptr().add(4 * MIB - 1) }, 7);
+        pool.trim();
+        assert!(pool.take_spare_copy().is_none(), "a trim drops the copy");
+        // SAFETY: freed once.
+        unsafe { pool.deallocate(a, 4 * MIB, 256, None) };
+    }
+
     #[test]
     fn an_offload_that_cannot_release_everything_restores_and_says_so() {
         let range = Arc::new(crate::resource::test_range::Faulty::stubborn());

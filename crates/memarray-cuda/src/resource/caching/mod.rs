@@ -118,6 +118,9 @@ struct State {
     range_len: usize,
     /// Where the pool is in an offload and restore (`sleep`).
     sleep: sleep::Sleep,
+    /// The host copy of the last offload, kept after its restore for the next one
+    /// (pinning is most of a first offload's time); [`CachingPool::trim`] drops it.
+    spare_copy: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Blocks held for CUDA graphs now (`graph_held`).
     graph_held: usize,
     /// Segment base -> size.
@@ -239,11 +242,16 @@ impl CachingPool {
         self.release_threshold
     }
 
-    /// Gives every cached block back to the upstream; returns the bytes released.
+    /// Gives every cached block back to the upstream, and drops the host copy an offload
+    /// kept for the next one; returns the device (or host pool) bytes released.
     pub fn trim(&self) -> usize {
-        let mut st = self.lock();
-        self.take_returned(&mut st);
-        self.trim_to(&mut st, 0)
+        let (released, spare) = {
+            let mut st = self.lock();
+            self.take_returned(&mut st);
+            (self.trim_to(&mut st, 0), st.spare_copy.take())
+        };
+        drop(spare); // unpinned outside the lock
+        released
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

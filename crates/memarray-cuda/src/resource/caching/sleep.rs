@@ -142,9 +142,21 @@ impl CachingPool {
         Ok((blocks, copy))
     }
 
-    /// Ends a restore: the pool serves again.
-    pub fn restore_finish(&self) {
-        self.lock().sleep = Sleep::Awake;
+    /// Ends a restore: the pool serves again, keeping `spare` (the offload's host copy,
+    /// copied back) for the next offload: [`take_spare_copy`](Self::take_spare_copy).
+    pub fn restore_finish(&self, spare: Option<Box<dyn Any + Send + Sync>>) {
+        let old = {
+            let mut st = self.lock();
+            st.sleep = Sleep::Awake;
+            std::mem::replace(&mut st.spare_copy, spare)
+        };
+        drop(old); // outside the lock
+    }
+
+    /// The host copy the last restore kept, for an offload to reuse (None after a
+    /// [`trim`](Self::trim), or before any offload).
+    pub fn take_spare_copy(&self) -> Option<Box<dyn Any + Send + Sync>> {
+        self.lock().spare_copy.take()
     }
 
     /// Whether the pool is offloaded (or between an offload's start and a restore's end).
