@@ -290,3 +290,61 @@ def test_a_budget_on_the_second_device_stops_the_library_there_and_not_on_the_fi
     assert "torch's budget on cuda:1" in got["1"], got
     assert got["0"] == "ok" and got["cupy"] == 0, got
     assert got["refused"] and got["refused"] >= 1, got
+
+
+@pytest.mark.gpu
+def test_each_librarys_budget_stops_it_through_its_own_path_and_no_other():
+    # CuPy, RMM, Numba's EMM plugin, cuda.core and memarray's arrays each allocate through
+    # memarray on cuda:0 under a 16 MiB budget of their own: 8 MiB fits, 32 MiB more is
+    # refused naming that library's budget, and the next library is not limited.
+    out = child_stdout(
+        """
+        import json
+        import numpy as np
+        if not hasattr(np, "row_stack"):
+            np.row_stack = np.vstack  # Numba 0.68's tables name it; NumPy 2.5 removed it
+        import cupy, rmm, memarray, memarray.rmm
+        from numba import cuda as ncuda
+        from cuda.core import Device as CcDevice
+        import memarray.cuda_core as mcc
+        from memarray import resources as mr
+
+        cupy.cuda.set_allocator(memarray.cupy_allocator)
+        memarray.rmm.set_current(device=0)
+        cc = CcDevice(0)
+        cc.set_current()
+        cc.memory_resource = mcc.MemoryResource()
+        cc_stream = cc.create_stream()
+        MiB = 1 << 20
+        ways = {
+            "cupy": lambda n: cupy.empty(n, dtype=cupy.uint8),
+            "rmm": lambda n: rmm.DeviceBuffer(size=n),
+            "numba": lambda n: ncuda.device_array(n, dtype=np.uint8),
+            "cuda_core": lambda n: cc.allocate(n, stream=cc_stream),
+            "memarray": lambda n: memarray.empty((n,), "uint8", device="cuda"),
+        }
+        for source in ways:
+            mr.set_budget(source, "16MiB", device=0)
+        got, held = {}, []
+        for source, alloc in ways.items():
+            held.append(alloc(8 * MiB))
+            try:
+                held.append(alloc(32 * MiB))
+                got[source] = "not refused"
+            except Exception as e:
+                got[source] = type(e).__name__ + ": " + str(e)
+        rows = {r["source"]: r for r in mr.library_usage() if r["device"] == 0}
+        got["live"] = {s: rows[s]["live_bytes"] for s in ways if s in rows}
+        got["refused"] = {s: rows[s]["refused"] for s in ways if s in rows}
+        print(json.dumps(got))
+        """,
+        env={"NUMBA_CUDA_MEMORY_MANAGER": "memarray.numba"},
+    )
+    got = json.loads(out.strip().splitlines()[-1])
+    for source in ("cupy", "rmm", "numba", "cuda_core", "memarray"):
+        assert got[source] != "not refused", (source, got)
+        assert got["refused"][source] >= 1, (source, got["refused"])
+        assert 8 << 20 <= got["live"][source] <= 16 << 20, (source, got["live"])
+    # RMM's callback resource reports a failure its own way; the others carry memarray's text.
+    for source in ("cupy", "numba", "cuda_core", "memarray"):
+        assert f"{source}'s budget on cuda:0" in got[source], (source, got[source])
