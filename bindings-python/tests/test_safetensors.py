@@ -185,3 +185,31 @@ def test_a_device_load_is_bit_exact_against_safetensors_own(tmp_path):
     memarray.save_safetensors(tmp_path / "back.safetensors", got)
     back = st_numpy.load_file(tmp_path / "back.safetensors")
     assert all(back[k].tobytes() == a.tobytes() for k, a in expect.items())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", [1, 64])
+def test_a_device_load_of_mixed_tensors_fills_each_from_its_own_bytes(tmp_path, scale):
+    # Sizes that split pipeline chunks and pieces anywhere: odd byte counts, an empty
+    # tensor, one of 16 MiB (scale 64: about 21 MiB in all, the staged lanes; scale
+    # 1: 340 KiB, the short path or the direct copy), and a subset by name.
+    rng = np.random.default_rng(scale)
+    expect = {
+        "a_int8": rng.integers(-128, 127, 7 * scale, dtype=np.int8),
+        "b_empty": np.zeros((0, 3), np.float32),
+        "c_f16": rng.standard_normal((33, 129 * 8 * scale)).astype(np.float16),
+        "d_u8": rng.integers(0, 255, 3, dtype=np.uint8),
+        "e_f64": rng.standard_normal(1001 * 32 * scale),
+        "f_i32": rng.integers(-(2**31), 2**31 - 1, (5, 7, 11 * 8 * scale), dtype=np.int32),
+    }
+    path = tmp_path / "mixed.safetensors"
+    st_numpy.save_file(expect, path)
+    got = memarray.load_safetensors(path, device="cuda")
+    assert sorted(got) == sorted(expect)
+    for k, a in expect.items():
+        g = got[k].to_numpy()
+        assert g.dtype == a.dtype and g.shape == a.shape and g.tobytes() == a.tobytes(), k
+    some = memarray.load_safetensors(path, device="cuda", names=["f_i32", "a_int8", "e_f64"])
+    assert sorted(some) == ["a_int8", "e_f64", "f_i32"]
+    for k, g in some.items():
+        assert g.to_numpy().tobytes() == expect[k].tobytes(), k

@@ -231,7 +231,11 @@ mod tests {
         unsafe { a.as_ptr().write_bytes(7, 4 * MIB) };
         offload(&pool).unwrap();
         restore(&pool).unwrap();
-        assert_eq!(spare_at(&pool), first, "the second offload reused the first's copy");
+        assert_eq!(
+            spare_at(&pool),
+            first,
+            "the second offload reused the first's copy"
+        );
         // SAFETY: ours again, its bytes back.
         assert_eq!(unsafe { *a.as_ptr().add(4 * MIB - 1) }, 7);
         pool.trim();

@@ -2,8 +2,8 @@
 //! [`SafetensorsWriter`] ([`RawArray::save_safetensors`] over it). Loading checks the
 //! whole header first ([`memarray_core::safetensors`]: a hostile file is refused before any
 //! data is read), then reads each tensor as `.npy` data is read: positional reads straight
-//! into the array's host buffer, or into the staging pipeline's pinned slots on their way
-//! to a device-born array. No mapping is read, so a file truncated meanwhile is an error,
+//! into the array's host buffer, or, for device-born arrays, into the staging pipeline's
+//! pinned slots in one pipeline for all the tensors. No mapping is read, so a file truncated meanwhile is an error,
 //! never SIGBUS. Saving lays tensors out as safetensors' own writer does and writes each
 //! array's current data (read back from the device where it is there).
 
@@ -16,6 +16,7 @@ use memarray_core::safetensors::{
 };
 use memarray_core::{CoreError, DType, FileMode, FileResource, Location, open_regular};
 
+use super::device_side::DeviceSide;
 use super::host_kind::HostKind;
 use super::npy::{io, read_parallel};
 use super::raw::RawArray;
@@ -41,6 +42,45 @@ fn read_header(path: &Path, file: &FileResource) -> Result<Header> {
     let mut text = vec![0u8; n as usize];
     file.read_into(8, &mut text)?;
     Ok(parse_header(&text, file_len).map_err(|e| named(path, e))?)
+}
+
+/// Where each part `(file offset, bytes)` starts and ends with the parts laid end to end.
+fn laid_end_to_end(parts: &[(u64, usize)]) -> (Vec<usize>, Vec<usize>) {
+    let mut at = 0;
+    parts
+        .iter()
+        .map(|&(_, n)| {
+            let start = at;
+            at += n;
+            (start, at)
+        })
+        .unzip()
+}
+
+/// Fills `buf` with the bytes `[off, off + buf.len())` of `parts` laid end to end
+/// (`laid`: [`laid_end_to_end`]'s), each piece read by `read(file offset, into)`.
+fn read_laid(
+    parts: &[(u64, usize)],
+    (at, ends): &(Vec<usize>, Vec<usize>),
+    off: usize,
+    buf: &mut [u8],
+    read: &dyn Fn(u64, &mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let end = off + buf.len();
+    let first = ends.partition_point(|&e| e <= off);
+    for (i, &(file_at, _)) in parts.iter().enumerate().skip(first) {
+        if at[i] >= end {
+            break;
+        }
+        let (from, to) = (off.max(at[i]), end.min(ends[i]));
+        if from < to {
+            read(
+                file_at + (from - at[i]) as u64,
+                &mut buf[from - off..to - off],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// What [`RawArray::load_safetensors`] read: each tensor's name and array in data order,
@@ -113,21 +153,36 @@ impl RawArray {
             })
             .collect::<std::result::Result<_, _>>()?;
         let mut out = Vec::with_capacity(chosen.len());
+        // (file offset, bytes) of each tensor with data, in `out`'s order.
+        let mut parts = Vec::with_capacity(chosen.len());
         for (t, dtype) in chosen.into_iter().zip(dtypes) {
             let mut a = RawArray::empty_on(dtype, &t.shape, location, host_kind, None)?;
             let start = header.data_offset + t.begin;
             let nbytes = t.nbytes() as usize;
-            if nbytes > 0 {
-                match location {
-                    Location::Host => read_parallel(&file, start, a.host_bytes_mut(None)?, done)?,
-                    Location::Device(_) => a.dev.write_with(0, nbytes, &|off, buf| {
-                        file.read_into(start + off as u64, buf)?;
-                        done.fetch_add(buf.len() as u64, Ordering::Relaxed);
-                        Ok(())
-                    })?,
-                }
+            if nbytes > 0 && location == Location::Host {
+                read_parallel(&file, start, a.host_bytes_mut(None)?, done)?;
             }
+            parts.push((start, nbytes));
             out.push((t.name.clone(), a));
+        }
+        if location != Location::Host {
+            // On a device, one staged upload for every tensor: the pinned slots fill and
+            // drain once for the file, not once per tensor.
+            let laid = laid_end_to_end(&parts);
+            let fill = |off: usize, buf: &mut [u8]| -> Result<()> {
+                read_laid(&parts, &laid, off, buf, &|at, into| {
+                    Ok(file.read_into(at, into)?)
+                })?;
+                done.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(())
+            };
+            let mut sides: Vec<_> = out
+                .iter_mut()
+                .zip(&parts)
+                .filter(|(_, p)| p.1 > 0)
+                .map(|((_, a), p)| (&mut a.dev, p.1))
+                .collect();
+            DeviceSide::write_many_with(&mut sides, &fill)?;
         }
         Ok((out, header.metadata))
     }
@@ -245,5 +300,39 @@ impl SafetensorsWriter {
         }
         self.file.flush().map_err(|e| io(&self.path, e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_laid_end_to_end_read_back_from_their_file_offsets() {
+        // A "file" whose byte k is k % 251; parts out of file order, one empty, with gaps.
+        let file: Vec<u8> = (0..4096u32).map(|k| (k % 251) as u8).collect();
+        let parts = [
+            (100u64, 7usize),
+            (3000, 0),
+            (10, 64),
+            (2000, 1000),
+            (4000, 96),
+        ];
+        let laid = laid_end_to_end(&parts);
+        let want: Vec<u8> = parts
+            .iter()
+            .flat_map(|&(f, n)| file[f as usize..f as usize + n].to_vec())
+            .collect();
+        let read = |at: u64, into: &mut [u8]| -> Result<()> {
+            into.copy_from_slice(&file[at as usize..at as usize + into.len()]);
+            Ok(())
+        };
+        for chunk in [1, 5, 7, 63, 64, 100, 999, want.len()] {
+            let mut got = vec![0u8; want.len()];
+            for (k, piece) in got.chunks_mut(chunk).enumerate() {
+                read_laid(&parts, &laid, k * chunk, piece, &read).unwrap();
+            }
+            assert_eq!(got, want, "chunks of {chunk}");
+        }
     }
 }

@@ -356,6 +356,53 @@ pub fn upload_with(
     }
 }
 
+/// As [`upload_with`], into several device ranges `(buffer, offset, bytes)` of one device
+/// that take `fill`'s bytes in turn (many arrays from one file): staged in one pipeline
+/// when the total is large enough, else through one buffer and a driver copy per range.
+///
+/// # Errors
+/// `InvalidArgument` for ranges on different devices, `BufferTooSmall` for one past its
+/// buffer (nothing copied); `fill`'s or a copy's error.
+pub fn upload_spans_with(
+    dsts: &[(&DeviceBuffer, usize, usize)],
+    fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
+    let Some(first) = dsts.first() else {
+        return Ok(None);
+    };
+    let device = first.0.device();
+    let mut spans = Vec::with_capacity(dsts.len());
+    for (i, &(dst, offset, len)) in dsts.iter().enumerate() {
+        if dst.device().id() != device.id() {
+            return Err(crate::CudaError::InvalidArgument {
+                what: "upload_spans_with",
+                detail: format!(
+                    "range {i} is on cuda:{}, the first on cuda:{}: one device per call",
+                    dst.device().id(),
+                    device.id()
+                ),
+            });
+        }
+        spans.push((dst.range(offset, len)?, len));
+    }
+    let total: usize = spans.iter().map(|s| s.1).sum();
+    let _nvtx = nvtx::range(c"memarray.upload", Some(total as u64));
+    match route::by_size(Direction::ToDevice, total)? {
+        Route::Staged => staged::to_device_spans_with(device, &spans, fill, stream),
+        Route::Direct { .. } => {
+            let mut buf = vec![0u8; total];
+            fill(0, &mut buf)?;
+            let mut at = 0;
+            for &(dst, offset, len) in dsts {
+                let _complete = direct::copy_htod(dst, offset, &buf[at..at + len], stream)?;
+                at += len;
+            }
+            Ok(None)
+        }
+    }
+}
+
 /// Copies `src[src_offset..]` into the host bytes `dst`, after the work queued on
 /// `stream`, by the route `route::host` picks; returns once the bytes are in `dst`.
 pub fn download(

@@ -5,6 +5,7 @@ use crate::buffer::DeviceBuffer;
 use crate::copy::{self, Span};
 use crate::device::Device;
 use crate::error::{ArrayError, Result};
+use crate::event::Enqueued;
 use crate::resource::default_resource;
 use crate::stream::StreamRef;
 use memarray_core::{HostBuffer, Location};
@@ -222,6 +223,39 @@ impl DeviceSide {
             Some(op) => self.record(op, None),
             None => Ok(()),
         }
+    }
+
+    /// Fills the device copies of `sides` (`(side, bytes)`, each from its start, all on
+    /// one device) from `fill` over their bytes laid end to end, in one upload
+    /// ([`copy::upload_spans_with`]): on the first's stream, after every one's pending
+    /// work; each records the upload as its pending work.
+    pub(crate) fn write_many_with(
+        sides: &mut [(&mut DeviceSide, usize)],
+        fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    ) -> Result<()> {
+        let Some((first, _)) = sides.first() else {
+            return Ok(());
+        };
+        let bufs = sides
+            .iter()
+            .map(|(side, _)| side.current())
+            .collect::<Result<Vec<_>>>()?;
+        let id = bufs[0].device().id();
+        let stream = first.pick(None, id);
+        for (side, _) in sides.iter() {
+            side.order(stream, id)?;
+        }
+        let dsts: Vec<(&DeviceBuffer, usize, usize)> = bufs
+            .iter()
+            .zip(sides.iter())
+            .map(|(b, &(_, n))| (&**b, 0, n))
+            .collect();
+        if let Some(op) = copy::upload_spans_with(&dsts, fill, stream)? {
+            for (side, _) in sides.iter_mut() {
+                side.record(Enqueued::new(op.stream(), op.device().clone()), None)?;
+            }
+        }
+        Ok(())
     }
 
     /// The device copy for an export (or a fresh copy of it), ordered for `consumer`.

@@ -21,15 +21,57 @@ pub(super) enum HostSide<'a> {
     Fill(&'a (dyn Fn(usize, &mut [u8]) -> Result<()> + Sync)),
 }
 
-/// One staged copy: `len` bytes between `host` and device address `dev` (both checked by
-/// the caller), ordered on `stream`.
+/// One staged copy: `len` bytes between `host` and `dev` (both checked by the caller),
+/// ordered on `stream`.
 #[derive(Clone, Copy)]
 pub(super) struct Transfer<'a> {
     pub(super) len: usize,
     pub(super) stream: StreamRef,
     pub(super) dir: Direction,
     pub(super) host: HostSide<'a>,
-    pub(super) dev: u64,
+    pub(super) dev: DevSide<'a>,
+}
+
+/// The device side of a staged copy: one range, or ranges `(address, bytes)` that take the
+/// copy's bytes in turn (many arrays filled from one source, one pipeline for all).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum DevSide<'a> {
+    One(u64),
+    Spans(&'a [(u64, usize)]),
+}
+
+impl DevSide<'_> {
+    /// Calls `f(device address, offset in [off, off + n), bytes)` for each part of the
+    /// copy's bytes `[off, off + n)`, in order: one call for [`DevSide::One`].
+    pub(super) fn each(
+        &self,
+        off: usize,
+        n: usize,
+        mut f: impl FnMut(u64, usize, usize) -> Result<()>,
+    ) -> Result<()> {
+        match *self {
+            DevSide::One(base) => f(base + off as u64, 0, n),
+            DevSide::Spans(spans) => {
+                let (end, mut start) = (off + n, 0usize);
+                for &(addr, len) in spans {
+                    let stop = start + len;
+                    if len > 0 && stop > off && start < end {
+                        let from = off.max(start);
+                        f(
+                            addr + (from - start) as u64,
+                            from - off,
+                            stop.min(end) - from,
+                        )?;
+                    }
+                    if stop >= end {
+                        break;
+                    }
+                    start = stop;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A pinned slot and the event after the DMA that last used it.

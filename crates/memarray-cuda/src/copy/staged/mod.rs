@@ -34,12 +34,15 @@ pub use settings::{
     Direction, MAX_SHORT, MAX_THREADS, MIN_CHUNK, StagingConfig, config, set_config,
 };
 
+use std::sync::Arc;
+
 use crate::buffer::DeviceBuffer;
+use crate::device::Device;
 use crate::error::Result;
 use crate::event::Enqueued;
 use crate::stream::StreamRef;
 
-use job::{HostSide, Transfer};
+use job::{DevSide, HostSide, Transfer};
 use pipeline::run;
 
 /// Copies `src` to `dst[dst_offset..]` through the pinned slots, ordered after the work
@@ -86,10 +89,30 @@ fn to_device_from(
         stream,
         dir: Direction::ToDevice,
         host,
-        dev: dst.range(dst_offset, len)?,
+        dev: DevSide::One(dst.range(dst_offset, len)?),
     };
     run(dst.device(), config(Direction::ToDevice)?, t)?;
     Ok(Some(Enqueued::new(stream, dst.device().clone())))
+}
+
+/// As [`to_device_with`], into device ranges `(address, bytes)` of `device` (checked by
+/// the caller) that take `fill`'s bytes in turn: many arrays filled from one source in one
+/// pipeline, with no fill and drain of the slots between them.
+pub fn to_device_spans_with(
+    device: &Arc<Device>,
+    spans: &[(u64, usize)],
+    fill: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+    stream: StreamRef,
+) -> Result<Option<Enqueued>> {
+    let t = Transfer {
+        len: spans.iter().map(|s| s.1).sum(),
+        stream,
+        dir: Direction::ToDevice,
+        host: HostSide::Fill(fill),
+        dev: DevSide::Spans(spans),
+    };
+    run(device, config(Direction::ToDevice)?, t)?;
+    Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
 /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` through the pinned slots,
@@ -110,7 +133,7 @@ pub fn to_host(
         stream,
         dir: Direction::ToHost,
         host: HostSide::Memory(dst_addr),
-        dev: s,
+        dev: DevSide::One(s),
     };
     run(device, cfg, t)
 }
@@ -122,6 +145,42 @@ mod tests {
     use super::short::{MAX_SHORT_LANES, share, short_plan};
     use super::*;
     use crate::error::{CudaError, SettingError};
+
+    #[test]
+    fn spans_take_the_copys_bytes_in_turn_and_one_range_takes_them_all() {
+        use super::job::DevSide;
+        let spans = [(1000u64, 3usize), (2000, 0), (3000, 5), (5000, 1)];
+        // Byte k of the copy, where it lands.
+        let want: Vec<u64> = spans
+            .iter()
+            .flat_map(|&(a, n)| (0..n as u64).map(move |i| a + i))
+            .collect();
+        for off in 0..want.len() {
+            for n in 1..=want.len() - off {
+                let mut got = vec![u64::MAX; n];
+                let mut last_end = 0;
+                DevSide::Spans(&spans)
+                    .each(off, n, |addr, at, m| {
+                        assert!(m > 0 && at == last_end, "in order, no gaps, no empty parts");
+                        last_end = at + m;
+                        for i in 0..m {
+                            got[at + i] = addr + i as u64;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                assert_eq!(got, want[off..off + n], "[{off}, {})", off + n);
+            }
+        }
+        let mut calls = Vec::new();
+        DevSide::One(7000)
+            .each(16, 32, |addr, at, m| {
+                calls.push((addr, at, m));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(calls, [(7016, 0, 32)]);
+    }
 
     #[test]
     fn plan_gives_each_lane_two_chunks_within_bounds() {

@@ -10,7 +10,7 @@ use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::stream::Stream;
 
-use super::job::{HostSide, Slot, Transfer};
+use super::job::{DevSide, HostSide, Slot, Transfer};
 use super::settings::{Direction, StagingConfig};
 use super::short::{Short, run_short};
 use crate::copy::threads::parallel;
@@ -72,7 +72,7 @@ struct LaneJob<'a> {
     chunk: usize,
     len: usize,
     host: HostSide<'a>,
-    dev: u64,
+    dev: DevSide<'a>,
     dir: Direction,
     start: &'a Event,
     stage: &'a Stage,
@@ -106,16 +106,14 @@ impl LaneJob<'_> {
                         },
                         HostSide::Fill(fill) => fill(off, into)?,
                     }
-                    // SAFETY: pinned source kept (and not written) until `done` has
-                    // completed; the device range was checked by the caller.
-                    unsafe {
-                        driver::memcpy_htod_async(
-                            self.dev + off as u64,
-                            slot.buf.as_ptr(),
-                            n,
-                            s.cu(),
-                        )?;
-                    }
+                    self.dev.each(off, n, |addr, at, m| {
+                        // SAFETY: pinned source kept (and not written) until `done` has
+                        // completed; `at + m <= n` bytes of the slot; the device ranges
+                        // were checked by the caller.
+                        unsafe {
+                            driver::memcpy_htod_async(addr, slot.buf.as_ptr().add(at), m, s.cu())
+                        }
+                    })?;
                     slot.done.record(s)?;
                 }
             }
@@ -129,17 +127,20 @@ impl LaneJob<'_> {
                 let issue = |j: usize| -> Result<()> {
                     let (off, n) = chunks[j];
                     let slot = &lane.slots[j % 2];
-                    // SAFETY: the slot is not read by the host until `done` completes
-                    // (waited below); the device range was checked by the caller. Earlier
-                    // DMA reading the slot ran on this stream, so it comes first.
-                    unsafe {
-                        driver::memcpy_dtoh_async(
-                            slot.buf.as_mut_ptr(),
-                            self.dev + off as u64,
-                            n,
-                            s.cu(),
-                        )?;
-                    }
+                    self.dev.each(off, n, |addr, at, m| {
+                        // SAFETY: the slot is not read by the host until `done` completes
+                        // (waited below); `at + m <= n` bytes of it; the device ranges were
+                        // checked by the caller. Earlier DMA reading the slot ran on this
+                        // stream, so it comes first.
+                        unsafe {
+                            driver::memcpy_dtoh_async(
+                                slot.buf.as_mut_ptr().add(at),
+                                addr,
+                                m,
+                                s.cu(),
+                            )
+                        }
+                    })?;
                     slot.done.record(s)
                 };
                 for j in 0..chunks.len().min(2) {

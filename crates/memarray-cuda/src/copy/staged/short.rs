@@ -11,7 +11,7 @@ use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::stream::StreamRef;
 
-use super::job::{HostSide, Slot, Transfer, copy_to_pinned};
+use super::job::{DevSide, HostSide, Slot, Transfer, copy_to_pinned};
 use super::settings::{Direction, StagingConfig};
 use crate::copy::threads::panicked;
 use crate::copy::threads::{parallel, spin_then_yield_until};
@@ -293,7 +293,7 @@ impl ShortJob<'_> {
     /// The caller, to the device: copies its own pieces and issues each piece's DMA on
     /// `stream` in order as soon as it is in the buffer; a piece nobody has claimed when
     /// its turn comes, it copies itself.
-    fn issue_uploads(&self, dev: u64, stream: StreamRef) -> Result<()> {
+    fn issue_uploads(&self, dev: DevSide<'_>, stream: StreamRef) -> Result<()> {
         let mut mine = (0..self.pieces).step_by(self.lanes).peekable();
         for k in 0..self.pieces {
             while mine.next_if(|&m| m <= k).is_some() {}
@@ -309,17 +309,19 @@ impl ShortJob<'_> {
                 }
             }
             let (off, n) = self.span(k);
-            // SAFETY: piece `k` of the pinned buffer is written and stays unwritten until
-            // the buffer's `done` event (recorded after this DMA) completes; the device
-            // range was checked by the caller.
-            unsafe {
-                driver::memcpy_htod_async(
-                    dev + off as u64,
-                    (self.buf + off) as *const u8,
-                    n,
-                    stream.cu(),
-                )?;
-            }
+            dev.each(off, n, |addr, at, m| {
+                // SAFETY: piece `k` of the pinned buffer is written and stays unwritten
+                // until the buffer's `done` event (recorded after this DMA) completes;
+                // `at + m <= n`; the device ranges were checked by the caller.
+                unsafe {
+                    driver::memcpy_htod_async(
+                        addr,
+                        (self.buf + off + at) as *const u8,
+                        m,
+                        stream.cu(),
+                    )
+                }
+            })?;
         }
         Ok(())
     }
@@ -327,19 +329,21 @@ impl ShortJob<'_> {
     /// The caller, to the host: issues every piece's DMA on `stream` with an event after
     /// each, then waits for the pieces in order, telling the lanes as each lands, and
     /// copies its own share of each; last, any share no lane has claimed.
-    fn drain_downloads(&self, dev: u64, stream: StreamRef) -> Result<()> {
+    fn drain_downloads(&self, dev: DevSide<'_>, stream: StreamRef) -> Result<()> {
         for (k, event) in self.landed.iter().enumerate().take(self.pieces) {
             let (off, n) = self.span(k);
-            // SAFETY: the host reads piece `k` only after `landed[k]` completes; the
-            // device range was checked by the caller.
-            unsafe {
-                driver::memcpy_dtoh_async(
-                    (self.buf + off) as *mut u8,
-                    dev + off as u64,
-                    n,
-                    stream.cu(),
-                )?;
-            }
+            dev.each(off, n, |addr, at, m| {
+                // SAFETY: the host reads piece `k` only after `landed[k]` completes;
+                // `at + m <= n`; the device ranges were checked by the caller.
+                unsafe {
+                    driver::memcpy_dtoh_async(
+                        (self.buf + off + at) as *mut u8,
+                        addr,
+                        m,
+                        stream.cu(),
+                    )
+                }
+            })?;
             event.record(stream)?;
         }
         // One thread waits on the driver; the lanes watch a flag.
