@@ -10,8 +10,9 @@ then the ids of the tests that did not pass or skip, one per line, with their ou
     python3 scripts/pytest_isolated.py FILE [--timeout S] [--jobs N] [-- PYTEST_ARGS...]
 
 --jobs runs that many tests at once (each still in its own process; the start of a
-process, CuPy's import and a CUDA context, is most of a test's time). PYTEST_ARGS (`-p some_plugin`, say) go to the collection and to every run. Exits 0 when
-the file ran (whatever its outcome), 2 when nothing could be collected.
+process, CuPy's import and a CUDA context, is most of a test's time). PYTEST_ARGS
+(`-p some_plugin`, say) go to the collection and to every run. Exits 0 when the file ran
+(whatever its outcome), 2 when nothing could be collected.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def main() -> int:
         return 2
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         outcomes = pool.map(lambda test_id: outcome(test_id, extra, args.timeout), ids)
-        results = dict(zip(ids, outcomes))
+        results = dict(zip(ids, outcomes, strict=True))
     counts = {o: sum(1 for v in results.values() if v == o) for o in OUTCOMES}
     print(", ".join(f"{counts[o]} {o}" for o in OUTCOMES))
     for test_id, o in results.items():
