@@ -227,6 +227,14 @@ def test_the_timeline_stacks_each_band_over_the_last_minutes():
     # the 60 px height from the bottom.
     torch = svg[svg.index("<polygon") : svg.index("</polygon>")]
     assert "0.0,48.0" in torch and "560.0,60.0" in torch, torch
+    # A long history is thinned to TIMELINE_POINTS points a band, its first and newest
+    # kept: the window is the whole history, the last point at the right edge.
+    long = [(float(t), frame(100 + t, 0)) for t in range(1000)]
+    svg = notebook.render_timeline(long)
+    points = svg[svg.index("points='") + 8 : svg.index("' fill")].split()
+    assert len(points) == 2 * notebook.TIMELINE_POINTS, len(points)
+    assert points[0] == "0.0,54.5" and points[notebook.TIMELINE_POINTS - 1] == "560.0,0.0"
+    assert "the last 16.6 min, up to" in svg, svg[:200]
 
 
 def test_the_monitor_keeps_the_last_history_seconds_as_a_timeline(monkeypatch):

@@ -108,9 +108,7 @@ class Dashboard(SchedulerPlugin):  # type: ignore[misc]
             if metric is None:
                 continue
             points = self.points.setdefault(address, collections.deque())
-            points.append((now, metric))
-            while points and now - points[0][0] > self.history:
-                points.popleft()
+            notebook._add_point(points, now, metric, self.history)
         for gone in set(self.points) - set(workers):
             del self.points[gone]
 
