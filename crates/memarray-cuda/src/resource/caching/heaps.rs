@@ -3,15 +3,23 @@
 //! handed out a region in its allocation's heap. Without such a tool every call here is
 //! one relaxed load and returns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::device::{BindGuard, Device};
 use crate::nvtx;
 
-/// Upstream allocation -> its NVTX heap (only allocations the tool took as heaps).
+/// Upstream allocation -> its NVTX heap (only allocations the tool took as heaps), and
+/// the blocks described as regions (only those are unregistered: a block handed out while
+/// its stream was captured, or before its allocation was a heap, never was).
 #[derive(Debug, Default)]
-pub(super) struct NvtxHeaps(Mutex<HashMap<usize, usize>>);
+pub(super) struct NvtxHeaps(Mutex<Described>);
+
+#[derive(Debug, Default)]
+struct Described {
+    heaps: HashMap<usize, usize>,
+    regions: HashSet<usize>,
+}
 
 impl NvtxHeaps {
     /// The upstream allocation at `addr` of `size` bytes becomes a heap.
@@ -19,14 +27,15 @@ impl NvtxHeaps {
         if let Some(_ctx) = bind(device) {
             let heap = nvtx::heap_register(addr, size);
             if heap != 0 {
-                self.map().insert(addr, heap);
+                self.map().heaps.insert(addr, heap);
             }
         }
     }
 
     /// The upstream allocation at `addr` goes back: its heap (if any) goes with it.
     pub(super) fn allocation_removed(&self, device: Option<&Arc<Device>>, addr: usize) {
-        if let Some(heap) = self.map().remove(&addr) {
+        let heap = self.map().heaps.remove(&addr);
+        if let Some(heap) = heap {
             let _ctx = bind(device);
             nvtx::heap_unregister(heap);
         }
@@ -41,40 +50,46 @@ impl NvtxHeaps {
         addr: usize,
         size: usize,
     ) {
-        self.in_heap(device, base, |heap| nvtx::region_register(heap, addr, size));
+        if self.in_heap(device, base, |heap| nvtx::region_register(heap, addr, size)) {
+            self.map().regions.insert(addr);
+        }
     }
 
-    /// The block at `addr` (in the allocation `base()` names) comes back to the pool.
-    pub(super) fn block_back(
-        &self,
-        device: Option<&Arc<Device>>,
-        base: impl FnOnce() -> usize,
-        addr: usize,
-    ) {
-        self.in_heap(device, base, |_| nvtx::region_unregister(addr));
+    /// The block at `addr` comes back to the pool: its region goes, if it was described.
+    pub(super) fn block_back(&self, device: Option<&Arc<Device>>, addr: usize) {
+        if !nvtx::mem_active() {
+            return;
+        }
+        let described = self.map().regions.remove(&addr);
+        if described && let Some(_ctx) = bind(device) {
+            nvtx::region_unregister(addr);
+        }
     }
 
-    /// Calls `describe` with the heap of the allocation `base()` names, the device bound;
-    /// nothing without a tool or where that allocation is no heap (a pass-through block's,
-    /// a host pool's, one the tool refused).
+    /// Calls `describe` with the heap of the allocation `base()` names, the device bound,
+    /// and says whether it did: not without a tool or where that allocation is no heap (a
+    /// pass-through block's, a host pool's, one allocated inside a capture, one the tool
+    /// refused).
     fn in_heap(
         &self,
         device: Option<&Arc<Device>>,
         base: impl FnOnce() -> usize,
         describe: impl FnOnce(usize),
-    ) {
+    ) -> bool {
         if !nvtx::mem_active() {
-            return;
+            return false;
         }
-        let heap = self.map().get(&base()).copied().unwrap_or(0);
+        let heap = self.map().heaps.get(&base()).copied().unwrap_or(0);
         if heap != 0
             && let Some(_ctx) = bind(device)
         {
             describe(heap);
+            return true;
         }
+        false
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, Described> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

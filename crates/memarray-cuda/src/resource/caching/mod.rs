@@ -486,9 +486,14 @@ impl CachingPool {
             (addr, st.large.get(&addr).map_or(size, |b| b.size))
         };
         st.stats.used_bytes += block as u64;
-        let base = || Self::allocation_of(&st, addr);
-        self.heaps
-            .block_out(self.device.as_ref(), base, addr, block);
+        // Not described while the stream is being captured, as a heap is not (see
+        // `upstream_alloc`): compute-sanitizer then refused the region's unregistering
+        // later (a second device's blocks, handed out inside a capture).
+        if !(nvtx::mem_active() && self.capturing(tag)) {
+            let base = || Self::allocation_of(&st, addr);
+            self.heaps
+                .block_out(self.device.as_ref(), base, addr, block);
+        }
         NonNull::new(addr as *mut u8).ok_or_else(too_big)
     }
 
@@ -509,8 +514,7 @@ impl CachingPool {
         let Some(live) = st.live.remove(&addr) else {
             return; // not ours (or freed twice): nothing to do, never a crash
         };
-        let base = || Self::allocation_of(st, addr);
-        self.heaps.block_back(self.device.as_ref(), base, addr);
+        self.heaps.block_back(self.device.as_ref(), addr);
         match live {
             Live::Passthrough { bytes, align } => {
                 st.stats.upstream_bytes -= bytes as u64;
