@@ -7,8 +7,9 @@ asked next) and ``churn`` (Dask-like: random sizes from 1 MiB to 64 MiB, random 
 Replayed through memarray's caching pool with separate segments and growing in place
 (``Pool(..., grow_in_place=...)``), over host memory here; on a GPU machine also over
 device memory, and through torch's allocator (native, ``expandable_segments:True``, and
-through memarray with ``memarray.torch.install()``), each torch row in a process of its
-own (the setting is read at torch's CUDA start).
+through memarray with ``memarray.torch.install()``, with torch's cache on top and
+without it), each torch row in a process of its own (the setting is read at torch's CUDA
+start).
 
     python3 benches/fragmentation.py [--trace llm|churn|both] [--scale 1.0] [--json out]
 
@@ -99,14 +100,14 @@ TORCH_CHILD = r"""
 import json, sys
 import torch
 pool = None
-if sys.argv[1] == "memarray":
-    # torch's segments from a memarray pool growing in place; what the device holds is
-    # that pool's peak.
+if sys.argv[1] in ("memarray", "memarray-direct"):
+    # torch's segments (or, without torch's cache, its tensors) from a memarray pool
+    # growing in place; what the device holds is that pool's peak.
     import memarray.torch
     from memarray import resources as mr
     pool = mr.Pool(mr.Device(0), grow_in_place=64 << 30)
     mr.set_default_resource(pool, 0)
-    memarray.torch.install()
+    memarray.torch.install(cache=sys.argv[1] == "memarray")
 ev = json.loads(sys.stdin.read())
 held, peak = {}, 0
 for op, i, n in ev:
@@ -168,8 +169,13 @@ def main() -> int:
             try:
                 import torch  # noqa: F401
 
-                for way in ("native", "expandable", "memarray"):
-                    name = "through memarray growing in place" if way == "memarray" else way
+                names = {
+                    "native": "native",
+                    "expandable": "expandable",
+                    "memarray": "through memarray growing in place",
+                    "memarray-direct": "through memarray, no cache of torch's",
+                }
+                for way, name in names.items():
                     rows[f"torch, {name}"] = torch_row(way, ev)
             except ImportError:
                 print("torch is not installed: its rows are missing")

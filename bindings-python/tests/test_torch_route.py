@@ -212,3 +212,55 @@ def test_torch_dtypes_are_taken_as_dtypes():
         assert memarray.zeros((2,), td)._dtype_name == name
     with pytest.raises(TypeError, match="qint8"):
         memarray.zeros((2,), torch.qint8)
+
+
+@pytest.mark.gpu
+def test_without_torchs_cache_each_tensor_is_a_pool_block_given_back_when_freed():
+    _peer("torch")
+    out = child_stdout(
+        """
+        import json
+        import torch, memarray.torch as mt
+        from memarray import resources as mr
+
+        mr.set_default_resource(mr.Pool(mr.Device(0), grow_in_place=8 << 30), 0)
+        mt.install(cache=False)
+        mt.install(cache=False)  # the same again: nothing
+        try:
+            mt.install()
+            again = None
+        except ValueError as e:
+            again = str(e)
+
+        def held():
+            return sum(
+                r["live_bytes"]
+                for r in mr.library_usage()
+                if r["source"] == "torch" and r["device"] == 0
+            )
+
+        x = torch.ones(3 << 20, dtype=torch.float32, device="cuda")  # 12 MiB
+        during, total = held(), float(x.sum())
+        del x
+        torch.cuda.synchronize()
+        print(json.dumps({"again": again, "during": during, "after": held(),
+                          "sum": total, "installed": mt.installed()}))
+        """
+    )
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["installed"] and "cannot be put back" in got["again"], got
+    # No cache of torch's on top: memarray holds the tensor's bytes, and none once freed.
+    assert 12 << 20 <= got["during"] < (12 << 20) + 4096 and got["after"] == 0, got
+    assert got["sum"] == float(3 << 20), got
+    late = child_stdout(
+        """
+        import torch, memarray.torch as mt
+        torch.zeros(1, device="cuda")
+        try:
+            mt.install(cache=False)
+            print("not refused")
+        except RuntimeError as e:
+            print("refused:", e)
+        """
+    )
+    assert "must come before torch's first CUDA allocation" in late, late

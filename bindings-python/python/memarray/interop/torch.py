@@ -39,6 +39,8 @@ __all__ = ["allocator", "install", "installed", "live_blocks", "pool", "release"
 
 _lock = threading.RLock()
 _allocator: Any = None
+# install(cache=False): memarray is torch's allocator itself (no cache of torch's on top).
+_direct = False
 # device -> the MemPool every allocation on it goes to, while installed.
 _routes: dict[int, Any] = {}
 # device -> routings of torch's own pools active now (memarray's steps aside meanwhile).
@@ -85,13 +87,49 @@ def _new_pool(torch, device: int):
         return torch.cuda.MemPool(allocator().allocator())
 
 
-def install() -> None:
+def install(*, cache: bool = True) -> None:
     """Makes memarray the source of torch's CUDA memory for the rest of the process: on
     every device, for every thread and stream, whether or not torch has used CUDA yet
-    (memory torch already cached stays in its own pool until freed). A second call does
-    nothing. RuntimeError without a CUDA device."""
+    (memory torch already cached stays in its own pool until freed). A second call with
+    the same ``cache`` does nothing. RuntimeError without a CUDA device.
+
+    ``cache=False``: memarray is torch's allocator itself, with no cache of torch's on top
+    (``torch.cuda.memory.change_current_allocator``): every tensor is a block of memarray's
+    pool and goes back to it when freed, so a pool growing in place
+    (``resources.Pool(..., grow_in_place=...)``) keeps torch's peak as close to its live
+    bytes as memarray's own (torch's cache keeps its segments apart, and keeps them until
+    ``empty_cache``). What torch then lacks is what it lacks with any allocator of this
+    kind: its memory statistics and snapshots, private pools for CUDA graphs, and
+    ``Tensor.record_stream`` (a tensor used on a stream other than its own must be waited
+    for before it is freed). Only before torch's first CUDA allocation in the process
+    (RuntimeError after), and not after ``install()`` with the cache (ValueError)."""
+    global _direct
     torch = _torch()
     with _lock:
+        if not cache:
+            if _routes:
+                raise ValueError(
+                    "memarray.torch.install() routed torch's cache through memarray "
+                    "already: install(cache=False) must be the process's first install"
+                )
+            if _direct:
+                return
+            if torch.cuda.device_count() == 0:
+                raise RuntimeError("memarray.torch.install() needs a CUDA device (torch sees none)")
+            try:
+                torch.cuda.memory.change_current_allocator(allocator())
+            except RuntimeError as e:
+                raise RuntimeError(
+                    "memarray.torch.install(cache=False) must come before torch's first "
+                    f"CUDA allocation in the process (torch: {e})"
+                ) from e
+            _direct = True
+            return
+        if _direct:
+            raise ValueError(
+                "memarray is torch's allocator without its cache (install(cache=False)); "
+                "the cache cannot be put back in the same process"
+            )
         if _routes:
             return
         n = torch.cuda.device_count()
@@ -116,8 +154,9 @@ def _end_all() -> None:
 
 
 def installed() -> bool:
-    """Whether ``install()`` made memarray the source of torch's CUDA memory."""
-    return bool(_routes)
+    """Whether ``install()`` made memarray the source of torch's CUDA memory (with torch's
+    cache on top or without it)."""
+    return bool(_routes) or _direct
 
 
 def release(device: int) -> int:
@@ -129,8 +168,8 @@ def release(device: int) -> int:
     cannot empty a cache then)."""
     torch = _torch()
     with _lock:
-        if device not in _routes or any(_aside.values()):
-            return 0
+        if _direct or device not in _routes or any(_aside.values()):
+            return 0  # without torch's cache, nothing is cached above memarray's pool
         before = torch.cuda.memory_reserved(device)
         _rotate(torch)
         return max(0, before - torch.cuda.memory_reserved(device))
