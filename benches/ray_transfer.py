@@ -6,8 +6,10 @@ same run.
 Each row is the median of ``--reps`` hand-offs after one warm-up (rows of one group taking
 turns): the driver asks the
 sending actor for its array (made once and kept, so no row times an allocation) and passes
-the reference to the receiving actor, which waits for the data and returns its size; the
-driver times ``ray.get`` of that. Rows:
+the reference to the receiving actor, which sums the data where it landed (on its GPU by
+torch through DLPack, zero-copy, for memarray's arrays and torch's alike) and returns the
+sum; the driver times ``ray.get`` of that. Beside each group, both actors' per-phase
+timings (``memarray.ray.statistics``). Rows:
 
 - host: one ``--mib`` array and ``--small`` arrays of 4 KiB in one object, as Ray objects
   (MemArray, NumPy) and through the ``"memarray"`` transport (its object-store way);
@@ -15,9 +17,10 @@ driver times ``ray.get`` of that. Rows:
   IPC), a MemArray as a Ray object, torch through Ray's ``cuda_ipc`` transport and as a Ray
   object; ``--small`` device arrays of 4 KiB in one object by both transports;
 - device, two GPUs (one actor on each), one ``--mib`` array and ``--small`` arrays of 4 KiB:
-  the ``"memarray"`` transport (actors see every GPU and pick theirs) against
-  ``"memarray_nccl"``, then ``"memarray_nccl"`` against torch through Ray's ``nccl``
-  transport (actors see one GPU each), each pair alternating round by round;
+  the ``"memarray"`` transport against ``"memarray_nccl"`` with actors that see every GPU
+  and pick theirs, then, actors seeing one GPU each (Ray's default), both of memarray's
+  transports against torch through Ray's ``nccl`` transport and the list through the object
+  store, each group alternating round by round;
 - ``alone``: one ``--mib`` array by torch's ``nccl`` and by ``"memarray_nccl"``, each in a
   pair of actors of its own (only its own communicator), pair after pair, twice.
 
@@ -101,22 +104,30 @@ class Receiver:
         if pick_gpu:
             mray.use_assigned_gpu()
 
-    def consume(self, x: Any) -> int:
+    def consume(self, x: Any) -> tuple[int, float]:
+        """The bytes received and their sum, computed where they are: device arrays (torch's
+        and memarray's alike) summed on their GPU by torch, zero-copy through DLPack (a
+        list in one torch.cat and one sum), host arrays by NumPy."""
         arrays = x if isinstance(x, (list, mray.Bundle)) else [x]
-        total = 0
-        for a in arrays:
-            if isinstance(a, memarray.MemArray):
-                a.synchronize()
-                total += a.nbytes
-            elif isinstance(a, np.ndarray):
-                total += a.nbytes
-            else:
-                import torch
+        nbytes = sum(int(a.nbytes) for a in arrays)
+        if not arrays:
+            return 0, 0.0
+        first = arrays[0]
+        on_device = (
+            first.on_device
+            if isinstance(first, memarray.MemArray)
+            else (not isinstance(first, np.ndarray) and first.is_cuda)
+        )
+        if not on_device:
+            host = [
+                a.to_numpy() if isinstance(a, memarray.MemArray) else np.asarray(a) for a in arrays
+            ]
+            return nbytes, float(sum(h.sum() for h in host))
+        import torch
 
-                if a.is_cuda:
-                    torch.cuda.synchronize(a.device)
-                total += a.numel() * a.element_size()
-        return total
+        tensors = [torch.from_dlpack(a) for a in arrays]
+        flat = tensors[0] if len(tensors) == 1 else torch.cat([t.view(-1) for t in tensors])
+        return nbytes, float(flat.sum().item())  # .item() waits for the GPU
 
     def where(self, x: Any) -> list[str]:
         arrays = x if isinstance(x, (list, mray.Bundle)) else [x]
@@ -147,9 +158,15 @@ def explain(label: str, before: Any, after: Any) -> None:
         out.append(f"sender describes {ds['describe_s'] / ds['sent_objects'] * 1e3:.3f} ms")
     if ds["packed_objects"]:
         out.append(f"of which packing {ds['pack_s'] / ds['packed_objects'] * 1e3:.3f} ms")
+    if ds.get("nccl_sends"):
+        n = ds["nccl_sends"]
+        out.append(
+            f"sender queues {ds['nccl_send_s'] / n * 1e3:.3f} + waits "
+            f"{ds['nccl_send_wait_s'] / n * 1e3:.3f} ms"
+        )
     for way, secs in (
         ("ipc", ("ipc_open_s", "ipc_copy_s")),
-        ("nccl", ("nccl_s",)),
+        ("nccl", ("nccl_alloc_s", "nccl_wait_s")),
         ("store", ("store_s",)),
     ):
         n = dr[f"{way}_objects"]
@@ -165,9 +182,10 @@ def explain(label: str, before: Any, after: Any) -> None:
 def alternate(cases: dict[str, tuple[Any, Any, str, str | None]], reps: int) -> dict[str, float]:
     """Median milliseconds per case of `reps` rounds, each round one hand-off of every case
     in turn (so drift in the machine touches every case alike), after one warm-up each.
-    A case is (sender, receiver, kind, transport); transport None: as a Ray object."""
+    A case is (sender, receiver, kind, transport); transport None: as a Ray object. Each
+    hand-off's bytes and sum must match the warm-up's."""
 
-    def once(sender: Any, receiver: Any, kind: str, transport: str | None) -> int:
+    def once(sender: Any, receiver: Any, kind: str, transport: str | None) -> tuple[int, float]:
         give = sender.give if transport is None else sender.give.options(tensor_transport=transport)
         return ray.get(receiver.consume.remote(give.remote(kind)))
 
@@ -190,7 +208,7 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
     env = {"runtime_env": {"env_vars": NOSET}}
     pairs = [
         ("seeing both GPUs", {"num_gpus": 1, **env}, True, ["memarray", "memarray_nccl"]),
-        ("one GPU each", {"num_gpus": 1}, False, ["memarray_nccl", "nccl"]),
+        ("one GPU each", {"num_gpus": 1}, False, ["memarray", "memarray_nccl", "nccl"]),
     ]
     for what, options, pick, transports in pairs:
         if torch is None and "nccl" in transports:
@@ -227,6 +245,13 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
                     "nccl": "torch, Ray's nccl transport",
                 }[t]
                 cases[f"2 GPUs {label}, {what}: {name}"] = (s, r, kind, t)
+            if count > 1:
+                cases[f"2 GPUs {label}, {what}: the list as a Ray object (object store)"] = (
+                    s,
+                    r,
+                    "memarray",
+                    None,
+                )
             if "nccl" in transports:
                 ray.get(s.make.remote("torch", nbytes, count, True))
             if "memarray" in transports:

@@ -3,14 +3,14 @@
 
     python3 examples/ray_pipeline.py [--chunks 8] [--particles 2000000] [--grid 128] [--nccl]
 
-With two GPUs or more, the producer and the consumer each have one (they see every GPU,
-``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``, and pick theirs with
-``memarray.ray.use_assigned_gpu()``): a chunk crosses between GPUs as a peer copy. With one
-GPU they share it (half each). Without a GPU the chunks are host MemArrays and the
-transport fetches them through the object store. With ``--nccl`` and two GPUs or more the
-chunks go over NCCL instead (the ``"memarray_nccl"`` transport, as between nodes: each
-actor sees its own GPU only, and ``memarray.ray.create_nccl_group`` joins the two). Prints
-how the consumer received its chunks and exits 1 if the density field differs from NumPy's.
+With two GPUs or more, the producer and the consumer each have one (and, Ray's default, see
+only theirs): the consumer maps the producer's memory on its own GPU and a chunk crosses as
+a peer copy. With one GPU they share it (half each). Without a GPU the chunks are host
+MemArrays and the transport fetches them through the object store. With ``--nccl`` and
+two GPUs or more the chunks go over NCCL instead (the ``"memarray_nccl"`` transport, as
+between nodes; ``memarray.ray.create_nccl_group`` joins the two actors). Prints
+how the consumer received its chunks and exits 1 if the density field differs from NumPy's
+or, with a GPU, if a chunk came through the object store.
 """
 
 # Ray's type hints know neither actor classes' `.remote` nor `enable_tensor_transport`.
@@ -31,9 +31,6 @@ import memarray.ray
 
 @ray.remote(enable_tensor_transport=True)
 class Producer:
-    def __init__(self, pick_gpu: bool) -> None:
-        self.gpu = memarray.ray.use_assigned_gpu() if pick_gpu else None
-
     @ray.method(tensor_transport="memarray")
     def chunk(self, seed: int, n: int) -> memarray.MemArray:
         """Chunk `seed`'s particles on this actor's GPU (the host without one)."""
@@ -43,10 +40,6 @@ class Producer:
 
 @ray.remote(enable_tensor_transport=True)
 class Consumer:
-    def __init__(self, pick_gpu: bool) -> None:
-        if pick_gpu:
-            memarray.ray.use_assigned_gpu()
-
     def bin(self, chunk: memarray.MemArray, grid: int) -> tuple[str, np.ndarray]:
         """Where the chunk arrived, and its counts grid (a CUDA kernel on the device)."""
         return chunk.device, deposit(chunk, grid).to_numpy()
@@ -68,16 +61,12 @@ def main() -> int:
     if args.nccl and not nccl:
         print(f"--nccl needs two GPUs, this machine has {gpus}: CUDA IPC or the store instead")
     options: dict[str, Any] = {}
-    if nccl:
+    if gpus >= 2:
         options = {"num_gpus": 1}
-    elif gpus >= 2:
-        env = {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
-        options = {"num_gpus": 1, "runtime_env": {"env_vars": env}}
     elif gpus == 1:
         options = {"num_gpus": 0.5}
-    pick = gpus >= 2 and not nccl
-    producer = Producer.options(**options).remote(pick)
-    consumer = Consumer.options(**options).remote(pick)
+    producer = Producer.options(**options).remote()
+    consumer = Consumer.options(**options).remote()
     chunk = producer.chunk
     if nccl:
         memarray.ray.create_nccl_group([producer, consumer])
@@ -93,11 +82,12 @@ def main() -> int:
         *[counts_np(particles_np(s, args.particles), args.grid) for s in range(args.chunks)]
     )
     where = sorted({device for device, _ in results})
-    print(
-        f"{gpus} GPU(s); chunks arrived on {', '.join(where)}; by transport: "
-        f"{ray.get(consumer.received.remote())}"
-    )
+    received = ray.get(consumer.received.remote())
+    print(f"{gpus} GPU(s); chunks arrived on {', '.join(where)}; by transport: {received}")
     ok = bool(np.array_equal(field, expect)) and int(field.sum()) == args.chunks * args.particles
+    if gpus and received["store_objects"]:
+        print("device chunks came through the object store, not by IPC or NCCL")
+        ok = False
     print(
         f"density field {field.shape}, {int(field.sum())} particles: "
         f"{'matches' if ok else 'DIFFERS from'} NumPy"

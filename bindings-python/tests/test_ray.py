@@ -284,11 +284,10 @@ def test_a_device_bundle_moves_as_one_array_by_ipc_and_over_nccl():
         gpus=gpus,
     )
     want = [1024.0 * i for i in range(300)]
-    # One GPU: by IPC. Two (each actor sees its own): through the sender and the store.
+    # By IPC on one GPU and between two (each actor seeing only its own: a peer mapping).
     kind, device, sums, stats = out["ipc"]
     assert kind == "Bundle" and device.startswith("cuda") and sums == want, out
-    objects = stats["ipc_objects"] + stats["store_objects"]
-    assert (objects, stats["ipc_arrays"] + stats["store_arrays"]) == (1, 1), out
+    assert (stats["ipc_objects"], stats["ipc_arrays"], stats["store_objects"]) == (1, 1, 0), out
     if gpus == 2:
         kind, device, sums, stats = out["nccl"]
         assert kind == "Bundle" and sums == want, out
@@ -422,11 +421,14 @@ def test_device_arrays_move_actor_to_actor_on_one_gpu_by_ipc():
 
 
 @pytest.mark.gpu
-def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy():
+@pytest.mark.parametrize("see_both", [True, False], ids=["seeing-both", "one-gpu-each"])
+def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy(see_both):
+    # Seeing both GPUs (Ray told not to narrow CUDA_VISIBLE_DEVICES) or, Ray's default, each
+    # actor only its own: either way the receiver maps the sender's memory on its own GPU.
     two_gpus()
     out = _ray(
         """
-        env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+        env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}} if SEE_BOTH else {}
 
         @ray.remote(num_gpus=1, enable_tensor_transport=True, runtime_env=env)
         class Worker:
@@ -444,14 +446,21 @@ def test_device_arrays_move_between_two_gpus_by_ipc_and_a_peer_copy():
         out["gpus"] = sorted(ray.get([a.gpu_id.remote(), b.gpu_id.remote()]))
         out["there"] = ray.get(b.check.remote(a.make.remote(1 << 22)))
         out["back"] = ray.get(a.check.remote(b.make.remote(1000)))
-        """,
+        out["visible"] = ray.get([w.__ray_call__.remote(
+            lambda self: os.environ.get("CUDA_VISIBLE_DEVICES")) for w in (a, b)])
+        """.replace("SEE_BOTH", str(see_both)),
         gpus=2,
     )
-    assert out["gpus"] == [0, 1], out
-    (dev_b, sum_b, stats_b), (dev_a, sum_a, _) = out["there"], out["back"]
-    assert {dev_a, dev_b} == {"cuda:0", "cuda:1"}, out  # each lands on its receiver's GPU
+    (dev_b, sum_b, stats_b), (dev_a, sum_a, stats_a) = out["there"], out["back"]
+    if see_both:
+        assert out["gpus"] == [0, 1], out
+        assert {dev_a, dev_b} == {"cuda:0", "cuda:1"}, out  # each lands on its receiver's GPU
+    else:
+        assert sorted(out["visible"]) == ["0", "1"] and dev_a == dev_b == "cuda:0", out
     assert sum_b == sum(range(1 << 22)) and sum_a == sum(range(1000)), out
-    assert stats_b["ipc_objects"] == 1 and stats_b["store_objects"] == 0, out
+    for stats in (stats_a, stats_b):
+        assert stats["ipc_objects"] == 1 and stats["store_objects"] == 0, out
+        assert stats["peer_refused"] == 0, out
 
 
 def test_packed_batches_unpack_in_order_and_refuse_holes():

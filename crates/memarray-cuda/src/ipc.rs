@@ -225,8 +225,11 @@ impl Drop for Mapping {
     }
 }
 
-fn mappings() -> &'static Mutex<HashMap<[u8; 64], Weak<Mapping>>> {
-    static M: OnceLock<Mutex<HashMap<[u8; 64], Weak<Mapping>>>> = OnceLock::new();
+/// The live mappings by handle and the device whose context opened it: CUDA maps a handle
+/// once per device context, and a handle opened on a device other than its memory's (a peer
+/// mapping) is a mapping of its own.
+fn mappings() -> &'static Mutex<HashMap<([u8; 64], u32), Weak<Mapping>>> {
+    static M: OnceLock<Mutex<HashMap<([u8; 64], u32), Weak<Mapping>>>> = OnceLock::new();
     M.get_or_init(Default::default)
 }
 
@@ -250,7 +253,7 @@ pub fn open_with_event(h: &IpcHandle) -> Result<(DeviceBuffer, Option<Arc<Event>
     let device = Device::get(h.device_id)?;
     let mapping = {
         let mut map = mappings().lock().unwrap_or_else(PoisonError::into_inner);
-        match map.get(&h.handle).and_then(Weak::upgrade) {
+        match map.get(&(h.handle, h.device_id)).and_then(Weak::upgrade) {
             Some(m) => m,
             None => {
                 let _ctx = device.bind()?;
@@ -274,7 +277,7 @@ pub fn open_with_event(h: &IpcHandle) -> Result<(DeviceBuffer, Option<Arc<Event>
                     events: Mutex::new(HashMap::new()),
                 });
                 map.retain(|_, w| w.strong_count() > 0);
-                map.insert(h.handle, Arc::downgrade(&m));
+                map.insert((h.handle, h.device_id), Arc::downgrade(&m));
                 m
             }
         }

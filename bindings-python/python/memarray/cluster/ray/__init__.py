@@ -15,17 +15,18 @@ The ``"memarray"`` tensor transport (``@ray.method(tensor_transport="memarray")`
 actor made with ``@ray.remote(enable_tensor_transport=True)``) keeps device MemArrays out
 of the object store. It is one-sided: the sending actor keeps its arrays and publishes
 their CUDA IPC handles, each with an event recorded after the array's queued work; the
-receiver (another actor, or the driver's ``ray.get``) on the same node maps them, copies
-the data onto its own GPU (a peer copy over NVLink between two GPUs, a device copy on one)
-and waits for the copies before returning, so the arrays it gets are its own and outlive
-the sender. The sender's arrays stay in Ray's store until Ray collects the object. The
-receiving actor must see the sender's GPU: Ray's default hides other GPUs
-(``CUDA_VISIBLE_DEVICES`` per actor), so actors on different GPUs need
-``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1`` in their environment (each then picks its
-GPU with ``memarray.ray.use_assigned_gpu()``). Where the handles cannot be opened (host
-arrays, another node, a GPU this process cannot see, memory that cannot be exported), the
-receiver fetches the arrays from the sending actor through the object store instead, and
-:func:`statistics` counts which way each object came. An object of many small device
+receiver (another actor, or the driver's ``ray.get``) on the same node maps them into its
+own GPU's context and copies the data there (one device copy: over NVLink, peer to peer,
+when the sender's GPU is another), and waits for the copies before returning, so the
+arrays it gets are its own and outlive the sender. The sender's arrays stay in Ray's store
+until Ray collects the object. The sender's GPU need not be visible to the receiver: with
+Ray's default (each actor sees only its own GPU through ``CUDA_VISIBLE_DEVICES``) CUDA maps
+the other GPU's memory by its IPC handle all the same, given peer access between the two.
+Where the handles cannot be opened, the receiver fetches the arrays from the sending actor
+through the object store instead, and :func:`statistics` counts which way each object
+came: host arrays, another node, memory that cannot be exported, and two GPUs without peer
+access (counted as ``peer_refused`` and warned about once per pair of GPUs: the
+``"memarray_nccl"`` transport is the fast way between them). An object of many small device
 arrays on one device (``PACK_FROM`` or more, each at most ``PACK_EACH`` bytes) travels as
 one pack: the sender copies them into one allocation (one SM copy kernel launch) and
 publishes its one handle; the receiver copies it once and gets slices of its copy.
@@ -42,6 +43,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,22 +207,22 @@ class MemArrayTransport(base.Transport):
             return None
         if not cuda.is_available():
             return None
-        ordinals = [base.local(gpu) for gpu in meta.gpus]
-        if any(o is None for o in ordinals):
-            return None
         home = base.home()
         start = time.perf_counter()
-        opened = [
-            _memarray.from_ipc_handle(handle, device=ordinal)
-            for handle, ordinal in zip(meta.handles, ordinals, strict=True)
-        ]
+        try:
+            # Mapped into this GPU's context whichever GPU holds the memory (CUDA enables
+            # peer access for a mapping of another GPU's, seen here or not).
+            opened = [_memarray.from_ipc_handle(handle, device=home) for handle in meta.handles]
+        except RuntimeError as e:
+            elsewhere = sorted({g for g in meta.gpus if base.local(g) != home})
+            if not elsewhere:
+                raise  # this GPU's own memory: the sender is gone or freed it
+            _refused(elsewhere, base.physical(home), e)
+            return None
         mapped = time.perf_counter()
         # Copies of our own (the sender frees its memory when Ray collects the object),
-        # queued after the sender's event.
-        received = [
-            theirs.copy() if ordinal == home else theirs.to_device(home)
-            for theirs, ordinal in zip(opened, ordinals, strict=True)
-        ]
+        # queued after the sender's event: device copies, peer to peer from another GPU.
+        received = [theirs.copy() for theirs in opened]
         for a in received:
             a.synchronize()  # done before the sender may free its memory
         _mappings.keep(meta.pid, opened)
@@ -257,6 +259,27 @@ class MemArrayTransport(base.Transport):
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
         return None
+
+
+_refusals_lock = threading.Lock()
+_refusals: set[tuple[str, str]] = set()
+
+
+def _refused(gpus: list[str], home: str, error: Exception) -> None:
+    """Counts an object whose memory on ``gpus`` could not be mapped on ``home`` and warns
+    once per pair of GPUs: it comes through the object store, far slower than a peer copy."""
+    base.add(peer_refused=1)
+    with _refusals_lock:
+        new = [g for g in gpus if (g, home) not in _refusals]
+        _refusals.update((g, home) for g in new)
+    if new:
+        warnings.warn(
+            f"the memarray transport cannot map GPU {', '.join(new)}'s memory on GPU {home} "
+            f"({error}); such arrays come through the object store, by the host. Between "
+            "GPUs without peer access use the memarray_nccl transport.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _snapshots(actor: Any, obj_id: str) -> list[tuple[Any, ...]]:

@@ -20,6 +20,7 @@ from ._counts import (  # noqa: F401 - the transports' names for them
     Entries,
     _counts,
     _counts_lock,
+    add,
     count,
     count_abort,
     count_sent,

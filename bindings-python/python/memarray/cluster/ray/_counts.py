@@ -24,11 +24,17 @@ _counts: dict[str, float] = {
     "ipc_copy_s": 0.0,
     "store_s": 0.0,
     "nccl_s": 0.0,
+    "nccl_alloc_s": 0.0,
+    "nccl_wait_s": 0.0,
     "unpack_s": 0.0,
     "sent_objects": 0,
     "packed_objects": 0,
     "describe_s": 0.0,
     "pack_s": 0.0,
+    "nccl_sends": 0,
+    "nccl_send_s": 0.0,
+    "nccl_send_wait_s": 0.0,
+    "peer_refused": 0,
     "aborts": 0,
 }
 
@@ -38,11 +44,15 @@ def statistics() -> dict[str, float]:
     by CUDA IPC (``ipc_*``), by the sending actor through the object store (``store_*``)
     and over NCCL (``nccl_*``), and the seconds spent receiving them (``ipc_open_s``:
     mapping the sender's memory; ``ipc_copy_s``: copying it and waiting for the copies;
-    ``store_s``: the fetch; ``nccl_s``: allocating, receiving and waiting; ``unpack_s``, part
-    of those two: making a pack's arrays). As a sender: objects described for a transport
-    (``sent_objects``, ``describe_s``: the time Ray's call for their metadata took), of
-    which sent as packs (``packed_objects``, ``pack_s``: packing them). ``aborts``: NCCL groups
-    aborted here after a failed transfer (``memarray_nccl``)."""
+    ``store_s``: the fetch; ``nccl_s``: allocating, receiving and waiting, of which
+    ``nccl_alloc_s`` finding the group and allocating and ``nccl_wait_s`` queueing the
+    receive and waiting for it; ``unpack_s``, part of those: making a pack's arrays);
+    ``peer_refused``: objects on another GPU whose memory could not be mapped here (no peer
+    access), which came through the store instead. As a sender: objects described for a
+    transport (``sent_objects``, ``describe_s``: the time Ray's call for their metadata
+    took), of which sent as packs (``packed_objects``, ``pack_s``: packing them); NCCL sends
+    (``nccl_sends``, ``nccl_send_s``: queueing them, ``nccl_send_wait_s``: waiting for them).
+    ``aborts``: NCCL groups aborted here after a failed transfer (``memarray_nccl``)."""
     with _counts_lock:
         return dict(_counts)
 
@@ -56,8 +66,14 @@ def count(way: str, arrays: int, **seconds: float) -> None:
 
 
 def count_abort() -> None:
+    add(aborts=1)
+
+
+def add(**amounts: float) -> None:
+    """Adds each named amount to its counter."""
     with _counts_lock:
-        _counts["aborts"] += 1
+        for name, value in amounts.items():
+            _counts[name] += value
 
 
 def count_sent(seconds: float) -> None:

@@ -254,9 +254,16 @@ class MemArrayNcclTransport(base.Transport):
         else:
             out = [a for a in tensors if a.nbytes]
         stream = _stream(comm.device_id)
+        start = time.perf_counter()
         _each(comm.send, out, cm.dst_rank, stream)
+        queued = time.perf_counter()
         stream.synchronize()  # Ray may free the arrays once this returns
         _done(comm, "send")
+        base.add(
+            nccl_sends=1,
+            nccl_send_s=queued - start,
+            nccl_send_wait_s=time.perf_counter() - queued,
+        )
 
     def recv_multiple_tensors(
         self,
@@ -276,16 +283,25 @@ class MemArrayNcclTransport(base.Transport):
         stream = _stream(comm.device_id)
         if meta.packed is not None:
             pack = _memarray.empty((meta.pack_bytes,), "uint8", device=where)
+            allocated = time.perf_counter()
             comm.recv(pack, cm.src_rank, stream)
             arrays = base.unpack(pack, meta.packed)  # waits for the receive
         else:
             arrays = [
                 _memarray.empty(shape, dtype, device=where) for shape, dtype in meta.tensor_meta
             ]
+            allocated = time.perf_counter()
             _each(comm.recv, [a for a in arrays if a.nbytes], cm.src_rank, stream)
         stream.synchronize()
         _done(comm, "receive")
-        base.count("nccl", len(arrays), nccl_s=time.perf_counter() - start)
+        done = time.perf_counter()
+        base.count(
+            "nccl",
+            len(arrays),
+            nccl_s=done - start,
+            nccl_alloc_s=allocated - start,
+            nccl_wait_s=done - allocated,
+        )
         return arrays
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
