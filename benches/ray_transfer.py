@@ -107,7 +107,8 @@ class Receiver:
     def consume(self, x: Any) -> tuple[int, float]:
         """The bytes received and their sum, computed where they are: device arrays (torch's
         and memarray's alike) summed on their GPU by torch, zero-copy through DLPack (a
-        list in one torch.cat and one sum), host arrays by NumPy."""
+        list in one torch.cat and one sum), host arrays by NumPy, zero-copy through the
+        buffer protocol."""
         arrays = x if isinstance(x, (list, mray.Bundle)) else [x]
         nbytes = sum(int(a.nbytes) for a in arrays)
         if not arrays:
@@ -119,9 +120,7 @@ class Receiver:
             else (not isinstance(first, np.ndarray) and first.is_cuda)
         )
         if not on_device:
-            host = [
-                a.to_numpy() if isinstance(a, memarray.MemArray) else np.asarray(a) for a in arrays
-            ]
+            host = [np.asarray(a) for a in arrays]  # zero-copy: the buffer protocol
             return nbytes, float(sum(h.sum() for h in host))
         import torch
 
