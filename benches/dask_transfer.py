@@ -6,8 +6,9 @@ In one process: ``dask.sizeof``, ``dask.base.tokenize`` (warm: after a first cal
 ``"dask"`` and ``"cuda"`` serializer families (serialise + deserialise, one call each as
 Dask makes them), generic pickle (protocol 5 with out-of-band buffers). Then a cluster of
 two worker processes over ``--protocol`` (``ucxx``: distributed-ucxx): the array made on one
-worker and used on the other (median of ``--reps``, memarray and CuPy taking turns in one
-cluster). With ``--gpus 2`` (the default where two GPUs
+worker and summed on the other's GPU by CuPy, zero-copy, for both libraries (median of
+``--reps``, memarray and CuPy taking turns in one cluster; beside it the receiver's own
+record of each fetch). With ``--gpus 2`` (the default where two GPUs
 are visible) each worker has a GPU of its own (``CUDA_VISIBLE_DEVICES`` rotated, as
 dask-cuda does), ``--gpus 1`` both share GPU 0, ``--gpus 0`` both see every GPU (a plain
 LocalCluster's placement: each library picks its own device). Prints SKIPPED without a
@@ -46,6 +47,15 @@ def make(lib: str, n: int) -> Any:
     return cupy.full((n,), 1.5, cupy.float32)
 
 
+def consume(x: Any) -> float:
+    """What the receiving worker does with the array, the same for both libraries: its sum
+    on the GPU by CuPy, zero-copy (``cupy.asarray`` takes a MemArray through the CUDA Array
+    Interface and a CuPy array as it is); ``float`` waits for the result."""
+    import cupy
+
+    return float(cupy.asarray(x).sum())
+
+
 def worker_to_worker(
     libs: list[str], n: int, protocol: str, gpus: int, reps: int
 ) -> dict[str, tuple[float, float]]:
@@ -74,8 +84,10 @@ def worker_to_worker(
                 f = client.submit(make, lib, n, workers=[a], pure=False)
                 wait(f)
                 t0 = time.perf_counter()
-                g = client.submit(lambda x: x.nbytes, f, workers=[b], pure=False)
-                g.result()
+                g = client.submit(consume, f, workers=[b], pure=False)
+                total = g.result()
+                if abs(total - 1.5 * n) > 1e-4 * 1.5 * n:  # float32 sums round
+                    raise AssertionError(f"{lib}: the receiver summed {total}, not {1.5 * n}")
                 order.append(lib)
                 if i:
                     runs[lib].append(time.perf_counter() - t0)
