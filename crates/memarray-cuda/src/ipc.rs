@@ -225,11 +225,13 @@ impl Drop for Mapping {
     }
 }
 
+type Mappings = HashMap<([u8; 64], u32), Weak<Mapping>>;
+
 /// The live mappings by handle and the device whose context opened it: CUDA maps a handle
 /// once per device context, and a handle opened on a device other than its memory's (a peer
 /// mapping) is a mapping of its own.
-fn mappings() -> &'static Mutex<HashMap<([u8; 64], u32), Weak<Mapping>>> {
-    static M: OnceLock<Mutex<HashMap<([u8; 64], u32), Weak<Mapping>>>> = OnceLock::new();
+fn mappings() -> &'static Mutex<Mappings> {
+    static M: OnceLock<Mutex<Mappings>> = OnceLock::new();
     M.get_or_init(Default::default)
 }
 
