@@ -180,11 +180,17 @@ impl PyResource {
                 self.name()
             )));
         };
+        let sleep = match what {
+            "offload" => memarray_cuda::sleep::offload,
+            "restore" => memarray_cuda::sleep::restore,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "pool_sleep: {what:?} is neither \"offload\" nor \"restore\""
+                )));
+            }
+        };
         let p = p.clone();
-        match what {
-            "offload" => py.detach_section(|| memarray_cuda::sleep::offload(&p)).py(),
-            _ => py.detach_section(|| memarray_cuda::sleep::restore(&p)).py(),
-        }
+        py.detach_section(|| sleep(&p)).py()
     }
 
     /// Whether a Pool is offloaded.

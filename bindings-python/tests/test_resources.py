@@ -455,6 +455,9 @@ def test_an_offloaded_pool_keeps_its_arrays_addresses_and_restores_their_bytes()
         mr.Pool(mr.Host()).offload()
     with pytest.raises(TypeError, match="no Pool"):
         mr.Statistics(mr.Host())._handle.pool_sleep("offload")
+    with pytest.raises(ValueError, match="neither"):
+        pool._handle.pool_sleep("nap")
+    assert not pool.offloaded, "an unknown request did nothing"
     with pytest.raises(ValueError, match="sources must be None"):
         memarray.offload(0, sources=["torch"])
 

@@ -113,22 +113,24 @@ def offload(device: int = 0, *, sources: object = None) -> int:
     the pool's memory. ValueError when the default resource cannot offload."""
     if sources is not None:
         raise ValueError("offload takes every library's blocks in the pool: sources must be None")
-    pool = resources.get_default_resource(device)
-    if not isinstance(pool, resources.Pool):
-        raise ValueError(
-            f"cuda:{device}'s default resource is {pool.name}: offload needs "
-            "resources.Pool(resources.Device(d), grow_in_place=...) as the default resource"
-        )
-    return pool.offload()
+    return _default_pool(device, "offload").offload()
 
 
 def restore(device: int = 0) -> int:
     """Wakes ``device``'s memory after ``offload``: the same addresses are backed again and
     every offloaded block's bytes copied back; returns the bytes restored."""
+    return _default_pool(device, "restore").restore()
+
+
+def _default_pool(device: int, what: str) -> resources.Pool:
+    """``device``'s default resource, which must be a Pool to ``what`` (ValueError else)."""
     pool = resources.get_default_resource(device)
     if not isinstance(pool, resources.Pool):
-        raise ValueError(f"cuda:{device}'s default resource is {pool.name}: nothing to restore")
-    return pool.restore()
+        raise ValueError(
+            f"cuda:{device}'s default resource is {pool.name}: {what} needs "
+            "resources.Pool(resources.Device(d), grow_in_place=...) as the default resource"
+        )
+    return pool
 
 
 # Dask, distributed and dask-cuda: MemArrays are registered with them once both are

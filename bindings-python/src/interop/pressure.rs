@@ -13,9 +13,9 @@ use memarray_core::Location;
 use memarray_core::Source;
 use memarray_core::resource::ledger::{self, BudgetScope};
 use memarray_core::resource::watermark;
+use memarray_core::resource::{pressure, pressure_statistics};
 
 use crate::device::parse_device;
-use memarray_core::resource::{pressure, pressure_statistics};
 
 /// The process-wide counters of the relief path, as a dict.
 #[pyfunction]

@@ -9,7 +9,6 @@
 //! pinning once); the pool's `trim` gives it back. The pool's half is
 //! [`CachingPool::offload_begin`] and the calls after it.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use memarray_core::{HostBuffer, MemoryResource};
@@ -20,9 +19,6 @@ use crate::error::Result;
 use crate::resource::{CachingPool, PinnedResource};
 use crate::stream::StreamRef;
 
-/// The offloaded bytes: one host buffer, the blocks at their offsets in list order.
-struct Copy(HostBuffer);
-
 /// Copies every large block `pool` has handed out to host memory and releases the pool's
 /// memory, every address kept; returns the bytes released. See the module's docs.
 ///
@@ -32,23 +28,20 @@ struct Copy(HostBuffer);
 /// awake, its memory untouched).
 pub fn offload(pool: &CachingPool) -> Result<u64> {
     let blocks = pool.offload_begin()?;
-    let copied = copy_out(pool, &blocks);
-    match copied {
-        Ok(copy) => match pool.offload_finish(blocks, Box::new(copy)) {
-            Ok(n) => Ok(n),
-            Err(e) => {
-                // Part of the memory went: it comes back with the blocks' bytes.
-                if pool.offloaded() {
-                    restore(pool)?;
-                }
-                Err(e.into())
-            }
-        },
+    let copy = match copy_out(pool, &blocks) {
+        Ok(copy) => copy,
         Err(e) => {
             pool.offload_abort();
-            Err(e)
+            return Err(e);
         }
-    }
+    };
+    pool.offload_finish(blocks, copy).or_else(|e| {
+        // Part of the memory went: it comes back with the blocks' bytes.
+        if pool.offloaded() {
+            restore(pool)?;
+        }
+        Err(e.into())
+    })
 }
 
 /// Backs an offloaded pool's addresses again and copies its blocks back; returns the
@@ -58,16 +51,10 @@ pub fn offload(pool: &CachingPool) -> Result<u64> {
 /// `CoreError::Offload` when not offloaded; out of memory when the device has no room (the
 /// pool stays offloaded); a copy's error.
 pub fn restore(pool: &CachingPool) -> Result<u64> {
-    let (blocks, copy) = pool.restore_begin()?;
-    let (copied, spare) = match copy.downcast::<Copy>() {
-        Ok(mut copy) => {
-            let copied = copy_back(pool, &blocks, &mut copy);
-            (copied, Some(copy as Box<dyn Any + Send + Sync>))
-        }
-        Err(_) => (Ok(()), None), // not ours: nothing to copy back
-    };
+    let (blocks, mut copy) = pool.restore_begin()?;
+    let copied = each_block(pool, &blocks, &mut copy, false);
     // The host copy stays with the pool for its next offload (`CachingPool::trim` drops it).
-    pool.restore_finish(spare);
+    pool.restore_finish(Some(copy));
     copied?;
     Ok(blocks.iter().map(|b| b.1 as u64).sum())
 }
@@ -81,31 +68,24 @@ fn host_buffer(pool: &CachingPool, bytes: usize) -> Result<HostBuffer> {
     Ok(unsafe { HostBuffer::uninit_in(bytes.max(1), resource) }?)
 }
 
-fn copy_out(pool: &CachingPool, blocks: &[(usize, usize)]) -> Result<Copy> {
+/// The blocks' bytes in host memory, laid end to end in list order: in the last offload's
+/// copy when it is large enough (pinning 8 GiB anew takes seconds, the copy itself a
+/// fraction of one).
+fn copy_out(pool: &CachingPool, blocks: &[(usize, usize)]) -> Result<HostBuffer> {
     let total = blocks.iter().map(|b| b.1).sum();
-    // The last offload's copy when it is large enough: pinning 8 GiB anew takes seconds,
-    // the copy itself a fraction of one.
-    let spare = pool
-        .take_spare_copy()
-        .and_then(|c| c.downcast::<Copy>().ok())
-        .filter(|c| c.0.len() >= total);
-    let mut copy = match spare {
-        Some(copy) => *copy,
-        None => Copy(host_buffer(pool, total)?),
+    let mut copy = match pool.take_spare_copy().filter(|c| c.len() >= total) {
+        Some(copy) => copy,
+        None => host_buffer(pool, total)?,
     };
     each_block(pool, blocks, &mut copy, true)?;
     Ok(copy)
-}
-
-fn copy_back(pool: &CachingPool, blocks: &[(usize, usize)], copy: &mut Copy) -> Result<()> {
-    each_block(pool, blocks, copy, false)
 }
 
 /// Copies each block to (`out`) or from its place in `copy` (the blocks in list order).
 fn each_block(
     pool: &CachingPool,
     blocks: &[(usize, usize)],
-    copy: &mut Copy,
+    copy: &mut HostBuffer,
     out: bool,
 ) -> Result<()> {
     let mut at = 0;
@@ -124,7 +104,7 @@ fn each_block(
                         StreamRef::legacy(),
                     )
                 }?;
-                let (host, dev) = (Span::Host(&copy.0, at), Span::Device(&dev, 0));
+                let (host, dev) = (Span::Host(copy, at), Span::Device(&dev, 0));
                 if out {
                     copy::copy_to(host, dev, n, None)?;
                 } else {
@@ -134,7 +114,7 @@ fn each_block(
             None => {
                 // SAFETY: as above, `n` host bytes of the pool's range.
                 let block = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
-                let saved = &mut copy.0.as_mut_slice()[at..at + n];
+                let saved = &mut copy.as_mut_slice()[at..at + n];
                 if out {
                     copy::host_to_host(saved, block)?;
                 } else {
@@ -211,6 +191,7 @@ mod tests {
             "segments cannot keep addresses: {e}"
         );
     }
+
     #[test]
     fn the_host_copy_serves_the_next_offload_until_a_trim() {
         let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
@@ -219,9 +200,9 @@ mod tests {
         // The kept copy's address, put back where the restore left it.
         let spare_at = |pool: &CachingPool| {
             let spare = pool.take_spare_copy().expect("a copy kept");
-            let at = spare.downcast_ref::<Copy>().map(|c| c.0.as_ptr() as usize);
+            let at = spare.as_ptr() as usize;
             pool.restore_finish(Some(spare));
-            at.expect("the offload's own copy")
+            at
         };
         assert!(pool.take_spare_copy().is_none(), "none before an offload");
         offload(&pool).unwrap();

@@ -3,9 +3,10 @@
 //! whole header first ([`memarray_core::safetensors`]: a hostile file is refused before any
 //! data is read), then reads each tensor as `.npy` data is read: positional reads straight
 //! into the array's host buffer, or, for device-born arrays, into the staging pipeline's
-//! pinned slots in one pipeline for all the tensors. No mapping is read, so a file truncated meanwhile is an error,
-//! never SIGBUS. Saving lays tensors out as safetensors' own writer does and writes each
-//! array's current data (read back from the device where it is there).
+//! pinned slots in one pipeline for all the tensors. No mapping is read, so a file
+//! truncated meanwhile is an error, never SIGBUS. Saving lays tensors out as safetensors'
+//! own writer does and writes each array's current data (read back from the device where
+//! it is there).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -44,43 +45,17 @@ fn read_header(path: &Path, file: &FileResource) -> Result<Header> {
     Ok(parse_header(&text, file_len).map_err(|e| named(path, e))?)
 }
 
-/// Where each part `(file offset, bytes)` starts and ends with the parts laid end to end.
-fn laid_end_to_end(parts: &[(u64, usize)]) -> (Vec<usize>, Vec<usize>) {
-    let mut at = 0;
-    parts
-        .iter()
-        .map(|&(_, n)| {
-            let start = at;
-            at += n;
-            (start, at)
-        })
-        .unzip()
-}
-
-/// Fills `buf` with the bytes `[off, off + buf.len())` of `parts` laid end to end
-/// (`laid`: [`laid_end_to_end`]'s), each piece read by `read(file offset, into)`.
+/// Fills `buf` with the bytes `[off, off + buf.len())` of the file parts `(file offset,
+/// bytes)` laid end to end, each piece read by `read(file offset, into)`.
 fn read_laid(
     parts: &[(u64, usize)],
-    (at, ends): &(Vec<usize>, Vec<usize>),
     off: usize,
     buf: &mut [u8],
     read: &dyn Fn(u64, &mut [u8]) -> Result<()>,
 ) -> Result<()> {
-    let end = off + buf.len();
-    let first = ends.partition_point(|&e| e <= off);
-    for (i, &(file_at, _)) in parts.iter().enumerate().skip(first) {
-        if at[i] >= end {
-            break;
-        }
-        let (from, to) = (off.max(at[i]), end.min(ends[i]));
-        if from < to {
-            read(
-                file_at + (from - at[i]) as u64,
-                &mut buf[from - off..to - off],
-            )?;
-        }
-    }
-    Ok(())
+    crate::copy::each_laid(parts, off, buf.len(), |at, into, n| {
+        read(at, &mut buf[into..into + n])
+    })
 }
 
 /// What [`RawArray::load_safetensors`] read: each tensor's name and array in data order,
@@ -168,11 +143,8 @@ impl RawArray {
         if location != Location::Host {
             // On a device, one staged upload for every tensor: the pinned slots fill and
             // drain once for the file, not once per tensor.
-            let laid = laid_end_to_end(&parts);
             let fill = |off: usize, buf: &mut [u8]| -> Result<()> {
-                read_laid(&parts, &laid, off, buf, &|at, into| {
-                    Ok(file.read_into(at, into)?)
-                })?;
+                read_laid(&parts, off, buf, &|at, into| Ok(file.read_into(at, into)?))?;
                 done.fetch_add(buf.len() as u64, Ordering::Relaxed);
                 Ok(())
             };
@@ -318,7 +290,6 @@ mod tests {
             (2000, 1000),
             (4000, 96),
         ];
-        let laid = laid_end_to_end(&parts);
         let want: Vec<u8> = parts
             .iter()
             .flat_map(|&(f, n)| file[f as usize..f as usize + n].to_vec())
@@ -330,7 +301,7 @@ mod tests {
         for chunk in [1, 5, 7, 63, 64, 100, 999, want.len()] {
             let mut got = vec![0u8; want.len()];
             for (k, piece) in got.chunks_mut(chunk).enumerate() {
-                read_laid(&parts, &laid, k * chunk, piece, &read).unwrap();
+                read_laid(&parts, k * chunk, piece, &read).unwrap();
             }
             assert_eq!(got, want, "chunks of {chunk}");
         }

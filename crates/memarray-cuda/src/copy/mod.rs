@@ -403,6 +403,35 @@ pub fn upload_spans_with(
     }
 }
 
+/// For parts `(base, bytes)` that take a copy's bytes in turn (laid end to end), calls
+/// `f(base + offset in the part, offset in [off, off + n), bytes)` for each non-empty piece
+/// of the copy's bytes `[off, off + n)`, in order: the device ranges of one staged upload
+/// for many arrays, the file ranges of many tensors read as one.
+pub(crate) fn each_laid(
+    parts: &[(u64, usize)],
+    off: usize,
+    n: usize,
+    mut f: impl FnMut(u64, usize, usize) -> Result<()>,
+) -> Result<()> {
+    let (end, mut start) = (off + n, 0usize);
+    for &(base, len) in parts {
+        let stop = start + len;
+        if len > 0 && stop > off && start < end {
+            let from = off.max(start);
+            f(
+                base + (from - start) as u64,
+                from - off,
+                stop.min(end) - from,
+            )?;
+        }
+        if stop >= end {
+            break;
+        }
+        start = stop;
+    }
+    Ok(())
+}
+
 /// Copies `src[src_offset..]` into the host bytes `dst`, after the work queued on
 /// `stream`, by the route `route::host` picks; returns once the bytes are in `dst`.
 pub fn download(

@@ -51,25 +51,7 @@ impl DevSide<'_> {
     ) -> Result<()> {
         match *self {
             DevSide::One(base) => f(base + off as u64, 0, n),
-            DevSide::Spans(spans) => {
-                let (end, mut start) = (off + n, 0usize);
-                for &(addr, len) in spans {
-                    let stop = start + len;
-                    if len > 0 && stop > off && start < end {
-                        let from = off.max(start);
-                        f(
-                            addr + (from - start) as u64,
-                            from - off,
-                            stop.min(end) - from,
-                        )?;
-                    }
-                    if stop >= end {
-                        break;
-                    }
-                    start = stop;
-                }
-                Ok(())
-            }
+            DevSide::Spans(spans) => crate::copy::each_laid(spans, off, n, f),
         }
     }
 }

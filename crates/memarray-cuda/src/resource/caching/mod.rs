@@ -120,7 +120,7 @@ struct State {
     sleep: sleep::Sleep,
     /// The host copy of the last offload, kept after its restore for the next one
     /// (pinning is most of a first offload's time); [`CachingPool::trim`] drops it.
-    spare_copy: Option<Box<dyn std::any::Any + Send + Sync>>,
+    spare_copy: Option<memarray_core::HostBuffer>,
     /// Blocks held for CUDA graphs now (`graph_held`).
     graph_held: usize,
     /// Segment base -> size.

@@ -6,10 +6,9 @@
 //! refuses allocations (frees are taken) and gives nothing back. Small blocks (separate
 //! upstream allocations, up to `SMALL_MAX` each) stay where they are.
 
-use std::any::Any;
 use std::sync::Arc;
 
-use memarray_core::{CoreError, GrowableRange, Result};
+use memarray_core::{CoreError, GrowableRange, HostBuffer, Result};
 
 use super::{CachingPool, State};
 use crate::device::Device;
@@ -22,10 +21,11 @@ pub(super) enum Sleep {
     Awake,
     /// Its blocks are being copied out.
     Going,
-    /// Its memory released; the copy of the listed blocks kept.
+    /// Its memory released; the copy of the listed blocks kept (laid end to end, in
+    /// list order).
     Asleep {
         blocks: Vec<(usize, usize)>,
-        copy: Box<dyn Any + Send + Sync>,
+        copy: HostBuffer,
     },
     /// Backed again; its blocks are being copied back.
     Waking,
@@ -88,11 +88,7 @@ impl CachingPool {
     /// is released (addresses kept) and `copy` (the blocks' bytes) kept until the
     /// restore; returns the bytes released. When only part of the memory could be
     /// released the pool is offloaded all the same and the error says so: restore it.
-    pub fn offload_finish(
-        &self,
-        blocks: Vec<(usize, usize)>,
-        copy: Box<dyn Any + Send + Sync>,
-    ) -> Result<u64> {
+    pub fn offload_finish(&self, blocks: Vec<(usize, usize)>, copy: HostBuffer) -> Result<u64> {
         let range = self.range_or("offload")?;
         let mut st = self.lock();
         if !matches!(st.sleep, Sleep::Going) {
@@ -123,8 +119,7 @@ impl CachingPool {
     /// offloaded blocks and their copy, for the caller to copy back, then
     /// [`restore_finish`](Self::restore_finish). Refused when not offloaded; out of memory
     /// when the device has no room (the pool stays offloaded).
-    #[allow(clippy::type_complexity)]
-    pub fn restore_begin(&self) -> Result<(Vec<(usize, usize)>, Box<dyn Any + Send + Sync>)> {
+    pub fn restore_begin(&self) -> Result<(Vec<(usize, usize)>, HostBuffer)> {
         let range = self.range_or("restore")?;
         let mut st = self.lock();
         if !matches!(st.sleep, Sleep::Asleep { .. }) {
@@ -144,7 +139,7 @@ impl CachingPool {
 
     /// Ends a restore: the pool serves again, keeping `spare` (the offload's host copy,
     /// copied back) for the next offload: [`take_spare_copy`](Self::take_spare_copy).
-    pub fn restore_finish(&self, spare: Option<Box<dyn Any + Send + Sync>>) {
+    pub fn restore_finish(&self, spare: Option<HostBuffer>) {
         let old = {
             let mut st = self.lock();
             st.sleep = Sleep::Awake;
@@ -155,7 +150,7 @@ impl CachingPool {
 
     /// The host copy the last restore kept, for an offload to reuse (None after a
     /// [`trim`](Self::trim), or before any offload).
-    pub fn take_spare_copy(&self) -> Option<Box<dyn Any + Send + Sync>> {
+    pub fn take_spare_copy(&self) -> Option<HostBuffer> {
         self.lock().spare_copy.take()
     }
 
