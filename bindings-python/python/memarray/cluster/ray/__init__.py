@@ -59,7 +59,7 @@ from ..._bundle import Bundle
 from ..._memarray import IpcHandle, MemArray
 from ..._pickle import Snapshot, rebuild
 from . import _base as base
-from ._base import statistics, use_assigned_gpu
+from ._base import phases, statistics, use_assigned_gpu
 from ._nccl import (
     NCCL_TRANSPORT,
     MemArrayNcclTransport,
@@ -76,6 +76,7 @@ __all__ = [
     "MemArrayTransportMetadata",
     "create_nccl_group",
     "destroy_nccl_group",
+    "phases",
     "register",
     "statistics",
     "use_assigned_gpu",
