@@ -93,6 +93,9 @@ class Sender:
     def stats(self) -> dict[str, float]:
         return mray.statistics()
 
+    def phases(self, reset: bool) -> dict[str, list[float]]:
+        return mray.phases(reset)
+
     def give(self, kind: str) -> Any:
         """The held arrays (called with ``.options(tensor_transport=...)`` or plain)."""
         return self.held[kind]
@@ -135,6 +138,9 @@ class Receiver:
     def stats(self) -> dict[str, int]:
         return mray.statistics()
 
+    def phases(self, reset: bool) -> dict[str, list[float]]:
+        return mray.phases(reset)
+
 
 def hand_off(sender: Any, receiver: Any, kind: str, transport: str | None, reps: int) -> float:
     """Median milliseconds of `reps` hand-offs (after one warm-up); `transport` None: as a
@@ -176,6 +182,24 @@ def explain(label: str, before: Any, after: Any) -> None:
     if dr["unpack_s"] and received:
         out.append(f"unpacking {dr['unpack_s'] / received * 1e3:.3f} ms")
     print(f"  {label}, per object: {'; '.join(out)}")
+
+
+def forget_phases(s: Any, r: Any) -> None:
+    ray.get([s.phases.remote(True), r.phases.remote(True)])
+
+
+def phase_medians(label: str, s: Any, r: Any) -> None:
+    """Per object, the median of each phase both actors timed since ``forget_phases``
+    (``memarray.ray.phases``): unlike the means ``explain`` prints, one slow object (an NCCL
+    pair's first transfer) does not move them."""
+    sent, got = ray.get([s.phases.remote(True), r.phases.remote(True)])
+    out = []
+    for side, samples in (("sender", sent), ("receiver", got)):
+        for name in sorted(samples):
+            if samples[name]:
+                ms = statistics.median(samples[name]) * 1e3
+                out.append(f"{side} {name[:-2]} {ms:.3f} ({len(samples[name])})")
+    print(f"  {label}, medians per object in ms (count): {'; '.join(out)}")
 
 
 def alternate(cases: dict[str, tuple[Any, Any, str, str | None]], reps: int) -> dict[str, float]:
@@ -263,9 +287,11 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
                     ),
                 )
             before = costs(s, r)
+            forget_phases(s, r)
             for name, ms in alternate(cases, args.reps).items():
                 row(name, ms, count * nbytes, "peer" if "torch" in name else "")
             explain(f"2 GPUs {label}, {what}", before, costs(s, r))
+            phase_medians(f"2 GPUs {label}, {what}", s, r)
         st = ray.get(r.stats.remote())
         print(
             f"receiver ({what}): {st['ipc_objects']:.0f} objects by IPC (per object: open "
@@ -388,9 +414,11 @@ def main() -> None:
             else:
                 print("SKIPPED torch rows: torch with CUDA is not importable")
             before = costs(s, r)
+            forget_phases(s, r)
             for name, ms in alternate(cases, args.reps).items():
                 row(name, ms, total, "peer" if "torch" in name else "")
             explain(f"1 GPU {label}", before, costs(s, r))
+            phase_medians(f"1 GPU {label}", s, r)
         st = ray.get(r.stats.remote())
         ipc = max(st["ipc_objects"], 1)
         print(

@@ -73,6 +73,21 @@ def test_a_forged_bundle_table_is_a_value_error(table):
             Bundle._of(memarray.zeros((64,), "uint8", device="cuda"), table)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "shape", "itemsize"),
+    [("bfloat16", [4, 8], 2), ("float64", [], 8), ("int8", [64], 1), ("complex64", [2, 2, 2], 8)],
+)
+def test_a_bundle_entry_may_end_at_its_packs_end_and_not_a_byte_past(dtype, shape, itemsize):
+    from memarray import Bundle
+
+    nbytes = itemsize * int(np.prod(shape))
+    pack = memarray.zeros((64,), "uint8")
+    ok = Bundle._of(pack, [(dtype, shape, 64 - nbytes)])
+    assert ok[0]._dtype_name == dtype and list(ok[0].shape) == shape
+    with pytest.raises(ValueError, match="outside"):
+        Bundle._of(pack, [(dtype, shape, 64 - nbytes + 1)])
+
+
 def test_a_good_bundle_table_round_trips_through_pickle():
     from memarray import Bundle
 

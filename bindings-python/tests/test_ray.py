@@ -134,6 +134,50 @@ def test_objects_carry_every_dtype_and_shape_class():
     assert out["written"] == 7.0 and out["big_same"], out
 
 
+def test_phases_keep_the_last_samples_of_each_timed_phase_and_reset():
+    out = child_stdout(
+        """
+import memarray.ray as mray
+from memarray.cluster.ray import _counts
+for i in range(300):
+    _counts.count("store", 1, store_s=float(i))
+_counts.add(peer_refused=1, nccl_wait_s=2.5)
+p = mray.phases()
+print(len(p["store_s"]), p["store_s"][0], p["store_s"][-1], p["nccl_wait_s"],
+      "peer_refused" in p, mray.statistics()["store_s"] == sum(range(300)),
+      mray.phases(reset=True) == p, mray.phases())
+"""
+    )
+    assert out.split() == ["256", "44.0", "299.0", "[2.5]", "False", "True", "True", "{}"], out
+
+
+def test_the_transport_delivers_the_right_arrays_after_ray_restarts_in_the_process():
+    # The driver's lookup of what a transport received is cached per Ray job: a second
+    # ray.init in the same process is a new job, whose arrays must not be the first's.
+    out = _ray(
+        """
+        def run(k):
+            @ray.remote(enable_tensor_transport=True)
+            class Sender:
+                @ray.method(tensor_transport="memarray")
+                def many(self, n, k):
+                    return [memarray.asarray(np.full(4, 10 * k + i, np.int64))
+                            for i in range(n)]
+            s = Sender.remote()
+            # From the second object on, the sender's arrays travel through memarray's
+            # serializer, whose receiving side looks the received arrays up.
+            return [[int(a.to_numpy()[0]) for a in ray.get(s.many.remote(3, k))]
+                    for _ in range(3)]
+
+        out["first"] = run(1)
+        ray.shutdown()
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        out["second"] = run(2)
+        """
+    )
+    assert out["first"] == [[10, 11, 12]] * 3 and out["second"] == [[20, 21, 22]] * 3, out
+
+
 def test_the_transport_moves_host_arrays_actor_to_actor_and_to_the_driver():
     out = _ray(
         f"""

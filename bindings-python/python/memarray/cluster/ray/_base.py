@@ -18,12 +18,14 @@ from ... import _memarray, cuda
 from ..._memarray import MemArray
 from ._counts import (  # noqa: F401 - the transports' names for them
     Entries,
+    _add,
     _counts,
     _counts_lock,
     add,
     count,
     count_abort,
     count_sent,
+    phases,
     statistics,
     unpack,
 )
@@ -119,7 +121,7 @@ class Packs:
             self._held[key] = pack
         with _counts_lock:
             _counts["packed_objects"] += 1
-            _counts["pack_s"] += time.perf_counter() - start
+            _add("pack_s", time.perf_counter() - start)
         return entries
 
     def get(self, key: str) -> MemArray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 from ... import _memarray
 from ..._memarray import MemArray
@@ -39,6 +40,31 @@ _counts: dict[str, float] = {
 }
 
 
+#: Per-object samples kept of each timed phase (its last SAMPLES), for medians.
+SAMPLES = 256
+_samples: dict[str, deque[float]] = {}
+
+
+def _add(name: str, value: float) -> None:
+    """Adds `value` to the counter `name` (``_counts_lock`` held); a phase's seconds (a
+    name ending in ``_s``) are kept as a sample too."""
+    _counts[name] += value
+    if name.endswith("_s"):
+        _samples.setdefault(name, deque(maxlen=SAMPLES)).append(value)
+
+
+def phases(reset: bool = False) -> dict[str, list[float]]:
+    """The seconds of each timed phase of :func:`statistics`, one per object (the last
+    ``SAMPLES`` of each, oldest first), for medians: the sums ``statistics`` gives are
+    swamped by one slow object (an NCCL pair's first transfer sets up its connection).
+    ``reset``: forget them after reading."""
+    with _counts_lock:
+        out = {name: list(values) for name, values in _samples.items()}
+        if reset:
+            _samples.clear()
+    return out
+
+
 def statistics() -> dict[str, float]:
     """This process's receipts through memarray's transports: objects and arrays that came
     by CUDA IPC (``ipc_*``), by the sending actor through the object store (``store_*``)
@@ -62,7 +88,7 @@ def count(way: str, arrays: int, **seconds: float) -> None:
         _counts[f"{way}_objects"] += 1
         _counts[f"{way}_arrays"] += arrays
         for name, value in seconds.items():
-            _counts[name] += value
+            _add(name, value)
 
 
 def count_abort() -> None:
@@ -73,13 +99,13 @@ def add(**amounts: float) -> None:
     """Adds each named amount to its counter."""
     with _counts_lock:
         for name, value in amounts.items():
-            _counts[name] += value
+            _add(name, value)
 
 
 def count_sent(seconds: float) -> None:
     with _counts_lock:
         _counts["sent_objects"] += 1
-        _counts["describe_s"] += seconds
+        _add("describe_s", seconds)
 
 
 def unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
@@ -87,5 +113,5 @@ def unpack(pack: MemArray, entries: Entries) -> list[MemArray]:
     start = time.perf_counter()
     arrays = _memarray._unpack(pack, entries)
     with _counts_lock:
-        _counts["unpack_s"] += time.perf_counter() - start
+        _add("unpack_s", time.perf_counter() - start)
     return arrays
