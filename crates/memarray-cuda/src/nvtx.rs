@@ -14,12 +14,7 @@
 //! With a tool that also takes NVTX's memory extension (`InitializeInjectionNvtxExtension`),
 //! [`heap_register`] / [`region_register`] and their inverses describe a sub-allocator's
 //! memory: each upstream allocation of memarray's caching pools is a heap, each block it
-//! hands out a region in it, so the tool attributes pool memory. Before its first heap,
-//! memarray declares (`nvtxMemCudaSetPeerAccess` on the process-wide permissions) that every
-//! device may read, write and atomically access them: pool memory is read by peers (peer
-//! copies, a kernel on another device), and compute-sanitizer otherwise loses the regions
-//! of memory whose device gained peer access after they were described (their unregistering
-//! then fails, and a later block at the same address cannot be described).
+//! hands out a region in it, so the tool attributes pool memory.
 //!
 //! [`range`] pushes a named range (with a byte count as its payload, for moves and
 //! allocations) that the returned guard pops; ranges nest per thread, as NVTX's push/pop
@@ -202,14 +197,6 @@ const MEM_HEAP_REGISTER: usize = mem_slot(1);
 const MEM_HEAP_UNREGISTER: usize = mem_slot(2);
 const MEM_REGIONS_REGISTER: usize = mem_slot(4);
 const MEM_REGIONS_UNREGISTER: usize = mem_slot(6);
-/// `nvtxMemCudaGetProcessWidePermissions` and `nvtxMemCudaSetPeerAccess`
-/// (nvToolsExtMemCudaRt.h: callback ids 14 and 16 of the same segment).
-const MEM_CUDA_PROCESS_PERMISSIONS: usize = mem_slot(14);
-const MEM_CUDA_SET_PEER_ACCESS: usize = mem_slot(16);
-/// `NVTX_MEM_CUDA_PEER_ALL_DEVICES`.
-const MEM_CUDA_PEER_ALL_DEVICES: c_int = -1;
-/// `NVTX_MEM_PERMISSIONS_REGION_FLAGS_READ | _WRITE | _ATOMIC`.
-const MEM_PERMISSIONS_READ_WRITE_ATOMIC: u32 = 0x1 | 0x2 | 0x4;
 
 /// The segment slot of the memory extension's callback id `id`.
 const fn mem_slot(id: usize) -> usize {
@@ -291,19 +278,13 @@ type HeapRegister = unsafe extern "C" fn(*mut c_void, *const HeapDesc) -> *mut c
 type HeapUnregister = unsafe extern "C" fn(*mut c_void, *mut c_void);
 type RegionsRegisterFn = unsafe extern "C" fn(*mut c_void, *const RegionsRegister);
 type RegionsUnregisterFn = unsafe extern "C" fn(*mut c_void, *const RegionsUnregister);
-type ProcessPermissions = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
-type SetPeerAccess = unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, u32);
 
-/// The memory extension's functions memarray calls (the first four, or none; the peer
-/// declaration where the tool takes it).
+/// The memory extension's functions memarray calls (all four, or none).
 struct Mem {
     heap_register: HeapRegister,
     heap_unregister: HeapUnregister,
     regions_register: RegionsRegisterFn,
     regions_unregister: RegionsUnregisterFn,
-    peers: Option<(ProcessPermissions, SetPeerAccess)>,
-    /// Whether the peer declaration was made (before the first heap).
-    peers_declared: std::sync::Once,
 }
 
 /// Offers the tool NVTX's memory extension; its functions when it takes all four.
@@ -353,10 +334,6 @@ unsafe fn load_mem(lib: *mut c_void) -> Option<Mem> {
     if [hr, hu, rr, ru].iter().any(|&f| f < 4096) {
         return None;
     }
-    let (pp, sp) = (
-        read(MEM_CUDA_PROCESS_PERMISSIONS),
-        read(MEM_CUDA_SET_PEER_ACCESS),
-    );
     // SAFETY: each is the tool's function of the slot's type (checked present above).
     unsafe {
         Some(Mem {
@@ -364,13 +341,6 @@ unsafe fn load_mem(lib: *mut c_void) -> Option<Mem> {
             heap_unregister: std::mem::transmute::<usize, HeapUnregister>(hu),
             regions_register: std::mem::transmute::<usize, RegionsRegisterFn>(rr),
             regions_unregister: std::mem::transmute::<usize, RegionsUnregisterFn>(ru),
-            peers: (pp >= 4096 && sp >= 4096).then(|| {
-                (
-                    std::mem::transmute::<usize, ProcessPermissions>(pp),
-                    std::mem::transmute::<usize, SetPeerAccess>(sp),
-                )
-            }),
-            peers_declared: std::sync::Once::new(),
         })
     }
 }
@@ -567,7 +537,6 @@ pub fn heap_register(ptr: usize, size: usize) -> usize {
     let Some((m, domain)) = mem() else {
         return 0;
     };
-    m.peers_declared.call_once(|| declare_peers(m, domain));
     let range = VirtualRange {
         size,
         ptr: ptr as *const c_void,
@@ -588,23 +557,6 @@ pub fn heap_register(ptr: usize, size: usize) -> usize {
     let heap = unsafe { (m.heap_register)(domain, &desc) as usize };
     // A refusal comes back as null, or as NVTX's "no tool" handle (-1).
     if heap == MEM_HEAP_NO_TOOL { 0 } else { heap }
-}
-
-/// Declares that every device may read, write and atomically access the domain's memory
-/// (the process-wide permissions), as peer copies and kernels on other devices do.
-fn declare_peers(m: &Mem, domain: *mut c_void) {
-    if let Some((permissions, set_peer_access)) = m.peers {
-        // SAFETY: the tool's functions with its domain and the permissions it returned.
-        unsafe {
-            let process = permissions(domain);
-            set_peer_access(
-                domain,
-                process,
-                MEM_CUDA_PEER_ALL_DEVICES,
-                MEM_PERMISSIONS_READ_WRITE_ATOMIC,
-            );
-        }
-    }
 }
 
 /// Ends a heap from [`heap_register`] (nothing for 0).

@@ -1,9 +1,9 @@
 /* A minimal NVTX tool for memarray's NVTX test: it takes the domain functions (callback
- * module CORE2) and the memory extension's heap, region and peer-access functions, and
- * writes each push, pop, heap, region and peer declaration of any domain to
- * MEMARRAY_NVTX_TEST_LOG, each memory call with whether a CUDA context was current on the
- * calling thread (compute-sanitizer refuses a heap without one). Declarations follow
- * NVTX's documented binary interface (version 3; memory extension 0x0102). */
+ * module CORE2) and the memory extension's heap and region functions, and writes each
+ * push, pop, heap and region of any domain to MEMARRAY_NVTX_TEST_LOG, each heap and region
+ * call with whether a CUDA context was current on the calling thread (compute-sanitizer
+ * refuses a heap without one). Declarations follow NVTX's documented binary interface
+ * (version 3; memory extension 0x0102). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -124,16 +124,6 @@ static void regions_register(void *domain, const regions_t *r) {
     fflush(out);
 }
 
-static char process_permissions_object;
-
-static void *process_permissions(void *domain) { return &process_permissions_object; }
-
-static void set_peer_access(void *domain, void *permissions, int peer, uint32_t flags) {
-    fprintf(out, "peers %d flags=%u %s ctx=%s\n", peer, flags,
-            permissions == &process_permissions_object ? "process-wide" : "?", context());
-    fflush(out);
-}
-
 static void regions_unregister(void *domain, const unregister_t *u) {
     fprintf(out, "region - count=%zu ctx=%s\n", u->count, context());
     fflush(out);
@@ -145,17 +135,12 @@ int InitializeInjectionNvtxExtension(module_t *m) {
         return 0;
     /* As NVTX's header lays the segment out: its slot 0 is callback id 1
      * (NVTX3EXT_MEM_FN_IDX_FIRST). nvtxMemHeapRegister = 1, nvtxMemHeapUnregister = 2,
-     * nvtxMemRegionsRegister = 4, nvtxMemRegionsUnregister = 6;
-     * nvtxMemCudaGetProcessWidePermissions = 14, nvtxMemCudaSetPeerAccess = 16. */
+     * nvtxMemRegionsRegister = 4, nvtxMemRegionsUnregister = 6. */
     intptr_t *s = m->segments[0].slots;
     s[1 - 1] = (intptr_t)heap_register;
     s[2 - 1] = (intptr_t)heap_unregister;
     s[4 - 1] = (intptr_t)regions_register;
     s[6 - 1] = (intptr_t)regions_unregister;
-    if (m->segments[0].count >= 16) {
-        s[14 - 1] = (intptr_t)process_permissions;
-        s[16 - 1] = (intptr_t)set_peer_access;
-    }
     fprintf(out, "memory extension\n");
     fflush(out);
     return 1;
