@@ -5,11 +5,12 @@ of the sender's mapped memory) loses to its NCCL transport.
     python3 benches/peer_copy.py [--mib 256] [--reps 15] [--json out.json]
 
 Rows (medians, each copy complete when timed, the same bytes from cuda:1 to cuda:0):
-``memarray``'s ``to_device(0)`` of a device-1 array (its peer copy, the destination from
-the pool), torch's ``copy_`` into an existing tensor in one stream, and split into 2, 4 and
-8 parts over as many streams of the destination device, and CuPy's copy into an existing
-array. NCCL between the same two GPUs is the Ray bench's ``memarray_nccl`` row. Prints
-SKIPPED without two GPUs that reach each other.
+``memarray``'s ``to_device(0)`` of a device-1 array (its peer copy into a new array from the
+pool) beside torch's ``.to("cuda:0")`` (the same: a new tensor from torch's cache), then the
+copy alone into an existing destination: torch's ``copy_`` in one stream and split into 2,
+4 and 8 parts over as many streams of the destination device, and CuPy's. Every way's
+result is checked against the source. NCCL between the same two GPUs is the Ray bench's
+``memarray_nccl`` row. Prints SKIPPED without two GPUs that reach each other.
 """
 
 from __future__ import annotations
@@ -61,9 +62,14 @@ def main() -> int:
     rows: dict[str, float] = {}
     theirs = memarray.from_dlpack(src)
 
+    got: dict[str, Any] = {}
+
     def by_memarray() -> None:
-        mine = theirs.to_device(0)
-        mine.synchronize()
+        got["memarray"] = theirs.to_device(0)
+        got["memarray"].synchronize()
+
+    def by_torch_to() -> None:
+        got["torch to"] = src.to("cuda:0")
 
     def split(k: int) -> Any:
         streams = [torch.cuda.Stream(device=0) for _ in range(k)]
@@ -77,7 +83,10 @@ def main() -> int:
 
         return run
 
-    cases: dict[str, Any] = {"memarray to_device(0)": by_memarray}
+    cases: dict[str, Any] = {
+        "memarray to_device(0)": by_memarray,
+        'torch .to("cuda:0")': by_torch_to,
+    }
     for k in (1, 2, 4, 8):
         cases[f"torch copy_, {k} stream(s)"] = split(k)
     try:
@@ -104,7 +113,16 @@ def main() -> int:
         ms = statistics.median(r)
         rows[name] = ms
         print(f"{name:<28} {ms:8.3f} ms  {n / ms / 1e6:7.1f} GB/s")
-    assert bool((dst == src.to("cuda:0")).all()), "torch's copy is wrong"
+    want = src.to("cuda:0")
+    results = {
+        "memarray": torch.from_dlpack(got["memarray"]),
+        "torch .to": got["torch to"],
+        "torch copy_": dst,
+    }
+    if "cupy copy_from_device" in cases:
+        results["cupy"] = torch.from_dlpack(cdst)
+    for name, result in results.items():
+        assert bool((result == want).all()), f"{name}'s copy differs from the source"
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mib": args.mib, "ms": rows}, f, indent=1)

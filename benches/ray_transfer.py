@@ -8,8 +8,10 @@ turns): the driver asks the
 sending actor for its array (made once and kept, so no row times an allocation) and passes
 the reference to the receiving actor, which sums the data where it landed (on its GPU by
 torch through DLPack, zero-copy, for memarray's arrays and torch's alike) and returns the
-sum; the driver times ``ray.get`` of that. Beside each group, both actors' per-phase
-timings (``memarray.ray.statistics``). Rows:
+sum; the driver times ``ray.get`` of that. Beside each row, the consumer's own part of it
+(its conversions and sum, timed in the receiving actor); beside each group, both actors'
+per-phase timings (means from ``memarray.ray.statistics``, medians from
+``memarray.ray.phases``). Rows:
 
 - host: one ``--mib`` array and ``--small`` arrays of 4 KiB in one object, as Ray objects
   (MemArray, NumPy) and through the ``"memarray"`` transport (its object-store way);
