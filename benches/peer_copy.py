@@ -8,8 +8,10 @@ Rows (medians, each copy complete when timed, the same bytes from cuda:1 to cuda
 ``memarray``'s ``to_device(0)`` of a device-1 array (its peer copy into a new array from the
 pool) beside torch's ``.to("cuda:0")`` (the same: a new tensor from torch's cache), then the
 copy alone into an existing destination: torch's ``copy_`` in one stream and split into 2,
-4 and 8 parts over as many streams of the destination device, and CuPy's. Every way's
-result is checked against the source. NCCL between the same two GPUs is the Ray bench's
+4 and 8 parts over as many streams of the destination device, and CuPy's; and what Ray's
+IPC transport does on receipt: ``copy()`` of another process's cuda:1 array opened on
+cuda:0 by its IPC handle (``from_ipc_handle(h, device=0)``, mapped once), waited for. Every
+way's result is checked against the source. NCCL between the same two GPUs is the Ray bench's
 ``memarray_nccl`` row. Prints SKIPPED without two GPUs that reach each other.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -35,6 +38,17 @@ def median_ms(f: Any, sync: Any, reps: int) -> float:
         if i:
             runs.append(time.perf_counter() - t0)
     return statistics.median(runs) * 1e3
+
+
+def exporter(conn: Any, n: int) -> None:
+    """Another process's array of ``n`` bytes on cuda:1: its IPC handle and its bytes' sum
+    out, held until the parent says done."""
+    import torch
+
+    t = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda:1")
+    a = memarray.from_dlpack(t).copy()
+    conn.send((a.ipc_handle(), int(t.sum())))
+    conn.recv()
 
 
 def main() -> int:
@@ -104,6 +118,18 @@ def main() -> int:
         cases["cupy copy_from_device"] = by_cupy
     except ImportError:
         print("CuPy is not installed: its row is missing")
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=exporter, args=(child, n), daemon=True)
+    proc.start()
+    handle, their_sum = parent.recv()
+    opened = [memarray.from_ipc_handle(handle, device=0)]
+
+    def by_ipc() -> None:
+        got["ipc"] = opened[0].copy()
+        got["ipc"].synchronize()
+
+    cases["memarray IPC copy (Ray's)"] = by_ipc
     # Cases take turns, round by round, so drift hits them alike.
     runs: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(3):
@@ -123,6 +149,13 @@ def main() -> int:
         results["cupy"] = torch.from_dlpack(cdst)
     for name, result in results.items():
         assert bool((result == want).all()), f"{name}'s copy differs from the source"
+    ipc = torch.from_dlpack(got["ipc"])
+    assert ipc.device == torch.device("cuda:0"), ipc.device
+    assert int(ipc.sum()) == their_sum, "the IPC copy differs from the exporter's bytes"
+    del ipc, got["ipc"]
+    opened.clear()  # the mapping closed before the exporter frees its memory
+    parent.send("done")
+    proc.join(30)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mib": args.mib, "ms": rows}, f, indent=1)

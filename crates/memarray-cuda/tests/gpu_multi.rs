@@ -313,3 +313,98 @@ fn gpu_the_copy_engine_measures_its_limit_once_per_device() {
     }
     assert_eq!(tuning(&dev).unwrap(), t, "measured once, then cached");
 }
+
+/// A producer's device memory wrapped zero-copy (as a DLPack import is), on `device`.
+fn imported(device: u32, values: &[i32]) -> RawArray {
+    let dev = memarray_cuda::Device::get(device).unwrap();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let owned = memarray_cuda::DeviceBuffer::zeroed(
+        &dev,
+        bytes.len(),
+        std::sync::Arc::new(memarray_cuda::DeviceResource::new(&dev)),
+        memarray_cuda::StreamRef::legacy(),
+    )
+    .unwrap();
+    memarray_cuda::copy::copy_htod(&owned, 0, &bytes, memarray_cuda::StreamRef::legacy())
+        .unwrap()
+        .into_event()
+        .unwrap()
+        .synchronize()
+        .unwrap();
+    let addr = owned.device_ptr();
+    // SAFETY: `owned` (the owner) holds these bytes, uploaded and waited for.
+    unsafe {
+        RawArray::from_device_memory(
+            &dev,
+            DType::I32,
+            &[values.len()],
+            addr,
+            bytes.len(),
+            Box::new(owned),
+            true,
+            None,
+        )
+    }
+    .unwrap()
+}
+
+/// The name of the resource an array's device memory came from.
+fn resource_of(a: &RawArray) -> String {
+    a.device_buffer(None).unwrap().resource().name().to_string()
+}
+
+/// A copy of memarray's or a producer's memory, on its device or another, comes from the
+/// target device's default pool (a producer's own wrapper would serve it from a plain
+/// cuMemAlloc, freed by a synchronising cuMemFree) and holds the data; the source stays.
+#[test]
+fn gpu_copies_of_a_producers_memory_come_from_the_default_pool() {
+    let Some(devs) = gpus_or_skip(1) else {
+        return;
+    };
+    let targets: Vec<u32> = (0..devs.len().min(2) as u32).collect();
+    let values: Vec<i32> = (0..4099).map(|v| v * 7 - 3).collect();
+    let pool = |d: u32| {
+        memarray_cuda::resource::default_resource(&memarray_cuda::Device::get(d).unwrap())
+            .unwrap()
+            .name()
+            .to_string()
+    };
+    let theirs = imported(0, &values);
+    assert!(
+        !resource_of(&theirs).starts_with("pool"),
+        "{}",
+        resource_of(&theirs)
+    );
+    let clone = theirs.try_clone(None).unwrap();
+    assert_eq!(resource_of(&clone), pool(0));
+    assert_eq!(i32s(&clone), values);
+    for &to in &targets {
+        for source in [&theirs, &ramp(1, 4099)] {
+            let out = source.copied_to(Location::Device(to), None, None).unwrap();
+            assert_eq!(out.location(), Location::Device(to));
+            assert_eq!(resource_of(&out), pool(to));
+            assert_eq!(i32s(&out), i32s(source));
+            assert_eq!(source.location(), Location::Device(0));
+        }
+    }
+}
+
+/// `copied_to` another device orders its one peer copy after the source's pending work
+/// on another stream, without the host waiting for it first.
+#[test]
+fn gpu_a_copy_to_another_device_follows_the_sources_pending_work() {
+    let Some(_devs) = gpus_or_skip(2) else {
+        return;
+    };
+    let mut a = ramp(64, 1024);
+    let s = Stream::new(&memarray_cuda::Device::get(0).unwrap()).unwrap();
+    for _ in 0..3 {
+        seed::add_index_tuple_device(&mut a, Some(s.as_ref()), None).unwrap();
+    }
+    let out = a.copied_to(Location::Device(1), None, None).unwrap();
+    assert_eq!(i32s(&out), i32s(&a));
+    let want: Vec<i32> = (0..64 * 1024)
+        .map(|i| i + 3 * ((i / 1024) + (i % 1024)))
+        .collect();
+    assert_eq!(i32s(&out), want);
+}

@@ -15,8 +15,9 @@ impl RawArray {
     /// A new array holding this one's data at `target` (the Array API's `to_device`; this
     /// array is left as it is, unlike [`RawArray::move_memory`]):
     /// host data bound for a device goes straight into an array born there (one staged
-    /// upload, no host copy in between); anything else is a clone moved to `target` on
-    /// `stream`, waited for.
+    /// upload, no host copy in between); device data bound for another device is copied
+    /// there once, peer to peer, into an array born there; anything else is a clone moved
+    /// to `target` on `stream`. Returns once the copy is done.
     pub fn copied_to(
         &self,
         target: Location,
@@ -34,6 +35,16 @@ impl RawArray {
                 stream,
             )?;
             out.write_all(self.host_buf()?.as_slice(), None)?;
+            return Ok(out);
+        }
+        if let (Location::Device(from), Location::Device(to)) = (self.location, target)
+            && from != to
+            && !self.spilled
+        {
+            let dev = self.dev.copy_on(to, self.nbytes, stream)?;
+            let mut out = Self::on_device_only(self.dtype, &self.shape, self.nbytes, to, dev);
+            out.host_kind = self.host_kind;
+            out.dev.wait_host()?;
             return Ok(out);
         }
         let mut out = self.try_clone(token)?;

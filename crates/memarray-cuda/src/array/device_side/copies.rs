@@ -269,10 +269,9 @@ impl DeviceSide {
         let buf = if copy {
             let stream = self.pick(None, src.device().id());
             self.order(stream, src.device().id())?;
+            let resource = self.copy_resource(&src, src.device())?;
             // SAFETY: written in full by the copy below before anyone reads it.
-            let dst = unsafe {
-                DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
-            };
+            let dst = unsafe { DeviceBuffer::uninit(src.device(), nbytes, resource, stream)? };
             let op = copy::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
             self.record_read(&op)?;
             let event = op.into_event()?;
@@ -300,22 +299,68 @@ impl DeviceSide {
     /// A deep copy of the device side: a new device buffer holding the current data when
     /// the data is on a device, nothing otherwise.
     pub(crate) fn try_clone(&self, location: Location, nbytes: usize) -> Result<Self> {
+        match location {
+            Location::Device(id) => self.copy_on(id, nbytes, None),
+            Location::Host => {
+                let mut out = Self::new();
+                out.resource = self.resource.clone();
+                Ok(out)
+            }
+        }
+    }
+
+    /// A new device side holding a copy of the current device data on device `to`: one
+    /// device copy (peer to peer from another device), on `stream` (the array's last
+    /// stream there, else the legacy default stream, when `None`), after this side's work.
+    pub(crate) fn copy_on(
+        &self,
+        to: u32,
+        nbytes: usize,
+        stream: Option<StreamRef>,
+    ) -> Result<Self> {
+        let src = self.current()?;
+        let device = Device::get(to)?;
+        if to != src.device().id() {
+            // Direct peer access where the pair supports it (enabling is idempotent).
+            device.link_peer(src.device())?;
+        }
+        let stream = self.pick(stream, to);
+        self.order(stream, to)?;
+        let resource = self.copy_resource(&src, &device)?;
+        // SAFETY: written in full by the copy below before anyone reads it.
+        let mut dst = unsafe { DeviceBuffer::uninit(&device, nbytes, resource, stream)? };
+        if !stream.is_persistent() {
+            // A foreign stream may be gone when the buffer is freed.
+            dst.set_free_stream(StreamRef::legacy());
+        }
+        // SAFETY: device memory only: no host span.
+        let op =
+            unsafe { copy::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
         let mut out = Self::new();
         out.resource = self.resource.clone();
-        if let Location::Device(_) = location {
-            let src = self.current()?;
-            let stream = self.pick(None, src.device().id());
-            self.order(stream, src.device().id())?;
-            // SAFETY: written in full by the copy below before anyone reads it.
-            let dst = unsafe {
-                DeviceBuffer::uninit(src.device(), nbytes, src.resource().clone(), stream)?
-            };
-            let op = copy::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
+        out.buffer = Some(Arc::new(dst));
+        if let Some(op) = op {
             self.record_read(&op)?;
-            out.buffer = Some(Arc::new(dst));
             out.record(op, None)?;
         }
         Ok(out)
+    }
+
+    /// Where a copy of `src` on `device` comes from: `src`'s own resource for memarray's
+    /// memory on the same device (a copy of a pinned-pool or managed array is of its
+    /// kind); this side's resource or the device's default for another device and for a
+    /// producer's memory (whose wrapper would serve it from a plain `cuMemAlloc`, freed by
+    /// a synchronising `cuMemFree`, outside the pool and its accounting).
+    fn copy_resource(
+        &self,
+        src: &DeviceBuffer,
+        device: &Arc<Device>,
+    ) -> Result<Arc<dyn memarray_core::MemoryResource>> {
+        if self.foreign || src.device().id() != device.id() {
+            self.resource_for(device)
+        } else {
+            Ok(src.resource().clone())
+        }
     }
 
     /// A device side holding a new copy of `src`, made after the producer's work; `src`
