@@ -8,8 +8,10 @@ turns): the driver asks the
 sending actor for its array (made once and kept, so no row times an allocation) and passes
 the reference to the receiving actor, which sums the data where it landed (on its GPU by
 torch through DLPack, zero-copy, for memarray's arrays and torch's alike) and returns the
-sum; the driver times ``ray.get`` of that. Beside each group, both actors' per-phase
-timings (``memarray.ray.statistics``). Rows:
+sum; the driver times ``ray.get`` of that. Beside each row, the consumer's own part of it
+(its conversions and sum, timed in the receiving actor); beside each group, both actors'
+per-phase timings (means from ``memarray.ray.statistics``, medians from
+``memarray.ray.phases``). Rows:
 
 - host: one ``--mib`` array and ``--small`` arrays of 4 KiB in one object, as Ray objects
   (MemArray, NumPy) and through the ``"memarray"`` transport (its object-store way);
@@ -107,11 +109,17 @@ class Receiver:
         if pick_gpu:
             mray.use_assigned_gpu()
 
-    def consume(self, x: Any) -> tuple[int, float]:
+    def consume(self, x: Any) -> tuple[int, float, float]:
         """The bytes received and their sum, computed where they are: device arrays (torch's
         and memarray's alike) summed on their GPU by torch, zero-copy through DLPack (a
         list in one torch.cat and one sum), host arrays by NumPy, zero-copy through the
-        buffer protocol."""
+        buffer protocol; and the seconds this work took here (the consumer's own part of
+        a hand-off)."""
+        t0 = time.perf_counter()
+        nbytes, total = self._sum(x)
+        return nbytes, total, time.perf_counter() - t0
+
+    def _sum(self, x: Any) -> tuple[int, float]:
         arrays = x if isinstance(x, (list, mray.Bundle)) else [x]
         nbytes = sum(int(a.nbytes) for a in arrays)
         if not arrays:
@@ -202,24 +210,35 @@ def phase_medians(label: str, s: Any, r: Any) -> None:
     print(f"  {label}, medians per object in ms (count): {'; '.join(out)}")
 
 
+# The consumer's own work (its sum, conversions included) per case: median milliseconds,
+# filled by `alternate`, printed by each row beside the whole hand-off.
+CONSUMER_MS: dict[str, float] = {}
+
+
 def alternate(cases: dict[str, tuple[Any, Any, str, str | None]], reps: int) -> dict[str, float]:
     """Median milliseconds per case of `reps` rounds, each round one hand-off of every case
     in turn (so drift in the machine touches every case alike), after one warm-up each.
     A case is (sender, receiver, kind, transport); transport None: as a Ray object. Each
-    hand-off's bytes and sum must match the warm-up's."""
+    hand-off's bytes and sum must match the warm-up's. The consumer's own part goes to
+    ``CONSUMER_MS``."""
 
-    def once(sender: Any, receiver: Any, kind: str, transport: str | None) -> tuple[int, float]:
+    def once(
+        sender: Any, receiver: Any, kind: str, transport: str | None
+    ) -> tuple[int, float, float]:
         give = sender.give if transport is None else sender.give.options(tensor_transport=transport)
         return ray.get(receiver.consume.remote(give.remote(kind)))
 
-    expected = {name: once(*case) for name, case in cases.items()}
+    expected = {name: once(*case)[:2] for name, case in cases.items()}
     runs: dict[str, list[float]] = {name: [] for name in cases}
+    consumer: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(reps):
         for name, case in cases.items():
             t0 = time.perf_counter()
             got = once(*case)
             runs[name].append(time.perf_counter() - t0)
-            assert got == expected[name], (name, got, expected[name])
+            consumer[name].append(got[2])
+            assert got[:2] == expected[name], (name, got, expected[name])
+    CONSUMER_MS.update({name: statistics.median(c) * 1e3 for name, c in consumer.items()})
     return {name: statistics.median(r) * 1e3 for name, r in runs.items()}
 
 
@@ -353,8 +372,12 @@ def main() -> None:
 
     def row(what: str, ms: float, nbytes: int, peer: str = "") -> None:
         r = {"what": what, "ms": round(ms, 3), "GB/s": round(nbytes / ms / 1e6, 2), "peer": peer}
+        own = CONSUMER_MS.get(what)
+        if own is not None:
+            r["consumer_ms"] = round(own, 3)
         rows.append(r)
-        print(f"{what:<58} {ms:9.2f} ms {r['GB/s']:8.2f} GB/s", flush=True)
+        mine = "" if own is None else f"  (consumer's own work {own:.2f} ms)"
+        print(f"{what:<58} {ms:9.2f} ms {r['GB/s']:8.2f} GB/s{mine}", flush=True)
 
     # Host.
     s, r = Sender.remote(), Receiver.remote()

@@ -208,6 +208,8 @@ multi_py() {
   timeout 240 python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29533 benches/allreduce.py --json "$OUT/allreduce.json" 2>&1 \
     | grep -vE '^(W|I)[0-9]{4}' | tee "$OUT/allreduce.log"
   timeout 240 python3 benches/ipc_handoff.py --mib 256 --json "$OUT/ipc_handoff.json" 2>&1 | tee "$OUT/ipc_handoff.log"
+  # One peer copy by the copy engines, one stream and split (Ray's IPC transport's copy).
+  timeout 120 python3 benches/peer_copy.py --json "$OUT/peer_copy.json" 2>&1 | tee "$OUT/peer_copy.log"
 }
 
 interop() {

@@ -152,8 +152,10 @@ print(len(p["store_s"]), p["store_s"][0], p["store_s"][-1], p["nccl_wait_s"],
 
 
 def test_the_transport_delivers_the_right_arrays_after_ray_restarts_in_the_process():
-    # The driver's lookup of what a transport received is cached per Ray job: a second
-    # ray.init in the same process is a new job, whose arrays must not be the first's.
+    # The driver finds what a transport received through the worker's serialization context
+    # of the current job: a second ray.init in the same process makes new contexts under
+    # the same job id, whose arrays must not be the first's (a lookup cached per job id
+    # failed here).
     out = _ray(
         """
         def run(k):
