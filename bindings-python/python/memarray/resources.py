@@ -235,7 +235,8 @@ class Pool(Resource):
         allocations from the pool raise ``OutOfMemoryError`` and nothing may touch its
         memory (a read or write faults). Waits for the device first. ValueError for a pool
         with separate segments, one offloaded already, or one with blocks held for CUDA
-        graphs. Small blocks (up to 1 MiB each) stay."""
+        graphs. Small blocks (up to 1 MiB each) stay. Free blocks are not copied; the free
+        end of the range (after the last block handed out) is not backed again."""
         return self._handle.pool_sleep("offload")
 
     def restore(self) -> int:

@@ -273,6 +273,40 @@ mod tests {
     }
 
     #[test]
+    fn an_offload_drops_the_free_end_of_the_range_and_a_restore_backs_only_the_rest() {
+        let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
+        let pool = CachingPool::growing(Arc::new(HostResource), range.clone(), None, usize::MAX);
+        let a = pool.allocate(3 * MIB, 256, None).unwrap();
+        let tail = pool.allocate(8 * MIB, 256, None).unwrap();
+        // SAFETY: ours, 3 MiB; the tail freed once, with its arguments.
+        unsafe {
+            a.as_ptr().write_bytes(9, 3 * MIB);
+            pool.deallocate(tail, 8 * MIB, 256, None);
+        }
+        let backed = range.backed();
+        assert!(backed >= 11 * MIB, "{backed}");
+        assert_eq!(offload(&pool).unwrap(), backed as u64, "all of it released");
+        assert_eq!(range.backed(), 0);
+        assert_eq!(restore(&pool).unwrap(), 3 * MIB as u64);
+        // Up to the live block's end, in whole pieces: the free end stays unbacked.
+        assert_eq!(range.backed(), 4 * MIB);
+        // SAFETY: ours again, its bytes back.
+        unsafe {
+            assert_eq!(*a.as_ptr(), 9);
+            assert_eq!(*a.as_ptr().add(3 * MIB - 1), 9);
+        }
+        // The pool grows again past it, at the addresses after.
+        let more = pool.allocate(8 * MIB, 256, None).unwrap();
+        assert!(more.as_ptr() as usize >= a.as_ptr() as usize + 3 * MIB);
+        assert!(range.backed() >= 11 * MIB);
+        // SAFETY: freed once each.
+        unsafe {
+            pool.deallocate(more, 8 * MIB, 256, None);
+            pool.deallocate(a, 3 * MIB, 256, None);
+        }
+    }
+
+    #[test]
     fn the_host_copy_serves_the_next_offload_until_a_trim() {
         let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
         let pool = CachingPool::growing(Arc::new(HostResource), range, None, usize::MAX);

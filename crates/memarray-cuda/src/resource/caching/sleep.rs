@@ -133,6 +133,9 @@ impl CachingPool {
         if !matches!(st.sleep, Sleep::Going) {
             return Err(self.refuse("offload", "no offload was begun"));
         }
+        // The free end of the range goes first, for good: a restore backs only up to the
+        // last block handed out (cached blocks are dropped, not copied).
+        let trimmed = self.shrink_range(&mut st, &range, 0);
         let backed = st.range_len;
         let pieces = range.pieces();
         let left = range.unmap(0, backed);
@@ -148,7 +151,7 @@ impl CachingPool {
                 format!("only {} of {backed} bytes could be released", backed - left),
             ));
         }
-        Ok(backed as u64)
+        Ok((trimmed + backed) as u64)
     }
 
     /// Gives up an offload begun: the pool serves again (its memory was never released).
