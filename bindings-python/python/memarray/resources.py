@@ -235,16 +235,19 @@ class Pool(Resource):
         allocations from the pool raise ``OutOfMemoryError`` and nothing may touch its
         memory (a read or write faults). Waits for the device first. ValueError for a pool
         with separate segments, one offloaded already, or one with blocks held for CUDA
-        graphs. Small blocks (up to 1 MiB each) stay."""
+        graphs. Small blocks (up to 1 MiB each) stay. Free blocks are not copied; the free
+        end of the range (after the last block handed out) is not backed again."""
         return self._handle.pool_sleep("offload")
 
     def restore(self) -> int:
-        """Backs an offloaded pool again at the same addresses and copies its blocks back
-        (torch tensors, CuPy and memarray arrays in it are valid and bit-exact again);
-        returns the bytes restored. The host copy stays with the pool for its next
-        offload (pinning is most of a first offload's time): ``trim()`` gives it back.
-        ValueError when not offloaded; OutOfMemoryError when the device has no room (it
-        stays offloaded)."""
+        """Backs an offloaded pool again at the same addresses, in the pieces it was
+        backed in (runs of small ones joined), and copies its blocks back, each as soon as
+        its pieces are backed (torch tensors, CuPy and memarray arrays in it are valid and
+        bit-exact again); returns the bytes restored. The host copy stays with the pool for
+        its next offload (pinning is most of a first offload's time): ``trim()`` gives it
+        back. ValueError when not offloaded; OutOfMemoryError when the device has no room
+        (it stays offloaded, what was backed released again, and a later ``restore()`` may
+        succeed)."""
         return self._handle.pool_sleep("restore")
 
     @property

@@ -16,8 +16,8 @@ use memarray_core::{HostBuffer, MemoryResource};
 use crate::buffer::DeviceBuffer;
 use crate::copy::{self, Span};
 use crate::error::Result;
-use crate::resource::{CachingPool, PinnedResource};
-use crate::stream::StreamRef;
+use crate::resource::{CachingPool, PinnedResource, Restore};
+use crate::stream::{Stream, StreamRef};
 
 /// Copies every large block `pool` has handed out to host memory and releases the pool's
 /// memory, every address kept; returns the bytes released. See the module's docs.
@@ -44,19 +44,99 @@ pub fn offload(pool: &CachingPool) -> Result<u64> {
     })
 }
 
-/// Backs an offloaded pool's addresses again and copies its blocks back; returns the
-/// bytes restored.
+/// Backs an offloaded pool's addresses again, in the pieces they were backed in, and copies
+/// its blocks back, each queued as soon as its pieces are backed (the next pieces are backed
+/// while it runs); returns the bytes restored.
 ///
 /// # Errors
-/// `CoreError::Offload` when not offloaded; out of memory when the device has no room (the
-/// pool stays offloaded); a copy's error.
+/// `CoreError::Offload` when not offloaded; out of memory when the device has no room, or
+/// a copy's error: the pool then stays offloaded, its copy kept (what was backed is
+/// released again), and a later restore may succeed.
 pub fn restore(pool: &CachingPool) -> Result<u64> {
-    let (blocks, mut copy) = pool.restore_begin()?;
-    let copied = each_block(pool, &blocks, &mut copy, false);
-    // The host copy stays with the pool for its next offload (`CachingPool::trim` drops it).
-    pool.restore_finish(Some(copy));
-    copied?;
-    Ok(blocks.iter().map(|b| b.1 as u64).sum())
+    let mut restore = pool.restore_begin()?;
+    match back_and_copy(pool, &mut restore) {
+        Ok(()) => {
+            let bytes = restore.blocks.iter().map(|b| b.1 as u64).sum();
+            // The host copy stays with the pool for its next offload (`trim` drops it).
+            pool.restore_finish(Some(restore.copy));
+            Ok(bytes)
+        }
+        Err(e) => {
+            pool.restore_abort(restore);
+            Err(e)
+        }
+    }
+}
+
+/// Backs `r`'s parts in order and queues each block's copy back once the parts under it
+/// are backed, on a stream of the pool's device; waits for the copies (also on an error,
+/// before the caller releases what was backed).
+fn back_and_copy(pool: &CachingPool, r: &mut Restore) -> Result<()> {
+    let stream = pool.device().map(Stream::new).transpose()?;
+    let mut parts = r.parts.iter().copied();
+    let mut backed = r.parts.first().map_or(usize::MAX, |p| p.0);
+    // Device views of the blocks, kept until their copies have run.
+    let mut views = Vec::with_capacity(r.blocks.len());
+    let mut queued = || -> Result<()> {
+        let mut at = 0;
+        for &(addr, n) in &r.blocks {
+            let end = addr + n - r.base;
+            while backed < end {
+                let Some((from, to)) = parts.next() else {
+                    return Err(memarray_core::CoreError::Offload {
+                        resource: pool.name().to_string(),
+                        what: "restore",
+                        reason: format!("a block ends past the range's parts ({end} > {backed})"),
+                    }
+                    .into());
+                };
+                pool.restore_back(from, to)?;
+                backed = to;
+            }
+            match (pool.device(), &stream) {
+                (Some(device), Some(stream)) => {
+                    // SAFETY: a block of the pool's range, backed above, not used by anyone
+                    // until the restore ends (the pool refuses allocations meanwhile); the
+                    // view owns nothing.
+                    let view = unsafe {
+                        DeviceBuffer::from_foreign(
+                            device,
+                            addr as u64,
+                            n,
+                            Box::new(()),
+                            StreamRef::legacy(),
+                        )
+                    }?;
+                    // SAFETY: the host copy is neither freed nor written until the stream
+                    // is waited for below, before this function returns.
+                    unsafe {
+                        copy::enqueue(
+                            Span::Device(&view, 0),
+                            Span::Host(&r.copy, at),
+                            n,
+                            stream.as_ref(),
+                        )
+                    }?;
+                    views.push(view);
+                }
+                _ => {
+                    // SAFETY: as above, a backed block of the pool's host range.
+                    let block = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+                    copy::host_to_host(block, &r.copy.as_slice()[at..at + n])?;
+                }
+            }
+            at += n;
+        }
+        // The rest of the range (free blocks at its end) backed as before.
+        for (from, to) in parts.by_ref() {
+            pool.restore_back(from, to)?;
+        }
+        Ok(())
+    };
+    let result = queued();
+    let waited = stream.as_ref().map_or(Ok(()), |s| s.synchronize());
+    drop(views);
+    result.and(waited)
 }
 
 fn host_buffer(pool: &CachingPool, bytes: usize) -> Result<HostBuffer> {
@@ -193,6 +273,40 @@ mod tests {
     }
 
     #[test]
+    fn an_offload_drops_the_free_end_of_the_range_and_a_restore_backs_only_the_rest() {
+        let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
+        let pool = CachingPool::growing(Arc::new(HostResource), range.clone(), None, usize::MAX);
+        let a = pool.allocate(3 * MIB, 256, None).unwrap();
+        let tail = pool.allocate(8 * MIB, 256, None).unwrap();
+        // SAFETY: ours, 3 MiB; the tail freed once, with its arguments.
+        unsafe {
+            a.as_ptr().write_bytes(9, 3 * MIB);
+            pool.deallocate(tail, 8 * MIB, 256, None);
+        }
+        let backed = range.backed();
+        assert!(backed >= 11 * MIB, "{backed}");
+        assert_eq!(offload(&pool).unwrap(), backed as u64, "all of it released");
+        assert_eq!(range.backed(), 0);
+        assert_eq!(restore(&pool).unwrap(), 3 * MIB as u64);
+        // Up to the live block's end, in whole pieces: the free end stays unbacked.
+        assert_eq!(range.backed(), 4 * MIB);
+        // SAFETY: ours again, its bytes back.
+        unsafe {
+            assert_eq!(*a.as_ptr(), 9);
+            assert_eq!(*a.as_ptr().add(3 * MIB - 1), 9);
+        }
+        // The pool grows again past it, at the addresses after.
+        let more = pool.allocate(8 * MIB, 256, None).unwrap();
+        assert!(more.as_ptr() as usize >= a.as_ptr() as usize + 3 * MIB);
+        assert!(range.backed() >= 11 * MIB);
+        // SAFETY: freed once each.
+        unsafe {
+            pool.deallocate(more, 8 * MIB, 256, None);
+            pool.deallocate(a, 3 * MIB, 256, None);
+        }
+    }
+
+    #[test]
     fn the_host_copy_serves_the_next_offload_until_a_trim() {
         let range = Arc::new(HostRange::reserve(64 * MIB, 2 * MIB).unwrap());
         let pool = CachingPool::growing(Arc::new(HostResource), range, None, usize::MAX);
@@ -223,6 +337,48 @@ mod tests {
         assert!(pool.take_spare_copy().is_none(), "a trim drops the copy");
         // SAFETY: freed once.
         unsafe { pool.deallocate(a, 4 * MIB, 256, None) };
+    }
+
+    #[test]
+    fn a_restore_that_cannot_back_the_memory_stays_offloaded_and_a_later_one_succeeds() {
+        let range = Arc::new(crate::resource::test_range::Faulty::plain());
+        let pool = CachingPool::growing(Arc::new(HostResource), range.clone(), None, usize::MAX);
+        let (a, b) = (
+            pool.allocate(4 * MIB, 256, None).unwrap(),
+            pool.allocate(6 * MIB, 256, None).unwrap(),
+        );
+        // SAFETY: both ours, 4 and 6 MiB.
+        unsafe {
+            a.as_ptr().write_bytes(5, 4 * MIB);
+            b.as_ptr().write_bytes(6, 6 * MIB);
+        }
+        let backed = range.backed();
+        assert_eq!(range.pieces().len(), 2, "two growths, two pieces");
+        offload(&pool).unwrap();
+        range.fail_next(CoreError::OutOfMemory {
+            bytes: backed,
+            resource: "test".into(),
+            reason: "no room".into(),
+        });
+        let e = restore(&pool).unwrap_err();
+        assert!(
+            matches!(&e, crate::CudaError::Core(CoreError::OutOfMemory { .. })),
+            "{e}"
+        );
+        assert!(pool.offloaded(), "still offloaded");
+        assert_eq!(range.backed(), 0, "nothing left backed");
+        assert_eq!(restore(&pool).unwrap(), 10 * MIB as u64);
+        assert_eq!(range.backed(), backed);
+        // Small pieces are backed again as one.
+        assert_eq!(range.pieces(), [backed]);
+        // SAFETY: both ours again, their bytes back.
+        unsafe {
+            assert_eq!(*a.as_ptr(), 5);
+            assert_eq!(*a.as_ptr().add(4 * MIB - 1), 5);
+            assert_eq!(*b.as_ptr().add(6 * MIB - 1), 6);
+            pool.deallocate(a, 4 * MIB, 256, None);
+            pool.deallocate(b, 6 * MIB, 256, None);
+        }
     }
 
     #[test]

@@ -33,6 +33,19 @@ pub trait GrowableRange: Send + Sync + Debug {
     fn unmap(&self, from: usize, to: usize) -> usize;
     /// Bytes backed now, from the start.
     fn backed(&self) -> usize;
+
+    /// Where each piece backed now ends (offsets, ascending; the last is
+    /// [`backed`](Self::backed)): memory backed by one [`map`](Self::map) call is one
+    /// piece. A restore backs the same pieces again. By default the backed bytes are one
+    /// piece.
+    fn pieces(&self) -> Vec<usize> {
+        let backed = self.backed();
+        if backed == 0 {
+            Vec::new()
+        } else {
+            vec![backed]
+        }
+    }
     /// Whose memory it is.
     fn kind(&self) -> MemoryKind;
     /// Where it can be reached from.
@@ -52,8 +65,9 @@ pub struct HostRange {
     capacity: usize,
     granularity: usize,
     name: String,
-    /// Bytes backed now (checked against each call, which must grow or shrink the end).
-    backed: Mutex<usize>,
+    /// Where each backed piece ends, ascending (the last is the backed end, which each
+    /// call must grow or shrink).
+    ends: Mutex<Vec<usize>>,
 }
 
 impl HostRange {
@@ -100,8 +114,16 @@ impl HostRange {
             capacity,
             granularity,
             name: format!("host range[{capacity} bytes]"),
-            backed: Mutex::new(0),
+            ends: Mutex::new(Vec::new()),
         })
+    }
+}
+
+impl HostRange {
+    fn ends(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
+        self.ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -119,18 +141,16 @@ impl GrowableRange for HostRange {
     }
 
     fn map(&self, from: usize, to: usize) -> Result<()> {
-        let mut backed = self
-            .backed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let fits = from == *backed && from < to && to <= self.capacity;
+        let mut ends = self.ends();
+        let backed = ends.last().copied().unwrap_or(0);
+        let fits = from == backed && from < to && to <= self.capacity;
         if !fits || !from.is_multiple_of(self.granularity) || !to.is_multiple_of(self.granularity) {
             return Err(CoreError::OutOfMemory {
                 bytes: to.saturating_sub(from),
                 resource: self.name.clone(),
                 reason: format!(
-                    "cannot back [{from}, {to}): {} bytes are backed of {} reserved",
-                    *backed, self.capacity
+                    "cannot back [{from}, {to}): {backed} bytes are backed of {} reserved",
+                    self.capacity
                 ),
             });
         }
@@ -149,17 +169,15 @@ impl GrowableRange for HostRange {
                 reason: format!("mprotect: {}", std::io::Error::last_os_error()),
             });
         }
-        *backed = to;
+        ends.push(to);
         Ok(())
     }
 
     fn unmap(&self, from: usize, to: usize) -> usize {
-        let mut backed = self
-            .backed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if to != *backed || from >= to || !from.is_multiple_of(self.granularity) {
-            return *backed; // not the backed end: nothing is released (never UB)
+        let mut ends = self.ends();
+        let backed = ends.last().copied().unwrap_or(0);
+        if to != backed || from >= to || !from.is_multiple_of(self.granularity) {
+            return backed; // not the backed end: nothing is released (never UB)
         }
         let (p, n) = ((self.base + from) as *mut libc::c_void, to - from);
         // SAFETY: a backed part of the reservation; nothing uses it any more (the
@@ -168,15 +186,20 @@ impl GrowableRange for HostRange {
             libc::madvise(p, n, libc::MADV_DONTNEED);
             libc::mprotect(p, n, libc::PROT_NONE);
         }
-        *backed = from;
+        // Pages are released at any granule: a piece cut short ends at `from`.
+        ends.retain(|&end| end < from);
+        if from > 0 {
+            ends.push(from);
+        }
         from
     }
 
     fn backed(&self) -> usize {
-        *self
-            .backed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.ends().last().copied().unwrap_or(0)
+    }
+
+    fn pieces(&self) -> Vec<usize> {
+        self.ends().clone()
     }
 
     fn kind(&self) -> MemoryKind {
@@ -217,6 +240,7 @@ mod tests {
         unsafe { std::ptr::write_bytes(r.base() as *mut u8, 7, 2 * g) };
         r.map(2 * g, 3 * g).unwrap();
         assert_eq!(r.backed(), 3 * g);
+        assert_eq!(r.pieces(), [2 * g, 3 * g], "one piece a map");
         assert!(r.map(g, 4 * g).is_err(), "only the end grows");
         assert!(
             r.map(3 * g, (1 << 20) + g).is_err(),
@@ -225,8 +249,11 @@ mod tests {
         assert_eq!(r.unmap(2 * g, 3 * g), 2 * g);
         assert_eq!(r.backed(), 2 * g);
         assert_eq!(r.unmap(0, g), 2 * g, "not the end: ignored");
+        assert_eq!(r.pieces(), [2 * g]);
         // SAFETY: still backed.
         assert_eq!(unsafe { *(r.base() as *const u8).add(2 * g - 1) }, 7);
+        assert_eq!(r.unmap(g, 2 * g), g, "part of a piece");
+        assert_eq!(r.pieces(), [g], "the piece cut short");
         assert!(
             HostRange::reserve(1 << 20, 1000).is_err(),
             "not a page multiple"

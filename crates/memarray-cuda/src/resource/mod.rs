@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use memarray_core::{CoreError, MemoryResource, RawStream};
 
-pub use caching::{CachingPool, PoolStatistics};
+pub use caching::{CachingPool, PoolStatistics, Restore};
 pub use device::{DeviceAlloc, DeviceResource};
 pub use driver_backed::{Backend, DriverResource};
 pub use managed::{ManagedAlloc, ManagedResource};

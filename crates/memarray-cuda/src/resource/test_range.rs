@@ -26,6 +26,16 @@ impl Faulty {
         Self::make(None, true)
     }
 
+    /// 64 MiB in 2 MiB pieces that behaves until told ([`fail_next`](Self::fail_next)).
+    pub(crate) fn plain() -> Self {
+        Self::make(None, false)
+    }
+
+    /// Its next backing fails with `error` (once).
+    pub(crate) fn fail_next(&self, error: CoreError) {
+        *self.map_error.lock().expect("not poisoned") = Some(error);
+    }
+
     fn make(error: Option<CoreError>, stubborn: bool) -> Self {
         Faulty {
             inner: HostRange::reserve(64 << 20, 2 << 20).expect("64 MiB of address space"),
@@ -60,6 +70,9 @@ impl GrowableRange for Faulty {
     }
     fn backed(&self) -> usize {
         self.inner.backed()
+    }
+    fn pieces(&self) -> Vec<usize> {
+        self.inner.pieces()
     }
     fn kind(&self) -> MemoryKind {
         self.inner.kind()

@@ -137,6 +137,11 @@ impl GrowableRange for VmmRange {
         Self::backed_end(&self.pieces.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    fn pieces(&self) -> Vec<usize> {
+        let pieces = self.pieces.lock().unwrap_or_else(PoisonError::into_inner);
+        pieces.iter().map(|&(at, n, _)| at + n).collect()
+    }
+
     fn kind(&self) -> MemoryKind {
         MemoryKind::Device
     }

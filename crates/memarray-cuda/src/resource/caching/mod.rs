@@ -44,6 +44,7 @@ mod expand;
 mod graph_held;
 mod heaps;
 mod sleep;
+pub use sleep::Restore;
 mod streams;
 mod trim;
 

@@ -1,8 +1,9 @@
 //! The pool's half of offload and restore ("sleep", driven by [`crate::sleep`], which does
 //! the copies through the copy wing): a pool growing in place lists the large blocks handed
 //! out, then releases its range's memory while the addresses stay reserved, keeping the
-//! caller's copy of their bytes; a restore backs the range again at the same addresses and
-//! hands the copy back. From the start of an offload to the end of its restore the pool
+//! caller's copy of their bytes; a restore backs the range again at the same addresses, in
+//! the pieces it was backed in before (runs of small ones merged), for the caller to copy
+//! each block back as soon as its pieces are backed, and hands the copy back. From the start of an offload to the end of its restore the pool
 //! refuses allocations (frees are taken) and gives nothing back. Small blocks (separate
 //! upstream allocations, up to `SMALL_MAX` each) stay where they are.
 
@@ -22,13 +23,51 @@ pub(super) enum Sleep {
     /// Its blocks are being copied out.
     Going,
     /// Its memory released; the copy of the listed blocks kept (laid end to end, in
-    /// list order).
+    /// list order), and where the range's pieces ended before.
     Asleep {
         blocks: Vec<(usize, usize)>,
         copy: HostBuffer,
+        pieces: Vec<usize>,
     },
     /// Backed again; its blocks are being copied back.
     Waking,
+}
+
+/// Runs of pieces smaller than this are backed again as one (fewer driver calls).
+const MERGE_BELOW: usize = 256 << 20;
+
+/// A restore under way ([`CachingPool::restore_begin`]): the offloaded blocks, in address
+/// order, with their copy laid end to end, and the range's parts to back again (offsets from
+/// `base`, ascending, starting where the range's memory ends now).
+#[derive(Debug)]
+pub struct Restore {
+    /// The offloaded blocks, `(address, bytes)`, in address order.
+    pub blocks: Vec<(usize, usize)>,
+    /// Their bytes, laid end to end in the blocks' order.
+    pub copy: HostBuffer,
+    /// The range's first address.
+    pub base: usize,
+    /// The parts to back, `[from, to)` offsets from `base`, ascending and adjoining.
+    pub parts: Vec<(usize, usize)>,
+    pieces: Vec<usize>,
+}
+
+/// The parts to back from `now` to `backed`, split where the pieces `ends` ended (runs of
+/// pieces under [`MERGE_BELOW`] joined).
+fn parts(ends: &[usize], now: usize, backed: usize) -> Vec<(usize, usize)> {
+    let mut parts: Vec<(usize, usize)> = Vec::new();
+    let mut start = now;
+    let bounds = ends.iter().copied().filter(|&e| e > now && e < backed);
+    for end in bounds.chain((backed > now).then_some(backed)) {
+        match parts.last_mut() {
+            Some((from, to)) if *to - *from < MERGE_BELOW && end - start < MERGE_BELOW => {
+                *to = end;
+            }
+            _ => parts.push((start, end)),
+        }
+        start = end;
+    }
+    parts
 }
 
 impl CachingPool {
@@ -94,9 +133,17 @@ impl CachingPool {
         if !matches!(st.sleep, Sleep::Going) {
             return Err(self.refuse("offload", "no offload was begun"));
         }
+        // The free end of the range goes first, for good: a restore backs only up to the
+        // last block handed out (cached blocks are dropped, not copied).
+        let trimmed = self.shrink_range(&mut st, &range, 0);
         let backed = st.range_len;
+        let pieces = range.pieces();
         let left = range.unmap(0, backed);
-        st.sleep = Sleep::Asleep { blocks, copy };
+        st.sleep = Sleep::Asleep {
+            blocks,
+            copy,
+            pieces,
+        };
         if left != 0 {
             // Part of it would not go (what did go lost its bytes): the caller restores.
             return Err(self.refuse(
@@ -104,7 +151,7 @@ impl CachingPool {
                 format!("only {} of {backed} bytes could be released", backed - left),
             ));
         }
-        Ok(backed as u64)
+        Ok((trimmed + backed) as u64)
     }
 
     /// Gives up an offload begun: the pool serves again (its memory was never released).
@@ -115,26 +162,62 @@ impl CachingPool {
         }
     }
 
-    /// Starts a restore: backs the range again at the same addresses and returns the
-    /// offloaded blocks and their copy, for the caller to copy back, then
-    /// [`restore_finish`](Self::restore_finish). Refused when not offloaded; out of memory
-    /// when the device has no room (the pool stays offloaded).
-    pub fn restore_begin(&self) -> Result<(Vec<(usize, usize)>, HostBuffer)> {
+    /// Starts a restore: returns the offloaded blocks, their copy and the range's parts to
+    /// back again, for the caller to back each part ([`restore_back`](Self::restore_back))
+    /// and copy the blocks back, then [`restore_finish`](Self::restore_finish) (or
+    /// [`restore_abort`](Self::restore_abort)). Refused when not offloaded.
+    pub fn restore_begin(&self) -> Result<Restore> {
         let range = self.range_or("restore")?;
         let mut st = self.lock();
         if !matches!(st.sleep, Sleep::Asleep { .. }) {
             return Err(self.refuse("restore", "it is not offloaded"));
         }
-        // Backed from where the range's memory ends now (all of it released, or part of
-        // it after an offload that could not release the rest).
-        let (now, backed) = (range.backed(), st.range_len);
-        if now < backed {
-            range.map(now, backed)?;
-        }
-        let Sleep::Asleep { blocks, copy } = std::mem::replace(&mut st.sleep, Sleep::Waking) else {
+        let Sleep::Asleep {
+            blocks,
+            copy,
+            pieces,
+        } = std::mem::replace(&mut st.sleep, Sleep::Waking)
+        else {
             unreachable!("checked above");
         };
-        Ok((blocks, copy))
+        // From where the range's memory ends now (all of it released, or part of it after
+        // an offload that could not release the rest).
+        let parts = parts(&pieces, range.backed(), st.range_len);
+        Ok(Restore {
+            blocks,
+            copy,
+            base: range.base(),
+            parts,
+            pieces,
+        })
+    }
+
+    /// Backs the part `[from, to)` of a restore begun (one of its `parts`, in order).
+    /// Out of memory when the device has no room: the caller waits for its copies and
+    /// gives up ([`restore_abort`](Self::restore_abort)).
+    pub fn restore_back(&self, from: usize, to: usize) -> Result<()> {
+        let range = self.range_or("restore")?;
+        if !matches!(self.lock().sleep, Sleep::Waking) {
+            return Err(self.refuse("restore", "no restore was begun"));
+        }
+        range.map(from, to)
+    }
+
+    /// Gives up a restore begun (its copies done or never queued): what it backed is
+    /// released again and the pool stays offloaded, its copy kept for the next restore.
+    pub fn restore_abort(&self, restore: Restore) {
+        let mut st = self.lock();
+        if !matches!(st.sleep, Sleep::Waking) {
+            return;
+        }
+        if let (Ok(range), Some(&(from, _))) = (self.range_or("restore"), restore.parts.first()) {
+            range.unmap(from, range.backed());
+        }
+        st.sleep = Sleep::Asleep {
+            blocks: restore.blocks,
+            copy: restore.copy,
+            pieces: restore.pieces,
+        };
     }
 
     /// Ends a restore: the pool serves again, keeping `spare` (the offload's host copy,
@@ -169,5 +252,45 @@ impl CachingPool {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn a_restore_backs_the_pieces_it_had_joining_runs_of_small_ones() {
+        let big = MERGE_BELOW;
+        // Big pieces stay as they were.
+        assert_eq!(
+            parts(&[big, 3 * big], 0, 3 * big),
+            [(0, big), (big, 3 * big)]
+        );
+        // Small ones join until a run reaches the limit; a big one stands alone.
+        assert_eq!(
+            parts(
+                &[2 * MIB, 4 * MIB, 4 * MIB + big, 4 * MIB + big + 2 * MIB],
+                0,
+                4 * MIB + big + 2 * MIB
+            ),
+            [
+                (0, 4 * MIB),
+                (4 * MIB, 4 * MIB + big),
+                (4 * MIB + big, 4 * MIB + big + 2 * MIB)
+            ]
+        );
+        // From where the memory ends now (a release that stopped short); pieces past the
+        // range's end (none should be) are cut at it.
+        assert_eq!(parts(&[big, 2 * big], big, 2 * big), [(big, 2 * big)]);
+        assert_eq!(
+            parts(&[big, 2 * big, 3 * big], 0, 2 * big),
+            [(0, big), (big, 2 * big)]
+        );
+        // Nothing to back.
+        assert!(parts(&[big], big, big).is_empty());
+        assert!(parts(&[], 0, 0).is_empty());
     }
 }
