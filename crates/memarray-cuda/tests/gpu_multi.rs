@@ -378,8 +378,11 @@ fn gpu_copies_of_a_producers_memory_come_from_the_default_pool() {
     let clone = theirs.try_clone(None).unwrap();
     assert_eq!(resource_of(&clone), pool(0));
     assert_eq!(i32s(&clone), values);
+    let mut ours = ramp(1, 4099);
+    ours.move_memory(Location::Device(0), None, true, None)
+        .unwrap();
     for &to in &targets {
-        for source in [&theirs, &ramp(1, 4099)] {
+        for source in [&theirs, &ours] {
             let out = source.copied_to(Location::Device(to), None, None).unwrap();
             assert_eq!(out.location(), Location::Device(to));
             assert_eq!(resource_of(&out), pool(to));
