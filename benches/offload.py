@@ -5,7 +5,10 @@ and ``memarray.restore(0)`` in turn, beside torch's own copy of the same bytes t
 a page-locked tensor, alternating, medians of ``--rounds`` (the first offload, which pins
 the host copy the pool keeps for the next, printed apart). Each way's target: at least
 0.9x the pinned copy; the freed bytes confirmed by the driver; the tensors bit-exact after.
-Beside them, the pool's own part of each way: a second pool whose range (as long as the
+Beside them, the same copies split by side: torch's pinned tensor to and from the pool's
+memory (256 MiB a tensor, as the offload copies them: "pool D2H/H2D"), and memarray's
+pinned memory (as the offload's copy is made) to and from torch's ("ours D2H/H2D"); and
+the pool's own part of each way: a second pool whose range (as long as the
 first pool released) holds cached memory and 2 MiB handed out at its end, offloaded and
 restored ("release only", "back only": 2 MiB copied each way).
 
@@ -19,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 
 import memarray
 
@@ -73,6 +77,37 @@ def main() -> int:
         torch.cuda.synchronize()
         times["pinned H2D"].append(time.perf_counter() - t0)
     exact = [int(t.sum()) for t in tensors] == sums
+    # Which side slows the pool's copies: the same bytes between torch's pinned tensor and
+    # the pool's memory (the tensors above, 256 MiB each, as the offload copies them), and
+    # between memarray's pinned memory (as the offload's copy is made) and torch's.
+    import numpy as np
+
+    ours = memarray.MemArray([total], np.uint8, host_resource=mr.Pinned(0))
+    ours_t = torch.from_dlpack(ours)
+    assert ours_t.is_pinned(), "memarray's pinned memory, as torch sees it"
+
+    def each(to_host: bool) -> None:
+        for i, t in enumerate(tensors):
+            part = host[i * per : (i + 1) * per]
+            (part.copy_(t, non_blocking=True) if to_host else t.copy_(part, non_blocking=True))
+        torch.cuda.synchronize()
+
+    def across(dst: Any, src: Any) -> None:
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+
+    copies = {
+        "pool D2H": lambda: each(True),
+        "pool H2D": lambda: each(False),
+        "ours D2H": lambda: across(ours_t, flat),
+        "ours H2D": lambda: across(flat, ours_t),
+    }
+    for _ in range(args.rounds):
+        for name, f in copies.items():
+            t0 = time.perf_counter()
+            f()
+            times.setdefault(name, []).append(time.perf_counter() - t0)
+    exact = exact and [int(t.sum()) for t in tensors] == sums
     # What backing the addresses again costs alone: a second pool whose range, as long as
     # the first released, holds a cached block and 2 MiB handed out at its end (a restore
     # backs the range up to its last block handed out; 2 MiB to copy each way).
