@@ -55,10 +55,12 @@ def main() -> int:
     ]
     sums = [int(t.sum()) for t in tensors]
     torch.cuda.synchronize()
+    print(f"  the pool before: {pool.statistics()}")
     times: dict[str, list[float]] = {
         k: [] for k in ("offload", "restore", "pinned D2H", "pinned H2D")
     }
     freed = []
+    copied = []  # the bytes each restore copied back (the blocks handed out, whole)
     for _ in range(args.rounds):
         free0 = mr.Device(0).memory_info()[0]
         t0 = time.perf_counter()
@@ -66,7 +68,7 @@ def main() -> int:
         times["offload"].append(time.perf_counter() - t0)
         freed.append(mr.Device(0).memory_info()[0] - free0)
         t0 = time.perf_counter()
-        memarray.restore(0)
+        copied.append(memarray.restore(0))
         times["restore"].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         host.copy_(flat, non_blocking=True)
@@ -137,6 +139,12 @@ def main() -> int:
         print(f"  {k:<12} {s * 1e3:8.1f} ms  {n / s / 1e9:6.2f} GB/s")
     down = med["pinned D2H"] / med["offload"]
     up = med["pinned H2D"] / med["restore"]
+    moved = statistics.median(copied)
+    print(
+        f"  the pool's blocks: {moved / (1 << 30):.2f} GiB copied each way for "
+        f"{total / (1 << 30):.2f} GiB of tensors: offload {moved / med['offload'] / 1e9:.2f} "
+        f"GB/s, restore {moved / med['restore'] / 1e9:.2f} GB/s"
+    )
     print(
         f"{total / (1 << 30):.1f} GiB: offload {down:.2f}x the pinned copy, restore {up:.2f}x "
         f"(target 0.9); the driver saw {statistics.median(freed) / (1 << 30):.2f} GiB freed; "
@@ -151,6 +159,7 @@ def main() -> int:
                     "bytes": total,
                     "backed": backed,
                     "freed": freed,
+                    "copied": copied,
                     "exact": exact,
                 },
                 f,
