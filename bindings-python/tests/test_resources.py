@@ -7,6 +7,7 @@ import csv
 import gc
 import json
 import os
+import sys
 import threading
 
 import numpy as np
@@ -462,6 +463,35 @@ def test_an_offloaded_pool_keeps_its_arrays_addresses_and_restores_their_bytes()
         memarray.offload(0, sources=["torch"])
 
 
+def test_offload_has_torchs_cache_above_memarray_give_its_free_blocks_back_first(monkeypatch):
+    pool = mr.Pool(mr.Host(), grow_in_place=1 << 30)
+    x = memarray.MemArray([1 << 20], np.float64, host_resource=pool)
+    x.read_numpy_array(np.arange(1 << 20, dtype=np.float64))
+    asked = []
+
+    class Routed:  # memarray.interop.torch with torch's cache installed above the pool
+        @staticmethod
+        def installed():
+            return True
+
+        @staticmethod
+        def release(device):
+            asked.append((device, pool.offloaded))
+            return 0
+
+    monkeypatch.setattr(memarray, "_default_pool", lambda device, what: pool)
+    monkeypatch.setitem(sys.modules, "memarray.interop.torch", Routed)
+    assert memarray.offload(3) >= 8 << 20
+    assert asked == [(3, False)], "torch was asked once, before the pool slept"
+    assert memarray.restore(3) == 8 << 20
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(1 << 20, dtype=np.float64))
+    # Without torch's cache above memarray, nothing is asked.
+    Routed.installed = staticmethod(lambda: False)
+    memarray.offload(3)
+    memarray.restore(3)
+    assert len(asked) == 1
+
+
 @pytest.mark.gpu
 def test_offload_and_restore_keep_torch_cupy_and_memarray_memory_valid():
     out = child_stdout(
@@ -475,6 +505,8 @@ def test_offload_and_restore_keep_torch_cupy_and_memarray_memory_valid():
         memarray.torch.install()
         cupy.cuda.set_allocator(memarray.cupy_allocator)
         t = torch.arange(64 << 20, dtype=torch.float32, device="cuda")
+        dead = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+        del dead  # cached by torch above memarray: given back at the offload, not copied
         c = cupy.arange(32 << 20, dtype=cupy.float32)
         m = memarray.asarray(np.arange(16 << 20, dtype=np.float32), device="cuda")
         torch.cuda.synchronize()
@@ -493,5 +525,7 @@ def test_offload_and_restore_keep_torch_cupy_and_memarray_memory_valid():
     got = json.loads(out.strip().splitlines()[-1])
     assert got["ok"], got
     assert got["released"] >= (64 + 32 + 16) << 22, got
+    # The live bytes copied back, not torch's cached 512 MiB (slack for rounding).
+    assert (64 + 32 + 16) << 22 <= got["restored"] <= ((64 + 32 + 16) << 22) + (64 << 20), got
     # The driver confirms the freed bytes (within other processes' noise).
     assert got["freed"] >= got["released"] - (256 << 20), got

@@ -9,6 +9,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copying.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from . import _env, _hooks, _progress, cuda, dlpack, resources, spill
@@ -108,12 +109,20 @@ def offload(device: int = 0, *, sources: object = None) -> int:
     ``resources.Pool(resources.Device(device), grow_in_place=...)``, copies every block
     handed out (whichever library holds it: torch, CuPy, memarray's arrays) to page-locked
     host memory and releases the device memory while every address stays reserved
-    (``Pool.offload``). Returns the bytes released. ``sources`` must be None: the pool
+    (``Pool.offload``); torch's cache above memarray (``memarray.torch.install()``) gives
+    its free blocks back first, so they are dropped, not copied. Returns the bytes released. ``sources`` must be None: the pool
     offloads every library's blocks together. Until ``restore(device)`` nothing may use
     the pool's memory. ValueError when the default resource cannot offload."""
     if sources is not None:
         raise ValueError("offload takes every library's blocks in the pool: sources must be None")
-    return _default_pool(device, "offload").offload()
+    pool = _default_pool(device, "offload")
+    # torch's cache above memarray (memarray.torch.install()) holds blocks torch has freed,
+    # handed out as far as the pool knows: torch gives them back first, so they are
+    # dropped, not copied.
+    ours = sys.modules.get("memarray.interop.torch")
+    if ours is not None and ours.installed():
+        ours.release(device)
+    return pool.offload()
 
 
 def restore(device: int = 0) -> int:
