@@ -110,9 +110,10 @@ def offload(device: int = 0, *, sources: object = None) -> int:
     handed out (whichever library holds it: torch, CuPy, memarray's arrays) to page-locked
     host memory and releases the device memory while every address stays reserved
     (``Pool.offload``); torch's cache above memarray (``memarray.torch.install()``) gives
-    its free blocks back first, so they are dropped, not copied. Returns the bytes released. ``sources`` must be None: the pool
-    offloads every library's blocks together. Until ``restore(device)`` nothing may use
-    the pool's memory. ValueError when the default resource cannot offload."""
+    its free blocks back first, so they are dropped, not copied. Returns the bytes
+    released. ``sources`` must be None: the pool offloads every library's blocks
+    together. Until ``restore(device)`` nothing may use the pool's memory. ValueError when
+    the default resource cannot offload."""
     if sources is not None:
         raise ValueError("offload takes every library's blocks in the pool: sources must be None")
     pool = _default_pool(device, "offload")
