@@ -104,6 +104,27 @@ doc_blocks() {
   python3 scripts/doc_blocks_c.py 2>&1 | tail -n 10 || fail "C/C++ doc blocks"
 }
 
+# Whether a memcheck run that returned `rc` (log `$1`) passed: rc 0; or, with two GPUs or
+# more visible, every error it counted is a warning about an NVTX memory call and the tests
+# passed. compute-sanitizer loses the NVTX regions of memory whose device gains peer access
+# after they were described (a one-file program with NVTX's own headers does the same
+# without memarray; docs/benchmarks.md), and counts each failed call in its error summary.
+# Prints what it decided. Usage: memcheck_ok LOG RC
+memcheck_ok() {
+  local log=$1 rc=$2 errors nvtx gpus
+  [ "$rc" = 0 ] && return 0
+  errors=$(grep -E 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n 1 | grep -oE '[0-9]+' | head -n 1)
+  nvtx=$(grep -c 'Warning: Call to nvtxMem' "$log")
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$rc" = 9 ] && [ "${gpus:-0}" -ge 2 ] && [ -n "$errors" ] && [ "$errors" = "$nvtx" ] \
+    && grep -qE '^test result: ok' "$log" && ! grep -qE '^test result: FAILED' "$log" \
+    && ! grep -q "didn't terminate successfully" "$log"; then
+    echo "   memcheck: 0 memory errors; its $nvtx errors are NVTX API warnings after peer access (two GPUs)"
+    return 0
+  fi
+  return 1
+}
+
 sanitize() {
   # API errors are not reported: the resource tests provoke CUDA_ERROR_OUT_OF_MEMORY and
   # the event tests an invalid handle on purpose. Every memory access is checked.
@@ -113,7 +134,8 @@ sanitize() {
     [ "$t" = gpu-run/bin/memarray-cuda__gpu_nccl ] && continue
     log="$LOGS/sanitize-$(basename "$t").log"
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 --print-limit 20 "$t" --test-threads=1 \
-      >"$log" 2>&1 || {
+      >"$log" 2>&1
+    memcheck_ok "$log" $? || {
       fail "memcheck $t"
       # What it reported, each kind once (warnings about NVTX calls included).
       grep -E '^========= [A-Z]' "$log" | grep -v 'ERROR SUMMARY' | sed 's/ at 0x[0-9a-f]*//' \
@@ -183,7 +205,8 @@ multi_rust() {
   tail -n +1 "$LOGS"/multi-*.log >"$OUT/multi-cargo.log"
   echo "== 2-GPU graph test under compute-sanitizer memcheck (NVTX memory description on)"
   compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-    gpu-run/bin/memarray-cuda__gpu_graph --test-threads=1 >"$LOGS/multi-sanitize.log" 2>&1 \
+    gpu-run/bin/memarray-cuda__gpu_graph --test-threads=1 >"$LOGS/multi-sanitize.log" 2>&1
+  memcheck_ok "$LOGS/multi-sanitize.log" $? \
     || { tail -n 30 "$LOGS/multi-sanitize.log"; fail "2-GPU graph memcheck"; }
   grep -E '^(test result:|========= ERROR SUMMARY)' "$LOGS/multi-sanitize.log" | tail -n 2
 }

@@ -15,6 +15,7 @@ use memarray_core::{HostBuffer, MemoryResource};
 
 use crate::buffer::DeviceBuffer;
 use crate::copy::{self, Span};
+use crate::device::Device;
 use crate::error::Result;
 use crate::resource::{CachingPool, PinnedResource, Restore};
 use crate::stream::{Stream, StreamRef};
@@ -96,17 +97,8 @@ fn back_and_copy(pool: &CachingPool, r: &mut Restore) -> Result<()> {
             match (pool.device(), &stream) {
                 (Some(device), Some(stream)) => {
                     // SAFETY: a block of the pool's range, backed above, not used by anyone
-                    // until the restore ends (the pool refuses allocations meanwhile); the
-                    // view owns nothing.
-                    let view = unsafe {
-                        DeviceBuffer::from_foreign(
-                            device,
-                            addr as u64,
-                            n,
-                            Box::new(()),
-                            StreamRef::legacy(),
-                        )
-                    }?;
+                    // until the restore ends (the pool refuses allocations meanwhile).
+                    let view = unsafe { block_view(device, addr, n) }?;
                     // SAFETY: the host copy is neither freed nor written until the stream
                     // is waited for below, before this function returns.
                     unsafe {
@@ -157,54 +149,41 @@ fn copy_out(pool: &CachingPool, blocks: &[(usize, usize)]) -> Result<HostBuffer>
         Some(copy) => copy,
         None => host_buffer(pool, total)?,
     };
-    each_block(pool, blocks, &mut copy, true)?;
+    blocks_out(pool, blocks, &mut copy)?;
     Ok(copy)
 }
 
-/// Copies each block to (`out`) or from its place in `copy` (the blocks in list order).
-fn each_block(
-    pool: &CachingPool,
-    blocks: &[(usize, usize)],
-    copy: &mut HostBuffer,
-    out: bool,
-) -> Result<()> {
+/// Copies each block to its place in `copy` (the blocks in list order), each copy waited
+/// for.
+fn blocks_out(pool: &CachingPool, blocks: &[(usize, usize)], copy: &mut HostBuffer) -> Result<()> {
     let mut at = 0;
     for &(addr, n) in blocks {
         match pool.device() {
             Some(device) => {
-                // SAFETY: the block is live device memory of `device`: handed out and not
-                // released (an offload, after the device was waited for) or backed again
-                // and not yet used (a restore).
-                let dev = unsafe {
-                    DeviceBuffer::from_foreign(
-                        device,
-                        addr as u64,
-                        n,
-                        Box::new(()),
-                        StreamRef::legacy(),
-                    )
-                }?;
-                let (host, dev) = (Span::Host(copy, at), Span::Device(&dev, 0));
-                if out {
-                    copy::copy_to(host, dev, n, None)?;
-                } else {
-                    copy::copy_to(dev, host, n, None)?;
-                }
+                // SAFETY: the block is live device memory of `device`, handed out and not
+                // released (the offload waited for the device first).
+                let view = unsafe { block_view(device, addr, n) }?;
+                copy::copy_to(Span::Host(copy, at), Span::Device(&view, 0), n, None)?;
             }
             None => {
                 // SAFETY: as above, `n` host bytes of the pool's range.
-                let block = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
-                let saved = &mut copy.as_mut_slice()[at..at + n];
-                if out {
-                    copy::host_to_host(saved, block)?;
-                } else {
-                    copy::host_to_host(block, saved)?;
-                }
+                let block = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                copy::host_to_host(&mut copy.as_mut_slice()[at..at + n], block)?;
             }
         }
         at += n;
     }
     Ok(())
+}
+
+/// A device buffer over `n` bytes of a pool block at `addr` on `device`, owning nothing.
+///
+/// # Safety
+/// 1. `[addr, addr + n)` is device memory of `device`, backed and not used by anyone else
+///    while the view and the copies through it live.
+unsafe fn block_view(device: &Arc<Device>, addr: usize, n: usize) -> Result<DeviceBuffer> {
+    // SAFETY: item 1 is from_foreign's item 1; the view owns nothing and orders nothing.
+    unsafe { DeviceBuffer::from_foreign(device, addr as u64, n, Box::new(()), StreamRef::legacy()) }
 }
 
 #[cfg(test)]
