@@ -150,7 +150,8 @@ def main() -> int:
     print(
         f"  the pool's blocks: {moved / (1 << 30):.2f} GiB copied each way for "
         f"{total / (1 << 30):.2f} GiB of tensors: offload {moved / med['offload'] / 1e9:.2f} "
-        f"GB/s, restore {moved / med['restore'] / 1e9:.2f} GB/s"
+        f"GB/s, restore {moved / med['restore'] / 1e9:.2f} GB/s: {down * moved / total:.2f}x / "
+        f"{up * moved / total:.2f}x the pinned copy's speed"
     )
     print(
         f"{total / (1 << 30):.1f} GiB: offload {down:.2f}x the pinned copy, restore {up:.2f}x "
