@@ -56,6 +56,13 @@ def main() -> int:
     sums = [int(t.sum()) for t in tensors]
     torch.cuda.synchronize()
     print(f"  the pool before: {pool.statistics()}")
+    # Who holds the pool's blocks, per library (memarray's counters), and torch's own view.
+    held = {r["source"]: r["live_bytes"] for r in mr.library_usage() if r["device"] == 0}
+    print(f"  held through memarray on cuda:0, by library: {held}")
+    print(
+        f"  torch: allocated {torch.cuda.memory_allocated(0):,}, "
+        f"reserved {torch.cuda.memory_reserved(0):,} bytes"
+    )
     times: dict[str, list[float]] = {
         k: [] for k in ("offload", "restore", "pinned D2H", "pinned H2D")
     }
@@ -143,7 +150,8 @@ def main() -> int:
     print(
         f"  the pool's blocks: {moved / (1 << 30):.2f} GiB copied each way for "
         f"{total / (1 << 30):.2f} GiB of tensors: offload {moved / med['offload'] / 1e9:.2f} "
-        f"GB/s, restore {moved / med['restore'] / 1e9:.2f} GB/s"
+        f"GB/s, restore {moved / med['restore'] / 1e9:.2f} GB/s: {down * moved / total:.2f}x / "
+        f"{up * moved / total:.2f}x the pinned copy's speed"
     )
     print(
         f"{total / (1 << 30):.1f} GiB: offload {down:.2f}x the pinned copy, restore {up:.2f}x "

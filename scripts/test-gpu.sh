@@ -117,4 +117,5 @@ else
 fi
 du -sh "$STAGE"
 ls "$STAGE"/bin "$STAGE"/bench "$STAGE"/examples "$STAGE"/wheels
-echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run)"
+echo "staged; now run on the device: bash gpu-run/remote.sh all   (carry: gpu-run;"
+echo "  too big for one call: scripts/gpu-sets.sh splits it into sets that fit)"
