@@ -98,7 +98,10 @@ def main() -> int:
     def each(to_host: bool) -> None:
         for i, t in enumerate(tensors):
             part = host[i * per : (i + 1) * per]
-            (part.copy_(t, non_blocking=True) if to_host else t.copy_(part, non_blocking=True))
+            if to_host:
+                part.copy_(t, non_blocking=True)
+            else:
+                t.copy_(part, non_blocking=True)
         torch.cuda.synchronize()
 
     def across(dst: Any, src: Any) -> None:

@@ -119,7 +119,7 @@ fn back_and_copy(pool: &CachingPool, r: &mut Restore) -> Result<()> {
             }
             at += n;
         }
-        // The rest of the range (free blocks at its end) backed as before.
+        // The parts past the last block (up to the end of the piece it lies in).
         for (from, to) in parts.by_ref() {
             pool.restore_back(from, to)?;
         }

@@ -117,9 +117,7 @@ impl HostRange {
             ends: Mutex::new(Vec::new()),
         })
     }
-}
 
-impl HostRange {
     fn ends(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
         self.ends
             .lock()

@@ -108,16 +108,7 @@ impl DeviceSide {
         stream: Option<StreamRef>,
     ) -> Result<()> {
         let stream = self.pick(stream, to);
-        let src = self.current()?;
-        // Direct peer access (NVLink / PCIe P2P) where the pair supports it; without it
-        // cuMemcpyPeerAsync stages through the host. Enabling is idempotent.
-        Device::get(to)?.link_peer(src.device())?;
-        // SAFETY: the copy below writes all nbytes before any read.
-        let dst = unsafe { self.buffer_on(to, nbytes, stream)? };
-        self.order(stream, to)?;
-        // SAFETY: device memory only: no host span.
-        let op =
-            unsafe { copy::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
+        let (src, dst, op) = self.copy_into_new(to, nbytes, stream)?;
         // Only now does the new buffer become the device copy: if anything above
         // failed, the array still holds its data on the source device.
         if let Some(op) = op {
@@ -318,13 +309,35 @@ impl DeviceSide {
         nbytes: usize,
         stream: Option<StreamRef>,
     ) -> Result<Self> {
+        let stream = self.pick(stream, to);
+        let (_, dst, op) = self.copy_into_new(to, nbytes, stream)?;
+        let mut out = Self::new();
+        out.resource = self.resource.clone();
+        out.buffer = Some(dst);
+        if let Some(op) = op {
+            self.record_read(&op)?;
+            out.record(op, None)?;
+        }
+        Ok(out)
+    }
+
+    /// The one copy behind [`Self::move_peer`] and [`Self::copy_on`]: a new buffer on
+    /// device `to` (from [`Self::copy_resource`]) receiving the current device data on
+    /// `stream`, after this side's work. Returns the source, the new buffer and the
+    /// copy's operation for the caller to record.
+    fn copy_into_new(
+        &self,
+        to: u32,
+        nbytes: usize,
+        stream: StreamRef,
+    ) -> Result<(Arc<DeviceBuffer>, Arc<DeviceBuffer>, Option<Enqueued>)> {
         let src = self.current()?;
         let device = Device::get(to)?;
         if to != src.device().id() {
-            // Direct peer access where the pair supports it (enabling is idempotent).
+            // Direct peer access (NVLink / PCIe P2P) where the pair supports it; without
+            // it cuMemcpyPeerAsync stages through the host. Enabling is idempotent.
             device.link_peer(src.device())?;
         }
-        let stream = self.pick(stream, to);
         self.order(stream, to)?;
         let resource = self.copy_resource(&src, &device)?;
         // SAFETY: written in full by the copy below before anyone reads it.
@@ -336,14 +349,7 @@ impl DeviceSide {
         // SAFETY: device memory only: no host span.
         let op =
             unsafe { copy::enqueue(Span::Device(&dst, 0), Span::Device(&src, 0), nbytes, stream)? };
-        let mut out = Self::new();
-        out.resource = self.resource.clone();
-        out.buffer = Some(Arc::new(dst));
-        if let Some(op) = op {
-            self.record_read(&op)?;
-            out.record(op, None)?;
-        }
-        Ok(out)
+        Ok((src, Arc::new(dst), op))
     }
 
     /// Where a copy of `src` on `device` comes from: `src`'s own resource for memarray's

@@ -1,11 +1,12 @@
 //! The pool's half of offload and restore ("sleep", driven by [`crate::sleep`], which does
 //! the copies through the copy wing): a pool growing in place lists the large blocks handed
 //! out, then releases its range's memory while the addresses stay reserved, keeping the
-//! caller's copy of their bytes; a restore backs the range again at the same addresses, in
-//! the pieces it was backed in before (runs of small ones merged), for the caller to copy
-//! each block back as soon as its pieces are backed, and hands the copy back. From the start of an offload to the end of its restore the pool
-//! refuses allocations (frees are taken) and gives nothing back. Small blocks (separate
-//! upstream allocations, up to `SMALL_MAX` each) stay where they are.
+//! caller's copy of their bytes (the free end of the range goes for good); a restore backs
+//! the range again at the same addresses, in the pieces it was backed in before (runs of
+//! small ones merged), for the caller to copy each block back as soon as its pieces are
+//! backed, and hands the copy back. From the start of an offload to the end of its restore
+//! the pool refuses allocations (frees are taken) and gives nothing back. Small blocks
+//! (separate upstream allocations, up to `SMALL_MAX` each) stay where they are.
 
 use std::sync::Arc;
 
