@@ -57,7 +57,10 @@ def main() -> int:
     rng = np.random.default_rng(0)
     payload = rng.integers(0, 255, total, dtype=np.uint8)
     save_file(
-        {f"t.{i}": torch.from_numpy(payload[i * per : (i + 1) * per].view(np.float16)) for i in range(n)},
+        {
+            f"t.{i}": torch.from_numpy(payload[i * per : (i + 1) * per].view(np.float16))
+            for i in range(n)
+        },
         st_path,
     )
     np.save(npy_path, payload)
@@ -81,11 +84,20 @@ def main() -> int:
     def sync_all():
         memarray.cuda.synchronize()
 
-    print(f"{n} tensors of 64 MiB, {total / (1 << 30):.2f} GiB, files in the page cache, median of {args.rounds}")
+    print(
+        f"{n} tensors of 64 MiB, {total / (1 << 30):.2f} GiB, files in the page cache, "
+        f"median of {args.rounds}"
+    )
     print("staging:", memarray.cuda.staging_config()["to_device"])
-    row("pinned H2D of the same bytes (torch)", lambda: (pinned.to("cuda", non_blocking=True), torch.cuda.synchronize()))
+    row(
+        "pinned H2D of the same bytes (torch)",
+        lambda: (pinned.to("cuda", non_blocking=True), torch.cuda.synchronize()),
+    )
     row("fill: .npy -> pinned host array", lambda: memarray.load(npy_path, host_memory="pinned"))
-    row("fill: safetensors -> pinned host arrays", lambda: memarray.load_safetensors(st_path, host_memory="pinned"))
+    row(
+        "fill: safetensors -> pinned host arrays",
+        lambda: memarray.load_safetensors(st_path, host_memory="pinned"),
+    )
     row("fill: .npy -> pageable host array", lambda: memarray.load(npy_path))
 
     def alloc():
@@ -95,7 +107,10 @@ def main() -> int:
 
     row("device arrays alone (allocate and free)", alloc)
     row(".npy -> device", lambda: (memarray.load(npy_path, device="cuda"), sync_all()))
-    row("safetensors -> device", lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()))
+    row(
+        "safetensors -> device",
+        lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()),
+    )
 
     def interleaved():
         memarray.load_safetensors(st_path, device="cuda")
@@ -116,13 +131,20 @@ def main() -> int:
     for threads in (4, 8, 12, 16):
         for chunk in (4 << 20, 8 << 20, 16 << 20):
             memarray.cuda.set_staging_config("to_device", threads=threads, chunk_bytes=chunk)
-            row(f"safetensors -> device, {threads} threads, {chunk >> 20} MiB slots",
-                lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()))
-    memarray.cuda.set_staging_config("to_device", threads=base["threads"], chunk_bytes=base["chunk_bytes"])
+            row(
+                f"safetensors -> device, {threads} threads, {chunk >> 20} MiB slots",
+                lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()),
+            )
+    memarray.cuda.set_staging_config(
+        "to_device", threads=base["threads"], chunk_bytes=base["chunk_bytes"]
+    )
     best = min(v for k, v in rows.items() if k.startswith("safetensors -> device"))
     pinned_s = rows["pinned H2D of the same bytes (torch)"]
-    print(f"best safetensors load / pinned copy: {pinned_s / best:.2f}x; default: "
-          f"{pinned_s / rows['safetensors -> device']:.2f}x; .npy: {pinned_s / rows['.npy -> device']:.2f}x")
+    print(
+        f"best safetensors load / pinned copy: {pinned_s / best:.2f}x; default: "
+        f"{pinned_s / rows['safetensors -> device']:.2f}x; "
+        f".npy: {pinned_s / rows['.npy -> device']:.2f}x"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bytes": total, "seconds": rows}, f, indent=1)
