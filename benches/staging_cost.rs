@@ -173,6 +173,7 @@ fn main() -> memarray_cuda::Result<()> {
             let path = if short_below > 0 { "short" } else { "lanes" };
             let cfg = StagingConfig {
                 threads: lanes,
+                fill_threads: lanes,
                 chunk_bytes: chunk,
                 direct_below: 0,
                 lane_min: 0,

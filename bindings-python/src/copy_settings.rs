@@ -12,7 +12,8 @@ use crate::errors::IntoPyResult;
 use crate::fork::Detach;
 
 /// The staged-copy settings for pageable host memory, per direction (`"to_device"`,
-/// `"to_host"`): `threads` (host threads per copy), `chunk_bytes` (pinned slot size),
+/// `"to_host"`): `threads` (host threads per copy), `fill_threads` (host threads of a
+/// file load's copy: reads through the kernel, so more), `chunk_bytes` (pinned slot size),
 /// `direct_below` (smaller copies go straight to the driver), `lane_min` (fewest bytes
 /// a thread is given: short copies use fewer threads) and `short_below` (smaller copies
 /// take the short path: threads only copy host memory, one thread issues the DMA).
@@ -23,6 +24,7 @@ pub(crate) fn staging_config(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let c = memarray_cuda::copy::staging_config(dir).py()?;
         let d = PyDict::new(py);
         d.set_item("threads", c.threads)?;
+        d.set_item("fill_threads", c.fill_threads)?;
         d.set_item("chunk_bytes", c.chunk_bytes)?;
         d.set_item("direct_below", c.direct_below)?;
         d.set_item("lane_min", c.lane_min)?;
@@ -83,7 +85,8 @@ const DIRECTIONS: [(&str, memarray_cuda::copy::Direction); 2] = [
 /// default);
 /// those not given stay. Out-of-range values raise ValueError and change nothing.
 #[pyfunction]
-#[pyo3(signature = (direction=None, threads=None, chunk_bytes=None, direct_below=None, lane_min=None, short_below=None))]
+#[pyo3(signature = (direction=None, threads=None, chunk_bytes=None, direct_below=None, lane_min=None, short_below=None, fill_threads=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn set_staging_config(
     direction: Option<&Bound<'_, PyAny>>,
     threads: Option<&Bound<'_, PyAny>>,
@@ -91,6 +94,7 @@ pub(crate) fn set_staging_config(
     direct_below: Option<&Bound<'_, PyAny>>,
     lane_min: Option<&Bound<'_, PyAny>>,
     short_below: Option<&Bound<'_, PyAny>>,
+    fill_threads: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     use memarray_cuda::copy::{
         Direction, StagingConfig, set_staging_config as set_config, staging_config as config,
@@ -100,6 +104,7 @@ pub(crate) fn set_staging_config(
         None => "both".into(),
     };
     let threads: Option<usize> = convert::opt_int(threads, "threads")?;
+    let fill_threads: Option<usize> = convert::opt_int(fill_threads, "fill_threads")?;
     let chunk_bytes: Option<usize> = convert::opt_int(chunk_bytes, "chunk_bytes")?;
     let direct_below: Option<usize> = convert::opt_int(direct_below, "direct_below")?;
     let lane_min: Option<usize> = convert::opt_int(lane_min, "lane_min")?;
@@ -122,6 +127,7 @@ pub(crate) fn set_staging_config(
             d,
             StagingConfig {
                 threads: threads.unwrap_or(c.threads),
+                fill_threads: fill_threads.unwrap_or(c.fill_threads),
                 chunk_bytes: chunk_bytes.unwrap_or(c.chunk_bytes),
                 direct_below: direct_below.unwrap_or(c.direct_below),
                 lane_min: lane_min.unwrap_or(c.lane_min),

@@ -145,6 +145,7 @@ def test_staging_settings_round_trip_and_bad_values():
     assert set(before) == {"to_device", "to_host"}
     assert set(before["to_host"]) == {
         "threads",
+        "fill_threads",
         "chunk_bytes",
         "direct_below",
         "lane_min",
@@ -162,9 +163,15 @@ def test_staging_settings_round_trip_and_bad_values():
         now = memarray.cuda.staging_config()
         assert now["to_device"]["lane_min"] == 0
         assert now["to_host"]["lane_min"] == before["to_host"]["lane_min"]
+        memarray.cuda.set_staging_config("to_device", fill_threads=5)
+        now = memarray.cuda.staging_config()
+        assert now["to_device"]["fill_threads"] == 5
+        assert now["to_device"]["threads"] == before["to_device"]["threads"]
         for bad in (
             {"threads": 0},
             {"threads": 65},
+            {"fill_threads": 0},
+            {"fill_threads": 65},
             {"chunk_bytes": 1024},
             {"lane_min": (1 << 30) + 1},
             {"short_below": (1 << 30) + 1},

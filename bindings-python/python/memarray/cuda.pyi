@@ -134,6 +134,7 @@ def set_staging_config(
     direct_below: int | None = None,
     lane_min: int | None = None,
     short_below: int | None = None,
+    fill_threads: int | None = None,
 ) -> None: ...
 
 _Dims = int | tuple[int] | tuple[int, int] | tuple[int, int, int]

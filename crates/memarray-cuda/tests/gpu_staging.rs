@@ -44,6 +44,7 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
         }),
         Some(StagingConfig {
             threads: 3,
+            fill_threads: 3,
             chunk_bytes: copy::MIN_CHUNK,
             direct_below: 0,
             lane_min: 0,
@@ -58,6 +59,7 @@ fn gpu_staged_round_trip_every_size_offset_and_setting() {
         }),
         Some(StagingConfig {
             threads: 3,
+            fill_threads: 3,
             chunk_bytes: copy::MIN_CHUNK,
             direct_below: 0,
             lane_min: 0,

@@ -91,7 +91,12 @@ fn to_device_from(
         host,
         dev: DevSide::One(dst.range(dst_offset, len)?),
     };
-    run(dst.device(), config(Direction::ToDevice)?, t)?;
+    let cfg = config(Direction::ToDevice)?;
+    let cfg = match t.host {
+        HostSide::Fill(_) => cfg.for_fill(),
+        HostSide::Memory(_) => cfg,
+    };
+    run(dst.device(), cfg, t)?;
     Ok(Some(Enqueued::new(stream, dst.device().clone())))
 }
 
@@ -111,7 +116,7 @@ pub fn to_device_spans_with(
         host: HostSide::Fill(fill),
         dev: DevSide::Spans(spans),
     };
-    run(device, config(Direction::ToDevice)?, t)?;
+    run(device, config(Direction::ToDevice)?.for_fill(), t)?;
     Ok(Some(Enqueued::new(stream, device.clone())))
 }
 
@@ -186,6 +191,7 @@ mod tests {
     fn plan_gives_each_lane_two_chunks_within_bounds() {
         let c = StagingConfig {
             threads: 8,
+            fill_threads: 8,
             chunk_bytes: 4 << 20,
             direct_below: 0,
             lane_min: 0,
@@ -211,6 +217,7 @@ mod tests {
     fn small_copies_wake_fewer_lanes() {
         let c = StagingConfig {
             threads: 16,
+            fill_threads: 16,
             chunk_bytes: 4 << 20,
             direct_below: 0,
             lane_min: 1 << 20,
@@ -231,6 +238,7 @@ mod tests {
     fn short_plans_tile_the_copy_in_pieces_of_at_least_the_smallest_piece() {
         let c = StagingConfig {
             threads: 4,
+            fill_threads: 4,
             chunk_bytes: 1 << 20,
             direct_below: 0,
             lane_min: 8 << 20,
@@ -307,6 +315,32 @@ mod tests {
     }
 
     #[test]
+    fn fills_run_on_their_own_lanes() {
+        let cores = std::thread::available_parallelism()
+            .map_or(8, |n| n.get())
+            .clamp(1, 16);
+        let up = StagingConfig::default_for(Direction::ToDevice);
+        assert_eq!((up.threads, up.fill_threads), (cores.min(8), cores));
+        let fill = StagingConfig {
+            fill_threads: 12,
+            ..up
+        }
+        .for_fill();
+        assert_eq!(fill.threads, 12);
+        assert_eq!(fill.plan(1 << 30), (12, up.chunk_bytes));
+        assert_eq!(
+            StagingConfig {
+                fill_threads: 12,
+                ..up
+            }
+            .plan(1 << 30)
+            .0,
+            up.threads,
+            "a copy of memory keeps its own lanes"
+        );
+    }
+
+    #[test]
     fn bad_settings_are_refused_and_change_nothing() {
         let before = config(Direction::ToHost).unwrap();
         for bad in [
@@ -316,6 +350,14 @@ mod tests {
             },
             StagingConfig {
                 threads: MAX_THREADS + 1,
+                ..before
+            },
+            StagingConfig {
+                fill_threads: 0,
+                ..before
+            },
+            StagingConfig {
+                fill_threads: MAX_THREADS + 1,
                 ..before
             },
             StagingConfig {

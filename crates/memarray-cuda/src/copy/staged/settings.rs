@@ -15,6 +15,11 @@ pub const MAX_THREADS: usize = crate::copy::threads::MAX_LANES;
 pub struct StagingConfig {
     /// Lanes (host threads, the caller's included) of one copy.
     pub threads: usize,
+    /// Lanes of a copy whose bytes a fill produces ([`super::to_device_with`]: a `.npy`
+    /// or safetensors load). A read through the kernel copies out of the page cache at
+    /// about half a memory copy's speed per thread, so a fill takes more lanes than a copy
+    /// of memory.
+    pub fill_threads: usize,
     /// Largest chunk, and the size of each of a lane's two pinned slots.
     pub chunk_bytes: usize,
     /// Copies of fewer bytes go straight to the driver.
@@ -59,7 +64,10 @@ impl StagingConfig {
     /// 4 MiB slots (8 and 16 lanes within 7% of each other at 64 MiB and 1 GiB). To the
     /// host: the short path below 128 MiB (at 64 MiB 35.6-37.3 against 30.0-30.7 with
     /// lanes, at 256 MiB lanes led, 30.0-40.1 against 24.1-25.2), then one lane per core
-    /// up to 16, at least 256 KiB each, in 1 MiB slots.
+    /// up to 16, at least 256 KiB each, in 1 MiB slots. Fills (file loads): one lane per
+    /// core up to 16 (2 GiB of safetensors from the page cache onto an H200 with 16
+    /// cores, `benches/load_phases.py`: 8 lanes 35.1 GB/s, 12 lanes 48.3, 16 lanes 50.0,
+    /// the pinned copy 55.4; 8 and 16 MiB slots slower at every lane count).
     pub fn default_for(dir: Direction) -> Self {
         let lanes = std::thread::available_parallelism()
             .map_or(8, |n| n.get())
@@ -67,6 +75,7 @@ impl StagingConfig {
         match dir {
             Direction::ToDevice => StagingConfig {
                 threads: lanes.min(8),
+                fill_threads: lanes,
                 chunk_bytes: 4 << 20,
                 direct_below: 64 << 10,
                 lane_min: 1 << 20,
@@ -74,6 +83,7 @@ impl StagingConfig {
             },
             Direction::ToHost => StagingConfig {
                 threads: lanes,
+                fill_threads: lanes,
                 chunk_bytes: 1 << 20,
                 direct_below: 64 << 10,
                 lane_min: 256 << 10,
@@ -89,11 +99,13 @@ impl StagingConfig {
                 detail,
             })
         };
-        if !(1..=MAX_THREADS).contains(&self.threads) {
-            return Err(bad(format!(
-                "threads = {} (accepted: 1 to {MAX_THREADS})",
-                self.threads
-            )));
+        for (name, n) in [
+            ("threads", self.threads),
+            ("fill_threads", self.fill_threads),
+        ] {
+            if !(1..=MAX_THREADS).contains(&n) {
+                return Err(bad(format!("{name} = {n} (accepted: 1 to {MAX_THREADS})")));
+            }
         }
         if self.lane_min > 1 << 30 {
             return Err(bad(format!(
@@ -116,6 +128,14 @@ impl StagingConfig {
             )));
         }
         Ok(self)
+    }
+
+    /// The settings a fill's copy runs by: `fill_threads` lanes.
+    pub(super) fn for_fill(self) -> Self {
+        Self {
+            threads: self.fill_threads,
+            ..self
+        }
     }
 
     /// Lanes and chunk size for a copy of `len` bytes: at least `lane_min` bytes per lane
@@ -144,8 +164,8 @@ fn index(dir: Direction) -> usize {
     }
 }
 
-/// The defaults, with `MEMARRAY_STAGING_THREADS` / `MEMARRAY_STAGING_CHUNK` (bytes)
-/// applied to both directions.
+/// The defaults, with `MEMARRAY_STAGING_THREADS` (lanes of every copy, fills included) /
+/// `MEMARRAY_STAGING_CHUNK` (bytes) applied to both directions.
 fn from_env() -> Configs {
     let mut both = [
         StagingConfig::default_for(Direction::ToDevice),
@@ -165,6 +185,9 @@ fn from_env() -> Configs {
                     })
                 })?;
             }
+        }
+        if crate::env::var("MEMARRAY_STAGING_THREADS")?.is_some() {
+            c.fill_threads = c.threads;
         }
         *c = c.check()?;
     }
