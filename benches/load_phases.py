@@ -7,7 +7,7 @@ in one process, medians of ``--rounds``:
 - the device arrays alone: allocating and freeing the 32 arrays;
 - each load onto the device, alone and (safetensors) with torch's loader between rounds,
   as benches/safetensors_load.py runs it;
-- the same loads over staging settings (threads, slot bytes);
+- the same loads over staging settings (a load's lanes, `fill_threads`; slot bytes);
 - the pinned host-to-device copy of the same bytes (torch), the peer figure.
 
 Run on the GPU machine: python3 benches/load_phases.py [--gib 2] [--rounds 5] [--json F]
@@ -127,16 +127,17 @@ def main() -> int:
     rows[key] = statistics.median(s)
     print(f"  {key:<58} {rows[key] * 1e3:8.1f} ms  {gb / rows[key]:6.2f} GB/s")
 
+    # A load's lanes are `fill_threads` (`threads` is for copies of memory).
     base = memarray.cuda.staging_config()["to_device"]
     for threads in (4, 8, 12, 16):
         for chunk in (4 << 20, 8 << 20, 16 << 20):
-            memarray.cuda.set_staging_config("to_device", threads=threads, chunk_bytes=chunk)
+            memarray.cuda.set_staging_config("to_device", fill_threads=threads, chunk_bytes=chunk)
             row(
-                f"safetensors -> device, {threads} threads, {chunk >> 20} MiB slots",
+                f"safetensors -> device, {threads} lanes, {chunk >> 20} MiB slots",
                 lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()),
             )
     memarray.cuda.set_staging_config(
-        "to_device", threads=base["threads"], chunk_bytes=base["chunk_bytes"]
+        "to_device", fill_threads=base["fill_threads"], chunk_bytes=base["chunk_bytes"]
     )
     best = min(v for k, v in rows.items() if k.startswith("safetensors -> device"))
     pinned_s = rows["pinned H2D of the same bytes (torch)"]
