@@ -379,6 +379,21 @@ def test_bad_staging_environment_fails_the_import_naming_it(var, value):
     assert var in err or "chunk_bytes" in err, err[-2000:]
 
 
+def test_the_staging_threads_variable_sets_the_lanes_of_copies_and_of_file_loads():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MEMARRAY_STAGING_THREADS="3")
+    code = "import json, memarray; print(json.dumps(memarray.cuda.staging_config()))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    got = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    for direction in ("to_device", "to_host"):
+        assert (got[direction]["threads"], got[direction]["fill_threads"]) == (3, 3), got
+
+
 def test_move_many_takes_numpy_arrays_and_returns_memarrays():
     xs = [np.full((3, 4), i, dtype=np.float32) for i in range(5)]
     m = memarray.asarray(np.arange(6, dtype=np.int64))
