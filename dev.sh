@@ -157,6 +157,8 @@ case "$cmd" in
     if [ -f target/transfer.json ]; then
       "$VENV/bin/python" benches/plot_transfer.py target/transfer.json target/transfer.png
     fi
+    # Host memory against NumPy (no GPU needed).
+    "$VENV/bin/python" benches/host_load.py
     ;;
   doc)
     cargo doc --workspace --no-deps --exclude memarray-python
