@@ -185,6 +185,8 @@ bench() {
 transfer() {
   # memarray, torch and CuPy side by side; the JSON feeds benches/plot_transfer.py.
   python3 benches/transfer.py --json "$OUT/transfer.json" "$@" 2>&1 | tee "$OUT/transfer.log"
+  # The host's own copy bandwidth beside it: a staged download's ceiling.
+  python3 benches/host_bandwidth.py 2>&1 | tee "$OUT/host_bandwidth.log"
 }
 
 multi() {
