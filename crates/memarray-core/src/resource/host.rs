@@ -24,7 +24,8 @@ const MAX_ALIGN: usize = 1 << 21;
 const HUGE: usize = 1 << 21;
 
 /// Blocks this size and larger are mapped from the kernel on Linux (see the module docs):
-/// past glibc's largest mapping threshold, so no block that malloc would reuse moves.
+/// past glibc's largest mapping threshold (32 MiB), so each is a block glibc would have
+/// mapped and unmapped itself, never one its heap would have reused.
 pub const MAPPED: usize = 64 << 20;
 
 /// Pageable host memory, aligned to `max(align, 64)` (2 MiB from 2 MiB up, huge pages
