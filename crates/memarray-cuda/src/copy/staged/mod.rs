@@ -91,12 +91,7 @@ fn to_device_from(
         host,
         dev: DevSide::One(dst.range(dst_offset, len)?),
     };
-    let cfg = config(Direction::ToDevice)?;
-    let cfg = match t.host {
-        HostSide::Fill(_) => cfg.for_fill(),
-        HostSide::Memory(_) => cfg,
-    };
-    run(dst.device(), cfg, t)?;
+    run(dst.device(), config(Direction::ToDevice)?, t)?;
     Ok(Some(Enqueued::new(stream, dst.device().clone())))
 }
 
@@ -116,7 +111,7 @@ pub fn to_device_spans_with(
         host: HostSide::Fill(fill),
         dev: DevSide::Spans(spans),
     };
-    run(device, config(Direction::ToDevice)?.for_fill(), t)?;
+    run(device, config(Direction::ToDevice)?, t)?;
     Ok(Some(Enqueued::new(stream, device.clone())))
 }
 

@@ -164,7 +164,8 @@ impl LaneJob<'_> {
     }
 }
 
-/// Runs a staged copy: the short path below `cfg.short_below`, lanes otherwise.
+/// Runs a staged copy: the short path below `cfg.short_below`, lanes otherwise; a fill (a
+/// file read) by `cfg.fill_threads` lanes, a copy of memory by `cfg.threads`.
 pub(super) fn run(device: &Arc<Device>, cfg: StagingConfig, t: Transfer<'_>) -> Result<()> {
     let Transfer {
         len,
@@ -176,6 +177,11 @@ pub(super) fn run(device: &Arc<Device>, cfg: StagingConfig, t: Transfer<'_>) -> 
     if len == 0 {
         return Ok(());
     }
+    // A fill (a file read) runs on its own lanes.
+    let cfg = match host {
+        HostSide::Fill(_) => cfg.for_fill(),
+        HostSide::Memory(_) => cfg,
+    };
     let stage = stage_of(device, dir);
     let mut stages = stage.lock().unwrap_or_else(PoisonError::into_inner);
     if len < cfg.short_below {
