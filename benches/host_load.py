@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
+from npy_load import timed  # benches/ is the script's folder
 
 import memarray
-
-
-def median_ms(f, rounds: int) -> float:
-    s = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        r = f()
-        s.append(time.perf_counter() - t)
-        del r
-    return statistics.median(s) * 1e3
 
 
 def main() -> int:
@@ -46,7 +35,7 @@ def main() -> int:
         "np.zeros": lambda: np.zeros(n, np.uint8),
         "memarray.zeros": lambda: memarray.zeros((n,), dtype="uint8", host_memory="pageable"),
     }
-    got = {k: median_ms(f, args.rounds) for k, f in rows.items()}
+    got = {k: timed(f, args.rounds) * 1e3 for k, f in rows.items()}
     print(f"{args.mib} MiB on the host, medians of {args.rounds}")
     for k, ms in got.items():
         print(f"  {k:<16} {ms:9.2f} ms")

@@ -2,8 +2,9 @@
 `.npy` file and as a safetensors file (32 tensors of 64 MiB), both in the page cache, then
 in one process, medians of ``--rounds``:
 
-- the fill alone: each file read into page-locked host arrays (the staging threads'
-  positional reads, no device);
+- the host side alone: each file read into new host arrays, page-locked and pageable (the
+  staging threads' positional reads, no device; the time includes making the arrays:
+  pinning or faulting in their pages);
 - the device arrays alone: allocating and freeing the 32 arrays;
 - each load onto the device, alone and (safetensors) with torch's loader between rounds,
   as benches/safetensors_load.py runs it;
@@ -24,17 +25,9 @@ import tempfile
 import time
 
 import numpy as np
+from npy_load import timed  # benches/ is the script's folder
 
 import memarray
-
-
-def timed(f, rounds):
-    s = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        f()
-        s.append(time.perf_counter() - t)
-    return statistics.median(s)
 
 
 def main() -> int:
@@ -93,12 +86,15 @@ def main() -> int:
         "pinned H2D of the same bytes (torch)",
         lambda: (pinned.to("cuda", non_blocking=True), torch.cuda.synchronize()),
     )
-    row("fill: .npy -> pinned host array", lambda: memarray.load(npy_path, host_memory="pinned"))
+    row(
+        "new pinned host array <- .npy (pinning included)",
+        lambda: memarray.load(npy_path, host_memory="pinned"),
+    )
     row(
         "fill: safetensors -> pinned host arrays",
         lambda: memarray.load_safetensors(st_path, host_memory="pinned"),
     )
-    row("fill: .npy -> pageable host array", lambda: memarray.load(npy_path))
+    row("new pageable host array <- .npy (faults included)", lambda: memarray.load(npy_path))
 
     def alloc():
         a = [memarray.empty((per,), dtype="uint8", device="cuda") for _ in range(n)]
