@@ -258,20 +258,20 @@ impl DeviceSide {
     ) -> Result<(u64, Box<dyn std::any::Any + Send + Sync>)> {
         let src = self.current()?;
         let buf = if copy {
-            let stream = self.pick(None, src.device().id());
-            self.order(stream, src.device().id())?;
-            let resource = self.copy_resource(&src, src.device())?;
-            // SAFETY: written in full by the copy below before anyone reads it.
-            let dst = unsafe { DeviceBuffer::uninit(src.device(), nbytes, resource, stream)? };
-            let op = copy::copy_dtod(&dst, 0, &src, 0, nbytes, stream)?;
-            self.record_read(&op)?;
-            let event = op.into_event()?;
-            match consumer {
-                Consumer::Stream(s) if s != stream => s.wait(&event)?,
-                Consumer::Host => event.synchronize()?,
-                _ => {}
+            let id = src.device().id();
+            let stream = self.pick(None, id);
+            let (_, dst, op) = self.copy_into_new(id, nbytes, stream)?;
+            // No operation: nothing to copy (zero bytes), nothing to wait for.
+            if let Some(op) = op {
+                self.record_read(&op)?;
+                let event = op.into_event()?;
+                match consumer {
+                    Consumer::Stream(s) if s != stream => s.wait(&event)?,
+                    Consumer::Host => event.synchronize()?,
+                    _ => {}
+                }
             }
-            Arc::new(dst)
+            dst
         } else {
             match consumer {
                 Consumer::Stream(s) => self.order(s, src.device().id())?,
