@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
+# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop ray ray-figures spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather, IPC and graph tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -272,7 +272,10 @@ capi() {
 ray_stage() {
   # Ray's cp312 wheel (79 MB) travels in two parts, one per call (carry gpu-run/ray-wheels/
   # ray.part.aa, then ray.part.ab with ray-deps and wheels), joined in /tmp, which survives
-  # between calls on a warm machine.
+  # between calls on a warm machine. `ray_stage figures` (the `ray-figures` stage) skips
+  # the tests, the pack benches and the examples: Ray's figures alone, for a build whose
+  # tests already passed.
+  local only_figures=${1:-}
   mkdir -p /tmp/ray-parts
   cp gpu-run/ray-wheels/ray.part.* /tmp/ray-parts/ 2>/dev/null
   if [ "$(ls /tmp/ray-parts | wc -l)" -lt 2 ]; then
@@ -286,13 +289,16 @@ ray_stage() {
   export PYTHONPATH=$PYTHONPATH:/tmp/ray-site MEMARRAY_REQUIRE_RAY=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
   local peer=0
   [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ] && peer=1
-  echo "== Ray tests"
-  MEMARRAY_REQUIRE_PEER=$peer python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s -p no:cacheprovider >"$OUT/pytest_ray.log" 2>&1 \
-    || fail "pytest ray"
-  grep -E "passed|failed|^FAILED|^E .*(Error|assert)|host arrays of 4 KiB" "$OUT/pytest_ray.log" | tail -n 15
+  if [ "$only_figures" != figures ]; then
+    echo "== Ray tests"
+    MEMARRAY_REQUIRE_PEER=$peer python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s -p no:cacheprovider >"$OUT/pytest_ray.log" 2>&1 \
+      || fail "pytest ray"
+    grep -E "passed|failed|^FAILED|^E .*(Error|assert)|host arrays of 4 KiB" "$OUT/pytest_ray.log" | tail -n 15
+  fi
   echo "== Ray figures"
   timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" >"$OUT/ray_transfer.log" 2>&1
   grep -E "ms .* GB/s|SKIPPED|land on|receiver|NCCL group|Error|per object" "$OUT/ray_transfer.log"
+  [ "$only_figures" = figures ] && return
   echo "== packing many small arrays (the SM copy kernel, the driver's batch, torch.cat)"
   python3 benches/pack.py --json "$OUT/pack.json" || fail "pack bench"
   python3 benches/small_copies.py --json "$OUT/small_copies.json" || fail "small copies bench"
@@ -355,6 +361,7 @@ while [ $# -gt 0 ]; do
         | tee "$OUT/safetensors_load.log" ;;
     interop) interop ;;
     ray) ray_stage ;;
+    ray-figures) ray_stage figures ;;
     ucx) ucx_stage ;;
     dask)
       # Dask figures against CuPy, the pipeline and halo examples.
@@ -428,7 +435,7 @@ while [ $# -gt 0 ]; do
           || fail "cupy tests differ through memarray: $f"
       done ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|multi-rust|multi-py|sanitize|bench|npy|interop|ray|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args] | py-files FILE..."; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|multi-rust|multi-py|sanitize|bench|npy|interop|ray|ray-figures|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args] | py-files FILE..."; exit 2 ;;
   esac
   shift
 done
