@@ -74,8 +74,7 @@ def main() -> int:
         rows[name] = s
         print(f"  {name:<58} {s * 1e3:8.1f} ms  {gb / s:6.2f} GB/s", flush=True)
 
-    def sync_all():
-        memarray.cuda.synchronize()
+    sync = memarray.cuda.synchronize
 
     print(
         f"{n} tensors of 64 MiB, {total / (1 << 30):.2f} GiB, files in the page cache, "
@@ -98,26 +97,23 @@ def main() -> int:
 
     def alloc():
         a = [memarray.empty((per,), dtype="uint8", device="cuda") for _ in range(n)]
-        sync_all()
+        sync()
         del a
 
     row("device arrays alone (allocate and free)", alloc)
-    row(".npy -> device", lambda: (memarray.load(npy_path, device="cuda"), sync_all()))
+    row(".npy -> device", lambda: (memarray.load(npy_path, device="cuda"), sync()))
     row(
         "safetensors -> device",
-        lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()),
+        lambda: (memarray.load_safetensors(st_path, device="cuda"), sync()),
     )
-
-    def interleaved():
-        memarray.load_safetensors(st_path, device="cuda")
-        sync_all()
 
     s = []
     for _ in range(args.rounds):
         load_file(st_path, device="cuda")
         torch.cuda.synchronize()
         t = time.perf_counter()
-        interleaved()
+        memarray.load_safetensors(st_path, device="cuda")
+        sync()
         s.append(time.perf_counter() - t)
     key = "safetensors -> device, torch's loader between rounds"
     rows[key] = statistics.median(s)
@@ -130,7 +126,7 @@ def main() -> int:
             memarray.cuda.set_staging_config("to_device", fill_threads=threads, chunk_bytes=chunk)
             row(
                 f"safetensors -> device, {threads} lanes, {chunk >> 20} MiB slots",
-                lambda: (memarray.load_safetensors(st_path, device="cuda"), sync_all()),
+                lambda: (memarray.load_safetensors(st_path, device="cuda"), sync()),
             )
     memarray.cuda.set_staging_config(
         "to_device", fill_threads=base["fill_threads"], chunk_bytes=base["chunk_bytes"]

@@ -60,13 +60,13 @@ def main() -> int:
             return block(empty)
 
     def empty_spilling(on: bool) -> float:
-        if not on:
-            return block(empty)
-        spill.enable(0)
+        if on:
+            spill.enable(0)
         try:
             return block(empty)
         finally:
-            spill.disable(0)
+            if on:
+                spill.disable(0)
 
     # Each case: (the baseline's block, the candidate's block, the target ratio).
     cases = {
@@ -127,9 +127,7 @@ def main() -> int:
     for name, (_, _, limit) in cases.items():
         b = statistics.median(p[0] for p in pairs[name])
         c = statistics.median(p[1] for p in pairs[name])
-        ratios = sorted(p[1] / p[0] for p in pairs[name])
-        lo, hi = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-        mid = statistics.median(ratios)
+        lo, mid, hi = statistics.quantiles([y / x for x, y in pairs[name]], n=4)
         print(
             f"  {name}: {b:.3f} -> {c:.3f} us; ratio of medians {c / b:.3f}x, "
             f"median of the rounds' ratios {mid:.3f}x (quartiles {lo:.3f}-{hi:.3f})"
