@@ -158,6 +158,18 @@ impl MemoryResource for HostResource {
     }
 }
 
+/// The system's page size (read once; 4096 where it cannot be read).
+pub(crate) fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096)
+    })
+}
+
 /// Blocks mapped from the kernel: anonymous private mappings, 2 MiB-aligned (a larger
 /// mapping, its ends unmapped), huge pages advised.
 #[cfg(target_os = "linux")]
@@ -169,12 +181,7 @@ mod mapped {
 
     /// `bytes` rounded up to whole pages.
     fn span(bytes: usize) -> usize {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-            .ok()
-            .filter(|p| p.is_power_of_two())
-            .unwrap_or(4096);
-        bytes.div_ceil(page) * page
+        bytes.next_multiple_of(super::page_size())
     }
 
     /// A zeroed block of `bytes` (at least one page), 2 MiB-aligned.
@@ -240,8 +247,7 @@ mod tests {
     fn resident() -> usize {
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
         let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-        // SAFETY: sysconf has no preconditions.
-        pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize
+        pages * page_size()
     }
 
     #[cfg(target_os = "linux")]

@@ -78,8 +78,7 @@ impl HostRange {
     /// [`CoreError::Alloc`] when the address space cannot be reserved or `granularity` is
     /// not a multiple of the page size.
     pub fn reserve(capacity: usize, granularity: usize) -> Result<Self> {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let page = super::host::page_size();
         let refuse = |reason: String| CoreError::Alloc {
             bytes: capacity,
             align: granularity,

@@ -172,22 +172,26 @@ fn from_env() -> Configs {
         StagingConfig::default_for(Direction::ToHost),
     ];
     for c in &mut both {
-        for (var, field) in [
-            ("MEMARRAY_STAGING_THREADS", &mut c.threads),
-            ("MEMARRAY_STAGING_CHUNK", &mut c.chunk_bytes),
+        for (var, fields) in [
+            (
+                "MEMARRAY_STAGING_THREADS",
+                [&mut c.threads, &mut c.fill_threads].as_mut_slice(),
+            ),
+            (
+                "MEMARRAY_STAGING_CHUNK",
+                [&mut c.chunk_bytes].as_mut_slice(),
+            ),
         ] {
             if let Some(value) = crate::env::var(var)? {
-                *field = value.trim().parse().map_err(|_| {
+                let n = value.trim().parse().map_err(|_| {
                     CudaError::from(SettingError::Env {
                         var,
                         value: value.clone(),
                         expected: "a positive integer",
                     })
                 })?;
+                fields.iter_mut().for_each(|f| **f = n);
             }
-        }
-        if crate::env::var("MEMARRAY_STAGING_THREADS")?.is_some() {
-            c.fill_threads = c.threads;
         }
         *c = c.check()?;
     }
