@@ -17,12 +17,14 @@ per-phase timings (means from ``memarray.ray.statistics``, medians from
   (MemArray, NumPy) and through the ``"memarray"`` transport (its object-store way);
 - device, one GPU (two actors with half a GPU each): the ``"memarray"`` transport (CUDA
   IPC), a MemArray as a Ray object, torch through Ray's ``cuda_ipc`` transport and as a Ray
-  object; ``--small`` device arrays of 4 KiB in one object by both transports;
+  object; ``--small`` device arrays of 4 KiB in one object by both transports, and
+  ``--small`` views of one allocation (a Bundle's items) as a list, as one Bundle of them
+  (``copy=False``) and beside them the one array of their bytes;
 - device, two GPUs (one actor on each), one ``--mib`` array and ``--small`` arrays of 4 KiB:
   the ``"memarray"`` transport against ``"memarray_nccl"`` with actors that see every GPU
   and pick theirs, then, actors seeing one GPU each (Ray's default), both of memarray's
   transports against torch through Ray's ``nccl`` transport and the list through the object
-  store, each group alternating round by round;
+  store, with the views rows by ``"memarray_nccl"``, each group alternating round by round;
 - ``alone``: one ``--mib`` array by torch's ``nccl`` and by ``"memarray_nccl"``, each in a
   pair of actors of its own (only its own communicator), pair after pair, twice.
 
@@ -68,6 +70,17 @@ class Sender:
 
     def make(self, kind: str, nbytes: int, count: int, device: bool) -> int:
         n = nbytes // 8
+        where = "cuda" if device else "cpu"
+        if kind == "whole":  # the one array `count` views would be views of
+            self.held[kind] = memarray.asarray(np.zeros(n * count), device=where)
+            return 1
+        if kind in ("views", "views bundle"):  # `count` views of one allocation
+            parts = [
+                memarray.asarray(np.full(n, i, np.float64), device=where) for i in range(count)
+            ]
+            views = list(mray.Bundle(parts))
+            self.held[kind] = views if kind == "views" else mray.Bundle(views, copy=False)
+            return count
         if kind in ("memarray", "bundle"):
             where = "cuda" if device else "cpu"
             arrays = [
@@ -287,6 +300,19 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
                     "nccl": "torch, Ray's nccl transport",
                 }[t]
                 cases[f"2 GPUs {label}, {what}: {name}"] = (s, r, kind, t)
+            if count > 1 and "memarray_nccl" in transports:
+                for kind, text in (
+                    ("views", f"a list of {count} views of one allocation"),
+                    ("views bundle", "one Bundle of those views (copy=False)"),
+                    ("whole", f"the one array of {count * nbytes >> 10} KiB they view"),
+                ):
+                    ray.get(s.make.remote(kind, nbytes, count, True))
+                    cases[f"2 GPUs {label}, {what}: {text} by memarray_nccl"] = (
+                        s,
+                        r,
+                        kind,
+                        "memarray_nccl",
+                    )
             if count > 1:
                 cases[f"2 GPUs {label}, {what}: the list as a Ray object (object store)"] = (
                     s,
@@ -383,7 +409,9 @@ def main() -> None:
     s, r = Sender.remote(), Receiver.remote()
     for count, nbytes in ((1, big), (args.small, small)) if "host" in parts else ():
         label = f"{args.mib} MiB" if count == 1 else f"{count} x 4 KiB"
-        kinds = ("memarray", "numpy", "bundle") if count > 1 else ("memarray", "numpy")
+        kinds = ("memarray", "numpy")
+        if count > 1:
+            kinds += ("bundle", "views", "views bundle")
         ray.get([s.make.remote(k, nbytes, count, False) for k in kinds])
         total = count * nbytes
         cases = {
@@ -392,6 +420,18 @@ def main() -> None:
             f"host {label}: NumPy object": (s, r, "numpy", None),
         }
         if count > 1:
+            cases[f"host {label}: {count} views of one allocation, as an object"] = (
+                s,
+                r,
+                "views",
+                None,
+            )
+            cases[f"host {label}: one Bundle of those views (copy=False), as an object"] = (
+                s,
+                r,
+                "views bundle",
+                None,
+            )
             cases[f"host {label}: one Bundle by the memarray transport"] = (
                 s,
                 r,
@@ -425,6 +465,15 @@ def main() -> None:
                     "bundle",
                     "memarray",
                 )
+                for kind in ("views", "views bundle", "whole"):
+                    ray.get(s.make.remote(kind, nbytes, count, True))
+                views_rows = {
+                    "views": f"a list of {count} views of one allocation",
+                    "views bundle": "one Bundle of those views (copy=False)",
+                    "whole": f"the one array of {total >> 10} KiB they view",
+                }
+                for kind, text in views_rows.items():
+                    cases[f"1 GPU {label}: {text} by IPC"] = (s, r, kind, "memarray")
             if torch is not None:
                 ray.get(s.make.remote("torch", nbytes, count, True))
                 cases[f"1 GPU {label}: torch, Ray's cuda_ipc transport"] = (

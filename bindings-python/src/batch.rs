@@ -245,6 +245,41 @@ pub fn _pack<'py>(
     Ok((pack.into(), out))
 }
 
+/// `_pack`'s result with no copy, where `arrays` are slices of one allocation (the arrays
+/// `_unpack` makes, in any order or subset): a uint8 slice of that allocation spanning
+/// them, and their entries in it; None (nothing done) otherwise, or when the span would be
+/// more than twice the pack `_pack` would make. The result shares their memory.
+#[pyfunction]
+pub fn _share<'py>(
+    py: Python<'py>,
+    arrays: &Bound<'py, PyAny>,
+) -> PyResult<Option<(PyMemArray, Bound<'py, PyList>)>> {
+    let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
+    for a in arrays.try_iter()? {
+        refs.push(PyMemArray::arg(&a?, "_share")?.clone());
+    }
+    let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
+    let Some(at) = parts.first().map(|p| p.peek(py, |raw| raw.location())) else {
+        return Ok(None);
+    };
+    let shared = py
+        .detach_section(|| {
+            let locked = Locked::new(&parts);
+            // Every part was locked above; `get` finds each.
+            let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
+            RawArray::share(&raws, at)
+        })
+        .py()?;
+    let Some((pack, entries)) = shared else {
+        return Ok(None);
+    };
+    let out = PyList::empty(py);
+    for e in entries {
+        out.append((e.dtype.name(), e.shape, e.offset))?;
+    }
+    Ok(Some((pack.into(), out)))
+}
+
 /// The arrays `_pack` packed: one per `(dtype, shape, offset)` entry, each a slice of
 /// `pack`'s memory (no copy; device or host), after `pack`'s pending work. They share its memory:
 /// drop the pack, or leave it unwritten, while they are used.

@@ -30,12 +30,18 @@ class Bundle(Sequence[MemArray]):
     writes the bundle). Return one from an actor method with ``tensor_transport=
     "memarray"`` or ``"memarray_nccl"``, or pass it as a Ray object: Ray sees one array.
 
+    ``Bundle(arrays, copy=False)`` copies nothing: the arrays must be views of one
+    allocation (another Bundle's items, or arrays a transport unpacked, in any order or
+    subset, spanning at most twice what a copy would take), and the bundle shares their
+    memory; ValueError otherwise. 1,000 views of one array bundle for the cost of the
+    array.
+
     Raises TypeError for anything but MemArrays, ValueError for arrays on different
     devices, and what a locked array raises."""
 
     __slots__ = ("_arrays", "_entries", "_pack")
 
-    def __init__(self, arrays: Iterable[MemArray]) -> None:
+    def __init__(self, arrays: Iterable[MemArray], *, copy: bool = True) -> None:
         arrays = list(arrays)
         for i, a in enumerate(arrays):
             if not isinstance(a, MemArray):
@@ -46,7 +52,16 @@ class Bundle(Sequence[MemArray]):
                 f"a Bundle's arrays must share one device; these are on {sorted(where)}"
             )
         self._arrays: list[MemArray] | None = None
-        if arrays:
+        if arrays and not copy:
+            shared = _memarray._share(arrays)
+            if shared is None:
+                raise ValueError(
+                    "Bundle(arrays, copy=False) needs views of one allocation (another "
+                    "Bundle's items), spanning at most twice their packed size; "
+                    "Bundle(arrays) copies them"
+                )
+            self._pack, self._entries = shared
+        elif arrays:
             self._pack, self._entries = _memarray._pack(arrays)
         else:
             self._pack, self._entries = _memarray.empty((0,), "uint8"), []

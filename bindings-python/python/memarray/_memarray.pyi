@@ -49,6 +49,7 @@ __all__ = [
     "_numpy_to_device",
     "_pack",
     "_pack_layout",
+    "_share",
     "_unpack",
     "_resources",
     "_spill_allow",
@@ -307,6 +308,9 @@ def _pack_layout(sizes: list[int]) -> tuple[list[int], int]: ...
 def _pack(
     arrays: Iterable[MemArray], max_each: int | None = None
 ) -> tuple[MemArray, list[tuple[str, list[int], int]]]: ...
+def _share(
+    arrays: Iterable[MemArray],
+) -> tuple[MemArray, list[tuple[str, list[int], int]]] | None: ...
 def _unpack(
     pack: MemArray, entries: Iterable[tuple[object, Sequence[int], int]]
 ) -> list[MemArray]: ...

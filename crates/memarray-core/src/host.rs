@@ -30,6 +30,9 @@ pub struct HostBuffer {
     len: usize,
     align: usize,
     resource: Arc<dyn MemoryResource>,
+    /// For a slice ([`HostBuffer::slice_of`]): the buffer that owns the allocation (never
+    /// itself a slice), which the slice keeps alive.
+    root: Option<Arc<HostBuffer>>,
 }
 
 // SAFETY: HostBuffer owns its allocation exclusively; resources are Send + Sync.
@@ -60,6 +63,7 @@ impl HostBuffer {
             len,
             align: HOST_ALIGN,
             resource,
+            root: None,
         })
     }
 
@@ -75,6 +79,7 @@ impl HostBuffer {
             len,
             align: HOST_ALIGN,
             resource,
+            root: None,
         })
     }
 
@@ -95,7 +100,49 @@ impl HostBuffer {
             len,
             align: 1,
             resource: Arc::new(ForeignMemory::new(ptr, kind, owner, shared_host())),
+            root: None,
         }
+    }
+
+    /// `len` bytes at `offset` of `block`, sharing its memory (the slice keeps it alive).
+    /// A slice of a slice is a slice of the same allocation ([`HostBuffer::root`]).
+    ///
+    /// # Errors
+    /// [`CoreError::CopyOutOfRange`] when the range does not lie inside `block`.
+    pub fn slice_of(block: &Arc<HostBuffer>, offset: usize, len: usize) -> Result<Self> {
+        if offset.checked_add(len).is_none_or(|end| end > block.len) {
+            return Err(CoreError::CopyOutOfRange {
+                offset,
+                len,
+                capacity: block.len,
+            });
+        }
+        let root = match &block.root {
+            Some(r) => r.clone(),
+            None => block.clone(),
+        };
+        // In bounds (checked above) of a live buffer: never null.
+        let ptr = NonNull::new(block.ptr.as_ptr().wrapping_add(offset))
+            .expect("an address inside a live buffer");
+        Ok(Self {
+            ptr,
+            len,
+            align: 1,
+            resource: Arc::new(ForeignMemory::new(
+                ptr,
+                block.kind(),
+                Box::new(root.clone()),
+                shared_host(),
+            )),
+            root: Some(root),
+        })
+    }
+
+    /// For a slice: the buffer owning its allocation and the slice's offset in it.
+    pub fn root(&self) -> Option<(&Arc<HostBuffer>, usize)> {
+        self.root
+            .as_ref()
+            .map(|r| (r, self.ptr.as_ptr() as usize - r.ptr.as_ptr() as usize))
     }
 
     /// A buffer holding a copy of `bytes`.

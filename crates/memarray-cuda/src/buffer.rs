@@ -39,6 +39,9 @@ pub struct DeviceBuffer {
     uses: std::sync::Mutex<Vec<crate::event::Event>>,
     /// The IPC handle and interprocess event, made on the first export to another process.
     pub(crate) ipc: std::sync::OnceLock<Box<IpcExport>>,
+    /// For a slice ([`DeviceBuffer::slice_of`]): the buffer owning the allocation (never
+    /// itself a slice), which the slice keeps alive.
+    root: Option<Arc<DeviceBuffer>>,
 }
 
 /// A buffer's export to other processes, made once by `ipc` and cached with the buffer:
@@ -156,19 +159,26 @@ impl DeviceBuffer {
             resource: block.resource.name().to_string(),
             reason: "a slice at address 0".into(),
         })?;
+        let root = match &block.root {
+            Some(r) => r.clone(),
+            None => block.clone(),
+        };
         let resource = Arc::new(ForeignMemory::new(
             ptr,
             MemoryKind::Device,
             Box::new(block.clone()),
             block.resource.clone(),
         ));
-        Ok(Self::from_parts(
-            &block.device,
-            ptr,
-            len,
-            resource,
-            block.free_stream,
-        ))
+        let mut out = Self::from_parts(&block.device, ptr, len, resource, block.free_stream);
+        out.root = Some(root);
+        Ok(out)
+    }
+
+    /// For a slice: the buffer owning its allocation and the slice's offset in it.
+    pub(crate) fn root(&self) -> Option<(&Arc<DeviceBuffer>, usize)> {
+        self.root
+            .as_ref()
+            .map(|r| (r, self.ptr.as_ptr() as usize - r.ptr.as_ptr() as usize))
     }
 
     fn check_resource(device: &Device, resource: &dyn MemoryResource) -> Result<()> {
@@ -198,6 +208,7 @@ impl DeviceBuffer {
             counted: None,
             uses: std::sync::Mutex::new(Vec::new()),
             ipc: std::sync::OnceLock::new(),
+            root: None,
         }
     }
 

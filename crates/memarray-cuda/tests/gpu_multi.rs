@@ -411,3 +411,48 @@ fn gpu_a_copy_to_another_device_follows_the_sources_pending_work() {
         .collect();
     assert_eq!(i32s(&out), want);
 }
+
+/// Views of one device pack, in reverse order, pack again with no copy: the shared pack is
+/// a span of the first pack's memory (its address), its entries give back every part
+/// byte for byte, and arrays that are not views of one allocation are not shared.
+#[test]
+fn gpu_views_of_one_pack_share_it_without_a_copy() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let mut parts: Vec<RawArray> = Vec::new();
+    let mut expected: Vec<Vec<u8>> = Vec::new();
+    for i in 0..100usize {
+        let bytes: Vec<u8> = (0..4096).map(|k| (i * 13 + k) as u8).collect();
+        let mut a = RawArray::from_bytes(DType::U8, &[4096], &bytes, 0).unwrap();
+        a.move_memory(Location::Device(0), None, false, None)
+            .unwrap();
+        parts.push(a);
+        expected.push(bytes);
+    }
+    let refs: Vec<&RawArray> = parts.iter().collect();
+    assert!(
+        RawArray::share(&refs, Location::Device(0))
+            .unwrap()
+            .is_none(),
+        "separate arrays are not views of one allocation"
+    );
+    let (pack, entries) = RawArray::pack(&refs, Location::Device(0)).unwrap();
+    let views = pack.unpack(&entries, None).unwrap();
+    let rev: Vec<&RawArray> = views.iter().rev().collect();
+    let (shared, e2) = RawArray::share(&rev, Location::Device(0))
+        .unwrap()
+        .expect("views of one pack share it");
+    assert_eq!(shared.nbytes(), pack.nbytes());
+    assert_eq!(
+        pack.device_ptr(None).unwrap(),
+        shared.device_ptr(None).unwrap(),
+        "the same memory, not a copy"
+    );
+    let back = shared.unpack(&e2, None).unwrap();
+    for (k, a) in back.iter().enumerate() {
+        let mut got = vec![0u8; a.nbytes()];
+        a.read_all(&mut got, None).unwrap();
+        assert_eq!(got, expected[99 - k], "view {k}");
+    }
+}

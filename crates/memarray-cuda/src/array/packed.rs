@@ -16,6 +16,10 @@ use crate::error::{CudaError, Result};
 use crate::event::Event;
 use crate::stream::Stream;
 
+/// Where a shared pack ([`RawArray::share`]) starts, relative to its allocation: a pack's
+/// own alignment ([`pack_layout`](crate::copy::pack_layout)'s).
+const SHARE_ALIGN: usize = 256;
+
 /// One array of a pack: its dtype, shape and byte offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Packed {
@@ -126,6 +130,89 @@ impl RawArray {
         Ok(out)
     }
 
+    /// The pack of `parts` with no copy, where they are slices of one allocation at `at`
+    /// (the arrays [`RawArray::unpack`] makes, in any order or any subset): a 1-d `u8`
+    /// slice of that allocation spanning them, with each part's [`Packed`] entry in it.
+    /// `None` (nothing done) when they are not, when one is empty, or when the span would
+    /// be more than twice the pack [`RawArray::pack`] would make (a few arrays of a large
+    /// pack: a copy is cheaper to carry). Waits for each part's pending work; the pack shares their memory: writing
+    /// one writes the other.
+    pub fn share(parts: &[&RawArray], at: Location) -> Result<Option<(RawArray, Vec<Packed>)>> {
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        // Each part's allocation (its address, as a key) and offset in it; the first part
+        // that is not a slice here ends the search.
+        let mut places = Vec::with_capacity(parts.len());
+        for p in parts {
+            p.check(None)?;
+            if p.location != at || p.spilled || p.nbytes == 0 {
+                return Ok(None);
+            }
+            let place = match at {
+                Location::Device(_) => p
+                    .dev
+                    .current()?
+                    .root()
+                    .map(|(root, off)| (std::sync::Arc::as_ptr(root) as usize, off)),
+                Location::Host => p
+                    .host_buf()?
+                    .root()
+                    .map(|(root, off)| (std::sync::Arc::as_ptr(root) as usize, off)),
+            };
+            match place {
+                Some(pl) if places.first().is_none_or(|&(r, _)| r == pl.0) => places.push(pl),
+                _ => return Ok(None),
+            }
+        }
+        // The span starts SHARE_ALIGN-aligned in the allocation, so each part keeps its
+        // alignment at its offset in the pack.
+        let lo = places.iter().map(|&(_, off)| off).min().unwrap_or(0) / SHARE_ALIGN * SHARE_ALIGN;
+        let hi = parts
+            .iter()
+            .zip(&places)
+            .map(|(p, &(_, off))| off + p.nbytes)
+            .max()
+            .unwrap_or(lo);
+        let sizes: Vec<usize> = parts.iter().map(|p| p.nbytes).collect();
+        if hi - lo > 2 * copy::pack_layout(&sizes).1 {
+            return Ok(None);
+        }
+        for p in parts {
+            p.dev.wait_host()?;
+        }
+        let len = hi - lo;
+        let pack = match at {
+            Location::Device(device) => {
+                let buf = parts[0].dev.current()?;
+                let Some((root, _)) = buf.root() else {
+                    return Ok(None);
+                };
+                let span = DeviceBuffer::slice_of(root, lo, len)?;
+                let side = DeviceSide::holding(std::sync::Arc::new(span));
+                RawArray::on_device_only(DType::U8, &[len], len, device, side)
+            }
+            Location::Host => {
+                let buf = parts[0].host_buf()?;
+                let Some((root, _)) = buf.root() else {
+                    return Ok(None);
+                };
+                let span = HostBuffer::slice_of(root, lo, len)?;
+                RawArray::from_host_buffer(DType::U8, &[len], span, 0)?
+            }
+        };
+        let entries = parts
+            .iter()
+            .zip(&places)
+            .map(|(p, &(_, off))| Packed {
+                dtype: p.dtype,
+                shape: p.shape.clone(),
+                offset: off - lo,
+            })
+            .collect();
+        Ok(Some((pack, entries)))
+    }
+
     /// Arrays that are slices of this array's memory (a pack on a device or the host), one
     /// per entry (dtype, shape, byte offset; as [`RawArray::pack`] returns them), with no
     /// copy. Waits for this array's pending work first. The slices share its memory, which
@@ -167,20 +254,7 @@ impl RawArray {
                         ))
                     }
                     Block::Host(block) => {
-                        // A live buffer's address plus an offset inside it (entry_bytes
-                        // checked) is never null.
-                        let ptr = std::ptr::NonNull::new(block.as_mut_ptr().wrapping_add(e.offset))
-                            .ok_or(CudaError::Array(crate::error::ArrayError::NoHostCopy))?;
-                        // SAFETY: the range lies inside the pack's live host buffer, which
-                        // the slice's owner (a handle on that buffer) keeps alive.
-                        let host = unsafe {
-                            HostBuffer::from_foreign(
-                                ptr,
-                                nbytes,
-                                block.kind(),
-                                Box::new(block.clone()),
-                            )
-                        };
+                        let host = HostBuffer::slice_of(block, e.offset, nbytes)?;
                         RawArray::from_host_buffer(e.dtype, &e.shape, host, 0)
                     }
                 }
@@ -222,6 +296,58 @@ fn entry_bytes(i: usize, e: &Packed, pack_len: usize) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slices_of_one_pack_share_it_again_without_a_copy() {
+        let parts: Vec<RawArray> = (0..6u8)
+            .map(|i| RawArray::from_bytes(DType::U8, &[3], &[i, i + 1, i + 2], 0).unwrap())
+            .collect();
+        let refs: Vec<&RawArray> = parts.iter().collect();
+        let (pack, entries) = RawArray::pack(&refs, Location::Host).unwrap();
+        let views = pack.unpack(&entries, None).unwrap();
+        // Every view, in reverse order: one span, the pack's own memory.
+        let rev: Vec<&RawArray> = views.iter().rev().collect();
+        let (shared, e2) = RawArray::share(&rev, Location::Host).unwrap().unwrap();
+        let base = pack.host_bytes(None).unwrap().as_ptr();
+        assert_eq!(shared.host_bytes(None).unwrap().as_ptr(), base);
+        let again = shared.unpack(&e2, None).unwrap();
+        for (a, v) in again.iter().zip(&rev) {
+            assert_eq!(a.host_bytes(None).unwrap(), v.host_bytes(None).unwrap());
+            assert_eq!(
+                a.host_bytes(None).unwrap().as_ptr(),
+                v.host_bytes(None).unwrap().as_ptr(),
+                "the same memory, not a copy"
+            );
+        }
+        // Two neighbours: a span of just them (aligned down), still shared.
+        let (two, e3) = RawArray::share(&[&views[2], &views[3]], Location::Host)
+            .unwrap()
+            .unwrap();
+        assert!(two.nbytes <= 2 * 256 + 3, "{}", two.nbytes);
+        let got = two.unpack(&e3, None).unwrap();
+        assert_eq!(got[1].host_bytes(None).unwrap(), &[3, 4, 5]);
+        // Far apart (first and last of six): the span is more than twice their bytes.
+        assert!(
+            RawArray::share(&[&views[0], &views[5]], Location::Host)
+                .unwrap()
+                .is_none()
+        );
+        // Not slices, or slices of two packs: nothing shared.
+        assert!(RawArray::share(&refs, Location::Host).unwrap().is_none());
+        let (other, oe) = RawArray::pack(&refs, Location::Host).unwrap();
+        let others = other.unpack(&oe, None).unwrap();
+        assert!(
+            RawArray::share(&[&views[0], &others[1]], Location::Host)
+                .unwrap()
+                .is_none()
+        );
+        // A slice of a slice is a slice of the same allocation.
+        let inner = HostBuffer::slice_of(views[1].host_buf().unwrap(), 1, 2).unwrap();
+        assert_eq!(
+            inner.root().map(|(_, off)| off),
+            Some(entries[1].offset + 1)
+        );
+    }
 
     #[test]
     fn host_packs_hold_every_part_at_the_layout_and_unpack_without_a_copy() {

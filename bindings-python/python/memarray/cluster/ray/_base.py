@@ -107,12 +107,18 @@ class Packs:
     def make(self, key: str, arrays: list[Any]) -> Entries | None:
         """Packs `arrays` under `key` and returns their entries for ``_memarray._unpack``;
         None, with nothing copied, unless they are PACK_FROM or more MemArrays of at most
-        PACK_EACH bytes each, all on one device (one pass in Rust checks them)."""
+        PACK_EACH bytes each, all on one device (one pass in Rust checks them), or views
+        of one allocation (``_memarray._share``: a span of it, not copied)."""
         if len(arrays) < PACK_FROM or not getattr(arrays[0], "on_device", False):
             return None  # host objects go by Ray's store as they are
         start = time.perf_counter()
         try:
-            pack, entries = _memarray._pack(arrays, PACK_EACH)
+            # Views of one allocation (a received list, a Bundle's items) go as a span of
+            # it, with no copy; other arrays are copied into a new pack.
+            shared = (
+                _memarray._share(arrays) if all(isinstance(a, MemArray) for a in arrays) else None
+            )
+            pack, entries = shared or _memarray._pack(arrays, PACK_EACH)
         except (TypeError, ValueError, RuntimeError, MemoryError):
             # Not packable (a part locked, no memory for the pack): the caller takes the
             # arrays one by one and raises its own errors.

@@ -1,0 +1,59 @@
+"""``memarray.Bundle`` without Ray: ``copy=False`` bundles views of one allocation (another
+Bundle's items) with no copy, sharing their memory, and refuses anything else by name.
+Ray's own Bundle tests are in test_ray.py."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import memarray
+
+
+def _parts(n: int, device: str = "cpu") -> list[memarray.MemArray]:
+    return [memarray.asarray(np.full(256, i, np.float32), device=device) for i in range(n)]
+
+
+def _values(b: memarray.Bundle) -> list[float]:
+    return [float(a.to_numpy()[0]) for a in b]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_views_of_one_bundle_bundle_again_without_a_copy(device):
+    b = memarray.Bundle(_parts(64, device))
+    views = list(b)
+    again = memarray.Bundle(views[::-1], copy=False)
+    assert _values(again) == [float(i) for i in range(63, -1, -1)]
+    # The same memory: the new bundle's pack is a span of the first one's.
+    assert again.pack.nbytes == b.pack.nbytes and again.pack.device == b.pack.device
+    if device == "cpu":
+        assert np.asarray(again.pack).ctypes.data == np.asarray(b.pack).ctypes.data
+    first = again[0]
+    first.read_numpy_array(np.full(256, -1.0, np.float32))
+    first.synchronize()  # the views are other arrays: their order is the caller's to keep
+    assert float(b[63].to_numpy()[0]) == -1.0, "writing the shared bundle writes the first"
+    # A subset of neighbours: a span of just them.
+    two = memarray.Bundle(views[10:12], copy=False)
+    assert _values(two) == [10.0, 11.0]
+    assert two.pack.nbytes < b.pack.nbytes // 16
+    # It pickles as any bundle: its span's bytes and its table.
+    back = pickle.loads(pickle.dumps(two))
+    assert _values(back) == [10.0, 11.0]
+
+
+def test_a_copy_is_refused_where_the_arrays_are_not_views_of_one_allocation():
+    parts = _parts(8)
+    with pytest.raises(ValueError, match="views of one allocation"):
+        memarray.Bundle(parts, copy=False)
+    a, b = memarray.Bundle(parts), memarray.Bundle(parts)
+    with pytest.raises(ValueError, match="views of one allocation"):
+        memarray.Bundle([a[0], b[1]], copy=False)
+    # Far apart in a large pack: the span would be more than twice a copy.
+    big = memarray.Bundle(_parts(64))
+    with pytest.raises(ValueError, match="twice"):
+        memarray.Bundle([big[0], big[63]], copy=False)
+    # The copying form takes all of these.
+    assert _values(memarray.Bundle([big[0], big[63]])) == [0.0, 63.0]
+    assert len(memarray.Bundle([], copy=False)) == 0
