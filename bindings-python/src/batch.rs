@@ -280,6 +280,96 @@ pub fn _share<'py>(
     Ok(Some((pack.into(), out)))
 }
 
+/// A Bundle's table from a pickle (`entries`: a list of `(dtype, shape, offset)`), checked
+/// against its `pack_len`-byte pack before anything is made from it, in one pass: each
+/// dtype one of memarray's names, each shape at most `MAX_NDIM` non-negative ints, each
+/// offset a non-negative int, each entry's bytes inside the pack. Returns the table as
+/// `(str, list[int], int)` tuples; a ValueError naming the entry otherwise.
+#[pyfunction]
+pub fn _check_table<'py>(
+    py: Python<'py>,
+    pack_len: usize,
+    entries: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    use pyo3::exceptions::PyValueError;
+    use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
+    if !(entries.is_instance_of::<PyList>() || entries.is_instance_of::<PyTuple>()) {
+        return Err(PyValueError::new_err(format!(
+            "a Bundle's table must be a list, not {}",
+            entries.get_type().name()?
+        )));
+    }
+    // A Python int that is not a bool, as a u128 (None: negative, too large, not an int).
+    let natural = |v: &Bound<'py, PyAny>| -> Option<u128> {
+        (v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>())
+            .then(|| v.extract::<u128>().ok())
+            .flatten()
+    };
+    let out = PyList::empty(py);
+    for (i, entry) in entries.try_iter()?.enumerate() {
+        let entry = entry?;
+        let not_three =
+            || PyValueError::new_err(format!("Bundle entry {i} is not (dtype, shape, offset)"));
+        let items: Vec<Bound<'py, PyAny>> = entry
+            .try_iter()
+            .and_then(|it| it.collect::<PyResult<_>>())
+            .map_err(|_| not_three())?;
+        let [dtype, shape, offset] =
+            <[Bound<'py, PyAny>; 3]>::try_from(items).map_err(|_| not_three())?;
+        let shape_obj = shape;
+        let shape: Vec<Bound<'py, PyAny>> = shape_obj
+            .try_iter()
+            .and_then(|it| it.collect::<PyResult<_>>())
+            .map_err(|_| not_three())?;
+        let dt = dtype
+            .cast::<PyString>()
+            .ok()
+            .and_then(|s| s.to_str().ok())
+            .and_then(|name| memarray_core::DType::ALL.iter().find(|d| d.name() == name))
+            .copied();
+        let Some(dt) = dt else {
+            return Err(PyValueError::new_err(format!(
+                "Bundle entry {i}: {} is not a memarray dtype",
+                dtype.repr()?
+            )));
+        };
+        let dims: Option<Vec<u128>> = shape.iter().map(natural).collect();
+        let at = natural(&offset);
+        let (Some(dims), Some(at)) = (dims.filter(|d| d.len() <= memarray_core::MAX_NDIM), at)
+        else {
+            return Err(PyValueError::new_err(format!(
+                "Bundle entry {i}: shape {} and offset {} must be at most {} non-negative ints \
+                 and a non-negative int",
+                PyList::new(py, &shape)?.repr()?,
+                offset.repr()?,
+                memarray_core::MAX_NDIM
+            )));
+        };
+        // A dimension past usize is past any pack, even beside a zero.
+        let nbytes = dims.iter().try_fold(dt.size() as u128, |n, &d| {
+            (d <= usize::MAX as u128).then_some(())?;
+            n.checked_mul(d)
+        });
+        if nbytes
+            .and_then(|n| n.checked_add(at))
+            .is_none_or(|end| end > pack_len as u128)
+        {
+            return Err(PyValueError::new_err(format!(
+                "Bundle entry {i} ({at} + {} bytes) lies outside its {pack_len}-byte pack",
+                nbytes.map_or_else(|| "too many".to_string(), |n| n.to_string())
+            )));
+        }
+        // The entry's own objects, checked above (a shape given as a plain list stays that
+        // list; anything else becomes a new list of the values checked).
+        let shape_list = match shape_obj.cast_exact::<PyList>() {
+            Ok(l) => l.clone(),
+            Err(_) => PyList::new(py, &shape)?,
+        };
+        out.append((dtype, shape_list, offset))?;
+    }
+    Ok(out)
+}
+
 /// The arrays `_pack` packed: one per `(dtype, shape, offset)` entry, each a slice of
 /// `pack`'s memory (no copy; device or host), after `pack`'s pending work. They share its memory:
 /// drop the pack, or leave it unwritten, while they are used.

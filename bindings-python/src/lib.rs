@@ -82,6 +82,7 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batch::_pack, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_pack_layout, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_share, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::_check_table, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_unpack, m)?)?;
     m.add_class::<ipc::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(ipc::from_ipc_handle, m)?)?;

@@ -58,6 +58,7 @@ FORGED = [
     [None],
     "not a list",
     [("float32", [1] * 33, 0)],
+    [("float32", [0, 2**64], 0)],  # zero bytes, but a dimension no array can have
 ]
 
 
@@ -86,6 +87,14 @@ def test_a_bundle_entry_may_end_at_its_packs_end_and_not_a_byte_past(dtype, shap
     assert ok[0]._dtype_name == dtype and list(ok[0].shape) == shape
     with pytest.raises(ValueError, match="outside"):
         Bundle._of(pack, [(dtype, shape, 64 - nbytes + 1)])
+
+
+def test_a_bundle_table_in_tuples_is_read_as_lists():
+    from memarray import Bundle
+
+    b = Bundle._of(memarray.zeros((64,), "uint8"), (("float32", (2, 2), 16), ("int8", [], 0)))
+    assert [(a._dtype_name, list(a.shape)) for a in b] == [("float32", [2, 2]), ("int8", [])]
+    assert b._entries == [("float32", [2, 2], 16), ("int8", [], 0)]
 
 
 def test_a_good_bundle_table_round_trips_through_pickle():

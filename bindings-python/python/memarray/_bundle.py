@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
-import numpy as np
-
 from . import _memarray
 from ._memarray import MemArray
 
@@ -106,49 +104,11 @@ class Bundle(Sequence[MemArray]):
         return f"memarray.Bundle({len(self)} arrays, {self._pack.nbytes} bytes, {self.device})"
 
 
-_ITEMSIZES: dict[str, int] = {"bfloat16": 2}
-
-
-def _itemsize(dtype: str) -> int:
-    """Bytes per element of a memarray dtype (NumPy asked once per dtype: asking it per
-    entry made unpickling a 1,000-array Bundle take 18 ms)."""
-    size = _ITEMSIZES.get(dtype)
-    if size is None:
-        size = _ITEMSIZES[dtype] = np.dtype(dtype).itemsize
-    return size
-
-
 def _checked(pack: Any, entries: Any) -> Entries:
     """A Bundle's table from a pickle, checked before anything is made from it: a 1-d
     uint8 MemArray pack; each entry a dtype memarray knows, a shape of at most MAX_NDIM
     non-negative ints, and a non-negative offset, its bytes inside the pack. ValueError
-    naming the entry otherwise (host and device packs alike)."""
+    naming the entry otherwise (host and device packs alike; one pass in Rust)."""
     if not isinstance(pack, MemArray) or pack._dtype_name != "uint8" or pack.ndim != 1:
         raise ValueError("a Bundle's pack must be a 1-d uint8 MemArray")
-    if not isinstance(entries, list | tuple):
-        raise ValueError(f"a Bundle's table must be a list, not {type(entries).__name__}")
-    out: Entries = []
-    for i, entry in enumerate(entries):
-        try:
-            dtype, shape, offset = entry
-            shape = list(shape)
-        except (TypeError, ValueError):
-            raise ValueError(f"Bundle entry {i} is not (dtype, shape, offset)") from None
-        if not isinstance(dtype, str) or dtype not in _memarray.SUPPORTED_DTYPES:
-            raise ValueError(f"Bundle entry {i}: {dtype!r} is not a memarray dtype")
-        ints = all(isinstance(d, int) and not isinstance(d, bool) for d in [*shape, offset])
-        if not ints or len(shape) > _memarray.MAX_NDIM or min([*shape, offset]) < 0:
-            raise ValueError(
-                f"Bundle entry {i}: shape {shape!r} and offset {offset!r} must be at most "
-                f"{_memarray.MAX_NDIM} non-negative ints and a non-negative int"
-            )
-        nbytes = _itemsize(dtype)
-        for d in shape:
-            nbytes *= d
-        if offset + nbytes > pack.nbytes:
-            raise ValueError(
-                f"Bundle entry {i} ({offset} + {nbytes} bytes) lies outside its "
-                f"{pack.nbytes}-byte pack"
-            )
-        out.append((dtype, shape, offset))
-    return out
+    return _memarray._check_table(pack.nbytes, entries)
