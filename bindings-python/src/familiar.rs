@@ -4,8 +4,11 @@
 //! `TypeError`. Its own `#[pymethods]` block; `__getattr__` runs only after normal lookup
 //! failed, so it costs nothing on any real attribute.
 
+use std::collections::HashSet;
+
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 use crate::array::PyMemArray;
 
@@ -13,6 +16,9 @@ use crate::array::PyMemArray;
 const COMPUTE: &str = "a MemArray stores and moves data and has no arithmetic, comparisons, \
     views or reductions: compute on it zero-copy with torch.from_dlpack(a), cupy.asarray(a) or \
     jax.dlpack.from_dlpack(a) (device data), or np.asarray(a) (host data)";
+
+/// The names MemArray's class has (its methods and properties, and `object`'s).
+static CLASS_NAMES: PyOnceLock<HashSet<String>> = PyOnceLock::new();
 
 /// The hint for a familiar name, if it is one.
 fn hint(name: &str) -> Option<&'static str> {
@@ -53,9 +59,20 @@ impl PyMemArray {
     fn __getattr__(slf: &Bound<'_, Self>, name: &str) -> PyResult<Py<PyAny>> {
         // A property of the class that raised AttributeError (`__cuda_array_interface__`
         // of host data) brought Python here: its own error, which says why, is raised
-        // again.
-        if let Ok(descriptor) = slf.get_type().getattr(name) {
-            return descriptor
+        // again. The class's names are read once: asking the class for a name it lacks
+        // raises and catches an AttributeError, which doubled the cost of every probe
+        // (`hasattr(a, "requires_grad")`).
+        let own = crate::once::once(&CLASS_NAMES, slf.py(), || {
+            slf.get_type()
+                .dir()?
+                .iter()
+                .map(|n| n.extract::<String>())
+                .collect()
+        })?;
+        if own.contains(name) {
+            return slf
+                .get_type()
+                .getattr(name)?
                 .call_method1("__get__", (slf, slf.get_type()))
                 .map(Bound::unbind);
         }

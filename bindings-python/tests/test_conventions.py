@@ -5,6 +5,8 @@ move_memory, __version__."""
 from __future__ import annotations
 
 import operator
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -171,6 +173,30 @@ def test_familiar_verbs_of_other_libraries_name_memarrays_own(verb, hint):
     with pytest.raises(AttributeError) as e:
         a.no_such_attribute  # noqa: B018
     assert "no attribute 'no_such_attribute'" in str(e.value)
+
+
+def test_a_property_raising_attribute_error_keeps_its_reason_after_misses():
+    # A fresh interpreter: the class's names are read on the first miss, which here is a
+    # name the class lacks; the host array's CUDA Array Interface (a property that
+    # raises) must still give its own reason afterwards, and a from_dlpack of a MemArray
+    # (which skips the autograd probe) still shares its memory.
+    code = """
+import numpy as np, memarray
+a = memarray.asarray(np.arange(4, dtype=np.float32))
+assert not hasattr(a, "requires_grad")
+try:
+    a.__cuda_array_interface__
+except AttributeError as e:
+    assert "only while the data is on a CUDA device" in str(e), e
+else:
+    raise SystemExit("no AttributeError")
+b = memarray.from_dlpack(a)
+np.asarray(b)[0] = 7.0
+assert np.asarray(a)[0] == 7.0
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
 def test_arithmetic_points_to_the_libraries_that_compute():

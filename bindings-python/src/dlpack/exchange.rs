@@ -415,9 +415,11 @@ unsafe extern "C" fn allocator(
 
 /// The exchange API skips the producer's `__dlpack__`, and with it torch's refusal of a
 /// tensor that requires grad ("use tensor.detach()"): a writable alias of it would change
-/// a leaf behind autograd. Refused the same way here unless the import copies.
+/// a leaf behind autograd. Refused the same way here unless the import copies. A MemArray
+/// has no autograd and is not asked (a missing attribute is a raised and caught
+/// AttributeError, half the cost of such an import).
 fn refuse_autograd_leaf(obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<()> {
-    if copy == Some(true) {
+    if copy == Some(true) || obj.is_instance_of::<PyMemArray>() {
         return Ok(());
     }
     let grad = obj
