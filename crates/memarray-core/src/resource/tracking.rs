@@ -59,7 +59,8 @@ pub struct Allocation {
     /// Who asked for it: the thread's [`current_source`](super::current_source) (the
     /// glue of torch, CuPy ... sets it), else the adaptor's source.
     pub source: Source,
-    /// Nanoseconds since the adaptor was made.
+    /// Nanoseconds since the adaptor was made: to the kernel's tick (1-4 ms) unless stacks
+    /// or backtraces are on (see [`TrackingAdaptor`]).
     pub time_ns: u64,
     /// The host-language stack (Python's, innermost last) where it was made, when stacks
     /// are on and a provider is installed.
@@ -99,6 +100,9 @@ pub const TRACE_EVENTS: usize = 1 << 16;
 ///
 /// A mutex-guarded map keyed by address with a multiplicative hash; the measured cost over
 /// the bare pool is in docs/memory-manager.md. Stacks and backtraces cost microseconds each.
+/// Times come from the kernel's coarse clock (1-4 ms resolution, about a third of the
+/// time-stamp counter's cost on virtual machines) unless stacks or backtraces are on; then
+/// from the precise one. Allocations keep their order either way.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -128,59 +132,106 @@ pub struct TrackingAdaptor {
     first_event: u64,
 }
 
-/// A cheap timestamp: the CPU's time-stamp counter on x86-64 (a few nanoseconds to read,
-/// where a `clock_gettime` costs 20 ns on bare metal and over 100 ns on some virtual
-/// machines' clock sources), converted to nanoseconds against `Instant` when read out.
-/// Elsewhere `Instant` itself.
+/// A cheap timestamp, in ticks since the adaptor was made, converted to nanoseconds when
+/// read out. Two kinds:
+///
+/// - coarse (stacks and backtraces off, the hot path): the kernel's coarse monotonic
+///   clock, one read of a shared page (5 ns on the 2-core CI machine, where the CPU's
+///   time-stamp counter costs 9.2 ns and 22 ns on the lent H100 hosts' virtual
+///   machines, `benches/tracking_cost.rs`); its resolution is the kernel's tick, 1-4 ms;
+/// - precise (stacks or backtraces on, which cost microseconds anyway): the time-stamp
+///   counter on x86-64, calibrated against `Instant` when read out; `Instant` elsewhere.
 #[derive(Debug)]
 struct Clock {
     start: Instant,
     start_ticks: u64,
+    precise: bool,
 }
 
 impl Clock {
-    fn new() -> Self {
+    fn new(precise: bool) -> Self {
         Self {
             start: Instant::now(),
-            start_ticks: Self::ticks_now(),
+            start_ticks: Self::read(precise),
+            precise,
+        }
+    }
+
+    fn read(precise: bool) -> u64 {
+        if precise {
+            Self::tsc()
+        } else {
+            Self::coarse_ns()
         }
     }
 
     #[cfg(target_arch = "x86_64")]
-    fn ticks_now() -> u64 {
+    fn tsc() -> u64 {
         // SAFETY: RDTSC has no preconditions; every x86-64 CPU has it.
         unsafe { std::arch::x86_64::_rdtsc() }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn ticks_now() -> u64 {
+    fn tsc() -> u64 {
+        Self::instant_ns()
+    }
+
+    /// Nanoseconds of the coarse monotonic clock.
+    #[cfg(target_os = "linux")]
+    fn coarse_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer to a timespec; the clock exists on every Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut ts) };
+        (ts.tv_sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec as u64)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn coarse_ns() -> u64 {
+        Self::instant_ns()
+    }
+
+    #[cfg(any(not(target_arch = "x86_64"), not(target_os = "linux")))]
+    fn instant_ns() -> u64 {
         static EPOCH: OnceLock<Instant> = OnceLock::new();
         u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// About how many ticks make [`MIN_SPAN_NS`] (measured over 20 us, once per process).
-    fn ticks_per_span() -> u64 {
-        static PER_US: OnceLock<u64> = OnceLock::new();
-        *PER_US.get_or_init(|| {
-            let (t0, i0) = (Self::ticks_now(), Instant::now());
+    /// About how many ticks make [`MIN_SPAN_NS`] (for the time-stamp counter measured over
+    /// 20 us, once per process).
+    fn ticks_per_span(&self) -> u64 {
+        if !self.precise {
+            return MIN_SPAN_NS;
+        }
+        static PER_SPAN: OnceLock<u64> = OnceLock::new();
+        *PER_SPAN.get_or_init(|| {
+            let (t0, i0) = (Self::tsc(), Instant::now());
             while i0.elapsed().as_nanos() < 20_000 {
                 std::hint::spin_loop();
             }
             let ns = i0.elapsed().as_nanos().max(1) as u64;
-            (Self::ticks_now().saturating_sub(t0) * MIN_SPAN_NS / ns).max(1)
+            (Self::tsc().saturating_sub(t0) * MIN_SPAN_NS / ns).max(1)
         })
     }
 
     /// Ticks since the adaptor was made.
     fn ticks(&self) -> u64 {
-        Self::ticks_now().saturating_sub(self.start_ticks)
+        Self::read(self.precise).saturating_sub(self.start_ticks)
     }
 
     /// A function from ticks to nanoseconds since the adaptor was made, calibrated now.
     fn to_ns(&self) -> impl Fn(u64) -> u64 {
-        let ns = self.start.elapsed().as_nanos() as f64;
-        let ticks = self.ticks() as f64;
-        let per_tick = if ticks > 0.0 { ns / ticks } else { 1.0 };
+        let per_tick = if self.precise {
+            let ns = self.start.elapsed().as_nanos() as f64;
+            let ticks = self.ticks() as f64;
+            if ticks > 0.0 { ns / ticks } else { 1.0 }
+        } else {
+            1.0
+        };
         move |t| (t as f64 * per_tick) as u64
     }
 }
@@ -217,9 +268,19 @@ struct State {
     span_start: u64,
     /// With stacks on: the last [`TRACE_EVENTS`] allocations and frees.
     trace: VecDeque<TraceEvent>,
+    /// The last event's ticks ([`State::stamp`]).
+    last: u64,
 }
 
 impl State {
+    /// `t`, or one tick past the last event's when the clock has not moved past it (the
+    /// coarse clock's ticks advance once per kernel tick): events keep their order in
+    /// time, so [`TrackingAdaptor::live`] lists allocations oldest first.
+    fn stamp(&mut self, t: u64) -> u64 {
+        self.last = t.max(self.last + 1);
+        self.last
+    }
+
     fn trace(&mut self, e: TraceEvent) {
         if self.trace.len() == TRACE_EVENTS {
             self.trace.pop_front();
@@ -232,9 +293,9 @@ impl State {
 /// and later points then span at least the kept points' mean spacing.
 const TIMELINE_POINTS: usize = 1 << 16;
 
-/// The shortest span of one timeline point: events closer together (a loop of allocations
-/// and frees) update one point in place, holding the live bytes after the latest, instead
-/// of writing a 72-byte point each (at 1 MiB, a Python allocate + free 1.38x the bare pool's
+/// The shortest span of one timeline point (with the coarse clock, at least its tick):
+/// events closer together (a loop of allocations and frees) update one point in place,
+/// holding the live bytes after the latest, instead of writing a 72-byte point each (at 1 MiB, a Python allocate + free 1.38x the bare pool's
 /// with a point per event, 1.08x without points).
 pub const MIN_SPAN_NS: u64 = 10_000;
 
@@ -249,9 +310,9 @@ impl TrackingAdaptor {
             source,
             stacks: false,
             backtraces: false,
-            clock: Clock::new(),
+            clock: Clock::new(false),
             state: Mutex::new(State {
-                spacing: Clock::ticks_per_span(),
+                spacing: MIN_SPAN_NS,
                 ..State::default()
             }),
             first_event: super::events::last_event(),
@@ -261,6 +322,7 @@ impl TrackingAdaptor {
     /// Records the Rust backtrace of every allocation (costly: for finding leaks).
     pub fn with_backtraces(mut self, on: bool) -> Self {
         self.backtraces = on;
+        self.precise_clock();
         self
     }
 
@@ -268,7 +330,18 @@ impl TrackingAdaptor {
     /// [`StackProvider`] (none installed: no stacks).
     pub fn with_stacks(mut self, on: bool) -> Self {
         self.stacks = on;
+        self.precise_clock();
         self
+    }
+
+    /// With stacks or backtraces on, times come from the precise clock (each allocation
+    /// already costs microseconds); else from the coarse one. Called before any event.
+    fn precise_clock(&mut self) {
+        let precise = self.stacks || self.backtraces;
+        if precise != self.clock.precise {
+            self.clock = Clock::new(precise);
+            self.lock().spacing = self.clock.ticks_per_span();
+        }
     }
 
     /// The source of allocations made outside any library's glue.
@@ -410,6 +483,7 @@ impl TrackingAdaptor {
         let stream = stream.map(|s| s.raw());
         let ticks = self.now();
         let mut st = self.lock();
+        let ticks = st.stamp(ticks);
         let slot = &mut st.live_bytes[source.index()];
         *slot = slot.saturating_add(bytes);
         if self.stacks {
@@ -476,6 +550,7 @@ impl MemoryResource for TrackingAdaptor {
         {
             let t = self.now();
             let mut st = self.lock();
+            let t = st.stamp(t);
             let address = ptr.as_ptr() as usize;
             if let Some(a) = st.live.remove(&address) {
                 let slot = &mut st.live_bytes[a.source.index()];
@@ -583,6 +658,47 @@ mod tests {
             t.timeline().iter().map(|(_, b)| b[m]).collect::<Vec<_>>(),
             [100, 0]
         );
+    }
+
+    #[test]
+    fn times_are_coarse_by_default_precise_with_stacks_and_ordered_either_way() {
+        let gap = |t: &TrackingAdaptor, wait: std::time::Duration| {
+            let a = t.allocate(8, 8, None).unwrap();
+            let start = Instant::now();
+            while start.elapsed() < wait {
+                std::hint::spin_loop();
+            }
+            let b = t.allocate(8, 8, None).unwrap();
+            let c = t.allocate(8, 8, None).unwrap();
+            let live = t.live();
+            let order: Vec<usize> = live.iter().map(|x| x.address).collect();
+            assert_eq!(
+                order,
+                [a, b, c].map(|p| p.as_ptr() as usize),
+                "oldest first"
+            );
+            for p in [a, b, c] {
+                // SAFETY: p came from `t` with these arguments and is freed once.
+                unsafe { t.deallocate(p, 8, 8, None) };
+            }
+            (
+                live[1].time_ns - live[0].time_ns,
+                live[2].time_ns - live[1].time_ns,
+            )
+        };
+        let coarse = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY);
+        assert!(!coarse.clock.precise);
+        let (waited, at_once) = gap(&coarse, std::time::Duration::from_millis(30));
+        // The coarse clock moved by about 30 ms (its resolution is at most 10 ms); two
+        // allocations at once are one tick apart at most (a jiffy when one falls between).
+        assert!((20_000_000..200_000_000).contains(&waited), "{waited}");
+        assert!(at_once <= 10_000_000, "{at_once}");
+        let precise =
+            TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY).with_stacks(true);
+        assert!(precise.clock.precise);
+        let (waited, _) = gap(&precise, std::time::Duration::from_micros(200));
+        assert!((150_000..50_000_000).contains(&waited), "{waited}");
+        assert_eq!(precise.lock().spacing, precise.clock.ticks_per_span());
     }
 
     #[test]
