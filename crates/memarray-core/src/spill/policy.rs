@@ -94,12 +94,19 @@ impl Recency {
         self.tail = Some(i);
     }
 
-    fn touch(&mut self, id: u64) {
-        if let Some(&i) = self.index.get(&id) {
-            self.unlink(i);
-            self.push_newest(i);
-            return;
-        }
+    /// Makes `id` the most recently used if it is listed; whether it was (one lookup).
+    fn touch_listed(&mut self, id: u64) -> bool {
+        let Some(&i) = self.index.get(&id) else {
+            return false;
+        };
+        self.unlink(i);
+        self.push_newest(i);
+        true
+    }
+
+    /// Adds `id`, which is not listed, as the most recently used (one insert, no lookup
+    /// before it).
+    fn add(&mut self, id: u64) {
         let node = Node {
             id,
             prev: None,
@@ -179,8 +186,7 @@ impl Shadow {
 
     fn access(&mut self, id: u64, capacity: usize) {
         self.misses *= DECAY;
-        if self.ids.contains(id) {
-            self.ids.touch(id);
+        if self.ids.touch_listed(id) {
             return;
         }
         self.misses += 1.0;
@@ -190,7 +196,7 @@ impl Shadow {
             };
             self.ids.remove(victim);
         }
-        self.ids.touch(id);
+        self.ids.add(id);
     }
 }
 
@@ -243,11 +249,16 @@ impl SpillPolicy {
     }
 
     fn access(&mut self, id: u64) {
-        let capacity = self.resident.len() + usize::from(!self.resident.contains(id));
+        let listed = self.resident.contains(id);
+        let capacity = self.resident.len() + usize::from(!listed);
         for s in &mut self.shadows {
             s.access(id, capacity);
         }
-        self.resident.touch(id);
+        if listed {
+            self.resident.touch_listed(id);
+        } else {
+            self.resident.add(id);
+        }
     }
 
     /// Records a use of resident array `id` (made resident now if it was not).

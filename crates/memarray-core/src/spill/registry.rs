@@ -138,10 +138,15 @@ impl SpillRegistry {
         if let Some(b) = st.resident.remove(&id) {
             st.stats.resident_bytes -= b as u64;
         }
-        if let Some(b) = st.spilled.remove(&id) {
+        // Most programs never spill: two empty maps are not probed.
+        if !st.spilled.is_empty()
+            && let Some(b) = st.spilled.remove(&id)
+        {
             st.stats.current_spilled_bytes -= b as u64;
         }
-        st.ahead.remove(&id);
+        if !st.ahead.is_empty() {
+            st.ahead.remove(&id);
+        }
         st.policy.remove(id);
     }
 
