@@ -75,8 +75,9 @@ class _Nothing(TensorTransportManager):
     def get_communicator_metadata(self, src_actor: Any, dst_actor: Any, backend: Any = None):
         return CommunicatorMetadata()
 
-    def recv_multiple_tensors(self, obj_id, tensor_transport_metadata, communicator_metadata,
-                              target_buffers=None) -> list[Blob]:
+    def recv_multiple_tensors(
+        self, obj_id, tensor_transport_metadata, communicator_metadata, target_buffers=None
+    ) -> list[Blob]:
         return [Blob(v) for v in tensor_transport_metadata.values]
 
     def send_multiple_tensors(self, tensors, tensor_transport_metadata, communicator_metadata):
@@ -143,12 +144,9 @@ def main() -> int:
     args = ap.parse_args()
     # Ray's workers import this file's classes by module name: its folder on their path.
     here = os.path.dirname(os.path.abspath(__file__))
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p
-    )
-    from ray.experimental.rdt.util import register_tensor_transport
-
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     import ray_sides  # this file, as the module the workers import
+    from ray.experimental.rdt.util import register_tensor_transport
 
     register_tensor_transport("NOTHING_ONE_SIDED", ["cpu"], ray_sides.OneSided, ray_sides.Blob)
     register_tensor_transport("NOTHING_TWO_SIDED", ["cpu"], ray_sides.TwoSided, ray_sides.Blob)
@@ -212,8 +210,10 @@ def main() -> int:
     finally:
         ray.shutdown()
     figures = {name: statistics.median(v[5:]) * 1e3 for name, v in times.items()}
-    print(f"Ray {ray.__version__}, {os.cpu_count()} cores; ms per object, medians of "
-          f"{args.rounds - 5} rounds, cases taking turns:")
+    print(
+        f"Ray {ray.__version__}, {os.cpu_count()} cores; ms per object, medians of "
+        f"{args.rounds - 5} rounds, cases taking turns:"
+    )
     for name, ms in figures.items():
         print(f"  {name:48s} {ms:7.3f} ms")
     if args.json:
