@@ -4,12 +4,13 @@ transport (the receiver fetches, as memarray's IPC transport does) against a two
 the sending actor's handle in each object's metadata, or pickled once into bytes there
 instead (what a receiver unpickles only to fetch from the sender), and a plain Ray object.
 
-    python3 benches/ray_sides.py [--rounds 60] [--json out.json]
+    python3 benches/ray_sides.py [--rounds 60] [--count 1] [--json out.json]
 
 Both transports do nothing: the object is a tiny host value that rides in the transport's
 metadata, so what is timed is Ray's orchestration of each kind, between the same two actors,
 from the producing method's return to the consumer holding the value, the cases
-taking turns round by round (medians after the first five rounds). Needs no GPU. It tells
+taking turns round by round (medians after the first five rounds). With ``--count N``
+each object is a list of N values: Ray's cost per value in an object. Needs no GPU. It tells
 how much of a transport's end-to-end time is Ray's and depends on the transport's kind.
 """
 
@@ -140,6 +141,7 @@ class OneSidedHandlePickled(OneSided):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--count", type=int, default=1, help="values in each object (a list)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     # Ray's workers import this file's classes by module name: its folder on their path.
@@ -159,8 +161,8 @@ def main() -> int:
 
     @ray.remote(enable_tensor_transport=True)
     class Sender:
-        def __init__(self) -> None:
-            self.b = ray_sides.Blob(7)
+        def __init__(self, count: int) -> None:
+            self.b = ray_sides.Blob(7) if count == 1 else [ray_sides.Blob(7) for _ in range(count)]
 
         @ray.method(tensor_transport="NOTHING_ONE_SIDED")
         def one(self) -> Any:
@@ -184,11 +186,11 @@ def main() -> int:
     @ray.remote(enable_tensor_transport=True)
     class Receiver:
         def take(self, b: Any) -> int:
-            return b.v
+            return b.v if isinstance(b, ray_sides.Blob) else sum(x.v for x in b)
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        s, r = Sender.remote(), Receiver.remote()
+        s, r = Sender.remote(args.count), Receiver.remote()
         cases = {
             "one-sided transport": s.one.remote,
             "two-sided transport": s.two.remote,
@@ -203,7 +205,7 @@ def main() -> int:
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 make = cases[name]
                 t = time.perf_counter()
-                if ray.get(r.take.remote(make())) != 7:
+                if ray.get(r.take.remote(make())) != 7 * args.count:
                     print(f"{name}: the value arrived wrong")
                     return 1
                 times[name].append(time.perf_counter() - t)
@@ -211,7 +213,8 @@ def main() -> int:
         ray.shutdown()
     figures = {name: statistics.median(v[5:]) * 1e3 for name, v in times.items()}
     print(
-        f"Ray {ray.__version__}, {os.cpu_count()} cores; ms per object, medians of "
+        f"Ray {ray.__version__}, {os.cpu_count()} cores, objects of {args.count} value(s); "
+        f"ms per object, medians of "
         f"{args.rounds - 5} rounds, cases taking turns:"
     )
     for name, ms in figures.items():
