@@ -1,5 +1,5 @@
-//! [`TrackingAdaptor`]: every live allocation of a resource, with where it came from (issue
-//! 15, "trace and plot": the Rust side).
+//! [`TrackingAdaptor`]: every live allocation of a resource, with where it came from (the
+//! Rust side of "trace and plot").
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
