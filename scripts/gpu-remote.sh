@@ -273,7 +273,7 @@ ray_stage() {
   # Ray's cp312 wheel (79 MB) travels in two parts, one per call (carry gpu-run/ray-wheels/
   # ray.part.aa, then ray.part.ab with ray-deps and wheels), joined in /tmp, which survives
   # between calls on a warm machine. `ray_stage figures` (the `ray-figures` stage) skips
-  # the tests, the pack benches and the examples: Ray's figures alone, for a build whose
+  # the tests, the pack benches and the examples: Ray's figures alone (with ray_sides.py), for a build whose
   # tests already passed.
   local only_figures=${1:-}
   mkdir -p /tmp/ray-parts
@@ -298,7 +298,13 @@ ray_stage() {
   echo "== Ray figures"
   timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" >"$OUT/ray_transfer.log" 2>&1
   grep -E "ms .* GB/s|SKIPPED|land on|receiver|NCCL group|Error|per object" "$OUT/ray_transfer.log"
-  [ "$only_figures" = figures ] && return
+  if [ "$only_figures" = figures ]; then
+    # Ray's own cost per object by kind of transport, and per value (no GPU work).
+    timeout 120 python3 benches/ray_sides.py --json "$OUT/ray_sides.json" 2>&1 | grep -v WARNING
+    timeout 200 python3 benches/ray_sides.py --rounds 30 --count 1000 --json "$OUT/ray_sides_1000.json" 2>&1 \
+      | grep -v WARNING
+    return
+  fi
   echo "== packing many small arrays (the SM copy kernel, the driver's batch, torch.cat)"
   python3 benches/pack.py --json "$OUT/pack.json" || fail "pack bench"
   python3 benches/small_copies.py --json "$OUT/small_copies.json" || fail "small copies bench"
