@@ -103,39 +103,44 @@ class BlobMetaFrom(BlobMeta):
     source: Any = None
 
 
-class OneSidedHandleInMeta(OneSided):
-    """Carries the sender's ActorHandle in the object's metadata."""
+class TwoSided(_Nothing):
+    ONE_SIDED = False
+
+
+class _OneSidedFrom(OneSided):
+    """A one-sided transport whose metadata names its sender (``source()``)."""
+
+    def source(self) -> Any:
+        raise NotImplementedError
 
     def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: list[Any]) -> BlobMeta:
         return BlobMetaFrom(
             tensor_meta=[((1,), "int64") for _ in rdt_object],
             tensor_device="cpu",
             values=[b.v for b in rdt_object],
-            source=ray.get_runtime_context().current_actor,
+            source=self.source(),
         )
 
 
-class TwoSided(_Nothing):
-    ONE_SIDED = False
+class OneSidedHandleInMeta(_OneSidedFrom):
+    """Carries the sender's ActorHandle in the object's metadata."""
+
+    def source(self) -> Any:
+        return ray.get_runtime_context().current_actor
 
 
 _OWN_PICKLE: bytes | None = None
 
 
-class OneSidedHandlePickled(OneSided):
+class OneSidedHandlePickled(_OneSidedFrom):
     """Carries the sender's ActorHandle pickled once per process, as bytes (a receiver
     unpickles it only when it must fetch from the sender)."""
 
-    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: list[Any]) -> BlobMeta:
+    def source(self) -> Any:
         global _OWN_PICKLE
         if _OWN_PICKLE is None:
             _OWN_PICKLE = pickle.dumps(ray.get_runtime_context().current_actor)
-        return BlobMetaFrom(
-            tensor_meta=[((1,), "int64") for _ in rdt_object],
-            tensor_device="cpu",
-            values=[b.v for b in rdt_object],
-            source=_OWN_PICKLE,
-        )
+        return _OWN_PICKLE
 
 
 def main() -> int:
