@@ -209,16 +209,7 @@ pub struct SpillPolicy {
     resident: Recency,
     shadows: [Shadow; 2],
     fixed: Option<Expert>,
-    /// Births ([`SpillPolicy::born`]) not yet applied, in order: ids past every id the
-    /// policy has seen, increasing. Applied before any other event; a birth whose removal
-    /// comes first is dropped unapplied.
-    pending: Vec<u64>,
-    /// The largest id any event has applied.
-    seen_max: Option<u64>,
 }
-
-/// Most births held unapplied.
-const PENDING_MAX: usize = 64;
 
 impl Default for SpillPolicy {
     fn default() -> Self {
@@ -233,8 +224,6 @@ impl SpillPolicy {
             resident: Recency::default(),
             shadows: [Shadow::new(Expert::Lru), Shadow::new(Expert::Mru)],
             fixed: None,
-            pending: Vec::new(),
-            seen_max: None,
         }
     }
 
@@ -247,8 +236,7 @@ impl SpillPolicy {
         }
     }
 
-    /// The expert that chooses victims now. Births not yet applied would not change it:
-    /// a birth misses in both shadows alike, which keeps their order.
+    /// The expert that chooses victims now.
     pub fn expert(&self) -> Expert {
         if let Some(e) = self.fixed {
             return e;
@@ -261,7 +249,6 @@ impl SpillPolicy {
     }
 
     fn access(&mut self, id: u64) {
-        self.seen_max = self.seen_max.max(Some(id));
         let listed = self.resident.contains(id);
         let capacity = self.resident.len() + usize::from(!listed);
         for s in &mut self.shadows {
@@ -274,52 +261,18 @@ impl SpillPolicy {
         }
     }
 
-    /// Applies the births held so far, in order.
-    fn apply_births(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let mut births = std::mem::take(&mut self.pending);
-        for &id in &births {
-            self.access(id);
-        }
-        births.clear();
-        self.pending = births; // its capacity kept
-    }
-
     /// Records a use of resident array `id` (made resident now if it was not).
     pub fn touch(&mut self, id: u64) {
-        self.apply_births();
         self.access(id);
-    }
-
-    /// Records that array `id` was made, resident: as [`Self::touch`], except that the
-    /// policy may hold the birth of an id it has never seen and apply it at its next other
-    /// event, and drop it if the next event is that array's removal (an array made and
-    /// freed in between two other events leaves the policy as it was).
-    pub fn born(&mut self, id: u64) {
-        let fresh = self.seen_max.is_none_or(|m| id > m)
-            && self.pending.last().is_none_or(|&last| id > last);
-        if fresh && self.pending.len() < PENDING_MAX {
-            self.pending.push(id);
-        } else {
-            self.touch(id);
-        }
     }
 
     /// Records that spilled array `id` is needed again and resident now.
     pub fn restored(&mut self, id: u64) {
-        self.touch(id);
+        self.access(id);
     }
 
     /// Forgets array `id` (freed by its owner).
     pub fn remove(&mut self, id: u64) {
-        // The latest birth, held: never applied, so in no list.
-        if self.pending.last() == Some(&id) {
-            self.pending.pop();
-            return;
-        }
-        self.apply_births();
         self.resident.remove(id);
         for s in &mut self.shadows {
             s.ids.remove(id);
@@ -328,13 +281,12 @@ impl SpillPolicy {
 
     /// Whether `id` is resident as far as the policy knows.
     pub fn is_resident(&self, id: u64) -> bool {
-        self.resident.contains(id) || self.pending.binary_search(&id).is_ok()
+        self.resident.contains(id)
     }
 
     /// The next victim among resident arrays that `allowed` accepts, and the expert that
     /// chose it; `None` when there is none. Confirm with [`SpillPolicy::spilled`].
     pub fn choose(&mut self, mut allowed: impl FnMut(u64) -> bool) -> Option<(u64, Expert)> {
-        self.apply_births();
         let expert = self.expert();
         self.resident
             .order(expert)
@@ -345,7 +297,6 @@ impl SpillPolicy {
     /// Records that `id` was spilled (it is no longer resident; the shadows keep their own
     /// view).
     pub fn spilled(&mut self, id: u64, _expert: Expert) {
-        self.apply_births();
         self.resident.remove(id);
     }
 }
@@ -439,96 +390,6 @@ mod tests {
         assert_eq!(p.expert(), Expert::Mru);
         replay(&mut p, &mut resident, &skewed(4_000), 32);
         assert_eq!(p.expert(), Expert::Lru);
-    }
-
-    /// What the policy holds once its births are applied: the resident order and each
-    /// shadow's, least recent first, and the shadows' misses.
-    fn state(p: &SpillPolicy) -> (Vec<u64>, Vec<Vec<u64>>, Vec<f64>) {
-        assert!(p.pending.is_empty(), "births still held");
-        (
-            p.resident.order(Expert::Lru).collect(),
-            p.shadows
-                .iter()
-                .map(|s| s.ids.order(Expert::Lru).collect())
-                .collect(),
-            p.shadows.iter().map(|s| s.misses).collect(),
-        )
-    }
-
-    #[test]
-    fn held_births_end_as_births_touched_at_once() {
-        // The same events, births through `born` (held) and through `touch` (at once):
-        // after every event that applies them, the two policies are the same.
-        let (mut held, mut at_once) = (SpillPolicy::new(), SpillPolicy::new());
-        let mut next = 0u64;
-        let mut live: Vec<u64> = Vec::new();
-        let mut x = 99u64;
-        for step in 0..3000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            match (x >> 33) % 6 {
-                0..=2 => {
-                    held.born(next);
-                    at_once.touch(next);
-                    live.push(next);
-                    next += 1;
-                }
-                3 if !live.is_empty() => {
-                    let id = live[(x >> 40) as usize % live.len()];
-                    held.touch(id);
-                    at_once.touch(id);
-                }
-                4 if !live.is_empty() => {
-                    // Not the newest: the held births are applied first.
-                    let id = live.remove((x >> 40) as usize % live.len());
-                    if held.pending.last() == Some(&id) {
-                        continue; // dropped unapplied: compared below
-                    }
-                    held.remove(id);
-                    at_once.remove(id);
-                }
-                _ => {
-                    assert_eq!(held.expert(), at_once.expert(), "step {step}");
-                    let a = held.choose(|id| id % 3 == 0);
-                    let b = at_once.choose(|id| id % 3 == 0);
-                    assert_eq!(a, b, "step {step}");
-                }
-            }
-            if held.pending.is_empty() {
-                assert_eq!(state(&held), state(&at_once), "step {step}");
-            }
-            for &id in &live {
-                assert!(held.is_resident(id), "{id} at step {step}");
-            }
-        }
-    }
-
-    #[test]
-    fn an_array_made_and_freed_between_two_events_leaves_the_policy_as_it_was() {
-        let mut p = SpillPolicy::new();
-        for id in 0..10 {
-            p.touch(id);
-        }
-        p.touch(3);
-        let before = state(&p);
-        p.born(100);
-        assert!(p.is_resident(100));
-        p.remove(100);
-        assert!(!p.is_resident(100));
-        assert_eq!(state(&p), before);
-        // Held births are the newest: the most-recently-used expert picks the last one.
-        let mut q = SpillPolicy::fixed(Expert::Mru);
-        for id in 0..4 {
-            q.touch(id);
-        }
-        q.born(7);
-        q.born(8);
-        assert_eq!(q.choose(|_| true), Some((8, Expert::Mru)));
-        // An id at or below one already seen is applied at once, as a touch.
-        q.born(2);
-        assert!(q.pending.is_empty());
-        assert_eq!(q.choose(|_| true), Some((2, Expert::Mru)));
     }
 
     #[test]

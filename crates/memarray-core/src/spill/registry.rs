@@ -118,7 +118,7 @@ impl SpillRegistry {
             st.stats.resident_bytes -= old as u64;
         }
         st.stats.resident_bytes += bytes as u64;
-        st.policy.born(id);
+        st.policy.touch(id);
     }
 
     /// Array `id` was used on the device; false when it is not listed as resident.
