@@ -66,11 +66,18 @@ class _Nothing(TensorTransportManager):
     def actor_has_tensor_transport(self, actor: Any) -> bool:
         return True
 
+    #: The metadata's type, and its fields besides the values (`extra`).
+    META: type[BlobMeta] = BlobMeta
+
+    def extra(self) -> dict[str, Any]:
+        return {}
+
     def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: list[Any]) -> BlobMeta:
-        return BlobMeta(
+        return self.META(
             tensor_meta=[((1,), "int64") for _ in rdt_object],
             tensor_device="cpu",
             values=[b.v for b in rdt_object],
+            **self.extra(),
         )
 
     def get_communicator_metadata(self, src_actor: Any, dst_actor: Any, backend: Any = None):
@@ -110,16 +117,13 @@ class TwoSided(_Nothing):
 class _OneSidedFrom(OneSided):
     """A one-sided transport whose metadata names its sender (``source()``)."""
 
+    META = BlobMetaFrom
+
     def source(self) -> Any:
         raise NotImplementedError
 
-    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: list[Any]) -> BlobMeta:
-        return BlobMetaFrom(
-            tensor_meta=[((1,), "int64") for _ in rdt_object],
-            tensor_device="cpu",
-            values=[b.v for b in rdt_object],
-            source=self.source(),
-        )
+    def extra(self) -> dict[str, Any]:
+        return {"source": self.source()}
 
 
 class OneSidedHandleInMeta(_OneSidedFrom):

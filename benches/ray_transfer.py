@@ -82,7 +82,6 @@ class Sender:
             self.held[kind] = views if kind == "views" else mray.Bundle(views, copy=False)
             return count
         if kind in ("memarray", "bundle"):
-            where = "cuda" if device else "cpu"
             arrays = [
                 memarray.asarray(np.full(n, i, np.float64), device=where) for i in range(count)
             ]
@@ -96,9 +95,8 @@ class Sender:
         else:
             import torch
 
-            dev = "cuda" if device else "cpu"
             arrays = [
-                torch.full((n,), float(i), dtype=torch.float64, device=dev) for i in range(count)
+                torch.full((n,), float(i), dtype=torch.float64, device=where) for i in range(count)
             ]
             if device:
                 torch.cuda.synchronize()
@@ -255,6 +253,18 @@ def alternate(cases: dict[str, tuple[Any, Any, str, str | None]], reps: int) -> 
     return {name: statistics.median(r) * 1e3 for name, r in runs.items()}
 
 
+def views_rows(s: Any, nbytes: int, count: int) -> dict[str, str]:
+    """Has the sender make, on its GPU, `count` views of one allocation (as a list and as
+    one Bundle of them) and the one array they view; returns each kind with its row text."""
+    rows = {
+        "views": f"a list of {count} views of one allocation",
+        "views bundle": "one Bundle of those views (copy=False)",
+        "whole": f"the one array of {count * nbytes >> 10} KiB they view",
+    }
+    ray.get([s.make.remote(kind, nbytes, count, True) for kind in rows])
+    return rows
+
+
 def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: Any) -> None:
     """One actor on each GPU. First a pair that sees both GPUs (IPC needs that): memarray's
     IPC and NCCL transports, alternating; then a pair as Ray places them by default (one
@@ -301,12 +311,7 @@ def two_gpus(args: argparse.Namespace, big: int, small: int, torch: Any, row: An
                 }[t]
                 cases[f"2 GPUs {label}, {what}: {name}"] = (s, r, kind, t)
             if count > 1 and "memarray_nccl" in transports:
-                for kind, text in (
-                    ("views", f"a list of {count} views of one allocation"),
-                    ("views bundle", "one Bundle of those views (copy=False)"),
-                    ("whole", f"the one array of {count * nbytes >> 10} KiB they view"),
-                ):
-                    ray.get(s.make.remote(kind, nbytes, count, True))
+                for kind, text in views_rows(s, nbytes, count).items():
                     cases[f"2 GPUs {label}, {what}: {text} by memarray_nccl"] = (
                         s,
                         r,
@@ -465,14 +470,7 @@ def main() -> None:
                     "bundle",
                     "memarray",
                 )
-                for kind in ("views", "views bundle", "whole"):
-                    ray.get(s.make.remote(kind, nbytes, count, True))
-                views_rows = {
-                    "views": f"a list of {count} views of one allocation",
-                    "views bundle": "one Bundle of those views (copy=False)",
-                    "whole": f"the one array of {total >> 10} KiB they view",
-                }
-                for kind, text in views_rows.items():
+                for kind, text in views_rows(s, nbytes, count).items():
                     cases[f"1 GPU {label}: {text} by IPC"] = (s, r, kind, "memarray")
             if torch is not None:
                 ray.get(s.make.remote("torch", nbytes, count, True))
