@@ -209,40 +209,67 @@ pub fn _pack<'py>(
     arrays: &Bound<'py, PyAny>,
     max_each: Option<usize>,
 ) -> PyResult<(PyMemArray, Bound<'py, PyList>)> {
+    let (parts, at) = memarrays(py, arrays, "_pack")?;
+    let Some(at) = at else {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "_pack needs at least one array",
+        ));
+    };
+    let (pack, entries) = with_locked(py, &parts, |raws| {
+        if let Some(max) = max_each
+            && let Some((i, r)) = raws.iter().enumerate().find(|(_, r)| r.nbytes() > max)
+        {
+            return Err(memarray_cuda::CudaError::InvalidArgument {
+                what: "_pack",
+                detail: format!("part {i} is {} bytes, more than max_each {max}", r.nbytes()),
+            });
+        }
+        RawArray::pack(raws, at)
+    })
+    .py()?;
+    Ok((pack.into(), table(py, entries)?))
+}
+
+/// `arrays` as MemArrays (a TypeError naming `what` for anything else) and where the
+/// first one's data is (None: there is none).
+fn memarrays<'py>(
+    py: Python<'py>,
+    arrays: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<(Vec<Bound<'py, PyMemArray>>, Option<Location>)> {
     let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
     for a in arrays.try_iter()? {
-        refs.push(PyMemArray::arg(&a?, "_pack")?.clone());
+        refs.push(PyMemArray::arg(&a?, what)?.clone());
     }
-    let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
-    let at = match parts.first().map(|p| p.peek(py, |raw| raw.location())) {
-        Some(at) => at,
-        None => {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "_pack needs at least one array",
-            ));
-        }
-    };
-    let (pack, entries) = py
-        .detach_section(|| {
-            let locked = Locked::new(&parts);
-            // Every part was locked above; `get` finds each.
-            let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
-            if let Some(max) = max_each
-                && let Some((i, r)) = raws.iter().enumerate().find(|(_, r)| r.nbytes() > max)
-            {
-                return Err(memarray_cuda::CudaError::InvalidArgument {
-                    what: "_pack",
-                    detail: format!("part {i} is {} bytes, more than max_each {max}", r.nbytes()),
-                });
-            }
-            RawArray::pack(&raws, at)
-        })
-        .py()?;
+    let at = refs.first().map(|p| p.get().peek(py, |raw| raw.location()));
+    Ok((refs, at))
+}
+
+/// `f` over the arrays' states, all locked at once, with the GIL released.
+fn with_locked<R: Send>(
+    py: Python<'_>,
+    arrays: &[Bound<'_, PyMemArray>],
+    f: impl FnOnce(&[&RawArray]) -> R + Send,
+) -> R {
+    let parts: Vec<&PyMemArray> = arrays.iter().map(|r| r.get()).collect();
+    py.detach_section(|| {
+        let locked = Locked::new(&parts);
+        // Every part was locked above; `get` finds each.
+        let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
+        f(&raws)
+    })
+}
+
+/// A pack's table as `_unpack` takes it: `(dtype, shape, offset)` per array.
+fn table<'py>(
+    py: Python<'py>,
+    entries: Vec<memarray_cuda::array::Packed>,
+) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for e in entries {
         out.append((e.dtype.name(), e.shape, e.offset))?;
     }
-    Ok((pack.into(), out))
+    Ok(out)
 }
 
 /// `_pack`'s result with no copy, where `arrays` are slices of one allocation (the arrays
@@ -254,30 +281,15 @@ pub fn _share<'py>(
     py: Python<'py>,
     arrays: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(PyMemArray, Bound<'py, PyList>)>> {
-    let mut refs: Vec<Bound<'py, PyMemArray>> = Vec::new();
-    for a in arrays.try_iter()? {
-        refs.push(PyMemArray::arg(&a?, "_share")?.clone());
-    }
-    let parts: Vec<&PyMemArray> = refs.iter().map(|r| r.get()).collect();
-    let Some(at) = parts.first().map(|p| p.peek(py, |raw| raw.location())) else {
+    let (parts, at) = memarrays(py, arrays, "_share")?;
+    let Some(at) = at else {
         return Ok(None);
     };
-    let shared = py
-        .detach_section(|| {
-            let locked = Locked::new(&parts);
-            // Every part was locked above; `get` finds each.
-            let raws: Vec<&RawArray> = parts.iter().filter_map(|p| locked.get(p)).collect();
-            RawArray::share(&raws, at)
-        })
-        .py()?;
+    let shared = with_locked(py, &parts, |raws| RawArray::share(raws, at)).py()?;
     let Some((pack, entries)) = shared else {
         return Ok(None);
     };
-    let out = PyList::empty(py);
-    for e in entries {
-        out.append((e.dtype.name(), e.shape, e.offset))?;
-    }
-    Ok(Some((pack.into(), out)))
+    Ok(Some((pack.into(), table(py, entries)?)))
 }
 
 /// A Bundle's table from a pickle (`entries`: a list of `(dtype, shape, offset)`), checked

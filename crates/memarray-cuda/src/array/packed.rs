@@ -135,8 +135,8 @@ impl RawArray {
     /// slice of that allocation spanning them, with each part's [`Packed`] entry in it.
     /// `None` (nothing done) when they are not, when one is empty, or when the span would
     /// be more than twice the pack [`RawArray::pack`] would make (a few arrays of a large
-    /// pack: a copy is cheaper to carry). Waits for each part's pending work; the pack shares their memory: writing
-    /// one writes the other.
+    /// pack: a copy is cheaper to carry). Waits for each part's pending work; the pack
+    /// shares their memory: writing one writes the other.
     pub fn share(parts: &[&RawArray], at: Location) -> Result<Option<(RawArray, Vec<Packed>)>> {
         if parts.is_empty() {
             return Ok(None);

@@ -114,11 +114,9 @@ class Packs:
         start = time.perf_counter()
         try:
             # Views of one allocation (a received list, a Bundle's items) go as a span of
-            # it, with no copy; other arrays are copied into a new pack.
-            shared = (
-                _memarray._share(arrays) if all(isinstance(a, MemArray) for a in arrays) else None
-            )
-            pack, entries = shared or _memarray._pack(arrays, PACK_EACH)
+            # it, with no copy; other arrays are copied into a new pack. Anything but
+            # MemArrays is a TypeError of either.
+            pack, entries = _memarray._share(arrays) or _memarray._pack(arrays, PACK_EACH)
         except (TypeError, ValueError, RuntimeError, MemoryError):
             # Not packable (a part locked, no memory for the pack): the caller takes the
             # arrays one by one and raises its own errors.
