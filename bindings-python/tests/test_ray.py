@@ -761,3 +761,35 @@ def test_device_arrays_move_between_two_gpus_over_nccl():
     assert kinds == [["int8", [0]], ["int16", [2, 3]], ["float64", []]], out
     assert sums == [0.0, 15.0, 7.5], out
     assert "no NCCL group holds both" in out["after"], out
+
+
+def test_the_metadata_carries_the_sender_as_bytes_and_the_driver_as_none():
+    # An ActorHandle object in each object's metadata costs Ray a reference-counted handle
+    # per object; the transport carries the sender's handle pickled once, which a
+    # receiver unpickles only to fetch from the sender.
+    out = _ray(
+        """
+        import pickle
+        from memarray.cluster.ray import MemArrayTransport
+
+        @ray.remote
+        class Sender:
+            def describe(self):
+                t = MemArrayTransport()
+                metas = [t.describe(f"obj{i}", [memarray.zeros(3)]) for i in range(2)]
+                return (metas[0].source, metas[0].source is metas[1].source,
+                        ray.get_runtime_context().get_actor_id())
+
+            def ping(self):
+                return "pong"
+
+        s = Sender.remote()  # held: a pickled handle does not keep its actor alive
+        source, once, me = ray.get(s.describe.remote())
+        back = pickle.loads(source)  # the handle, as a receiver fetching from it gets it
+        out["actor"] = [type(source).__name__, once, back._actor_id.hex() == me,
+                        ray.get(back.ping.remote())]
+        out["driver"] = repr(MemArrayTransport().describe("obj", [memarray.zeros(3)]).source)
+        """
+    )
+    assert out["actor"] == ["bytes", True, True, "pong"], out
+    assert out["driver"] == "None", out

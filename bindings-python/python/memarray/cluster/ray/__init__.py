@@ -41,6 +41,7 @@ Ray itself pays per array in an object; :class:`Bundle` makes many arrays one fo
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 import warnings
@@ -127,14 +128,16 @@ _mappings = _Mappings()
 class MemArrayTransportMetadata(TensorTransportMetadata):
     """What the receiver needs: each array's IPC handle (None: fetch through the store),
     or for a pack its one handle and the entries to unpack, the sending process and node,
-    each handle's GPU by the machine's name, and the sending actor."""
+    each handle's GPU by the machine's name, and the sending actor's handle pickled (bytes:
+    an ActorHandle object in the metadata costs Ray 0.4-0.8 ms an object to carry,
+    `benches/ray_sides.py`; a receiver unpickles it only to fetch from the sender)."""
 
     handles: list[IpcHandle] | None = None
     packed: list[tuple[str, list[int], int]] | None = None
     gpus: list[str] = field(default_factory=list)
     node_id: str | None = None
     pid: int = 0
-    source: Any = None
+    source: bytes | None = None
 
 
 class MemArrayTransport(base.Transport):
@@ -153,7 +156,7 @@ class MemArrayTransport(base.Transport):
             tensor_device="cuda",
             node_id=ray.get_runtime_context().get_node_id(),
             pid=os.getpid(),
-            source=_current_actor(),
+            source=_own_handle(),
         )
         entries = self.packs.make(obj_id, arrays)
         if entries is not None:
@@ -242,7 +245,8 @@ class MemArrayTransport(base.Transport):
                 "these MemArrays cannot be opened here by CUDA IPC and were not sent by an "
                 "actor to fetch them from; send them from an actor on this node and GPU"
             )
-        ref = meta.source.__ray_call__.options(concurrency_group="_ray_system").remote(
+        source = pickle.loads(meta.source)
+        ref = source.__ray_call__.options(concurrency_group="_ray_system").remote(
             _snapshots, obj_id
         )
         arrays = _unpack(ray.get(ref))
@@ -408,11 +412,21 @@ def _received() -> Any:
 _serializer = _Serializer()
 
 
-def _current_actor() -> Any:
-    try:
-        return ray.get_runtime_context().current_actor
-    except RuntimeError:  # the driver: no actor to fetch from later
+#: This process's actor (its id) and its handle pickled: made once, carried as bytes.
+_own: tuple[str, bytes] | None = None
+
+
+def _own_handle() -> bytes | None:
+    """The running actor's handle, pickled (once per actor); None in the driver, where
+    there is no actor to fetch from later."""
+    global _own
+    context = ray.get_runtime_context()
+    actor_id = context.get_actor_id()
+    if actor_id is None:
         return None
+    if _own is None or _own[0] != actor_id:
+        _own = (actor_id, pickle.dumps(context.current_actor))
+    return _own[1]
 
 
 def register() -> bool:
