@@ -136,13 +136,33 @@ pub(crate) struct Locked<'a> {
 
 impl<'a> Locked<'a> {
     pub(crate) fn new(arrays: &[&'a PyMemArray]) -> Self {
+        Self::taking(arrays, true).expect("a lock waited for is always taken")
+    }
+
+    /// As [`Locked::new`] without waiting: None when another thread is in a call on one
+    /// of them (then take it with the GIL released).
+    pub(crate) fn try_new(arrays: &[&'a PyMemArray]) -> Option<Self> {
+        Self::taking(arrays, false)
+    }
+
+    fn taking(arrays: &[&'a PyMemArray], wait: bool) -> Option<Self> {
         let mut sorted: Vec<&'a PyMemArray> = arrays.to_vec();
         sorted.sort_by_key(|a| key(a));
         sorted.dedup_by_key(|a| key(a));
-        Self {
+        let guards = sorted
+            .iter()
+            .map(|a| {
+                if wait {
+                    Some(a.shared.state())
+                } else {
+                    a.shared.try_state()
+                }
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
             keys: sorted.iter().map(|a| key(a)).collect(),
-            guards: sorted.iter().map(|a| a.shared.state()).collect(),
-        }
+            guards,
+        })
     }
 
     /// Each distinct array's state, in id order.
