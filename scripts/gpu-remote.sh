@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop ray ray-figures spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
+# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop ray ray-figures overheads-ab spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather, IPC and graph tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -396,6 +396,20 @@ while [ $# -gt 0 ]; do
       gpu-run/bench/memarray-cuda__small_copy 2>&1 | tee "$OUT/small_copy.log"
       # Page-locking a download's destination in place, against the staged download.
       python3 benches/pin_cost.py 2>&1 | tee "$OUT/pin_cost.log" ;;
+    overheads-ab)
+      # benches/overheads.py under the old build's wheel (gpu-run/ab-wheels/*.whl) and this
+      # one's, taking turns, three runs each: what a change to the hot paths bought.
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site-old \
+        gpu-run/ab-wheels/*.whl || fail "old wheel install"
+      for i in 1 2 3; do
+        for side in old new; do
+          site=/tmp/site; [ "$side" = old ] && site=/tmp/site-old
+          echo "-- overheads, $side build, run $i"
+          PYTHONPATH=$site:${PYTHONPATH#/tmp/site} python3 benches/overheads.py \
+            --json "$OUT/overheads-$side-$i.json" 2>&1 | tee -a "$OUT/overheads-ab.log" \
+            | grep -E 'Tracking|spilling|from_dlpack'
+        done
+      done ;;
     spill-tests)
       log="$LOGS/gpu_spill.log"
       gpu-run/bin/memarray-cuda__gpu_spill --test-threads=1 >"$log" 2>&1 || fail gpu_spill
