@@ -4,15 +4,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use super::{Location, MemoryInfo, MemoryKind, MemoryResource, RawStream, Source};
 use crate::error::Result;
 
 mod clock;
-mod lock;
 use clock::Clock;
-use lock::{Guard, Lock};
 
 /// Captures the caller's stack in the host language (the Python bindings install one that
 /// returns the Python stack, innermost frame last), for [`TrackingAdaptor::with_stacks`].
@@ -102,9 +100,8 @@ pub const TRACE_EVENTS: usize = 1 << 16;
 /// are on) the Python stack and Rust backtrace where it was made, plus a timeline of live
 /// bytes per source: what `memarray.resources.snapshot()` reads.
 ///
-/// A map keyed by address with a multiplicative hash, under a lock released by a plain
-/// store (a waiter spins, yields, then naps); the measured cost over the bare pool is in
-/// docs/memory-manager.md. Stacks and backtraces cost microseconds each.
+/// A mutex-guarded map keyed by address with a multiplicative hash; the measured cost over
+/// the bare pool is in docs/memory-manager.md. Stacks and backtraces cost microseconds each.
 /// Times come from the kernel's coarse clock (1-4 ms resolution, about a third of the
 /// time-stamp counter's cost on virtual machines) unless stacks or backtraces are on; then
 /// from the precise one. Allocations keep their order either way.
@@ -132,7 +129,7 @@ pub struct TrackingAdaptor {
     stacks: bool,
     backtraces: bool,
     clock: Clock,
-    state: Lock<State>,
+    state: Mutex<State>,
     /// The last memory event before the adaptor was made.
     first_event: u64,
 }
@@ -212,7 +209,7 @@ impl TrackingAdaptor {
             stacks: false,
             backtraces: false,
             clock: Clock::new(false),
-            state: Lock::new(State {
+            state: Mutex::new(State {
                 spacing: MIN_SPAN_NS,
                 ..State::default()
             }),
@@ -331,8 +328,8 @@ impl TrackingAdaptor {
         v
     }
 
-    fn lock(&self) -> Guard<'_, State> {
-        self.state.lock()
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn now(&self) -> u64 {
