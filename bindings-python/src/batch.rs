@@ -249,8 +249,8 @@ fn memarrays<'py>(
 /// is in a call on one of them, none has device work pending and `quick` says `f` is
 /// short; else with the GIL released, both while waiting for the arrays and while `f`
 /// runs. A hand-off of the GIL costs up to the switch interval (5 ms) beside a busy Python
-/// thread: inside a Ray actor a pack of 1,000 small arrays took 1.1-2.4 ms that way
-/// against 0.63 ms alone (docs/benchmarks.md).
+/// thread: inside a Ray actor on two H200s the pack of 1,000 x 4 KiB took 2.4 ms with the
+/// GIL released, 1.36-1.51 ms with it kept (docs/benchmarks.md).
 fn with_locked<R: Send>(
     py: Python<'_>,
     arrays: &[Bound<'_, PyMemArray>],
