@@ -364,8 +364,7 @@ pub fn _check_table<'py>(
             .cast::<PyString>()
             .ok()
             .and_then(|s| s.to_str().ok())
-            .and_then(|name| memarray_core::DType::ALL.iter().find(|d| d.name() == name))
-            .copied();
+            .and_then(|name| memarray_core::DType::from_name(name).ok());
         let Some(dt) = dt else {
             return Err(PyValueError::new_err(format!(
                 "Bundle entry {i}: {} is not a memarray dtype",

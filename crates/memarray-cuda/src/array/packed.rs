@@ -5,6 +5,8 @@
 //! kernel for the small ones); [`RawArray::unpack`] makes arrays that are slices of a
 //! pack's memory, with no copy.
 
+use std::sync::Arc;
+
 use memarray_core::{DType, HostBuffer, Location, LockToken, shape};
 
 use super::device_side::DeviceSide;
@@ -103,7 +105,7 @@ impl RawArray {
         let mut dsts = Vec::with_capacity(parts.len());
         let mut srcs = Vec::with_capacity(parts.len());
         let mut lens = Vec::with_capacity(parts.len());
-        let mut keep: Vec<std::sync::Arc<DeviceBuffer>> = Vec::with_capacity(parts.len());
+        let mut keep: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(parts.len());
         for (p, &off) in parts.iter().zip(offsets) {
             let n = p.nbytes;
             if n == 0 {
@@ -138,40 +140,38 @@ impl RawArray {
     /// pack: a copy is cheaper to carry). Waits for each part's pending work; the pack
     /// shares their memory: writing one writes the other.
     pub fn share(parts: &[&RawArray], at: Location) -> Result<Option<(RawArray, Vec<Packed>)>> {
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        // Each part's allocation (its address, as a key) and offset in it; the first part
-        // that is not a slice here ends the search.
-        let mut places = Vec::with_capacity(parts.len());
+        // Each part's offset in the allocation the first part is a slice of; a part that
+        // is not a slice of that allocation ends the search.
+        let mut first: Option<Block> = None;
+        let mut offsets = Vec::with_capacity(parts.len());
         for p in parts {
             p.check(None)?;
             if p.location != at || p.spilled || p.nbytes == 0 {
                 return Ok(None);
             }
-            let place = match at {
-                Location::Device(_) => p
-                    .dev
-                    .current()?
-                    .root()
-                    .map(|(root, off)| (std::sync::Arc::as_ptr(root) as usize, off)),
-                Location::Host => p
-                    .host_buf()?
-                    .root()
-                    .map(|(root, off)| (std::sync::Arc::as_ptr(root) as usize, off)),
+            let Some((root, off)) = Block::of(p)?.root() else {
+                return Ok(None);
             };
-            match place {
-                Some(pl) if places.first().is_none_or(|&(r, _)| r == pl.0) => places.push(pl),
-                _ => return Ok(None),
+            match &first {
+                None => first = Some(root),
+                Some(f) if f.same(&root) => {}
+                Some(_) => return Ok(None),
             }
+            offsets.push(off);
         }
+        let Some(root) = first else {
+            return Ok(None); // no parts
+        };
         // The span starts SHARE_ALIGN-aligned in the allocation, so each part keeps its
         // alignment at its offset in the pack.
-        let lo = places.iter().map(|&(_, off)| off).min().unwrap_or(0) / SHARE_ALIGN * SHARE_ALIGN;
+        let lo = offsets
+            .iter()
+            .min()
+            .map_or(0, |&off| off / SHARE_ALIGN * SHARE_ALIGN);
         let hi = parts
             .iter()
-            .zip(&places)
-            .map(|(p, &(_, off))| off + p.nbytes)
+            .zip(&offsets)
+            .map(|(p, &off)| off + p.nbytes)
             .max()
             .unwrap_or(lo);
         let sizes: Vec<usize> = parts.iter().map(|p| p.nbytes).collect();
@@ -182,29 +182,11 @@ impl RawArray {
             p.dev.wait_host()?;
         }
         let len = hi - lo;
-        let pack = match at {
-            Location::Device(device) => {
-                let buf = parts[0].dev.current()?;
-                let Some((root, _)) = buf.root() else {
-                    return Ok(None);
-                };
-                let span = DeviceBuffer::slice_of(root, lo, len)?;
-                let side = DeviceSide::holding(std::sync::Arc::new(span));
-                RawArray::on_device_only(DType::U8, &[len], len, device, side)
-            }
-            Location::Host => {
-                let buf = parts[0].host_buf()?;
-                let Some((root, _)) = buf.root() else {
-                    return Ok(None);
-                };
-                let span = HostBuffer::slice_of(root, lo, len)?;
-                RawArray::from_host_buffer(DType::U8, &[len], span, 0)?
-            }
-        };
+        let pack = root.slice(DType::U8, &[len], lo, len)?;
         let entries = parts
             .iter()
-            .zip(&places)
-            .map(|(p, &(_, off))| Packed {
+            .zip(&offsets)
+            .map(|(p, &off)| Packed {
                 dtype: p.dtype,
                 shape: p.shape.clone(),
                 offset: off - lo,
@@ -227,15 +209,7 @@ impl RawArray {
             });
         }
         self.dev.wait_host()?;
-        // The pack's memory, where it is.
-        enum Block {
-            Device(std::sync::Arc<DeviceBuffer>, u32),
-            Host(std::sync::Arc<HostBuffer>),
-        }
-        let block = match self.location {
-            Location::Device(d) => Block::Device(self.dev.current()?, d),
-            Location::Host => Block::Host(self.host_buf()?.clone()),
-        };
+        let block = Block::of(self)?;
         entries
             .iter()
             .enumerate()
@@ -245,21 +219,65 @@ impl RawArray {
                     // Nothing to share: an empty array as any other is made.
                     return RawArray::empty_on(e.dtype, &e.shape, self.location, None, None);
                 }
-                match &block {
-                    Block::Device(block, device) => {
-                        let slice = DeviceBuffer::slice_of(block, e.offset, nbytes)?;
-                        let side = DeviceSide::holding(std::sync::Arc::new(slice));
-                        Ok(RawArray::on_device_only(
-                            e.dtype, &e.shape, nbytes, *device, side,
-                        ))
-                    }
-                    Block::Host(block) => {
-                        let host = HostBuffer::slice_of(block, e.offset, nbytes)?;
-                        RawArray::from_host_buffer(e.dtype, &e.shape, host, 0)
-                    }
-                }
+                block.slice(e.dtype, &e.shape, e.offset, nbytes)
             })
             .collect()
+    }
+}
+
+/// An array's memory where it is: its device buffer (and device) or its host buffer.
+enum Block {
+    Device(Arc<DeviceBuffer>, u32),
+    Host(Arc<HostBuffer>),
+}
+
+impl Block {
+    /// `raw`'s memory at its location (the caller checked it is not spilled).
+    fn of(raw: &RawArray) -> Result<Self> {
+        Ok(match raw.location {
+            Location::Device(d) => Block::Device(raw.dev.current()?, d),
+            Location::Host => Block::Host(raw.host_buf()?.clone()),
+        })
+    }
+
+    /// For a slice: the allocation it is a slice of, and its offset there.
+    fn root(&self) -> Option<(Block, usize)> {
+        match self {
+            Block::Device(b, d) => b.root().map(|(r, off)| (Block::Device(r.clone(), *d), off)),
+            Block::Host(b) => b.root().map(|(r, off)| (Block::Host(r.clone()), off)),
+        }
+    }
+
+    /// Whether both are the same buffer.
+    fn same(&self, other: &Block) -> bool {
+        match (self, other) {
+            (Block::Device(a, _), Block::Device(b, _)) => Arc::ptr_eq(a, b),
+            (Block::Host(a), Block::Host(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// `nbytes` at `offset` of this memory as an array of `dtype` and `shape`, no copy.
+    fn slice(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        offset: usize,
+        nbytes: usize,
+    ) -> Result<RawArray> {
+        match self {
+            Block::Device(block, device) => {
+                let slice = DeviceBuffer::slice_of(block, offset, nbytes)?;
+                let side = DeviceSide::holding(Arc::new(slice));
+                Ok(RawArray::on_device_only(
+                    dtype, shape, nbytes, *device, side,
+                ))
+            }
+            Block::Host(block) => {
+                let host = HostBuffer::slice_of(block, offset, nbytes)?;
+                RawArray::from_host_buffer(dtype, shape, host, 0)
+            }
+        }
     }
 }
 
@@ -332,7 +350,8 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        // Not slices, or slices of two packs: nothing shared.
+        // No parts, not slices, or slices of two packs: nothing shared.
+        assert!(RawArray::share(&[], Location::Host).unwrap().is_none());
         assert!(RawArray::share(&refs, Location::Host).unwrap().is_none());
         let (other, oe) = RawArray::pack(&refs, Location::Host).unwrap();
         let others = other.unpack(&oe, None).unwrap();
