@@ -70,14 +70,20 @@ fn events_within_a_span_update_one_point_with_the_latest_bytes() {
 
 #[test]
 fn times_are_coarse_by_default_precise_with_stacks_and_ordered_either_way() {
+    // Each allocation's time lies between the real instants read around it, so the
+    // gaps are bounded by real time, however slowly the threads are scheduled (valgrind
+    // runs one at a time).
     let gap = |t: &TrackingAdaptor, wait: std::time::Duration| {
+        let before_a = Instant::now();
         let a = t.allocate(8, 8, None).unwrap();
-        let start = Instant::now();
-        while start.elapsed() < wait {
+        let after_a = Instant::now();
+        while after_a.elapsed() < wait {
             std::hint::spin_loop();
         }
+        let before_b = Instant::now();
         let b = t.allocate(8, 8, None).unwrap();
         let c = t.allocate(8, 8, None).unwrap();
+        let after_c = Instant::now();
         let live = t.live();
         let order: Vec<usize> = live.iter().map(|x| x.address).collect();
         assert_eq!(
@@ -89,22 +95,32 @@ fn times_are_coarse_by_default_precise_with_stacks_and_ordered_either_way() {
             // SAFETY: p came from `t` with these arguments and is freed once.
             unsafe { t.deallocate(p, 8, 8, None) };
         }
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap();
         (
             live[1].time_ns - live[0].time_ns,
             live[2].time_ns - live[1].time_ns,
+            ns(before_b - after_a)..=ns(after_c - before_a),
+            ns(after_c - before_b),
         )
     };
+    // The coarse clock's resolution is at most 10 ms (a jiffy).
+    let tick = 10_000_000;
     let coarse = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY);
     assert!(!coarse.clock.precise);
-    let (waited, at_once) = gap(&coarse, std::time::Duration::from_millis(30));
-    // The coarse clock moved by about 30 ms (its resolution is at most 10 ms); two
-    // allocations at once are one tick apart at most (a jiffy when one falls between).
-    assert!((20_000_000..200_000_000).contains(&waited), "{waited}");
-    assert!(at_once <= 10_000_000, "{at_once}");
+    let (waited, at_once, real, real_once) = gap(&coarse, std::time::Duration::from_millis(30));
+    assert!(
+        waited + tick >= *real.start() && waited <= real.end() + tick,
+        "{waited} ns against {real:?} of real time"
+    );
+    assert!(at_once <= real_once + tick, "{at_once} against {real_once}");
     let precise = TrackingAdaptor::new(Arc::new(HostResource), Source::MEMARRAY).with_stacks(true);
     assert!(precise.clock.precise);
-    let (waited, _) = gap(&precise, std::time::Duration::from_micros(200));
-    assert!((150_000..50_000_000).contains(&waited), "{waited}");
+    let (waited, _, real, _) = gap(&precise, std::time::Duration::from_micros(200));
+    // Calibrated against real time: within a quarter of the real span and 100 us.
+    assert!(
+        waited * 4 + 400_000 >= real.start() * 3 && waited * 4 <= real.end() * 5 + 400_000,
+        "{waited} ns against {real:?} of real time"
+    );
     assert_eq!(precise.lock().spacing, precise.clock.ticks_per_span());
 }
 
