@@ -157,8 +157,9 @@ case "$cmd" in
     if [ -f target/transfer.json ]; then
       "$VENV/bin/python" benches/plot_transfer.py target/transfer.json target/transfer.png
     fi
-    # Host memory against NumPy (no GPU needed).
+    # Host memory against NumPy, a Bundle's table across a pickle (no GPU needed).
     "$VENV/bin/python" benches/host_load.py
+    "$VENV/bin/python" benches/bundle_table.py
     ;;
   doc)
     cargo doc --workspace --no-deps --exclude memarray-python

@@ -307,6 +307,7 @@ ray_stage() {
   fi
   echo "== packing many small arrays (the SM copy kernel, the driver's batch, torch.cat)"
   python3 benches/pack.py --json "$OUT/pack.json" || fail "pack bench"
+  python3 benches/bundle_table.py --device cuda --json "$OUT/bundle_table.json" || fail "bundle table bench"
   python3 benches/small_copies.py --json "$OUT/small_copies.json" || fail "small copies bench"
   timeout 120 python3 examples/ray_pipeline.py || fail ray_pipeline
   timeout 120 python3 examples/ray_pipeline.py --nccl || fail "ray_pipeline --nccl"
@@ -397,8 +398,9 @@ while [ $# -gt 0 ]; do
       # Page-locking a download's destination in place, against the staged download.
       python3 benches/pin_cost.py 2>&1 | tee "$OUT/pin_cost.log" ;;
     overheads-ab)
-      # benches/overheads.py under the old build's wheel (gpu-run/ab-wheels/*.whl) and this
-      # one's, taking turns, three runs each: what a change to the hot paths bought.
+      # benches/overheads.py and bundle_table.py under the old build's wheel
+      # (gpu-run/ab-wheels/*.whl) and this one's, taking turns, three runs each: what a
+      # change to the hot paths bought.
       python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site-old \
         gpu-run/ab-wheels/*.whl || fail "old wheel install"
       for i in 1 2 3; do
@@ -408,6 +410,8 @@ while [ $# -gt 0 ]; do
           PYTHONPATH=$site:${PYTHONPATH#/tmp/site} python3 benches/overheads.py \
             --json "$OUT/overheads-$side-$i.json" 2>&1 | tee -a "$OUT/overheads-ab.log" \
             | grep -E 'Tracking|spilling|from_dlpack'
+          PYTHONPATH=$site:${PYTHONPATH#/tmp/site} python3 benches/bundle_table.py --device cuda \
+            --json "$OUT/bundle-table-$side-$i.json" 2>&1 | tee -a "$OUT/overheads-ab.log" | tail -n 7
         done
       done ;;
     spill-tests)

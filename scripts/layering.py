@@ -102,6 +102,7 @@ LAYERS = {
             "copy_settings",
             "launch",
             "spill",
+            "table",
         ],
         ["dlpack", "batch"],
     ],

@@ -16,6 +16,7 @@ use crate::born::Progress;
 use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
 use crate::stream::parse_move_stream;
+use crate::table::PackTable;
 
 /// Moves every array in `arrays` to `device` ("cpu", "cuda", "cuda:N", an int, a DLPack
 /// pair) in one pass and returns them as MemArrays, in order. MemArrays move in place (and
@@ -208,7 +209,7 @@ pub fn _pack<'py>(
     py: Python<'py>,
     arrays: &Bound<'py, PyAny>,
     max_each: Option<usize>,
-) -> PyResult<(PyMemArray, Bound<'py, PyList>)> {
+) -> PyResult<(PyMemArray, PackTable)> {
     let (parts, at) = memarrays(py, arrays, "_pack")?;
     let Some(at) = at else {
         return Err(pyo3::exceptions::PyValueError::new_err(
@@ -227,7 +228,7 @@ pub fn _pack<'py>(
         RawArray::pack(raws, at)
     })
     .py()?;
-    Ok((pack.into(), table(py, entries)?))
+    Ok((pack.into(), PackTable::new(entries)))
 }
 
 /// `arrays` as MemArrays (a TypeError naming `what` for anything else) and where the
@@ -286,18 +287,6 @@ fn quick_pack(raws: &[&RawArray]) -> bool {
 const HELD_PACK: usize = 16 << 20;
 const HELD_PACK_HOST: usize = 1 << 20;
 
-/// A pack's table as `_unpack` takes it: `(dtype, shape, offset)` per array.
-fn table<'py>(
-    py: Python<'py>,
-    entries: Vec<memarray_cuda::array::Packed>,
-) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    for e in entries {
-        out.append((e.dtype.name(), e.shape, e.offset))?;
-    }
-    Ok(out)
-}
-
 /// `_pack`'s result with no copy, where `arrays` are slices of one allocation (the arrays
 /// `_unpack` makes, in any order or subset): a uint8 slice of that allocation spanning
 /// them, and their entries in it; None (nothing done) otherwise, or when the span would be
@@ -306,7 +295,7 @@ fn table<'py>(
 pub fn _share<'py>(
     py: Python<'py>,
     arrays: &Bound<'py, PyAny>,
-) -> PyResult<Option<(PyMemArray, Bound<'py, PyList>)>> {
+) -> PyResult<Option<(PyMemArray, PackTable)>> {
     let (parts, at) = memarrays(py, arrays, "_share")?;
     let Some(at) = at else {
         return Ok(None);
@@ -316,96 +305,7 @@ pub fn _share<'py>(
     let Some((pack, entries)) = shared else {
         return Ok(None);
     };
-    Ok(Some((pack.into(), table(py, entries)?)))
-}
-
-/// A Bundle's table from a pickle (`entries`: a list of `(dtype, shape, offset)`), checked
-/// against its `pack_len`-byte pack before anything is made from it, in one pass: each
-/// dtype one of memarray's names, each shape at most `MAX_NDIM` non-negative ints, each
-/// offset a non-negative int, each entry's bytes inside the pack. Returns the table as
-/// `(str, list[int], int)` tuples; a ValueError naming the entry otherwise.
-#[pyfunction]
-pub fn _check_table<'py>(
-    py: Python<'py>,
-    pack_len: usize,
-    entries: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyList>> {
-    use pyo3::exceptions::PyValueError;
-    use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
-    if !(entries.is_instance_of::<PyList>() || entries.is_instance_of::<PyTuple>()) {
-        return Err(PyValueError::new_err(format!(
-            "a Bundle's table must be a list, not {}",
-            entries.get_type().name()?
-        )));
-    }
-    // A Python int that is not a bool, as a u128 (None: negative, too large, not an int).
-    let natural = |v: &Bound<'py, PyAny>| -> Option<u128> {
-        (v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>())
-            .then(|| v.extract::<u128>().ok())
-            .flatten()
-    };
-    let out = PyList::empty(py);
-    for (i, entry) in entries.try_iter()?.enumerate() {
-        let entry = entry?;
-        let not_three =
-            || PyValueError::new_err(format!("Bundle entry {i} is not (dtype, shape, offset)"));
-        let items: Vec<Bound<'py, PyAny>> = entry
-            .try_iter()
-            .and_then(|it| it.collect::<PyResult<_>>())
-            .map_err(|_| not_three())?;
-        let [dtype, shape, offset] =
-            <[Bound<'py, PyAny>; 3]>::try_from(items).map_err(|_| not_three())?;
-        let shape_obj = shape;
-        let shape: Vec<Bound<'py, PyAny>> = shape_obj
-            .try_iter()
-            .and_then(|it| it.collect::<PyResult<_>>())
-            .map_err(|_| not_three())?;
-        let dt = dtype
-            .cast::<PyString>()
-            .ok()
-            .and_then(|s| s.to_str().ok())
-            .and_then(|name| memarray_core::DType::from_name(name).ok());
-        let Some(dt) = dt else {
-            return Err(PyValueError::new_err(format!(
-                "Bundle entry {i}: {} is not a memarray dtype",
-                dtype.repr()?
-            )));
-        };
-        let dims: Option<Vec<u128>> = shape.iter().map(natural).collect();
-        let at = natural(&offset);
-        let (Some(dims), Some(at)) = (dims.filter(|d| d.len() <= memarray_core::MAX_NDIM), at)
-        else {
-            return Err(PyValueError::new_err(format!(
-                "Bundle entry {i}: shape {} and offset {} must be at most {} non-negative ints \
-                 and a non-negative int",
-                PyList::new(py, &shape)?.repr()?,
-                offset.repr()?,
-                memarray_core::MAX_NDIM
-            )));
-        };
-        // A dimension past usize is past any pack, even beside a zero.
-        let nbytes = dims.iter().try_fold(dt.size() as u128, |n, &d| {
-            (d <= usize::MAX as u128).then_some(())?;
-            n.checked_mul(d)
-        });
-        if nbytes
-            .and_then(|n| n.checked_add(at))
-            .is_none_or(|end| end > pack_len as u128)
-        {
-            return Err(PyValueError::new_err(format!(
-                "Bundle entry {i} ({at} + {} bytes) lies outside its {pack_len}-byte pack",
-                nbytes.map_or_else(|| "too many".to_string(), |n| n.to_string())
-            )));
-        }
-        // The entry's own objects, checked above (a shape given as a plain list stays that
-        // list; anything else becomes a new list of the values checked).
-        let shape_list = match shape_obj.cast_exact::<PyList>() {
-            Ok(l) => l.clone(),
-            Err(_) => PyList::new(py, &shape)?,
-        };
-        out.append((dtype, shape_list, offset))?;
-    }
-    Ok(out)
+    Ok(Some((pack.into(), PackTable::new(entries))))
 }
 
 /// The arrays `_pack` packed: one per `(dtype, shape, offset)` entry, each a slice of
@@ -418,21 +318,12 @@ pub fn _unpack<'py>(
     entries: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
     let a = PyMemArray::arg(pack, "_unpack")?.get();
-    let mut wanted = Vec::new();
-    for e in entries.try_iter()? {
-        let e = e?;
-        let (dtype, shape, offset): (Bound<'py, PyAny>, Vec<usize>, usize) = e.extract()?;
-        wanted.push(memarray_cuda::array::Packed {
-            dtype: crate::dtype::parse_dtype(Some(&dtype))?,
-            shape,
-            offset,
-        });
-    }
+    let wanted = crate::table::packed_entries(entries)?;
     // Views only: with the GIL held unless the pack's data is still in flight.
     let arrays = a.with(py, |raw| raw.unpack(&wanted, None)).py()?;
-    let out = PyList::empty(py);
-    for raw in arrays {
-        out.append(Py::new(py, PyMemArray::from(raw))?)?;
-    }
-    Ok(out)
+    let arrays = arrays
+        .into_iter()
+        .map(|raw| PyMemArray::untracked(py, raw))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, arrays)
 }

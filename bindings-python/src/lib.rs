@@ -40,6 +40,7 @@ mod safetensors;
 mod sources;
 mod spill;
 mod stream;
+mod table;
 
 use pyo3::prelude::*;
 
@@ -82,7 +83,9 @@ fn _memarray(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batch::_pack, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_pack_layout, m)?)?;
     m.add_function(wrap_pyfunction!(batch::_share, m)?)?;
-    m.add_function(wrap_pyfunction!(batch::_check_table, m)?)?;
+    m.add_function(wrap_pyfunction!(table::_check_table, m)?)?;
+    m.add_function(wrap_pyfunction!(table::_pack_table, m)?)?;
+    m.add_class::<table::PackTable>()?;
     m.add_function(wrap_pyfunction!(batch::_unpack, m)?)?;
     m.add_class::<ipc::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(ipc::from_ipc_handle, m)?)?;

@@ -143,6 +143,10 @@ class _Only(pickle.Unpickler):
             ("memarray._pickle", "rebuild"),
             ("memarray._pickle", "ipc_handle"),
             ("builtins", "bytearray"),
+            ("builtins", "getattr"),
+            ("memarray._bundle", "Bundle"),
+            ("memarray._bundle", "Bundle._of"),
+            ("memarray._memarray", "_pack_table"),
         }:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed here")
@@ -157,7 +161,11 @@ def pickles(seed):
         memarray.MemArray((5,), "u1"),
         memarray.MemArray((), "c16"),
     ]
-    blobs = [pickle.dumps(a, protocol=p) for a in arrays for p in (2, 4, 5)]
+    bundles = [
+        memarray.Bundle(arrays),
+        memarray.Bundle([memarray.MemArray((n,), "i2") for n in range(40)]),
+    ]
+    blobs = [pickle.dumps(a, protocol=p) for a in arrays + bundles for p in (2, 4, 5)]
     for i in range(1500):
         b = bytearray(rng.choice(blobs))
         for _ in range(rng.randrange(1, 4)):
@@ -169,7 +177,29 @@ def pickles(seed):
             else:
                 at = rng.randrange(len(b) + 1)
                 b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
-        case(f"mutated pickle {i}", lambda b=b: _Only(io.BytesIO(bytes(b))).load())
+        case(f"mutated pickle {i}", lambda b=b: _opened(_Only(io.BytesIO(bytes(b))).load()))
+    # A Bundle's table pickles as one bytes object: mutated, it is a ValueError or a table
+    # whose entries the pack then checks.
+    tables = [pickle.loads(pickle.dumps(b._entries)) for b in bundles]
+    encoded = [t.__reduce__()[1][0] for t in tables]
+    for i in range(1500):
+        b = bytearray(rng.choice(encoded))
+        for _ in range(rng.randrange(1, 4)):
+            op = rng.randrange(3)
+            if op == 0 and b:
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            elif op == 1:
+                b = b[: rng.randrange(len(b) + 1)]
+            else:
+                at = rng.randrange(len(b) + 1)
+                b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+        pack = bundles[i % 2].pack
+        case(
+            f"mutated table {i}",
+            lambda b=b, pack=pack: _opened(
+                memarray.Bundle._of(pack, memarray._memarray._pack_table(bytes(b)))
+            ),
+        )
     shapes = [(8 << 30,), (0, 2**64 - 1), (-1,), (2**63,), (2**62, 4), (3,), "x", (1.5,), [2] * 40]
     dtypes = ["uint8", "float64", "bfloat16", "nope", "\udcff", 3]
     payloads = [b"", b"\0" * 24, bytearray(8), memoryview(b"\0" * 48)[::2]]
@@ -187,6 +217,13 @@ def pickles(seed):
                         0 if dev is None else dev,
                         "auto",
                     )
+
+
+def _opened(x):
+    """Reads every array of an unpickled Bundle (views made from its table)."""
+    if isinstance(x, memarray.Bundle):
+        return [a.to_numpy() for a in x]
+    return x
 
 
 GROUPS = {"dlpack": dlpack, "subclasses": subclasses, "files": files, "pickles": pickles}

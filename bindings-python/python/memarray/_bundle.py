@@ -17,8 +17,9 @@ from typing import Any, overload
 from . import _memarray
 from ._memarray import MemArray
 
-#: A pack's table: each array's dtype, shape and byte offset in the pack.
-Entries = list[tuple[str, list[int], int]]
+#: A pack's table: each array's dtype, shape and byte offset in the pack, parsed once (a
+#: sequence of ``(dtype, shape, offset)`` tuples; it pickles as one bytes object).
+Entries = _memarray._PackTable
 
 
 class Bundle(Sequence[MemArray]):
@@ -62,7 +63,8 @@ class Bundle(Sequence[MemArray]):
         elif arrays:
             self._pack, self._entries = _memarray._pack(arrays)
         else:
-            self._pack, self._entries = _memarray.empty((0,), "uint8"), []
+            self._pack = _memarray.empty((0,), "uint8")
+            self._entries = _memarray._check_table(0, [])
 
     @classmethod
     def _of(cls, pack: MemArray, entries: Entries) -> Bundle:
@@ -105,10 +107,11 @@ class Bundle(Sequence[MemArray]):
 
 
 def _checked(pack: Any, entries: Any) -> Entries:
-    """A Bundle's table from a pickle, checked before anything is made from it: a 1-d
-    uint8 MemArray pack; each entry a dtype memarray knows, a shape of at most MAX_NDIM
-    non-negative ints, and a non-negative offset, its bytes inside the pack. ValueError
-    naming the entry otherwise (host and device packs alike; one pass in Rust)."""
+    """A Bundle's table from a pickle (a ``_PackTable``, or a list from an older
+    memarray), checked before anything is made from it: a 1-d uint8 MemArray pack; each
+    entry a dtype memarray knows, a shape of at most MAX_NDIM non-negative ints, and a
+    non-negative offset, its bytes inside the pack. ValueError naming the entry otherwise
+    (host and device packs alike; one pass in Rust)."""
     if not isinstance(pack, MemArray) or pack._dtype_name != "uint8" or pack.ndim != 1:
         raise ValueError("a Bundle's pack must be a 1-d uint8 MemArray")
     return _memarray._check_table(pack.nbytes, entries)

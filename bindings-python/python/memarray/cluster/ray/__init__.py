@@ -133,7 +133,7 @@ class MemArrayTransportMetadata(TensorTransportMetadata):
     `benches/ray_sides.py`; a receiver unpickles it only to fetch from the sender)."""
 
     handles: list[IpcHandle] | None = None
-    packed: list[tuple[str, list[int], int]] | None = None
+    packed: base.Entries | None = None
     gpus: list[str] = field(default_factory=list)
     node_id: str | None = None
     pid: int = 0
@@ -160,7 +160,7 @@ class MemArrayTransport(base.Transport):
         )
         entries = self.packs.make(obj_id, arrays)
         if entries is not None:
-            meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
+            meta.tensor_meta, meta.packed = entries.tensor_meta(), entries
             shared = [self.packs.get(obj_id)]
         else:
             arrays = base.check_arrays(TRANSPORT, arrays)

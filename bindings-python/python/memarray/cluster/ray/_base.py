@@ -144,11 +144,6 @@ class Packs:
             return len(self._held)
 
 
-def tensor_meta(entries: Entries) -> list[tuple[tuple[int, ...], str]]:
-    """Each packed array's shape and dtype, as the transports' metadata lists them."""
-    return [(tuple(shape), dtype) for dtype, shape, _ in entries]
-
-
 def check_arrays(transport: str, rdt_object: list[Any]) -> list[MemArray]:
     """The object's arrays, each a MemArray, all on devices or all on the host."""
     arrays = list(rdt_object)

@@ -11,7 +11,7 @@ from ... import _memarray
 from ..._memarray import MemArray
 
 #: A pack's table: each array's dtype, shape and byte offset in the pack.
-Entries = list[tuple[str, list[int], int]]
+Entries = _memarray._PackTable
 
 _counts_lock = threading.Lock()
 _counts: dict[str, float] = {

@@ -46,7 +46,7 @@ class MemArrayNcclMetadata(TensorTransportMetadata):
     """Each array's shape and dtype (``tensor_meta``), and for a pack the entries to
     unpack, its length and the key the sender holds it under."""
 
-    packed: list[tuple[str, list[int], int]] | None = None
+    packed: base.Entries | None = None
     pack_bytes: int = 0
     pack_key: str | None = None
 
@@ -210,7 +210,7 @@ class MemArrayNcclTransport(base.Transport):
         meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
         entries = self.packs.make(obj_id, arrays)
         if entries is not None:
-            meta.tensor_meta, meta.packed = base.tensor_meta(entries), entries
+            meta.tensor_meta, meta.packed = entries.tensor_meta(), entries
             meta.pack_bytes = self.packs.get(obj_id).nbytes
             meta.pack_key = obj_id
         else:
