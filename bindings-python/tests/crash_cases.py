@@ -167,32 +167,14 @@ def pickles(seed):
     ]
     blobs = [pickle.dumps(a, protocol=p) for a in arrays + bundles for p in (2, 4, 5)]
     for i in range(1500):
-        b = bytearray(rng.choice(blobs))
-        for _ in range(rng.randrange(1, 4)):
-            op = rng.randrange(3)
-            if op == 0 and b:
-                b[rng.randrange(len(b))] = rng.randrange(256)
-            elif op == 1:
-                b = b[: rng.randrange(len(b) + 1)]
-            else:
-                at = rng.randrange(len(b) + 1)
-                b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+        b = _mutated(rng, rng.choice(blobs))
         case(f"mutated pickle {i}", lambda b=b: _opened(_Only(io.BytesIO(bytes(b))).load()))
     # A Bundle's table pickles as one bytes object: mutated, it is a ValueError or a table
     # whose entries the pack then checks.
     tables = [pickle.loads(pickle.dumps(b._entries)) for b in bundles]
     encoded = [t.__reduce__()[1][0] for t in tables]
     for i in range(1500):
-        b = bytearray(rng.choice(encoded))
-        for _ in range(rng.randrange(1, 4)):
-            op = rng.randrange(3)
-            if op == 0 and b:
-                b[rng.randrange(len(b))] = rng.randrange(256)
-            elif op == 1:
-                b = b[: rng.randrange(len(b) + 1)]
-            else:
-                at = rng.randrange(len(b) + 1)
-                b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+        b = _mutated(rng, rng.choice(encoded))
         pack = bundles[i % 2].pack
         case(
             f"mutated table {i}",
@@ -217,6 +199,22 @@ def pickles(seed):
                         0 if dev is None else dev,
                         "auto",
                     )
+
+
+def _mutated(rng, blob):
+    """`blob` with one to three random changes: a byte overwritten, the tail cut off, or
+    up to eight random bytes inserted."""
+    b = bytearray(blob)
+    for _ in range(rng.randrange(1, 4)):
+        op = rng.randrange(3)
+        if op == 0 and b:
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        elif op == 1:
+            b = b[: rng.randrange(len(b) + 1)]
+        else:
+            at = rng.randrange(len(b) + 1)
+            b[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+    return b
 
 
 def _opened(x):
