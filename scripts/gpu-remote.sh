@@ -399,8 +399,9 @@ while [ $# -gt 0 ]; do
       python3 benches/pin_cost.py 2>&1 | tee "$OUT/pin_cost.log" ;;
     overheads-ab)
       # benches/overheads.py and bundle_table.py under the old build's wheel
-      # (gpu-run/ab-wheels/*.whl) and this one's, taking turns, three runs each: what a
-      # change to the hot paths bought.
+      # (gpu-run/ab-wheels/*.whl: stage with AB_BASE=<commit> scripts/test-gpu.sh, carry
+      # gpu-run/ab-wheels) and this one's, taking turns, three runs each: what a change to
+      # the hot paths bought.
       python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site-old \
         gpu-run/ab-wheels/*.whl || fail "old wheel install"
       for i in 1 2 3; do

@@ -56,6 +56,18 @@ echo "== building the abi3 wheel"
 [ -x .venv/bin/maturin ] || ./dev.sh venv
 .venv/bin/maturin build --release -q -o "$STAGE/wheels" >/dev/null
 cp scripts/gpu-remote.sh "$STAGE/remote.sh"
+# An older build's wheel for remote.sh's `overheads-ab` stage (AB_BASE=<commit>): built
+# from a worktree of that commit, its target kept in target/ab between stagings.
+if [ -n "${AB_BASE:-}" ]; then
+  root=$PWD
+  tree=$(mktemp -d)/ab
+  git worktree add -q --detach "$tree" "$AB_BASE"
+  mkdir -p "$STAGE/ab-wheels"
+  (cd "$tree" && CARGO_TARGET_DIR="$root/target/ab" "$root/.venv/bin/maturin" build --release -q \
+    -o "$root/$STAGE/ab-wheels" >/dev/null)
+  git worktree remove --force "$tree"
+  echo "== the wheel of $AB_BASE ($(git rev-parse --short "$AB_BASE")) staged in $STAGE/ab-wheels"
+fi
 # Wheels the device's Python lacks, each set downloaded once into an ignored folder of its
 # own (again when its list changes) and installed there with --no-index --no-deps.
 fetch_set() {  # dir, packages...

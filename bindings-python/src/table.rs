@@ -52,26 +52,6 @@ impl PackTable {
         self.to_list(py)?.eq(other)
     }
 
-    /// Each entry's `(shape, dtype name)`, shape a tuple: what a Ray transport's metadata
-    /// lists for its arrays.
-    fn tensor_meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let mut names = Names::default();
-        let items = self
-            .entries
-            .iter()
-            .map(|e| {
-                PyTuple::new(
-                    py,
-                    [
-                        PyTuple::new(py, &e.shape)?.into_any(),
-                        names.of(py, e.dtype),
-                    ],
-                )
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, items)
-    }
-
     fn __repr__(&self) -> String {
         format!("memarray._PackTable({} entries)", self.entries.len())
     }

@@ -151,6 +151,36 @@ print(len(p["store_s"]), p["store_s"][0], p["store_s"][-1], p["nccl_wait_s"],
     assert out.split() == ["256", "44.0", "299.0", "[2.5]", "False", "True", "True", "{}"], out
 
 
+def test_a_packs_tensor_meta_reads_its_table_and_pickles_it_once():
+    out = child_stdout(
+        """
+import pickle
+from ray import cloudpickle
+import memarray
+from memarray.cluster.ray import MemArrayTransportMetadata, _base
+parts = [memarray.zeros((n, 2), "int16") for n in range(1, 6)] + [memarray.zeros((), "float64")]
+pack, table = memarray._memarray._pack(parts)
+tm = _base.TensorMeta(table)
+want = [(tuple(p.shape), p._dtype_name) for p in parts]
+assert len(tm) == 6 and bool(tm) and list(tm) == want and tm[-1] == ((), "float64"), list(tm)
+assert tm[1:3] == want[1:3] and tm == want
+meta = MemArrayTransportMetadata(tensor_meta=tm, tensor_device="cuda", packed=table)
+data = cloudpickle.dumps(meta)
+back = cloudpickle.loads(data)
+assert back.tensor_meta == want and back.packed == table
+assert back.tensor_meta._table is back.packed, "the table pickled once"
+big = memarray._memarray._pack([memarray.zeros((4,), "float32")] * 1000)[1]
+with_list = MemArrayTransportMetadata(
+    tensor_meta=list(_base.TensorMeta(big)), tensor_device="cuda", packed=big)
+with_view = MemArrayTransportMetadata(
+    tensor_meta=_base.TensorMeta(big), tensor_device="cuda", packed=big)
+view, listed, alone = (len(cloudpickle.dumps(m)) for m in (with_view, with_list, big))
+print(view < listed, view < alone + 2000, view, listed, alone)
+"""
+    )
+    assert out.split()[:2] == ["True", "True"], out
+
+
 def test_the_transport_delivers_the_right_arrays_after_ray_restarts_in_the_process():
     # The driver finds what a transport received through the worker's serialization context
     # of the current job: a second ray.init in the same process makes new contexts under

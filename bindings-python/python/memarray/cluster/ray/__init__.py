@@ -160,7 +160,7 @@ class MemArrayTransport(base.Transport):
         )
         entries = self.packs.make(obj_id, arrays)
         if entries is not None:
-            meta.tensor_meta, meta.packed = entries.tensor_meta(), entries
+            meta.tensor_meta, meta.packed = base.TensorMeta(entries), entries
             shared = [self.packs.get(obj_id)]
         else:
             arrays = base.check_arrays(TRANSPORT, arrays)

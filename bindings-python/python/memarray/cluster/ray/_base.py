@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 import ray
 from ray.experimental.rdt.tensor_transport_manager import (
@@ -142,6 +143,42 @@ class Packs:
     def __len__(self) -> int:
         with self._lock:
             return len(self._held)
+
+
+class TensorMeta(Sequence[tuple[tuple[int, ...], str]]):
+    """A pack's ``tensor_meta`` in a transport's metadata: each array's ``(shape, dtype)``,
+    read from the pack's table when asked. Ray only counts it (and reads it for target
+    buffers, which the transports refuse); it pickles as the table, which the metadata's
+    ``packed`` holds too, so a pickle of the metadata carries the table once instead of
+    another 1,000 tuples (about 0.15 ms an object to build, pickle and load)."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: Entries) -> None:
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[tuple[int, ...], str]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[tuple[int, ...], str]]: ...
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[tuple[int, ...], str] | list[tuple[tuple[int, ...], str]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        dtype, shape, _ = self._table[i]
+        return (tuple(shape), dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == (list(other) if isinstance(other, TensorMeta) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TensorMeta, (self._table,))
 
 
 def check_arrays(transport: str, rdt_object: list[Any]) -> list[MemArray]:

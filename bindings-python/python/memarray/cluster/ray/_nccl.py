@@ -210,7 +210,7 @@ class MemArrayNcclTransport(base.Transport):
         meta = MemArrayNcclMetadata(tensor_meta=[], tensor_device="cuda")
         entries = self.packs.make(obj_id, arrays)
         if entries is not None:
-            meta.tensor_meta, meta.packed = entries.tensor_meta(), entries
+            meta.tensor_meta, meta.packed = base.TensorMeta(entries), entries
             meta.pack_bytes = self.packs.get(obj_id).nbytes
             meta.pack_key = obj_id
         else:
