@@ -53,7 +53,10 @@ impl PackTable {
     }
 
     fn __repr__(&self) -> String {
-        format!("memarray._PackTable({} entries)", self.entries.len())
+        format!(
+            "memarray._memarray._PackTable({} entries)",
+            self.entries.len()
+        )
     }
 
     fn __reduce__<'py>(

@@ -115,6 +115,9 @@ def test_a_bundles_table_pickles_as_one_bytes_object_and_reads_back_equal():
     assert len(data) == 1 + 1 + 1 + len("float32") + 8 + 1000 * 18
     back = pickle.loads(pickle.dumps(t))
     assert back == t and len(back) == 1000 and back[-1] == t[999]
+    assert repr(back) == "memarray._memarray._PackTable(1000 entries)"
+    with pytest.raises(IndexError, match="1000 entries"):
+        back[1000]
     assert list(back) == [("float32", [256], e[2]) for e in t]
     assert back == [tuple(e) for e in t], "equal to the same entries as a list"
     c = pickle.loads(pickle.dumps(b))
