@@ -59,12 +59,17 @@ impl PackTable {
         )
     }
 
+    /// The table as bytes (its pickled form), which `_pack_table` reads back.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.encode())
+    }
+
     fn __reduce__<'py>(
         &self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>,))> {
         let rebuild = py.import("memarray._memarray")?.getattr("_pack_table")?;
-        Ok((rebuild, (PyBytes::new(py, &self.encode()),)))
+        Ok((rebuild, (self.to_bytes(py),)))
     }
 }
 

@@ -390,12 +390,19 @@ def test_a_local_cluster_moves_every_dtype_and_shape_class_between_workers():
                 results[f"{dtype} {name}"] = same
         out["bad"] = [k for k, v in results.items() if not v]
         out["checked"] = len(results)
+        # A Bundle the same way: its pack and table (the serializers it registers).
+        bundle = memarray.Bundle([memarray.full((3,), i, "float32") for i in range(20)])
+        [f] = client.scatter([bundle], workers=[workers[0]])
+        g = client.submit(lambda v: (type(v).__name__, [float(a[0]) for a in v]), f,
+                          workers=[workers[1]], pure=False)
+        out["bundle"] = g.result()
         stats = md.statistics(client)
         out["stats"] = sorted(stats[w]["pressure"]["events"] for w in stats)
         """
     )
     assert out["workers"] == 2 and out["bad"] == [], out
     assert out["checked"] == 4 * len(memarray.SUPPORTED_DTYPES)
+    assert out["bundle"] == ["Bundle", [float(i) for i in range(20)]], out["bundle"]
     assert out["stats"] == [0, 0]
 
 

@@ -16,6 +16,9 @@ registration code is needed:
   device buffer itself (its pending work complete first) with the CUDA Array Interface in
   the header, and take any device frame that has one (``rmm.DeviceBuffer``, CuPy memory, a
   MemArray) zero-copy;
+- a ``memarray.Bundle`` is its pack to all of these: ``sizeof`` its bytes, a token of its
+  pack and table, and either family's frame of its pack with its table in the header (a
+  device Bundle goes worker to worker as one device frame, not through pickle and host);
 - dask-cuda's device-to-host spilling leaves MemArrays to memarray's spilling where it is
   on (``is_spillable_object``).
 
@@ -37,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ... import _env, _memarray, _progress, resources, spill
+from ..._bundle import Bundle
 from ..._memarray import MAX_NDIM, SUPPORTED_DTYPES, MemArray
 from ._worker import HOOKS, RESOURCES, _apply, _check, _Settings
 
@@ -304,6 +308,60 @@ def cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> MemArray:
     return from_cuda_array_interface(typed, copy=None if read_only else False)
 
 
+# ---------------------------------------------------------------- Bundles
+
+
+def bundle_sizeof(b: Bundle) -> int:
+    """``dask.sizeof`` of a Bundle: its pack's bytes."""
+    return int(b.pack.nbytes)
+
+
+def bundle_tokenize(b: Bundle) -> tuple[Any, ...]:
+    """``normalize_token`` of a Bundle: its pack's token (a hash where the data is) and its
+    table."""
+    return ("memarray.Bundle", tokenize(b.pack), b._entries.to_bytes())
+
+
+def _bundle_header(b: Bundle, pack_header: dict[str, Any]) -> dict[str, Any]:
+    return {"pack": pack_header, "table": b._entries.to_bytes()}
+
+
+def _bundle_of(header: object, frames: list[Any], read_pack: Any) -> Bundle:
+    """The Bundle of a header (``pack``: the pack's header, ``table``: its table's bytes)
+    and the pack's frames, read by ``read_pack``; the table is checked first, then against
+    the pack. ValueError for anything malformed."""
+    if not isinstance(header, Mapping) or "pack" not in header or "table" not in header:
+        raise ValueError("a memarray Bundle header must be a dict with keys ['pack', 'table']")
+    table = header["table"]
+    if not isinstance(table, bytes | bytearray | memoryview):
+        raise ValueError(f"a memarray Bundle header's table must be bytes, not {type(table)}")
+    entries = _memarray._pack_table(bytes(table))
+    return Bundle._of(read_pack(header["pack"], frames), entries)
+
+
+def bundle_serialize(b: Bundle) -> tuple[dict[str, Any], list[memoryview]]:
+    """The ``"dask"`` family for a Bundle: its pack's host frame, its table in the header."""
+    header, frames = serialize(b.pack)
+    return _bundle_header(b, header), frames
+
+
+def bundle_deserialize(header: Mapping[str, Any], frames: list[Any]) -> Bundle:
+    """The inverse of ``bundle_serialize``; ValueError for a malformed header or frame."""
+    return _bundle_of(header, frames, deserialize)
+
+
+def bundle_cuda_serialize(b: Bundle) -> tuple[dict[str, Any], list[MemArray]]:
+    """The ``"cuda"`` family for a Bundle: its device pack as the one frame, its table in
+    the header; a host Bundle is declined (NotImplementedError) as a host array is."""
+    header, frames = cuda_serialize(b.pack)
+    return _bundle_header(b, header), frames
+
+
+def bundle_cuda_deserialize(header: Mapping[str, Any], frames: list[Any]) -> Bundle:
+    """The inverse of ``bundle_cuda_serialize`` (zero-copy over the frame)."""
+    return _bundle_of(header, frames, cuda_deserialize)
+
+
 # ---------------------------------------------------------------- registration
 
 
@@ -314,6 +372,8 @@ def _register_dask(_module: object = None) -> None:
 
     dask_sizeof.register(MemArray)(sizeof)
     normalize_token.register(MemArray)(tokenize)
+    dask_sizeof.register(Bundle)(bundle_sizeof)
+    normalize_token.register(Bundle)(bundle_tokenize)
 
 
 def _register_distributed(_module: object = None) -> None:
@@ -333,6 +393,10 @@ def _register_distributed(_module: object = None) -> None:
     dask_deserialize.register(MemArray)(deserialize)
     cuda_ser.register(MemArray)(cuda_serialize)
     cuda_de.register(MemArray)(cuda_deserialize)
+    dask_serialize.register(Bundle)(bundle_serialize)
+    dask_deserialize.register(Bundle)(bundle_deserialize)
+    cuda_ser.register(Bundle)(bundle_cuda_serialize)
+    cuda_de.register(Bundle)(bundle_cuda_deserialize)
 
 
 def spilling_handles(a: MemArray) -> bool:
