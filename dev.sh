@@ -160,6 +160,7 @@ case "$cmd" in
     # Host memory against NumPy, a Bundle's table across a pickle (no GPU needed).
     "$VENV/bin/python" benches/host_load.py
     "$VENV/bin/python" benches/bundle_table.py
+    "$VENV/bin/python" benches/dask_bundle.py 2>&1 | grep -v -E 'INFO|WARNING'
     ;;
   doc)
     cargo doc --workspace --no-deps --exclude memarray-python

@@ -373,6 +373,9 @@ while [ $# -gt 0 ]; do
     dask)
       # Dask figures against CuPy, the pipeline and halo examples.
       python3 benches/dask_transfer.py --json "$OUT/dask_transfer.json" 2>&1 | tee "$OUT/dask_transfer.log"
+      # 1,000 small device arrays worker to worker: a list against one Bundle.
+      timeout 300 python3 benches/dask_bundle.py --device cuda --json "$OUT/dask_bundle.json" 2>&1 \
+        | grep -v -E 'INFO|WARNING' | tee "$OUT/dask_bundle.log"
       python3 examples/dask_pipeline.py || fail dask_pipeline
       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 python3 examples/mpi_halo.py \
         || fail mpi_halo ;;
