@@ -63,6 +63,23 @@ def test_a_copy_is_refused_where_the_arrays_are_not_views_of_one_allocation():
     assert len(memarray.Bundle([], copy=False)) == 0
 
 
+@pytest.mark.parametrize("copy", [True, False])
+def test_a_bundle_names_an_item_that_is_not_a_memarray(copy):
+    parts = list(memarray.Bundle(_parts(3)))
+    with pytest.raises(TypeError, match="a Bundle holds MemArrays; item 2 is ndarray"):
+        memarray.Bundle([*parts[:2], np.zeros(3)], copy=copy)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("copy", [True, False])
+def test_a_bundle_names_the_devices_of_arrays_on_two(copy):
+    parts = [*memarray.Bundle(_parts(2)), *memarray.Bundle(_parts(2, "cuda"))]
+    with pytest.raises(
+        ValueError, match=r"must share one device; these are on \['cpu', 'cuda:0'\]"
+    ):
+        memarray.Bundle(parts, copy=copy)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_small_bundle_is_packed_opened_and_shared_without_handing_off_the_gil(device):
     # Beside a thread running Python, taking the GIL back after releasing it waits out the

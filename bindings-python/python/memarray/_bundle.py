@@ -42,29 +42,30 @@ class Bundle(Sequence[MemArray]):
 
     def __init__(self, arrays: Iterable[MemArray], *, copy: bool = True) -> None:
         arrays = list(arrays)
-        for i, a in enumerate(arrays):
-            if not isinstance(a, MemArray):
-                raise TypeError(f"a Bundle holds MemArrays; item {i} is {type(a).__name__}")
-        where = {a.device for a in arrays}
-        if len(where) > 1:
-            raise ValueError(
-                f"a Bundle's arrays must share one device; these are on {sorted(where)}"
-            )
         self._arrays: list[MemArray] | None = None
-        if arrays and not copy:
-            shared = _memarray._share(arrays)
-            if shared is None:
-                raise ValueError(
-                    "Bundle(arrays, copy=False) needs views of one allocation (another "
-                    "Bundle's items), spanning at most twice their packed size; "
-                    "Bundle(arrays) copies them"
-                )
-            self._pack, self._entries = shared
-        elif arrays:
-            self._pack, self._entries = _memarray._pack(arrays)
-        else:
+        if not arrays:
             self._pack = _memarray.empty((0,), "uint8")
             self._entries = _memarray._check_table(0, [])
+            return
+        # Rust checks every item (a MemArray, one device) as it packs; on a refusal the
+        # Bundle's own message names the item or the devices (a Python pass over 1,000
+        # arrays first cost 0.09 ms, 40% of a Bundle of views).
+        try:
+            if copy:
+                self._pack, self._entries = _memarray._pack(arrays)
+                return
+            shared = _memarray._share(arrays)
+        except (TypeError, ValueError):
+            _refuse(arrays)
+            raise
+        if shared is None:
+            _refuse(arrays)
+            raise ValueError(
+                "Bundle(arrays, copy=False) needs views of one allocation (another "
+                "Bundle's items), spanning at most twice their packed size; "
+                "Bundle(arrays) copies them"
+            )
+        self._pack, self._entries = shared
 
     @classmethod
     def _of(cls, pack: MemArray, entries: Entries) -> Bundle:
@@ -104,6 +105,18 @@ class Bundle(Sequence[MemArray]):
 
     def __repr__(self) -> str:
         return f"memarray.Bundle({len(self)} arrays, {self._pack.nbytes} bytes, {self.device})"
+
+
+def _refuse(arrays: list[Any]) -> None:
+    """Raises what a Bundle says of `arrays` that are not MemArrays on one device: a
+    TypeError naming the first item that is not a MemArray, a ValueError naming the
+    devices; returns where neither applies."""
+    for i, a in enumerate(arrays):
+        if not isinstance(a, MemArray):
+            raise TypeError(f"a Bundle holds MemArrays; item {i} is {type(a).__name__}")
+    where = {a.device for a in arrays}
+    if len(where) > 1:
+        raise ValueError(f"a Bundle's arrays must share one device; these are on {sorted(where)}")
 
 
 def _checked(pack: Any, entries: Any) -> Entries:
