@@ -85,8 +85,10 @@ LAYERS = {
         ["resources", "host_pool"],
         ["interop"],
         ["array"],
+        ["locked"],
         [
             "element",
+            "copying",
             "numpy",
             "byte_range",
             "buffer",

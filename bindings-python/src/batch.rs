@@ -11,10 +11,11 @@ use memarray_core::{HostBuffer, Location};
 use memarray_cuda::array::Fill;
 use memarray_cuda::{RawArray, StreamRef};
 
-use crate::array::{Locked, PyMemArray};
+use crate::array::PyMemArray;
 use crate::born::Progress;
 use crate::device::parse_device;
 use crate::errors::IntoPyResult as _;
+use crate::locked::Locked;
 use crate::stream::parse_move_stream;
 use crate::table::PackTable;
 

@@ -14,10 +14,11 @@ use pyo3::types::{PyBytes, PyList};
 use memarray_cuda::RawArray;
 use memarray_cuda::nccl::{self, Comm, ReduceOp, UniqueId};
 
-use crate::array::{Locked, PyMemArray, drop_detached};
+use crate::array::{PyMemArray, drop_detached};
 use crate::convert;
 use crate::device::parse_device;
 use crate::errors::IntoPyResult;
+use crate::locked::Locked;
 use crate::stream::parse_move_stream;
 
 /// One rank of an NCCL communicator on one device (from `memarray.distributed.init` or
