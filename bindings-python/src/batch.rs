@@ -319,7 +319,7 @@ pub fn _unpack<'py>(
     entries: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
     let a = PyMemArray::arg(pack, "_unpack")?.get();
-    let wanted = crate::table::packed_entries(entries)?;
+    let wanted = crate::table::packed_entries(py, entries)?;
     // Views only: with the GIL held unless the pack's data is still in flight.
     let arrays = a.with(py, |raw| raw.unpack(&wanted, None)).py()?;
     let arrays = arrays

@@ -162,8 +162,8 @@ impl PackTable {
     /// the first that does not.
     fn check_bounds(&self, pack_len: usize) -> PyResult<()> {
         for (i, e) in self.entries.iter().enumerate() {
-            let dims: Vec<u128> = e.shape.iter().map(|&d| d as u128).collect();
-            check_entry(i, e.dtype, &dims, e.offset as u128, pack_len)?;
+            let dims = e.shape.iter().map(|&d| d as u128);
+            check_entry(i, e.dtype, dims, e.offset as u128, pack_len)?;
         }
         Ok(())
     }
@@ -219,9 +219,15 @@ fn entry_tuple<'py>(
 }
 
 /// Checks entry `i` (`dims` of `dtype` at byte `at`) lies inside a `pack_len`-byte pack.
-fn check_entry(i: usize, dtype: DType, dims: &[u128], at: u128, pack_len: usize) -> PyResult<()> {
+fn check_entry(
+    i: usize,
+    dtype: DType,
+    dims: impl IntoIterator<Item = u128>,
+    at: u128,
+    pack_len: usize,
+) -> PyResult<()> {
     // A dimension past usize is past any pack, even beside a zero.
-    let nbytes = dims.iter().try_fold(dtype.size() as u128, |n, &d| {
+    let nbytes = dims.into_iter().try_fold(dtype.size() as u128, |n, d| {
         (d <= usize::MAX as u128).then_some(())?;
         n.checked_mul(d)
     });
@@ -270,6 +276,18 @@ pub fn _check_table<'py>(
             entries.get_type().name()?
         )));
     }
+    Bound::new(py, PackTable::new(parse_list(py, entries, Some(pack_len))?))
+}
+
+/// A table given as a list of `(dtype, shape, offset)`: each dtype one of memarray's
+/// names, each shape at most `MAX_NDIM` non-negative ints, each offset a non-negative int,
+/// and with `pack_len` each entry's bytes inside the pack (without, `unpack` checks them);
+/// a ValueError naming the entry otherwise.
+fn parse_list<'py>(
+    py: Python<'py>,
+    entries: &Bound<'py, PyAny>,
+    pack_len: Option<usize>,
+) -> PyResult<Vec<Packed>> {
     // A Python int that is not a bool, as a u128 (None: negative, too large, not an int).
     let natural = |v: &Bound<'py, PyAny>| -> Option<u128> {
         (v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>())
@@ -312,34 +330,33 @@ pub fn _check_table<'py>(
                 offset.repr()?,
             )));
         };
-        check_entry(i, dt, &dims, at, pack_len)?;
-        // Inside a pack of pack_len bytes: every value fits a usize.
+        match pack_len {
+            Some(len) => check_entry(i, dt, dims.iter().copied(), at, len)?,
+            None if dims.iter().chain([&at]).any(|&v| v > usize::MAX as u128) => {
+                return Err(PyValueError::new_err(format!(
+                    "Bundle entry {i}: a dimension or offset past any pack"
+                )));
+            }
+            None => {}
+        }
+        // Checked above: every value fits a usize.
         out.push(Packed {
             dtype: dt,
             shape: dims.iter().map(|&d| d as usize).collect(),
             offset: at as usize,
         });
     }
-    Bound::new(py, PackTable::new(out))
+    Ok(out)
 }
 
-/// `entries` for `_unpack`: a `_PackTable`'s own entries (borrowed), else a list of
-/// `(dtype, shape, offset)` with any dtype memarray reads, parsed here (`unpack` checks
-/// the bounds).
+/// `entries` for `_unpack`: a `_PackTable`'s own entries (borrowed), else a list read as
+/// `_check_table` reads one (`unpack` checks the bounds against its pack).
 pub(crate) fn packed_entries<'a>(
+    py: Python<'_>,
     entries: &'a Bound<'_, PyAny>,
 ) -> PyResult<std::borrow::Cow<'a, [Packed]>> {
     if let Ok(t) = entries.cast::<PackTable>() {
         return Ok(std::borrow::Cow::Borrowed(&t.get().entries));
     }
-    let mut wanted = Vec::new();
-    for e in entries.try_iter()? {
-        let (dtype, shape, offset): (Bound<'_, PyAny>, Vec<usize>, usize) = e?.extract()?;
-        wanted.push(Packed {
-            dtype: crate::dtype::parse_dtype(Some(&dtype))?,
-            shape,
-            offset,
-        });
-    }
-    Ok(std::borrow::Cow::Owned(wanted))
+    Ok(std::borrow::Cow::Owned(parse_list(py, entries, None)?))
 }
