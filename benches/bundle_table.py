@@ -18,25 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import statistics
 import sys
-import time
-from typing import Any
 
 import numpy as np
 
+# Run as a script: its folder is on sys.path, and pack.py's timing loop is this one's.
+from pack import median_ms
+
 import memarray
 from memarray import _memarray
-
-
-def median_ms(f: Any, reps: int) -> float:
-    f()
-    runs = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs) * 1e3
 
 
 def main() -> int:
