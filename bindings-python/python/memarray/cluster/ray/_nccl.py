@@ -285,14 +285,15 @@ class MemArrayNcclTransport(base.Transport):
             pack = _memarray.empty((meta.pack_bytes,), "uint8", device=where)
             allocated = time.perf_counter()
             comm.recv(pack, cm.src_rank, stream)
-            arrays = base.unpack(pack, meta.packed)  # waits for the receive
+            # Waits for the receive (the pack's pending work): no stream wait besides.
+            arrays = base.unpack(pack, meta.packed)
         else:
             arrays = [
                 _memarray.empty(shape, dtype, device=where) for shape, dtype in meta.tensor_meta
             ]
             allocated = time.perf_counter()
             _each(comm.recv, [a for a in arrays if a.nbytes], cm.src_rank, stream)
-        stream.synchronize()
+            stream.synchronize()
         _done(comm, "receive")
         done = time.perf_counter()
         base.count(
