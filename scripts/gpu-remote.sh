@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device half of `just test-gpu`: runs in the repo root on the GPU machine, over the
 # artifacts scripts/test-gpu.sh staged in gpu-run/. Stages (one or more, in order):
-# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop ray ray-figures overheads-ab spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
+# tests rust-tests py-tests py-parallel doc-blocks sanitize bench transfer npy interop ray ray-figures ray-one overheads-ab spill-tests spill numba-all notebook demo capi multi cupy-tests all. `multi` is the 2-GPU check: it
 # sets MEMARRAY_REQUIRE_PEER=1 and runs the NCCL, scatter/gather, IPC and graph tests, the
 # examples and the all-reduce / IPC hand-off benches (nvidia-h200-x2).
 # Everything runs with MEMARRAY_REQUIRE_GPU=1 (and _NCCL, _NVRTC), so a GPU test that would
@@ -274,7 +274,8 @@ ray_stage() {
   # ray.part.aa, then ray.part.ab with ray-deps and wheels), joined in /tmp, which survives
   # between calls on a warm machine. `ray_stage figures` (the `ray-figures` stage) skips
   # the tests, the pack benches and the examples: Ray's figures alone (with ray_sides.py), for a build whose
-  # tests already passed.
+  # tests already passed; `ray_stage one` (`ray-one`) runs Ray's tests alone with one
+  # visible GPU, on a machine of any size.
   local only_figures=${1:-}
   mkdir -p /tmp/ray-parts
   cp gpu-run/ray-wheels/ray.part.* /tmp/ray-parts/ 2>/dev/null
@@ -287,6 +288,14 @@ ray_stage() {
       /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl gpu-run/ray-deps/*.whl || fail "Ray install"
   fi
   export PYTHONPATH=$PYTHONPATH:/tmp/ray-site MEMARRAY_REQUIRE_RAY=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+  if [ "$only_figures" = one ]; then
+    # Ray's tests with one visible GPU, on a machine of any size.
+    echo "== Ray tests, one visible GPU"
+    CUDA_VISIBLE_DEVICES=0 MEMARRAY_REQUIRE_PEER=0 python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s \
+      -p no:cacheprovider >"$OUT/pytest_ray_one.log" 2>&1 || fail "pytest ray, one GPU"
+    grep -E "passed|failed|^FAILED|^E .*(Error|assert)|SKIPPED" "$OUT/pytest_ray_one.log" | tail -n 15
+    return
+  fi
   local peer=0
   [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ] && peer=1
   if [ "$only_figures" != figures ]; then
@@ -369,6 +378,7 @@ while [ $# -gt 0 ]; do
     interop) interop ;;
     ray) ray_stage ;;
     ray-figures) ray_stage figures ;;
+    ray-one) ray_stage one ;;
     ucx) ucx_stage ;;
     dask)
       # Dask figures against CuPy, the pipeline and halo examples.
@@ -463,7 +473,7 @@ while [ $# -gt 0 ]; do
           || fail "cupy tests differ through memarray: $f"
       done ;;
     all) tests; demo; capi; sanitize; interop; spill; bench ;;
-    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|multi-rust|multi-py|sanitize|bench|npy|interop|ray|ray-figures|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args] | py-files FILE..."; exit 2 ;;
+    *) echo "usage: remote.sh [tests|rust-tests|py-tests|py-parallel|doc-blocks|multi-rust|multi-py|sanitize|bench|npy|interop|ray|ray-figures|ray-one|ucx|overheads|dask|spill-tests|spill|numba-all|notebook|demo|capi|multi|cupy-tests|all]... | transfer [args] | py-files FILE..."; exit 2 ;;
   esac
   shift
 done
