@@ -7,7 +7,8 @@
 - spilling enabled without pressure: ``memarray.empty`` of 1 MiB + free, on / off
   interleaved, target <= 1.02x;
 - ``memarray.from_dlpack(torch tensor)`` (through torch's C exchange table), target
-  <= 1.0 us, with ``memarray.from_dlpack(memarray array)`` beside it.
+  <= 1.0 us, with ``memarray.from_dlpack(memarray array)`` beside it and, as peers on the
+  same draw, ``torch.from_dlpack`` and ``cupy.from_dlpack`` of the same tensor.
 
 A host's speed drifts within one run (a bare ``memarray.empty`` took 2.0-4.4 us in four
 runs of one device call): each pair is timed in ROUNDS short rounds of CALLS calls a side,
@@ -102,6 +103,10 @@ def main() -> int:
     except ImportError:
         torch = None
         print("torch is not installed: the from_dlpack(torch) row is missing")
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
     if torch is not None:
         tt = torch.zeros(1024, device="cuda")
         ma = memarray.zeros((1024,), "float32", device="cuda")
@@ -112,6 +117,14 @@ def main() -> int:
             dl.setdefault("from_dlpack(memarray)", []).append(
                 per_call_us(lambda: memarray.from_dlpack(ma), 5000, 1, 500)
             )
+            # Peers on the same draw: the target is absolute, the draw's speed is not.
+            dl.setdefault("peer torch.from_dlpack(torch)", []).append(
+                per_call_us(lambda: torch.from_dlpack(tt), 5000, 1, 500)
+            )
+            if cupy is not None:
+                dl.setdefault("peer cupy.from_dlpack(torch)", []).append(
+                    per_call_us(lambda: cupy.from_dlpack(tt), 5000, 1, 500)
+                )
     ok = True
 
     def check(name: str, value: float, limit: float, unit: str = "x") -> None:
