@@ -506,27 +506,33 @@ def test_offload_and_restore_keep_torch_cupy_and_memarray_memory_valid():
         memarray.torch.install()
         cupy.cuda.set_allocator(memarray.cupy_allocator)
         t = torch.arange(64 << 20, dtype=torch.float32, device="cuda")
-        dead = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
-        del dead  # cached by torch above memarray: given back at the offload, not copied
         c = cupy.arange(32 << 20, dtype=cupy.float32)
         m = memarray.asarray(np.arange(16 << 20, dtype=np.float32), device="cuda")
-        torch.cuda.synchronize()
-        free0 = mr.Device(0).memory_info()[0]
-        released = memarray.offload(0)
-        free1 = mr.Device(0).memory_info()[0]
-        restored = memarray.restore(0)
+        rounds = []
+        for _ in range(3):
+            dead = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+            del dead  # cached by torch above memarray: given back at the offload, not copied
+            torch.cuda.synchronize()
+            free0 = mr.Device(0).memory_info()[0]
+            released = memarray.offload(0)
+            free1 = mr.Device(0).memory_info()[0]
+            restored = memarray.restore(0)
+            rounds.append({"released": released, "freed": free1 - free0, "restored": restored})
         ok = (bool((t.cpu().numpy() == np.arange(64 << 20, dtype=np.float32)).all())
               and bool((cupy.asnumpy(c) == np.arange(32 << 20, dtype=np.float32)).all())
               and bool((m.to_numpy() == np.arange(16 << 20, dtype=np.float32)).all()))
         t += 1  # usable again
-        print(json.dumps({"released": released, "freed": free1 - free0,
-                          "restored": restored, "ok": ok}))
+        print(json.dumps({"rounds": rounds, "ok": ok}))
         """
     )
     got = json.loads(out.strip().splitlines()[-1])
     assert got["ok"], got
-    assert got["released"] >= (64 + 32 + 16) << 22, got
-    # The live bytes copied back, not torch's cached 512 MiB (slack for rounding).
-    assert (64 + 32 + 16) << 22 <= got["restored"] <= ((64 + 32 + 16) << 22) + (64 << 20), got
-    # The driver confirms the freed bytes (within other processes' noise).
-    assert got["freed"] >= got["released"] - (256 << 20), got
+    live = (64 + 32 + 16) << 22
+    for r in got["rounds"]:
+        assert r["released"] >= live + (512 << 20), got
+        # The live bytes copied back, not torch's cached 512 MiB (slack for rounding).
+        assert live <= r["restored"] <= live + (64 << 20), got
+    # The driver confirms the freed bytes. Its free memory is the whole device's, which
+    # other processes (the suite's parallel groups) move while one round runs: one round
+    # of three must see it within 256 MiB.
+    assert any(r["freed"] >= r["released"] - (256 << 20) for r in got["rounds"]), got
