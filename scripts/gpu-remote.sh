@@ -276,7 +276,7 @@ ray_stage() {
   # the tests, the pack benches and the examples: Ray's figures alone (with ray_sides.py), for a build whose
   # tests already passed; `ray_stage one` (`ray-one`) runs Ray's tests alone with one
   # visible GPU, on a machine of any size.
-  local only_figures=${1:-}
+  local mode=${1:-}
   mkdir -p /tmp/ray-parts
   cp gpu-run/ray-wheels/ray.part.* /tmp/ray-parts/ 2>/dev/null
   if [ "$(ls /tmp/ray-parts | wc -l)" -lt 2 ]; then
@@ -288,8 +288,7 @@ ray_stage() {
       /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl gpu-run/ray-deps/*.whl || fail "Ray install"
   fi
   export PYTHONPATH=$PYTHONPATH:/tmp/ray-site MEMARRAY_REQUIRE_RAY=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-  if [ "$only_figures" = one ]; then
-    # Ray's tests with one visible GPU, on a machine of any size.
+  if [ "$mode" = one ]; then
     echo "== Ray tests, one visible GPU"
     CUDA_VISIBLE_DEVICES=0 MEMARRAY_REQUIRE_PEER=0 python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s \
       -p no:cacheprovider >"$OUT/pytest_ray_one.log" 2>&1 || fail "pytest ray, one GPU"
@@ -298,7 +297,7 @@ ray_stage() {
   fi
   local peer=0
   [ "$(python3 -c 'import memarray; print(memarray.cuda.device_count())')" -ge 2 ] && peer=1
-  if [ "$only_figures" != figures ]; then
+  if [ "$mode" != figures ]; then
     echo "== Ray tests"
     MEMARRAY_REQUIRE_PEER=$peer python3 -m pytest bindings-python/tests/test_ray.py -q -rs -s -p no:cacheprovider >"$OUT/pytest_ray.log" 2>&1 \
       || fail "pytest ray"
@@ -307,7 +306,7 @@ ray_stage() {
   echo "== Ray figures"
   timeout 300 python3 benches/ray_transfer.py --json "$OUT/ray_transfer.json" >"$OUT/ray_transfer.log" 2>&1
   grep -E "ms .* GB/s|SKIPPED|land on|receiver|NCCL group|Error|per object" "$OUT/ray_transfer.log"
-  if [ "$only_figures" = figures ]; then
+  if [ "$mode" = figures ]; then
     # Ray's own cost per object by kind of transport, and per value (no GPU work).
     timeout 120 python3 benches/ray_sides.py --json "$OUT/ray_sides.json" 2>&1 | grep -v WARNING
     timeout 200 python3 benches/ray_sides.py --rounds 30 --count 1000 --json "$OUT/ray_sides_1000.json" 2>&1 \
