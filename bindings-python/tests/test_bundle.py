@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from test_interop import _peer
 
 import memarray
 
@@ -199,17 +200,10 @@ def test_a_forged_table_encoding_is_a_value_error():
 
 def _dask():
     """distributed's serializers, or a skip (a failure where CI requires Dask)."""
-    import os
-
-    try:
-        from distributed.protocol import deserialize, serialize
-    except ImportError:
-        if os.environ.get("MEMARRAY_REQUIRE_DASK") == "1":
-            raise
-        pytest.skip("SKIPPED: distributed is not installed")
+    protocol = _peer("distributed.protocol", "MEMARRAY_REQUIRE_DASK")
     import memarray.dask  # noqa: F401 - registers
 
-    return serialize, deserialize
+    return protocol.serialize, protocol.deserialize
 
 
 def test_a_bundle_goes_through_dask_as_its_pack_and_table_not_a_pickle():

@@ -8,10 +8,8 @@ import time
 from collections import deque
 
 from ... import _memarray
+from ..._bundle import Entries
 from ..._memarray import MemArray
-
-#: A pack's table: each array's dtype, shape and byte offset in the pack.
-Entries = _memarray._PackTable
 
 _counts_lock = threading.Lock()
 _counts: dict[str, float] = {
