@@ -17,7 +17,7 @@ VENV=.venv
 # What the demo needs (the wheel's build tool and its one dependency), and what the tests
 # and lint add. Pinned to ranges tested here; quiet unless something fails.
 DEMO_PACKAGES=("maturin>=1.9,<2" "numpy>=2.2.5")
-TEST_PACKAGES=("pytest>=8" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
+TEST_PACKAGES=("pytest>=8" "pytest-timeout>=2.3" "ml_dtypes>=0.5" "ruff>=0.6" "mypy>=1.18" "matplotlib>=3.7" "ipywidgets>=8"
   "nbclient>=0.10" "nbformat>=5.10" "nbconvert>=7.16" "ipykernel>=6.29" "tqdm>=4.66"
   "voila>=0.5.8,<0.6" "websocket-client>=1.8"
   "dask==2026.8.0" "distributed==2026.8.0" "mpi4py>=4.1" "mpich>=4.2" "ray==2.60.0"
@@ -109,8 +109,11 @@ case "$cmd" in
     echo "== pytest bindings-python/tests (log: target/pytest.log)"
     # Where chromium is installed (CI installs it), the tour notebook must render in it.
     if command -v chromium >/dev/null; then export MEMARRAY_REQUIRE_BROWSER=1; fi
+    # A test past 20 minutes fails with every thread's stack (its children have timeouts
+    # of their own, at most 15 minutes) instead of holding the run.
     MEMARRAY_REQUIRE_PLOT=1 MEMARRAY_C_LIB_DIR="$PWD/target/debug" \
       MEMARRAY_REQUIRE_DASK=1 MEMARRAY_REQUIRE_MPI=1 MEMARRAY_REQUIRE_RAY=1 "$VENV/bin/python" -m pytest bindings-python/tests -q \
+      --timeout 1200 \
       2>&1 | show target/pytest.log || failed=1
     grep -E '^(FAILED|ERROR) ' target/pytest.log | head -n 40 || true
     py_counts=$(pytest_counts target/pytest.log)

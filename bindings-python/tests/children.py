@@ -5,11 +5,48 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 HERE = pathlib.Path(__file__).parent
+
+
+def run_command(
+    args, *, timeout: float, env=None, cwd=None, text=True
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(args, capture_output=True, timeout=timeout)` for a command that may
+    start processes of its own (MPI's ranks, Ray's and Dask's daemons, a browser).
+
+    The command runs in a session of its own with its output going to files, and when it
+    ends, or its time is up, every process left in that session is killed. subprocess.run
+    kills only the child on a timeout and then reads its pipes to their end, which never
+    comes while a grandchild holds them open: the test would wait for ever. A timeout
+    raises subprocess.TimeoutExpired carrying what the command printed."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(args, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the session ended with the command
+            p.wait()
+
+        def read(f):
+            f.seek(0)
+            data = f.read()
+            return data.decode(errors="replace") if text else data
+
+        stdout, stderr = read(out), read(err)
+    if rc is None:
+        raise subprocess.TimeoutExpired(args, timeout, output=stdout, stderr=stderr)
+    return subprocess.CompletedProcess(args, rc, stdout, stderr)
 
 
 def run_child(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
@@ -17,14 +54,7 @@ def run_child(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
     caller asserts on the result. A signal shows as a negative return code."""
     e = dict(os.environ if env is None else env)
     e["PYTHONPATH"] = str(HERE) + os.pathsep + e.get("PYTHONPATH", "")
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=e,
-    )
-    return r
+    return run_command([sys.executable, "-c", textwrap.dedent(code)], timeout=timeout, env=e)
 
 
 def assert_clean(r: subprocess.CompletedProcess):

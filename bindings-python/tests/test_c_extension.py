@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import subprocess
 import sysconfig
 
 import pytest
-from children import child_stdout
+from children import child_stdout, run_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -55,7 +54,7 @@ def ext_dir(tmp_path_factory) -> pathlib.Path:
         "-o",
         str(target),
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_command(cmd, timeout=300)
     assert r.returncode == 0, r.stderr
     return out
 

@@ -5,11 +5,11 @@ move_memory, __version__."""
 from __future__ import annotations
 
 import operator
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from children import run_command
 
 import memarray
 
@@ -195,7 +195,7 @@ np.asarray(b)[0] = 7.0
 assert np.asarray(a)[0] == 7.0
 print("ok")
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = run_command([sys.executable, "-c", code], timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 

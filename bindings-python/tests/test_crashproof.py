@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
+from children import run_command
 
 HERE = pathlib.Path(__file__).parent
 SUMMARY = HERE.parents[1] / "target" / "crashproof.txt"
@@ -20,10 +20,8 @@ COUNTS: dict[str, int] = {}
 @pytest.mark.parametrize("group", ["dlpack", "subclasses", "files", "pickles"])
 def test_adversarial_group_never_crashes(group):
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run(
+    r = run_command(
         [sys.executable, str(HERE / "crash_cases.py"), group],
-        capture_output=True,
-        text=True,
         timeout=600,
         env=env,
     )

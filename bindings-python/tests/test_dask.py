@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from children import child_stdout, run_child
+from children import child_stdout, run_child, run_command
 from test_interop import _peer
 
 import memarray
@@ -557,16 +557,13 @@ def test_a_worker_checks_everything_before_changing_anything(tmp_path):
 
 
 def test_the_pipeline_example_matches_numpy():
-    import subprocess
     import sys
 
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     args = [] if memarray.cuda.is_available() else ["--chunks", "8", "--particles", "100000"]
-    r = subprocess.run(
+    r = run_command(
         [sys.executable, "examples/dask_pipeline.py", *args],
         cwd=root,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from children import run_command
 
 import memarray
 import memarray.distributed as md
@@ -38,9 +39,7 @@ def nccl() -> dict:
 
 def run(args, env=None, timeout=180) -> subprocess.CompletedProcess:
     full = dict(os.environ, **(env or {}))
-    return subprocess.run(
-        args, cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return run_command(args, cwd=ROOT, env=full, timeout=timeout)
 
 
 # ---- CPU -------------------------------------------------------------------------------

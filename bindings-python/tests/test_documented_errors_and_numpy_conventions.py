@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 import pytest
-from children import child_stdout, run_child
+from children import child_stdout, run_child, run_command
 
 import memarray
 import memarray.cuda as mc
@@ -373,13 +373,12 @@ print({k: v["calls"] for k, v in s["libraries"].items()})
 )
 def test_examples_end_in_one_clear_line_without_a_gpu(example):
     import pathlib
-    import subprocess
     import sys
 
     if mc.is_available():
         pytest.skip("checks what a machine without a GPU prints")
     path = pathlib.Path(__file__).resolve().parents[2] / "examples" / example
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    r = run_command([sys.executable, str(path)], timeout=300)
     out = (r.stdout + r.stderr).strip()
     assert "Traceback" not in out, out[-2000:]
     # 0: it ran on the host; 77: the examples' one status for "this machine lacks what I

@@ -13,11 +13,11 @@ import itertools
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
+from children import run_command
 
 HERE = pathlib.Path(__file__).parent
 
@@ -218,10 +218,8 @@ def walk() -> list[str]:
 def test_every_public_callable_raises_only_documented_types():
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with tempfile.TemporaryDirectory() as d:  # methods given "x" may write files there
-        r = subprocess.run(
+        r = run_command(
             [sys.executable, "-c", "import test_exceptions as t; t.walk()"],
-            capture_output=True,
-            text=True,
             timeout=600,
             env=env,
             cwd=d,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
-import subprocess
 import sys
+
+from children import run_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "layering.py"
@@ -110,7 +111,7 @@ def test_a_side_door_into_the_copy_wing_is_caught(monkeypatch, tmp_path):
 
 
 def test_the_repository_has_no_climb_and_no_circle():
-    r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT)
+    r = run_command([sys.executable, str(SCRIPT)], cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:]
     assert "layering: ok" in r.stdout
     assert layering.python_circles() == []

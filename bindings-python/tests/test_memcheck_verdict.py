@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
 import textwrap
 
 import pytest
+from children import run_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu-remote.sh"
@@ -53,7 +53,7 @@ def verdict(tmp_path: pathlib.Path, log: list[str], rc: int, gpus: int) -> bool:
     path.write_text("\n".join(log) + "\n")
     script = f'{function()}\nmemcheck_ok "{path}" {rc}\n'
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    done = run_command(["bash", "-c", script], env=env, timeout=120)
     return done.returncode == 0
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from children import run_command
 
 try:
     import mpi4py  # noqa: F401
@@ -36,12 +37,10 @@ def mpirun() -> str:
 def run_np2(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.pop("PYTEST_CURRENT_TEST", None)
-    return subprocess.run(
+    return run_command(
         [mpirun(), "-np", "2", sys.executable, *args],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=timeout,
     )
 
@@ -105,10 +104,9 @@ else:
     # The GPU machine's Open MPI is not CUDA-aware: the staging path ran.
     if (
         "Open MPI"
-        in subprocess.run(
+        in run_command(
             [sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
-            capture_output=True,
-            text=True,
+            timeout=120,
         ).stdout
     ):
         assert not aware, line

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from children import assert_clean, run_child
+from children import assert_clean, run_child, run_command
 
 import memarray
 
@@ -271,10 +270,8 @@ def test_torch_style_dtypes_are_taken_by_name():
 
 
 def test_help_shows_clean_signatures_and_no_stray_markers():
-    r = subprocess.run(
+    r = run_command(
         [sys.executable, "-c", "import memarray, pydoc; print(pydoc.render_doc(memarray))"],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
@@ -287,9 +284,7 @@ def test_help_shows_clean_signatures_and_no_stray_markers():
 
 
 def test_dev_sh_help_lists_every_command():
-    r = subprocess.run(
-        ["bash", os.path.join(ROOT, "dev.sh"), "help"], capture_output=True, text=True
-    )
+    r = run_command(["bash", os.path.join(ROOT, "dev.sh"), "help"], timeout=60)
     for cmd in ("demo", "test", "lint", "doc", "wheel", "bench", "venv"):
         assert f"./dev.sh {cmd}" in r.stdout, r.stdout
 

@@ -384,8 +384,9 @@ def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
     # Chromium (CI installs it; MEMARRAY_REQUIRE_BROWSER=1 makes a missing one a failure).
     import importlib.util
     import shutil
-    import subprocess
     import sys
+
+    from children import run_command
 
     pytest.importorskip("nbclient")
     root = pathlib.Path(__file__).resolve().parents[2]
@@ -395,10 +396,8 @@ def test_the_tour_notebook_runs_and_renders_in_a_browser(tmp_path):
     if not live and os.environ.get("MEMARRAY_REQUIRE_BROWSER") == "1":
         raise AssertionError("MEMARRAY_REQUIRE_BROWSER=1 but no chromium, voila or websocket")
     args = ([] if browser else ["--no-browser"]) + ([] if live else ["--no-live"])
-    r = subprocess.run(
+    r = run_command(
         [sys.executable, str(root / "scripts" / "notebook_check.py"), str(tmp_path), *args],
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]

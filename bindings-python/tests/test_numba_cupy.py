@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+from children import run_command
 
 import memarray
 
@@ -23,9 +23,9 @@ CHILD = os.path.join(os.path.dirname(__file__), "numba_plugin_child.py")
 def test_numba_plugin_allocates_through_memarray_and_ipc_works():
     pytest.importorskip("numba")
     env = dict(os.environ, NUMBA_CUDA_MEMORY_MANAGER="memarray.numba")
-    r = subprocess.run([sys.executable, CHILD], env=env, capture_output=True, timeout=300)
-    assert r.returncode == 0, r.stderr.decode()[-4000:]
-    line = next(x for x in r.stdout.decode().splitlines() if x.startswith("RESULT "))
+    r = run_command([sys.executable, CHILD], env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
     out = json.loads(line[len("RESULT ") :])
     print(out)
     assert out["after_to_device"] >= 1, "to_device allocated through the plugin"
@@ -86,9 +86,9 @@ m = cuda.current_context().memalloc(0)
 print("PTR", m.device_ctypes_pointer.value or 0, m.size)
 """
     env = dict(os.environ, NUMBA_CUDA_MEMORY_MANAGER="memarray.numba")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    assert "PTR 0 0" in r.stdout.decode(), r.stdout.decode()
+    r = run_command([sys.executable, "-c", code], env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "PTR 0 0" in r.stdout, r.stdout
 
 
 def test_torchs_allocation_function_gives_size_zero_the_null_pointer():
@@ -105,5 +105,5 @@ def test_torchs_allocation_function_gives_size_zero_the_null_pointer():
 def test_plugins_import_lazily_without_their_peers():
     # memarray itself never imports numba or cupy.
     code = "import memarray, sys; print('numba' in sys.modules, 'cupy' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
-    assert r.stdout.decode().split() == ["False", "False"]
+    r = run_command([sys.executable, "-c", code], timeout=60)
+    assert r.stdout.split() == ["False", "False"]

@@ -5,10 +5,10 @@ counted as crashed and the run goes on; passes, failures and skips are told apar
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import sys
 
 import pytest
+from children import run_command
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "pytest_isolated.py"
 
@@ -32,10 +32,8 @@ def test_slow():
 def test_each_test_runs_alone_and_a_crash_is_counted(tmp_path, jobs):
     f = tmp_path / "test_sample.py"
     f.write_text(SAMPLE)
-    r = subprocess.run(
+    r = run_command(
         [sys.executable, str(SCRIPT), str(f), "--timeout", "8", "--jobs", str(jobs)],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -49,5 +47,5 @@ def test_each_test_runs_alone_and_a_crash_is_counted(tmp_path, jobs):
 def test_a_file_with_no_tests_is_exit_2(tmp_path):
     f = tmp_path / "test_empty.py"
     f.write_text("x = 1\n")
-    r = subprocess.run([sys.executable, str(SCRIPT), str(f)], capture_output=True, text=True)
+    r = run_command([sys.executable, str(SCRIPT), str(f)], timeout=120)
     assert r.returncode == 2 and "nothing collected" in r.stdout

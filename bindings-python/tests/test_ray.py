@@ -11,7 +11,7 @@ import os
 import textwrap
 
 import pytest
-from children import child_stdout, run_child
+from children import child_stdout, run_child, run_command
 
 import memarray
 from conftest import two_gpus
@@ -561,12 +561,11 @@ def test_packed_batches_unpack_in_order_and_refuse_holes():
 
 def test_the_pipeline_example_matches_numpy():
     import pathlib
-    import subprocess
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[2]
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    r = subprocess.run(
+    r = run_command(
         [
             sys.executable,
             str(root / "examples" / "ray_pipeline.py"),
@@ -577,8 +576,6 @@ def test_the_pipeline_example_matches_numpy():
             "--grid",
             "32",
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
         env=env,
     )

@@ -8,10 +8,10 @@ import base64
 import os
 import pickle
 import re
-import subprocess
 import sys
 
 import pytest
+from children import run_command
 from test_interop import _peer
 
 from memarray import resources as mr
@@ -75,10 +75,8 @@ def test_torchs_memory_viz_renders_memarrays_sites(tmp_path):
         data = pickle.load(f)
     assert viz.segsum(data) and viz.trace(data)  # torch's own readers take it
     out = tmp_path / "out.html"
-    r = subprocess.run(
+    r = run_command(
         [sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot", snap, "-o", str(out)],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert r.returncode == 0, r.stderr[-2000:]

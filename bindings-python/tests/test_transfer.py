@@ -367,14 +367,13 @@ def test_asarray_device_from_torch_and_copy_false():
 )
 def test_bad_staging_environment_fails_the_import_naming_it(var, value):
     import os
-    import subprocess
     import sys
 
+    from children import run_command
+
     env = dict(os.environ, **{var: value})
-    r = subprocess.run(
-        [sys.executable, "-c", "import memarray"], env=env, capture_output=True, timeout=120
-    )
-    err = r.stderr.decode()
+    r = run_command([sys.executable, "-c", "import memarray"], env=env, timeout=120)
+    err = r.stderr
     assert r.returncode == 1 and "ValueError" in err, err[-2000:]
     assert var in err or "chunk_bytes" in err, err[-2000:]
 
@@ -382,14 +381,15 @@ def test_bad_staging_environment_fails_the_import_naming_it(var, value):
 def test_the_staging_threads_variable_sets_the_lanes_of_copies_and_of_file_loads():
     import json
     import os
-    import subprocess
     import sys
+
+    from children import run_command
 
     env = dict(os.environ, MEMARRAY_STAGING_THREADS="3")
     code = "import json, memarray; print(json.dumps(memarray.cuda.staging_config()))"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr.decode()[-2000:]
-    got = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    r = run_command([sys.executable, "-c", code], env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
     for direction in ("to_device", "to_host"):
         assert (got[direction]["threads"], got[direction]["fill_threads"]) == (3, 3), got
 
