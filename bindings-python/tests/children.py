@@ -22,9 +22,10 @@ def run_command(
 
     The command runs in a session of its own with its output going to files, and when it
     ends, or its time is up, every process left in that session is killed. subprocess.run
-    kills only the child on a timeout and then reads its pipes to their end, which never
-    comes while a grandchild holds them open: the test would wait for ever. A timeout
-    raises subprocess.TimeoutExpired carrying what the command printed."""
+    kills only the child: what the child started runs on, taking the cores the rest of the
+    run needs, and while it holds the pipes open a command that ended is waited for until
+    its timeout and reported as timed out. A timeout raises subprocess.TimeoutExpired
+    carrying what the command printed."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen(args, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
         try:
