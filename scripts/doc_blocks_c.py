@@ -75,7 +75,7 @@ def main() -> int:
     lib = pathlib.Path(staged) if staged else None
     if lib is None:
         print(f"$ {cmds['build']}")
-        r = subprocess.run(shlex.split(cmds["build"]), cwd=ROOT)
+        r = subprocess.run(shlex.split(cmds["build"]), cwd=ROOT, timeout=1200)
         if r.returncode != 0:
             print("FAILED: the guide's build command")
             return 1
@@ -91,7 +91,7 @@ def main() -> int:
             exe = pathlib.Path(scratch) / f"app{i}"
             src.write_text(code)
             cmd = argv(cmds[lang], lib, src, exe)
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
             if r.returncode != 0:
                 print(
                     f"FAILED {where}: does not compile with\n  {shlex.join(cmd)}\n"

@@ -368,7 +368,11 @@ def test_two_processes_without_torch_share_an_id_file(tmp_path):
         )
         for r in range(2)
     ]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:  # a rank left waiting when the other timed out
+            p.kill()
     for r, (p, out) in enumerate(zip(procs, outs, strict=True)):
         assert p.returncode == 0 and f"rank {r} ok" in out, out
 
