@@ -5,11 +5,10 @@ move_memory, __version__."""
 from __future__ import annotations
 
 import operator
-import sys
 
 import numpy as np
 import pytest
-from children import run_command
+from children import run_child
 
 import memarray
 
@@ -195,7 +194,7 @@ np.asarray(b)[0] = 7.0
 assert np.asarray(a)[0] == 7.0
 print("ok")
 """
-    r = run_command([sys.executable, "-c", code], timeout=120)
+    r = run_child(code, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from children import run_command
+from children import run_child, run_command
 
 try:
     import mpi4py  # noqa: F401
@@ -102,13 +102,7 @@ else:
     aware = line.split()[1] == "True"
     assert line.split()[3:] == ["True", "cuda:0"], line
     # The GPU machine's Open MPI is not CUDA-aware: the staging path ran.
-    if (
-        "Open MPI"
-        in run_command(
-            [sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
-            timeout=120,
-        ).stdout
-    ):
+    if "Open MPI" in run_child("from mpi4py import MPI; print(MPI.Get_library_version())").stdout:
         assert not aware, line
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 
 import numpy as np
 import pytest
@@ -270,10 +269,7 @@ def test_torch_style_dtypes_are_taken_by_name():
 
 
 def test_help_shows_clean_signatures_and_no_stray_markers():
-    r = run_command(
-        [sys.executable, "-c", "import memarray, pydoc; print(pydoc.render_doc(memarray))"],
-        timeout=120,
-    )
+    r = run_child("import memarray, pydoc; print(pydoc.render_doc(memarray))")
     assert r.returncode == 0, r.stderr
     lines = [line.strip() for line in r.stdout.splitlines()]
     assert "--" not in lines, [i for i, x in enumerate(lines) if x == "--"]

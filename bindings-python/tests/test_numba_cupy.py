@@ -12,7 +12,7 @@ import os
 import sys
 
 import pytest
-from children import run_command
+from children import run_child, run_command
 
 import memarray
 
@@ -86,7 +86,7 @@ m = cuda.current_context().memalloc(0)
 print("PTR", m.device_ctypes_pointer.value or 0, m.size)
 """
     env = dict(os.environ, NUMBA_CUDA_MEMORY_MANAGER="memarray.numba")
-    r = run_command([sys.executable, "-c", code], env=env, timeout=300)
+    r = run_child(code, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "PTR 0 0" in r.stdout, r.stdout
 
@@ -105,5 +105,5 @@ def test_torchs_allocation_function_gives_size_zero_the_null_pointer():
 def test_plugins_import_lazily_without_their_peers():
     # memarray itself never imports numba or cupy.
     code = "import memarray, sys; print('numba' in sys.modules, 'cupy' in sys.modules)"
-    r = run_command([sys.executable, "-c", code], timeout=60)
+    r = run_child(code, timeout=60)
     assert r.stdout.split() == ["False", "False"]

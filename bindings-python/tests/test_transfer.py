@@ -367,12 +367,11 @@ def test_asarray_device_from_torch_and_copy_false():
 )
 def test_bad_staging_environment_fails_the_import_naming_it(var, value):
     import os
-    import sys
 
-    from children import run_command
+    from children import run_child
 
     env = dict(os.environ, **{var: value})
-    r = run_command([sys.executable, "-c", "import memarray"], env=env, timeout=120)
+    r = run_child("import memarray", env=env)
     err = r.stderr
     assert r.returncode == 1 and "ValueError" in err, err[-2000:]
     assert var in err or "chunk_bytes" in err, err[-2000:]
@@ -380,16 +379,12 @@ def test_bad_staging_environment_fails_the_import_naming_it(var, value):
 
 def test_the_staging_threads_variable_sets_the_lanes_of_copies_and_of_file_loads():
     import json
-    import os
-    import sys
 
-    from children import run_command
+    from children import child_stdout
 
-    env = dict(os.environ, MEMARRAY_STAGING_THREADS="3")
     code = "import json, memarray; print(json.dumps(memarray.cuda.staging_config()))"
-    r = run_command([sys.executable, "-c", code], env=env, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    out = child_stdout(code, timeout=120, env={"MEMARRAY_STAGING_THREADS": "3"})
+    got = json.loads(out.strip().splitlines()[-1])
     for direction in ("to_device", "to_host"):
         assert (got[direction]["threads"], got[direction]["fill_threads"]) == (3, 3), got
 
